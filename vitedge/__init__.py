@@ -1,0 +1,11 @@
+"""vitedge: ship a trained Vision Transformer to the edge.
+
+Importing this package is cheap: torch, ONNX Runtime, OpenVINO and TensorRT are imported
+only by the modules that use them.
+"""
+
+__version__ = "0.1.0"
+
+from vitedge.errors import VitedgeError  # noqa: E402  (light, no third-party imports)
+
+__all__ = ["VitedgeError", "__version__"]

@@ -1,0 +1,3 @@
+from vitedge.cli import main
+
+main()

@@ -1,0 +1,75 @@
+"""One error hierarchy. The CLI prints ``str(error)`` as one line and exits with ``exit_code``.
+
+Exit codes (documented in the README):
+  0  success, every gate held
+  1  a parity gate failed (accuracy, agreement, speed)
+  2  bad input or usage: the message says what was wrong and what to do
+  3  an internal error (a bug in vitedge); ``--debug`` shows the traceback
+130  interrupted (Ctrl-C)
+"""
+
+from __future__ import annotations
+
+
+class VitedgeError(Exception):
+    """Base class for every error vitedge reports to a user."""
+
+    exit_code = 2
+
+    def __init__(self, message: str):
+        # Keep messages to one line: the CLI prints exactly this.
+        super().__init__(" ".join(str(message).split()))
+
+
+class UsageError(VitedgeError):
+    """A flag or argument combination that cannot work."""
+
+
+class ModelLoadError(VitedgeError):
+    """A model file that cannot be read or is not a ViT vitedge understands."""
+
+
+class UnsafePickleError(ModelLoadError):
+    """A checkpoint that needs full unpickling (arbitrary code) without --trust-pickle."""
+
+
+class ExportError(VitedgeError):
+    """ONNX export failed or the exported graph does not match the PyTorch model."""
+
+
+class CalibrationError(VitedgeError):
+    """Calibration data that is missing, unreadable or too small."""
+
+
+class QuantizationError(VitedgeError):
+    """The quantizer could not produce a valid Q/DQ graph."""
+
+
+class ProfileError(VitedgeError):
+    """A target profile that is malformed or unknown."""
+
+
+class BundleError(VitedgeError):
+    """A bundle that is incomplete, altered or does not match its manifest."""
+
+
+class DataError(VitedgeError):
+    """A validation data set that does not fit the model."""
+
+
+class MissingDependencyError(VitedgeError):
+    """An optional package a feature needs is not installed."""
+
+    def __init__(self, what: str, install: str):
+        super().__init__(f"{what} is not installed; install it with: {install}")
+        self.install = install
+
+
+class IncompatibleEngineError(BundleError):
+    """A TensorRT engine built for another GPU, TensorRT version or JetPack."""
+
+
+class GateFailure(VitedgeError):
+    """A build or validation that ran but missed one of its parity thresholds."""
+
+    exit_code = 1

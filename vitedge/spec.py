@@ -1,0 +1,128 @@
+"""What vitedge understood about a model: architecture, input and preprocessing.
+
+Plain dataclasses with no third-party imports, so the runtime can read them from a
+manifest on a camera box that has no torch.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "lanczos")
+
+# Where a value came from, printed by `vitedge inspect`.
+SOURCE_FILE = "file"
+SOURCE_PRESET = "preset"
+SOURCE_DEFAULT = "default"
+SOURCE_FLAG = "flag"
+
+
+@dataclass(frozen=True)
+class Preprocess:
+    """How a frame becomes a model input.
+
+    The frame is resized, keeping its aspect ratio, so that it covers
+    ``crop_size / crop_pct``, then centre-cropped to ``crop_size`` (H, W), scaled to
+    [0, 1] and normalised with ``mean``/``std`` per RGB channel. For a square crop
+    this is timm's and torchvision's "resize the shorter side to crop/crop_pct, then
+    centre crop".
+    """
+
+    crop_size: tuple[int, int] = (224, 224)
+    crop_pct: float = 0.875
+    interpolation: str = "bicubic"
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+
+    @property
+    def resize_size(self) -> tuple[int, int]:
+        h, w = self.crop_size
+        return (int(round(h / self.crop_pct)), int(round(w / self.crop_pct)))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["crop_size"] = list(self.crop_size)
+        d["mean"] = list(self.mean)
+        d["std"] = list(self.std)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Preprocess":
+        return cls(
+            crop_size=tuple(int(v) for v in d["crop_size"]),  # type: ignore[arg-type]
+            crop_pct=float(d.get("crop_pct", 1.0)),
+            interpolation=str(d.get("interpolation", "bilinear")),
+            mean=tuple(float(v) for v in d["mean"]),  # type: ignore[arg-type]
+            std=tuple(float(v) for v in d["std"]),  # type: ignore[arg-type]
+        )
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Architecture and input facts of a ViT, with where each came from."""
+
+    family: str  # timm, torchvision, huggingface, custom, torchscript, torch.export, onnx
+    image_size: tuple[int, int]
+    patch_size: int | None
+    embed_dim: int | None
+    depth: int | None
+    num_heads: int | None
+    num_classes: int | None  # None for encoders that output an embedding
+    num_prefix_tokens: int | None  # class token (+ distillation token, + registers)
+    num_params: int | None
+    preprocess: Preprocess
+    variant: str = "vit"  # vit, deit-distilled, hybrid-resnet, encoder
+    output_kind: str = "logits"  # logits or embedding
+    class_names: tuple[str, ...] | None = None
+    arch_name: str | None = None  # the preset / timm name when one matched
+    sources: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def num_tokens(self) -> int | None:
+        if self.patch_size is None or self.num_prefix_tokens is None:
+            return None
+        h, w = self.image_size
+        return (h // self.patch_size) * (w // self.patch_size) + self.num_prefix_tokens
+
+    @property
+    def grid(self) -> tuple[int, int] | None:
+        if self.patch_size is None:
+            return None
+        return (self.image_size[0] // self.patch_size, self.image_size[1] // self.patch_size)
+
+    def with_changes(self, **changes: Any) -> "ModelSpec":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "preprocess":
+                v = v.to_dict()
+            elif isinstance(v, tuple):
+                v = list(v)
+            d[f.name] = v
+        d["num_tokens"] = self.num_tokens
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ModelSpec":
+        names = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in names}
+        kw["image_size"] = tuple(kw["image_size"])
+        kw["preprocess"] = Preprocess.from_dict(kw["preprocess"])
+        if kw.get("class_names") is not None:
+            kw["class_names"] = tuple(kw["class_names"])
+        kw["sources"] = dict(kw.get("sources") or {})
+        return cls(**kw)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "ModelSpec":
+        return cls.from_dict(json.loads(text))
