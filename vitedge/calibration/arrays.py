@@ -1,0 +1,209 @@
+"""Calibration / validation images from a .npy or .npz file."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from vitedge.calibration import _common
+from vitedge.calibration._common import (
+    by_count,
+    CalibrationSource,
+    Item,
+    SourceSummary,
+    choose_subset,
+    count_into,
+    data_hash,
+    fill_cache,
+    ordered_map,
+    too_few,
+)
+from vitedge.errors import CalibrationError
+from vitedge.preprocess import preprocess_array
+from vitedge.spec import Preprocess
+
+IMAGE_KEYS = ("images", "x")
+LABEL_KEYS = ("labels", "y")
+
+
+_MAGIC = {".npy": (b"\x93NUMPY",), ".npz": (b"PK\x03\x04", b"PK\x05\x06")}
+
+
+def _load(file: Path, path_text: str) -> tuple[np.ndarray, np.ndarray | None]:
+    suffix = file.suffix.lower()
+    try:
+        with open(file, "rb") as f:
+            head = f.read(8)
+    except OSError as e:
+        raise CalibrationError(f"{path_text} cannot be read ({e.strerror or e}): check its permissions") from None
+    if not any(head.startswith(m) for m in _MAGIC[suffix]):
+        raise CalibrationError(
+            f"{path_text} is not a numpy {suffix} file: save the data with "
+            f"{'np.save' if suffix == '.npy' else 'np.savez'}"
+        )
+    try:
+        if suffix == ".npy":
+            try:
+                return np.load(file, allow_pickle=False, mmap_mode="r"), None
+            except ValueError:  # object dtype, or a layout numpy cannot map: load it plainly
+                return np.load(file, allow_pickle=False), None
+        with np.load(file, allow_pickle=False) as z:
+            keys = list(z.files)
+            image_key = next((k for k in IMAGE_KEYS if k in keys), None)
+            if image_key is None:
+                raise CalibrationError(
+                    f"{path_text} has no 'images' or 'x' array (it has: {', '.join(keys) or 'nothing'}): "
+                    f"save it with np.savez(path, images=..., labels=...)"
+                )
+            label_key = next((k for k in LABEL_KEYS if k in keys), None)
+            return z[image_key], (z[label_key] if label_key is not None else None)
+    except CalibrationError:
+        raise
+    except ValueError as e:
+        if "pickle" in str(e).lower() or "object" in str(e).lower():
+            raise CalibrationError(
+                f"{path_text} holds Python objects, which vitedge does not unpickle: "
+                f"save plain numeric arrays (uint8 or float32) with np.save / np.savez"
+            ) from None
+        raise CalibrationError(f"{path_text} cannot be read as a {suffix} file ({e}): re-save it with numpy") from None
+    except Exception as e:
+        raise CalibrationError(
+            f"{path_text} cannot be read as a {suffix} file ({type(e).__name__}: {e}): re-save it with numpy"
+        ) from None
+
+
+def _expected(pre: Preprocess) -> str:
+    h, w = pre.crop_size
+    return (
+        f"uint8 RGB frames of any size shaped (N, H, W, 3), or float32 model-ready inputs "
+        f"shaped (N, 3, {h}, {w})"
+    )
+
+
+def _check_images(images: np.ndarray, path_text: str, pre: Preprocess) -> str:
+    """'uint8' (frames to preprocess) or 'float' (used as-is); CalibrationError otherwise."""
+    shape, dtype = tuple(images.shape), images.dtype
+    found = f"{path_text}: images are {dtype} with shape {shape}; expected {_expected(pre)}"
+    if images.ndim != 4:
+        hint = ": add a leading batch axis" if images.ndim == 3 else ""
+        raise CalibrationError(found + hint)
+    if dtype == np.uint8:
+        if shape[-1] == 3 and shape[1] > 0 and shape[2] > 0:
+            return "uint8"
+        if shape[1] == 3:
+            raise CalibrationError(found + ": these look channels-first; transpose to (N, H, W, 3)")
+        raise CalibrationError(found + ": convert the frames to 3-channel RGB")
+    if dtype == np.float32:
+        if shape[1] == 3 and shape[2:] == tuple(pre.crop_size):
+            return "float"
+        if shape[-1] == 3:
+            raise CalibrationError(found + ": float inputs must already be preprocessed and channels-first")
+        raise CalibrationError(
+            found + ": float inputs are used as-is, so they must match the model's input; "
+            "save uint8 frames to have vitedge resize and normalise them"
+        )
+    raise CalibrationError(found + ": convert with .astype(np.uint8) for raw frames or .astype(np.float32) "
+                           "for preprocessed inputs")
+
+
+def _check_labels(labels: np.ndarray | None, n: int, path_text: str,
+                  class_names: Sequence[str] | None) -> np.ndarray | None:
+    if labels is None:
+        return None
+    found = f"{path_text}: labels are {labels.dtype} with shape {tuple(labels.shape)}"
+    if labels.ndim != 1 or labels.dtype.kind not in "iu":
+        raise CalibrationError(f"{found}; expected integer class indices shaped ({n},)")
+    if labels.shape[0] != n:
+        raise CalibrationError(f"{found} but there are {n} images; expected one label per image")
+    labels = np.asarray(labels).astype(np.int64)
+    if n and labels.min() < 0:
+        raise CalibrationError(f"{found} and include {int(labels.min())}; expected class indices >= 0")
+    if n and class_names is not None and labels.max() >= len(class_names):
+        raise CalibrationError(
+            f"{found} and go up to {int(labels.max())}, but the model has {len(class_names)} classes; "
+            f"expected class indices 0..{len(class_names) - 1}"
+        )
+    return labels
+
+
+def _row_sha(row: np.ndarray) -> str:
+    h = hashlib.sha256(f"{row.dtype.str}{row.shape}".encode())
+    h.update(np.ascontiguousarray(row).tobytes())
+    return h.hexdigest()
+
+
+def open_array_file(
+    file: Path,
+    path_text: str,
+    pre: Preprocess,
+    *,
+    limit: int | None,
+    seed: int,
+    min_count: int,
+    class_names: Sequence[str] | None,
+    progress: bool,
+) -> CalibrationSource:
+    images, raw_labels = _load(file, path_text)
+    form = _check_images(images, path_text, pre)
+    n = int(images.shape[0])
+    labels = _check_labels(raw_labels, n, path_text, class_names)
+
+    def preprocess_rows(indices: list[int]) -> list[np.ndarray]:
+        if form == "float":
+            return [np.asarray(images[i], dtype=np.float32) for i in indices]
+        return [preprocess_array(np.asarray(images[i]), pre) for i in indices]
+
+    def check(i: int) -> tuple[str, bool, np.ndarray | None]:
+        row = np.asarray(images[i])
+        ok = form == "uint8" or bool(np.isfinite(row).all())
+        # float rows are used as-is and cost nothing to fetch again, so only frames are cached
+        return _row_sha(row), ok, (preprocess_array(row, pre) if form == "uint8" and ok else None)
+
+    budget = _common.CACHE_BYTES
+    cached = 0
+    skipped: dict[str, int] = {}
+    items: list[Item] = []
+    results = ordered_map(check, list(range(n)), progress=progress, description=f"Reading {path_text}")
+    for i, (sha, ok, arr) in zip(range(n), results):
+        if not ok:
+            count_into(skipped, ["non-finite values"])
+            continue
+        item = Item(id=f"array[{i}]", sort_key=i, sha=sha,
+                    label=int(labels[i]) if labels is not None else None, ref=i)
+        if arr is not None and cached + arr.nbytes <= budget:
+            item.data = arr
+            cached += arr.nbytes
+        items.append(item)
+
+    too_few(len(items), "images", path_text, min_count, skipped,
+            "add images to the array or lower --calib-size")
+    used = choose_subset(items, limit, seed)
+    chosen = {id(it) for it in used}
+    for it in items:
+        if id(it) not in chosen:
+            it.data = None
+
+    def loader(batch: list[Item]) -> list[np.ndarray]:
+        return preprocess_rows([it.ref for it in batch])
+
+    if form == "uint8":
+        fill_cache(used, loader, budget)
+
+    summary = SourceSummary(
+        path=path_text,
+        kind="arrays",
+        found=n,
+        used=len(used),
+        skipped=by_count(skipped),
+        converted={},
+        subset_size=limit,
+        seed=seed,
+        data_hash=data_hash("arrays", used),
+        labeled=labels is not None,
+        class_names=tuple(class_names) if labels is not None and class_names is not None else None,
+        classes_present=len({it.label for it in used}) if labels is not None else None,
+    )
+    return CalibrationSource(summary, used, loader)

@@ -1,0 +1,264 @@
+"""Calibration / validation images from a folder, optionally one subfolder per class."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from vitedge.calibration import _common
+from vitedge.calibration._common import (
+    by_count,
+    CalibrationSource,
+    Item,
+    SourceSummary,
+    choose_subset,
+    count_into,
+    data_hash,
+    fill_cache,
+    ordered_map,
+    too_few,
+    _threaded,
+)
+from vitedge.errors import CalibrationError
+from vitedge.fsutil import sha256_bytes
+from vitedge.preprocess import preprocess_image
+from vitedge.spec import Preprocess
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
+ARRAY_EXTENSIONS = (".npy", ".npz")
+VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov", ".mkv", ".webm")
+
+# Original Pillow mode -> what `converted` calls it. RGB needs no conversion.
+MODE_LABELS = {
+    "L": "grayscale",
+    "LA": "grayscale+alpha",
+    "1": "1-bit",
+    "P": "palette",
+    "PA": "palette",
+    "RGBA": "RGBA",
+    "RGBa": "RGBA",
+    "CMYK": "CMYK",
+    "I;16": "16-bit",
+    "I;16B": "16-bit",
+    "I;16L": "16-bit",
+    "I;16N": "16-bit",
+    "I": "32-bit",
+    "F": "32-bit float",
+}
+
+_INTEGER = re.compile(r"^[0-9]+$")
+
+
+def mode_label(mode: str) -> str | None:
+    return None if mode == "RGB" else MODE_LABELS.get(mode, mode)
+
+
+class _Skip(Exception):
+    """An unusable file, with the reason counted in SourceSummary.skipped."""
+
+
+def _hidden(name: str) -> bool:
+    # .DS_Store, macOS "._x.jpg" AppleDouble files (not images despite the extension), .git
+    return name.startswith(".")
+
+
+def scan_images(root: Path) -> tuple[list[str], Counter[str]]:
+    """Relative posix paths of candidate images (sorted), and counts of other extensions."""
+    found: list[str] = []
+    other: Counter[str] = Counter()
+    seen_dirs: set[str] = set()
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+        real = os.path.realpath(dirpath)
+        if real in seen_dirs:  # a symlink loop or a folder linked twice
+            dirnames[:] = []
+            continue
+        seen_dirs.add(real)
+        dirnames[:] = sorted(d for d in dirnames if not _hidden(d))
+        rel_dir = Path(dirpath).relative_to(root)
+        for name in filenames:
+            if _hidden(name):
+                continue
+            ext = os.path.splitext(name)[1].lower()
+            if ext in IMAGE_EXTENSIONS:
+                found.append((rel_dir / name).as_posix())
+            else:
+                other[ext or "(no extension)"] += 1
+    return sorted(found), other
+
+
+def _label_map(
+    rels: list[str], path_text: str, class_names: Sequence[str] | None
+) -> tuple[dict[str, int] | None, tuple[str, ...] | None, list[str]]:
+    """Folder name -> label, the class names the labels index, and notes for the user."""
+    tops = {rel.split("/", 1)[0] if "/" in rel else None for rel in rels}
+    if tops == {None}:
+        return None, None, []
+    if None in tops:
+        loose = sum(1 for rel in rels if "/" not in rel)
+        return None, None, [
+            f"unlabeled: {loose} images sit directly in {path_text} beside class folders"
+        ]
+    folders = sorted(t for t in tops if t is not None)
+    notes: list[str] = []
+    if class_names is not None:
+        names = list(class_names)
+        if all(f in names for f in folders):
+            return {f: names.index(f) for f in folders}, tuple(names), []
+    if all(_INTEGER.match(f) for f in folders):
+        mapping = {f: int(f) for f in folders}
+        if class_names is not None:
+            bad = [f for f in folders if mapping[f] >= len(class_names)]
+            if bad:
+                raise CalibrationError(
+                    f"class folder '{bad[0]}' in {path_text} is not a class index of this model "
+                    f"({len(class_names)} classes, 0..{len(class_names) - 1}): rename the folders "
+                    f"to class indices or class names"
+                )
+            return mapping, tuple(class_names), []
+        return mapping, None, []
+    if class_names is not None:
+        stray = next(f for f in folders if f not in list(class_names))
+        notes.append(
+            f"folder names are not the model's class names (e.g. '{stray}'); "
+            f"labels follow sorted folder order"
+        )
+    return {f: i for i, f in enumerate(folders)}, tuple(folders), notes
+
+
+def _decode(data: bytes) -> Image.Image:
+    if not data:
+        raise _Skip("empty file")
+    try:
+        image = Image.open(io.BytesIO(data))
+        image.load()
+        return image
+    except Image.DecompressionBombError:
+        raise _Skip("too large") from None
+    except UnidentifiedImageError:
+        raise _Skip("corrupt") from None
+    except OSError as e:
+        raise _Skip("truncated" if "truncated" in str(e) else "corrupt") from None
+    except Exception:  # Pillow raises SyntaxError, ValueError, EOFError... on bad files
+        raise _Skip("corrupt") from None
+
+
+def _preprocess(image: Image.Image, pre: Preprocess) -> np.ndarray:
+    try:
+        return preprocess_image(image, pre)
+    except Exception:
+        raise _Skip(f"unsupported colour mode {image.mode}") from None
+
+
+def _check_one(path: Path, pre: Preprocess) -> tuple[str, str | None, np.ndarray] | _Skip:
+    """sha256 of the file, its colour-mode label, the preprocessed array; or why it is unusable."""
+    try:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            raise _Skip("unreadable") from None
+        image = _decode(data)
+        return sha256_bytes(data), mode_label(image.mode), _preprocess(image, pre)
+    except _Skip as skip:
+        return skip
+
+
+def open_image_folder(
+    root: Path,
+    path_text: str,
+    pre: Preprocess,
+    *,
+    limit: int | None,
+    seed: int,
+    min_count: int,
+    class_names: Sequence[str] | None,
+    progress: bool,
+) -> CalibrationSource:
+    rels, other = scan_images(root)
+    if not rels:
+        raise CalibrationError(_no_images_message(path_text, other))
+    labels, names, notes = _label_map(rels, path_text, class_names)
+
+    budget = _common.CACHE_BYTES
+    cached = 0
+    skipped: dict[str, int] = {}
+    items: list[Item] = []
+    results = ordered_map(lambda rel: _check_one(root / rel, pre), rels,
+                          progress=progress, description=f"Reading {path_text}")
+    for rel, result in zip(rels, results):
+        if isinstance(result, _Skip):
+            count_into(skipped, [str(result)])
+            continue
+        sha, mode, arr = result
+        label = labels[rel.split("/", 1)[0]] if labels is not None else None
+        item = Item(id=rel, sort_key=rel, sha=sha, label=label, ref=rel, mode=mode)
+        if cached + arr.nbytes <= budget:
+            item.data = arr
+            cached += arr.nbytes
+        items.append(item)
+
+    too_few(len(items), "images", path_text, min_count, skipped,
+            "add images or lower --calib-size")
+    used = choose_subset(items, limit, seed)
+    chosen = {id(it) for it in used}
+    for it in items:
+        if id(it) not in chosen:
+            it.data = None
+    loader = _make_loader(root, path_text, pre)
+    fill_cache(used, loader, budget)
+
+    present = len({it.label for it in used}) if labels is not None else None
+    summary = SourceSummary(
+        path=path_text,
+        kind="images",
+        found=len(rels),
+        used=len(used),
+        skipped=by_count(skipped),
+        converted=by_count(count_into({}, (it.mode for it in used))),
+        subset_size=limit,
+        seed=seed,
+        data_hash=data_hash("images", used),
+        labeled=labels is not None,
+        class_names=names,
+        notes=tuple(notes),
+        classes_present=present,
+    )
+    return CalibrationSource(summary, used, loader)
+
+
+def _make_loader(root: Path, path_text: str, pre: Preprocess):
+    def load_one(item: Item) -> np.ndarray:
+        result = _check_one(root / item.ref, pre)
+        if isinstance(result, _Skip) or result[0] != item.sha:
+            raise CalibrationError(
+                f"{path_text}/{item.id} changed or became unreadable while vitedge was using it: "
+                f"leave the calibration folder alone during the run and start again"
+            )
+        return result[2]
+
+    def load(items: list[Item]) -> list[np.ndarray]:
+        return list(_threaded(load_one, items))
+
+    return load
+
+
+def _no_images_message(path_text: str, other: Counter[str]) -> str:
+    wanted = " ".join(IMAGE_EXTENSIONS)
+    if not other:
+        return f"{path_text} is empty: put calibration images ({wanted}) in it, one subfolder per class if labeled"
+    exts = ", ".join(e for e, _ in other.most_common(4))
+    hint = f"convert them to one of {wanted}"
+    if any(e in ARRAY_EXTENSIONS for e in other):
+        hint = "pass the .npy/.npz file itself instead of the folder, or add images"
+    elif any(e in VIDEO_EXTENSIONS for e in other):
+        hint = "pass the video file itself instead of the folder, or add images"
+    return (
+        f"no images ({wanted}) in {path_text}; found {sum(other.values())} other files "
+        f"({exts}): {hint}"
+    )

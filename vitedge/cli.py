@@ -1,0 +1,75 @@
+"""The `vitedge` command line.
+
+Errors become one line on stderr and a documented exit code (see vitedge.errors);
+`--debug` shows the traceback instead. Commands are imported lazily so that
+`vitedge --help` stays fast and imports no torch or runtime.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from vitedge import __version__
+from vitedge.errors import VitedgeError
+
+# command name -> module under vitedge.commands exposing `command`
+COMMANDS = {
+    "inspect": "inspect_cmd",
+    "export": "export_cmd",
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str):
+        module = COMMANDS.get(name)
+        if module is None:
+            return None
+        return importlib.import_module(f"vitedge.commands.{module}").command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})
+@click.version_option(__version__, prog_name="vitedge")
+@click.option("--debug", is_flag=True, help="Show full tracebacks instead of one-line errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Quantize a trained Vision Transformer to INT8 with real calibration data, build it for
+    each edge target (ONNX Runtime, OpenVINO, TensorRT) and prove it keeps FP32's accuracy."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="vitedge", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("vitedge: interrupted", err=True)
+        sys.exit(130)
+    except click.ClickException as err:
+        # Usage errors: one line plus the usage hint click would print.
+        click.echo(f"vitedge: {err.format_message()}", err=True)
+        sys.exit(2)
+    except VitedgeError as err:
+        if debug:
+            raise
+        click.echo(f"vitedge: error: {err}", err=True)
+        sys.exit(err.exit_code)
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        click.echo("vitedge: interrupted; nothing partial was left behind", err=True)
+        sys.exit(130)
+    except Exception as err:  # a bug: keep it to one line unless --debug
+        if debug:
+            raise
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        click.echo(f"vitedge: internal error: {type(err).__name__}: {first} (re-run with --debug for the traceback)", err=True)
+        sys.exit(3)
+    sys.exit(0)

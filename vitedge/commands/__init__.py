@@ -1,0 +1,1 @@
+"""One module per CLI command; each defines a click command named `command`."""

@@ -1,0 +1,34 @@
+"""`vitedge export MODEL -o model.onnx`: FP32 ONNX, checked against PyTorch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from vitedge.cli_options import with_intake
+
+
+@click.command("export")
+@click.argument("model", type=click.Path(path_type=str))
+@click.option("-o", "--out", "out", type=click.Path(path_type=Path), required=True, help="Where to write the FP32 ONNX graph.")
+@with_intake
+@click.option("--opset", type=int, default=17, show_default=True, help="ONNX opset (17 or newer).")
+@click.option("--bake-preprocess", is_flag=True, help="The graph takes uint8 NHWC RGB frames and normalises them itself.")
+@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+def command(model: str, out: Path, intake, opset: int, bake_preprocess: bool, force: bool) -> None:
+    """Export MODEL to an FP32 ONNX graph (dynamic batch) and prove ONNX Runtime
+    computes what PyTorch computes; the export fails with the measured difference
+    if it exceeds the tolerance."""
+    from vitedge.errors import UsageError
+    from vitedge.export import ExportOptions, export_onnx
+    from vitedge.models.intake import load_model
+
+    if out.exists() and not force:
+        raise UsageError(f"{out} exists; pass --force to overwrite it")
+    if out.suffix.lower() != ".onnx":
+        raise UsageError(f"-o/--out should name an .onnx file, got {out}")
+    options = ExportOptions(opset=opset, bake_preprocess=bake_preprocess)
+    loaded = load_model(model, intake)
+    result = export_onnx(loaded, out, options)
+    click.echo(result.one_line())

@@ -1,0 +1,201 @@
+"""FP32 ONNX export, proven against the PyTorch model it came from.
+
+The export fails, with the measured difference, when ONNX Runtime and PyTorch disagree
+on the same inputs by more than the tolerance. ``bake_preprocess`` prepends the
+normalisation to the graph so it takes the uint8 NHWC RGB frames a camera delivers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from vitedge.errors import ExportError, UsageError
+from vitedge.models.intake import LoadedModel
+from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata, ort_session, save_onnx, set_metadata
+from vitedge.spec import Preprocess
+
+MIN_OPSET = 17
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    opset: int = 17
+    bake_preprocess: bool = False
+    check: bool = True
+    atol: float = 1e-4
+    rtol: float = 1e-3  # relative to the largest output magnitude
+    check_batch: int = 2
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.opset < MIN_OPSET:
+            raise UsageError(f"--opset must be at least {MIN_OPSET} (LayerNormalization and per-channel Q/DQ), got {self.opset}")
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: Path
+    input_name: str
+    output_name: str
+    input_format: str
+    opset: int
+    max_abs_diff: float | None
+    tolerance: float | None
+    seconds: float
+
+    def one_line(self) -> str:
+        check = (
+            f"max |PyTorch - ONNX Runtime| = {self.max_abs_diff:.2e} (tolerance {self.tolerance:.2e})"
+            if self.max_abs_diff is not None
+            else "parity check skipped"
+        )
+        return f"exported {self.path} (opset {self.opset}, input '{self.input_name}' {self.input_format}); {check}"
+
+
+def export_onnx(loaded: LoadedModel, out_path: str | Path, options: ExportOptions | None = None) -> ExportResult:
+    import onnx
+
+    options = options or ExportOptions()
+    out_path = Path(out_path)
+    start = time.perf_counter()
+    output_name = "embedding" if loaded.spec.output_kind == "embedding" else "logits"
+    if loaded.is_onnx:
+        model = onnx.load(str(loaded.onnx_path))
+        if get_metadata(model).get(INPUT_FORMAT_KEY) == UINT8_NHWC_RGB:
+            if not options.bake_preprocess:
+                raise UsageError(f"{loaded.path} already takes uint8 frames (preprocessing baked in); pass --bake-preprocess to keep it")
+            options = ExportOptions(**{**options.__dict__, "bake_preprocess": False})
+        opset = _opset(model)
+        if opset < MIN_OPSET:
+            raise ExportError(f"{loaded.path} uses opset {opset}; vitedge needs opset >= {MIN_OPSET}: re-export it, or pass the PyTorch model")
+    else:
+        model = _torch_to_onnx(loaded, options, output_name)
+        opset = _opset(model)
+    graph_input = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}][0].name
+    if options.bake_preprocess:
+        model = bake_preprocess(model, loaded.spec.preprocess)
+        graph_input = "frames"
+    meta = get_metadata(model)
+    set_metadata(model, {
+        SPEC_KEY: loaded.spec.to_json(),
+        INPUT_FORMAT_KEY: UINT8_NHWC_RGB if (options.bake_preprocess or meta.get(INPUT_FORMAT_KEY) == UINT8_NHWC_RGB) else FLOAT_NCHW,
+    })
+    input_format = get_metadata(model)[INPUT_FORMAT_KEY]
+    diff = tol = None
+    if options.check and not loaded.is_onnx:
+        diff, tol = _check_parity(loaded, model, graph_input, input_format, options)
+    save_onnx(model, out_path)
+    return ExportResult(out_path, graph_input, model.graph.output[0].name, input_format, opset, diff, tol, time.perf_counter() - start)
+
+
+def _opset(model) -> int:
+    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
+
+
+def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str):
+    import onnx
+    import torch
+
+    h, w = loaded.spec.image_size
+    example = torch.randn(2, 3, h, w, generator=torch.Generator().manual_seed(options.seed))
+    buf = io.BytesIO()
+    sink = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            warnings.simplefilter("ignore")
+            if loaded.exporter == "dynamo":
+                program = loaded.module
+                onnx_program = torch.onnx.export(program, (example[:_program_batch(loaded)],), dynamo=True,
+                                                 opset_version=max(options.opset, 18), input_names=["input"], output_names=[output_name])
+                model = onnx_program.model_proto
+            else:
+                torch.onnx.export(
+                    loaded.module, (example,), buf, opset_version=options.opset, dynamo=False,
+                    input_names=["input"], output_names=[output_name],
+                    dynamic_axes={"input": {0: "batch"}, output_name: {0: "batch"}}, do_constant_folding=True,
+                )
+                model = onnx.load_from_string(buf.getvalue())
+    except ExportError:
+        raise
+    except Exception as err:
+        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
+        raise ExportError(f"ONNX export of {loaded.path} failed: {type(err).__name__}: {first}") from err
+    return model
+
+
+def _program_batch(loaded: LoadedModel) -> int:
+    from vitedge.models.intake import _program_input_shape
+
+    shape = _program_input_shape(loaded.module)
+    return int(shape[0]) if shape else 1
+
+
+def bake_preprocess(model, pre: Preprocess):
+    """Prepend uint8 NHWC RGB -> normalised float NCHW to the graph's single image input."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    inits = {t.name for t in graph.initializer}
+    old_input = [i for i in graph.input if i.name not in inits][0]
+    dims = old_input.type.tensor_type.shape.dim
+    h = dims[2].dim_value or pre.crop_size[0]
+    w = dims[3].dim_value or pre.crop_size[1]
+    batch = dims[0].dim_param or (dims[0].dim_value if dims[0].dim_value else "batch")
+    frames = helper.make_tensor_value_info("frames", TensorProto.UINT8, [batch, h, w, 3])
+    scale = (1.0 / (255.0 * np.asarray(pre.std, dtype=np.float64))).astype(np.float32).reshape(1, 3, 1, 1)
+    shift = (-np.asarray(pre.mean, dtype=np.float64) / np.asarray(pre.std, dtype=np.float64)).astype(np.float32).reshape(1, 3, 1, 1)
+    nodes = [
+        helper.make_node("Cast", ["frames"], ["vitedge_pre/float"], to=TensorProto.FLOAT, name="vitedge_pre/Cast"),
+        helper.make_node("Transpose", ["vitedge_pre/float"], ["vitedge_pre/nchw"], perm=[0, 3, 1, 2], name="vitedge_pre/Transpose"),
+        helper.make_node("Mul", ["vitedge_pre/nchw", "vitedge_pre/scale"], ["vitedge_pre/scaled"], name="vitedge_pre/Mul"),
+        helper.make_node("Add", ["vitedge_pre/scaled", "vitedge_pre/shift"], [old_input.name], name="vitedge_pre/Add"),
+    ]
+    graph.initializer.extend([numpy_helper.from_array(scale, "vitedge_pre/scale"), numpy_helper.from_array(shift, "vitedge_pre/shift")])
+    new_nodes = nodes + list(graph.node)
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+    graph.input.remove(old_input)
+    graph.input.insert(0, frames)
+    onnx.checker.check_model(model)
+    return model
+
+
+def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str, options: ExportOptions) -> tuple[float, float]:
+    import torch
+
+    from vitedge.preprocess import normalize
+
+    h, w = loaded.spec.image_size
+    rng = np.random.default_rng(options.seed)
+    batch = options.check_batch if loaded.exporter != "dynamo" else _program_batch(loaded)
+    if input_format == UINT8_NHWC_RGB:
+        frames = rng.integers(0, 256, size=(batch, h, w, 3), dtype=np.uint8)
+        x = np.stack([normalize(f, loaded.spec.preprocess) for f in frames])
+        feed = frames
+    else:
+        x = rng.standard_normal((batch, 3, h, w)).astype(np.float32)
+        feed = x
+    module = loaded.module.module() if loaded.exporter == "dynamo" else loaded.module
+    with torch.no_grad():
+        ref = module(torch.from_numpy(x))
+    ref = (ref[0] if isinstance(ref, (tuple, list)) else ref).numpy()
+    try:
+        sess = ort_session(model.SerializeToString() if model.ByteSize() < 2**31 - (64 << 20) else None)
+    except Exception as err:
+        raise ExportError(f"ONNX Runtime cannot load the exported graph: {str(err).splitlines()[0][:200]}") from err
+    got = sess.run(None, {input_name: feed})[0]
+    if got.shape != ref.shape:
+        raise ExportError(f"ONNX Runtime output shape {got.shape} differs from PyTorch's {ref.shape}")
+    diff = float(np.max(np.abs(got - ref)))
+    tol = options.atol + options.rtol * float(np.max(np.abs(ref)))
+    if not np.isfinite(diff) or diff > tol:
+        raise ExportError(f"the exported graph disagrees with PyTorch: max |difference| {diff:.3e} exceeds the tolerance {tol:.3e}; nothing was written")
+    return diff, tol

@@ -1,0 +1,516 @@
+"""Model intake: any supported file -> a torch module (or ONNX file) plus a ModelSpec.
+
+Every fact in the spec records where it came from: the file itself, a named preset,
+a flag, or a default. `vitedge inspect` prints them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vitedge.errors import ModelLoadError, UsageError
+from vitedge.models import build
+from vitedge.models.formats import RawModel, read_model_file
+from vitedge.models.layouts import Layout, infer_layout
+from vitedge.models.presets import HEADS_BY_WIDTH, ArchPreset, get_preset, match_preset
+from vitedge.spec import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    INTERPOLATIONS,
+    SOURCE_DEFAULT,
+    SOURCE_FILE,
+    SOURCE_FLAG,
+    SOURCE_PRESET,
+    ModelSpec,
+    Preprocess,
+)
+
+ONNX_SPEC_KEY = "vitedge.spec"
+
+
+@dataclass(frozen=True)
+class IntakeOptions:
+    """Everything a user can tell vitedge about a model (the CLI's model flags)."""
+
+    arch: str | None = None
+    num_heads: int | None = None
+    model_class: str | None = None
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    trust_pickle: bool = False
+    input_size: tuple[int, int] | None = None
+    output_kind: str | None = None  # logits / embedding, for models vitedge cannot tell
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+    crop_pct: float | None = None
+    interpolation: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.input_size is not None and any(int(v) <= 0 for v in self.input_size):
+            raise UsageError(f"--input-size must be two positive integers, got {self.input_size}")
+        if self.crop_pct is not None and not 0.0 < self.crop_pct <= 1.0:
+            raise UsageError(f"--crop-pct must be in (0, 1], got {self.crop_pct}")
+        if self.interpolation is not None and self.interpolation not in INTERPOLATIONS:
+            raise UsageError(f"--interpolation must be one of {', '.join(INTERPOLATIONS)}, got '{self.interpolation}'")
+        if self.std is not None and any(s <= 0 for s in self.std):
+            raise UsageError(f"--std values must be positive, got {self.std}")
+        if self.output_kind not in (None, "logits", "embedding"):
+            raise UsageError(f"--output-kind must be logits or embedding, got '{self.output_kind}'")
+
+
+@dataclass
+class LoadedModel:
+    spec: ModelSpec
+    path: Path
+    module: Any = None  # torch.nn.Module (or ScriptModule / ExportedProgram); None for ONNX input
+    onnx_path: Path | None = None  # set when the input already is ONNX: export is skipped
+    exporter: str = "torchscript"  # which torch.onnx path exports it: torchscript or dynamo
+
+    @property
+    def is_onnx(self) -> bool:
+        return self.onnx_path is not None
+
+
+def load_model(path: str | Path, options: IntakeOptions | None = None) -> LoadedModel:
+    options = options or IntakeOptions()
+    path = Path(path)
+    raw = read_model_file(path, trust_pickle=options.trust_pickle)
+    if options.model_class and raw.kind != "state_dict":
+        raise UsageError(f"--model-class needs a state_dict checkpoint, but {path} holds a {raw.kind.replace('_', ' ')}")
+    loader = _LOADERS[raw.kind]
+    return loader(raw, options)
+
+
+# --------------------------------------------------------------------------- state dicts
+
+
+def _load_state_dict(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
+    import torch
+
+    sd = raw.state_dict
+    assert sd is not None
+    where = str(raw.path)
+    meta = raw.meta or {}
+    if opt.model_class:
+        kwargs = dict(meta.get("model_kwargs", {}), **opt.model_kwargs)
+        module = build.build_custom(opt.model_class, kwargs, sd, where)
+        return _from_module(raw, opt, module, family="custom", meta=meta, kwargs=kwargs)
+    layout = infer_layout(sd, where)
+    sources: dict[str, str] = {k: SOURCE_FILE for k in ("patch_size", "embed_dim", "depth", "num_classes", "image_size")}
+    preset = get_preset(opt.arch) if opt.arch else None
+    if preset is not None:
+        _check_preset_fits(preset, layout, where)
+    hybrid_name = None
+    if layout.variant == "hybrid-resnet":
+        hybrid_name = preset.name if preset else build.find_hybrid_arch(sd, where)
+        layout.patch_size, layout.grid = build.hybrid_patch_and_grid(hybrid_name)
+        sources["patch_size"] = SOURCE_PRESET
+        preset = preset or _maybe_preset(hybrid_name)
+    matched = preset or match_preset(
+        embed_dim=layout.embed_dim, depth=layout.depth, patch_size=layout.patch_size,
+        image_size=layout.grid[0] * layout.patch_size, variant=layout.variant,
+    )
+    num_heads, sources["num_heads"] = _resolve_heads(opt, meta, preset, matched, layout, where)
+    trained = (layout.grid[0] * layout.patch_size, layout.grid[1] * layout.patch_size)
+    image_size = trained
+    if opt.input_size is not None and tuple(opt.input_size) != trained:
+        image_size = _check_divisible(tuple(opt.input_size), layout.patch_size)
+        sd = _resample_state_dict(sd, layout, image_size)
+        sources["image_size"] = SOURCE_FLAG
+    builder = build.build_timm if layout.family == "timm" else build.build_torchvision
+    kwargs = {"hybrid_name": hybrid_name} if layout.family == "timm" else {}
+    module = builder(layout, sd, num_heads=num_heads, image_size=image_size, where=where, **kwargs)
+    file_pre = meta.get("preprocess")
+    pre_preset = matched if (matched and (opt.arch or _same_shape(matched, layout))) else None
+    preprocess, pre_source = _resolve_preprocess(opt, image_size, file_pre, pre_preset, family=layout.family)
+    sources["preprocess"] = pre_source
+    variant = "encoder" if layout.num_classes == 0 else layout.variant
+    spec = ModelSpec(
+        family=layout.family,
+        image_size=image_size,
+        patch_size=layout.patch_size,
+        embed_dim=layout.embed_dim,
+        depth=layout.depth,
+        num_heads=num_heads,
+        num_classes=layout.num_classes or None,
+        num_prefix_tokens=layout.num_prefix_tokens,
+        num_params=sum(int(t.numel()) for t in module.state_dict().values() if isinstance(t, torch.Tensor) and t.is_floating_point()),
+        preprocess=preprocess,
+        variant=variant,
+        output_kind="embedding" if layout.num_classes == 0 else "logits",
+        class_names=_class_names(meta, layout.num_classes),
+        arch_name=hybrid_name or (matched.name if matched else None),
+        sources=sources,
+    )
+    return LoadedModel(spec=spec, path=raw.path, module=module)
+
+
+def _maybe_preset(name: str) -> ArchPreset | None:
+    from vitedge.models.presets import PRESETS
+
+    return PRESETS.get(name)
+
+
+def _same_shape(p: ArchPreset, layout: Layout) -> bool:
+    return p.embed_dim == layout.embed_dim and p.depth == layout.depth and p.patch_size == layout.patch_size
+
+
+def _check_preset_fits(p: ArchPreset, layout: Layout, where: str) -> None:
+    if p.embed_dim != layout.embed_dim:
+        raise UsageError(f"{where} has embedding width {layout.embed_dim} but --arch {p.name} has {p.embed_dim}; pick the matching --arch")
+    if layout.variant != "hybrid-resnet" and p.patch_size != layout.patch_size:
+        raise UsageError(f"{where} has patch size {layout.patch_size} but --arch {p.name} has {p.patch_size}; pick the matching --arch")
+
+
+def _resolve_heads(opt, meta, preset, matched, layout: Layout, where: str) -> tuple[int, str]:
+    if opt.num_heads:
+        heads, source = int(opt.num_heads), SOURCE_FLAG
+    elif meta.get("model_kwargs", {}).get("num_heads"):
+        heads, source = int(meta["model_kwargs"]["num_heads"]), SOURCE_FILE
+    elif preset is not None:
+        heads, source = preset.num_heads, f"{SOURCE_PRESET} {preset.name}"
+    elif matched is not None:
+        heads, source = matched.num_heads, f"{SOURCE_PRESET} {matched.name}"
+    elif layout.embed_dim in HEADS_BY_WIDTH:
+        heads, source = HEADS_BY_WIDTH[layout.embed_dim], f"{SOURCE_PRESET} (every published ViT of width {layout.embed_dim})"
+    else:
+        raise ModelLoadError(
+            f"{where}: the number of attention heads cannot be read from a state_dict (embedding width {layout.embed_dim}, "
+            f"depth {layout.depth}, no matching preset); pass --num-heads N or --arch NAME"
+        )
+    if layout.embed_dim % heads:
+        raise UsageError(f"embedding width {layout.embed_dim} is not divisible by {heads} heads; check --num-heads / --arch")
+    return heads, source
+
+
+def _check_divisible(size: tuple[int, int], patch: int) -> tuple[int, int]:
+    if size[0] % patch or size[1] % patch:
+        raise UsageError(f"--input-size {size[0]} {size[1]} is not a multiple of the patch size {patch}")
+    return (int(size[0]), int(size[1]))
+
+
+def _resample_state_dict(sd: dict[str, Any], layout: Layout, image_size: tuple[int, int]) -> dict[str, Any]:
+    new_grid = (image_size[0] // layout.patch_size, image_size[1] // layout.patch_size)
+    sd = dict(sd)
+    if layout.family == "timm":
+        prefix = 0 if layout.timm_kwargs.get("no_embed_class") else layout.num_prefix_tokens
+        sd["pos_embed"] = build.resample_pos_embed(sd["pos_embed"], layout.grid, new_grid, prefix)
+    else:
+        sd["encoder.pos_embedding"] = build.resample_pos_embed(sd["encoder.pos_embedding"], layout.grid, new_grid, 1)
+    return sd
+
+
+def _class_names(meta: dict[str, Any], num_classes: int | None) -> tuple[str, ...] | None:
+    names = meta.get("class_names")
+    if names and num_classes and len(names) == num_classes:
+        return tuple(str(n) for n in names)
+    return None
+
+
+# --------------------------------------------------------------------------- preprocessing
+
+
+def _resolve_preprocess(opt: IntakeOptions, image_size, file_pre: dict | None, preset: ArchPreset | None, *, family: str) -> tuple[Preprocess, str]:
+    if file_pre:
+        base, source = Preprocess.from_dict(dict(file_pre, crop_size=list(image_size))), SOURCE_FILE
+    elif preset is not None:
+        base, source = preset.preprocess, SOURCE_PRESET
+    elif family == "torchvision":
+        base = Preprocess(crop_pct=224 / 256, interpolation="bilinear", mean=IMAGENET_MEAN, std=IMAGENET_STD)
+        source = SOURCE_DEFAULT
+    else:
+        base, source = Preprocess(crop_pct=0.875, interpolation="bicubic", mean=IMAGENET_MEAN, std=IMAGENET_STD), SOURCE_DEFAULT
+    return _apply_preprocess_flags(base.__class__(crop_size=tuple(image_size), crop_pct=base.crop_pct, interpolation=base.interpolation, mean=base.mean, std=base.std), source, opt)
+
+
+def _apply_preprocess_flags(pre: Preprocess, source: str, opt: IntakeOptions) -> tuple[Preprocess, str]:
+    changes: dict[str, Any] = {}
+    for name in ("mean", "std", "crop_pct", "interpolation"):
+        value = getattr(opt, name)
+        if value is not None:
+            changes[name] = tuple(value) if isinstance(value, (list, tuple)) else value
+    if not changes:
+        return pre, source
+    from dataclasses import replace
+
+    return replace(pre, **changes), f"{source} + flags ({', '.join(sorted(changes))})"
+
+
+def _preprocess_from_cfg(cfg: dict[str, Any], image_size) -> Preprocess:
+    return Preprocess(
+        crop_size=tuple(image_size),
+        crop_pct=float(cfg.get("crop_pct", 1.0)),
+        interpolation=str(cfg.get("interpolation", "bicubic")),
+        mean=tuple(cfg.get("mean", IMAGENET_MEAN)),
+        std=tuple(cfg.get("std", IMAGENET_STD)),
+    )
+
+
+# --------------------------------------------------------------------------- built modules
+
+
+def _load_module(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
+    family = type(raw.module).__module__.split(".")[0]
+    family = {"timm": "timm", "torchvision": "torchvision", "transformers": "huggingface"}.get(family, "custom")
+    return _from_module(raw, opt, raw.module.eval(), family=family, meta=raw.meta or {}, kwargs={})
+
+
+def _load_torchscript(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
+    return _from_module(raw, opt, raw.module.eval(), family="torchscript", meta={}, kwargs={})
+
+
+def _load_exported(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
+    program = raw.module
+    loaded = _from_module(raw, opt, program.module(), family="torch.export", meta={}, kwargs={}, example_shape=_program_input_shape(program))
+    loaded.module = program
+    loaded.exporter = "dynamo"
+    return loaded
+
+
+def _program_input_shape(program) -> tuple[int, ...] | None:
+    for spec in program.graph_signature.input_specs:
+        if spec.kind.name == "USER_INPUT":
+            node = next(n for n in program.graph.nodes if n.op == "placeholder" and n.name == spec.arg.name)
+            val = node.meta.get("val")
+            if val is not None:
+                return tuple(int(d) if str(d).isdigit() else 1 for d in val.shape)
+    return None
+
+
+def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta: dict, kwargs: dict, example_shape=None) -> LoadedModel:
+    import torch
+
+    where = str(raw.path)
+    try:
+        sd = {k: v for k, v in module.state_dict().items()}
+    except Exception:
+        sd = {}
+    layout = None
+    try:
+        layout = infer_layout(sd, where) if sd else None
+    except ModelLoadError:
+        layout = None
+    facts = _describe_module(module, sd, layout)
+    if not facts.get("is_vit") and layout is None:
+        raise ModelLoadError(f"{where}: found a {type(module).__name__} with no patch embedding or attention layers, not a Vision Transformer")
+    cfg = getattr(module, "pretrained_cfg", None) or getattr(module, "default_cfg", None) or {}
+    sources: dict[str, str] = {}
+    image_size = None
+    if example_shape is not None and len(example_shape) == 4:
+        image_size, sources["image_size"] = (example_shape[2], example_shape[3]), SOURCE_FILE
+    elif layout is not None:
+        image_size, sources["image_size"] = (layout.grid[0] * layout.patch_size, layout.grid[1] * layout.patch_size), SOURCE_FILE
+    elif isinstance(cfg, dict) and cfg.get("input_size"):
+        image_size, sources["image_size"] = tuple(int(v) for v in cfg["input_size"][-2:]), SOURCE_FILE
+    else:
+        for key in ("image_size", "img_size", "input_size"):
+            if key in kwargs:
+                v = kwargs[key]
+                image_size, sources["image_size"] = ((int(v), int(v)) if isinstance(v, int) else tuple(int(x) for x in v[-2:])), SOURCE_FILE
+                break
+    if opt.input_size is not None:
+        if image_size is not None and tuple(opt.input_size) != tuple(image_size):
+            raise UsageError(
+                f"{where} is a built {family} model for {image_size[0]}x{image_size[1]} inputs and cannot be re-sized; "
+                "pass its state_dict to export at another --input-size"
+            )
+        image_size, sources["image_size"] = tuple(opt.input_size), SOURCE_FLAG
+    if image_size is None:
+        raise ModelLoadError(f"{where}: cannot tell the input size of this {family} model; pass --input-size H W")
+    output = _probe_output(module, image_size, where)
+    output_kind = opt.output_kind or ("embedding" if (layout is not None and layout.num_classes == 0) else "logits")
+    sources["num_classes"] = SOURCE_FLAG if opt.output_kind else SOURCE_FILE
+    patch = layout.patch_size if layout else facts.get("patch_size")
+    heads = opt.num_heads or facts.get("num_heads")
+    for k, v in (("patch_size", patch), ("embed_dim", layout.embed_dim if layout else facts.get("embed_dim")),
+                 ("depth", layout.depth if layout else facts.get("depth")), ("num_heads", heads)):
+        sources[k] = (SOURCE_FLAG if (k == "num_heads" and opt.num_heads) else SOURCE_FILE) if v else SOURCE_DEFAULT
+    file_pre = meta.get("preprocess") or (cfg if isinstance(cfg, dict) and cfg.get("mean") else None)
+    if file_pre and "crop_size" not in file_pre:
+        file_pre = _preprocess_from_cfg(file_pre, image_size).to_dict()
+    preprocess, sources["preprocess"] = _resolve_preprocess(opt, image_size, file_pre, None, family=family)
+    spec = ModelSpec(
+        family=family,
+        image_size=tuple(image_size),  # type: ignore[arg-type]
+        patch_size=patch,
+        embed_dim=layout.embed_dim if layout else facts.get("embed_dim"),
+        depth=layout.depth if layout else facts.get("depth"),
+        num_heads=heads,
+        num_classes=int(output) if output_kind == "logits" else None,
+        num_prefix_tokens=layout.num_prefix_tokens if layout else facts.get("num_prefix_tokens"),
+        num_params=sum(int(t.numel()) for t in sd.values() if isinstance(t, torch.Tensor) and t.is_floating_point()) or None,
+        preprocess=preprocess,
+        variant="encoder" if output_kind == "embedding" else (layout.variant if layout else "vit"),
+        output_kind=output_kind,
+        class_names=_class_names(meta, int(output) if output_kind == "logits" else None),
+        arch_name=None,
+        sources=sources,
+    )
+    return LoadedModel(spec=spec, path=raw.path, module=module)
+
+
+def _describe_module(module, sd: dict[str, Any], layout: Layout | None) -> dict[str, Any]:
+    """Architecture facts of a built module of unknown class, read from its layers."""
+    import torch
+
+    facts: dict[str, Any] = {}
+    attn_heads = []
+    depth = 0
+    try:
+        named = list(module.named_modules())
+    except Exception:
+        named = []
+    for _, m in named:
+        if isinstance(m, torch.nn.Conv2d) and "patch_size" not in facts and m.in_channels == 3 and tuple(m.kernel_size) == tuple(m.stride):
+            facts["patch_size"], facts["embed_dim"] = int(m.kernel_size[0]), int(m.out_channels)
+        heads = getattr(m, "num_heads", None)
+        if isinstance(heads, int):
+            attn_heads.append(heads)
+            depth += 1
+    if attn_heads:
+        facts["num_heads"], facts["depth"] = attn_heads[0], depth
+    pos = [v for k, v in sd.items() if "pos" in k.lower() and getattr(v, "ndim", 0) == 3]
+    if pos:
+        facts.setdefault("embed_dim", int(pos[0].shape[-1]))
+        if facts.get("patch_size") is None:
+            pass
+    cls_like = [k for k in sd if ("cls" in k.lower() or "class_token" in k.lower()) and getattr(sd[k], "ndim", 0) == 3]
+    facts["num_prefix_tokens"] = len(cls_like) or None
+    facts["is_vit"] = bool(attn_heads or pos)
+    return facts
+
+
+def _probe_output(module, image_size, where: str) -> int:
+    import torch
+
+    x = torch.zeros(1, 3, int(image_size[0]), int(image_size[1]))
+    try:
+        with torch.no_grad():
+            y = module(x)
+    except Exception as err:
+        raise ModelLoadError(
+            f"{where}: a forward pass on a 1x3x{image_size[0]}x{image_size[1]} input failed "
+            f"({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}); check --input-size / --model-kwargs"
+        ) from err
+    if isinstance(y, (tuple, list)):
+        y = y[0]
+    if not isinstance(y, torch.Tensor) or y.ndim != 2:
+        raise ModelLoadError(f"{where}: the model's output is {type(y).__name__} {tuple(getattr(y, 'shape', ()))}; vitedge needs a (batch, classes) or (batch, features) tensor")
+    return int(y.shape[1])
+
+
+# --------------------------------------------------------------------------- Hugging Face, ONNX
+
+
+def _load_huggingface(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
+    import torch
+
+    from vitedge.models.hf import load_hf_folder, read_preprocess
+
+    module, facts = load_hf_folder(raw.path, input_size=opt.input_size)
+    image_size = facts["image_size"]
+    file_pre, source = read_preprocess(raw.path, image_size)
+    preprocess, pre_source = _apply_preprocess_flags(file_pre, source, opt)
+    sources = {k: SOURCE_FILE for k in ("patch_size", "embed_dim", "depth", "num_heads", "num_classes", "image_size")}
+    if opt.input_size is not None:
+        sources["image_size"] = SOURCE_FLAG
+    sources["preprocess"] = pre_source
+    spec = ModelSpec(
+        family="huggingface",
+        image_size=tuple(image_size),  # type: ignore[arg-type]
+        patch_size=facts["patch_size"],
+        embed_dim=facts["embed_dim"],
+        depth=facts["depth"],
+        num_heads=facts["num_heads"],
+        num_classes=facts["num_classes"],
+        num_prefix_tokens=facts["num_prefix_tokens"],
+        num_params=sum(int(p.numel()) for p in module.parameters()),
+        preprocess=preprocess,
+        variant=facts["variant"],
+        output_kind=facts["output_kind"],
+        class_names=facts["class_names"],
+        arch_name=facts["arch_name"],
+        sources=sources,
+    )
+    del torch
+    return LoadedModel(spec=spec, path=raw.path, module=module)
+
+
+def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
+    import onnx
+
+    try:
+        model = onnx.load(str(raw.path), load_external_data=False)
+    except Exception as err:
+        raise ModelLoadError(f"{raw.path} is truncated or corrupt and cannot be read as ONNX ({str(err).splitlines()[0][:120]})") from err
+    props = {p.key: p.value for p in model.metadata_props}
+    if ONNX_SPEC_KEY in props:
+        spec = ModelSpec.from_json(props[ONNX_SPEC_KEY])
+        spec = spec.with_changes(sources={k: SOURCE_FILE for k in spec.sources} | {"preprocess": SOURCE_FILE})
+        pre, pre_source = _apply_preprocess_flags(spec.preprocess, SOURCE_FILE, opt)
+        spec = spec.with_changes(preprocess=pre, sources=dict(spec.sources, preprocess=pre_source))
+        return LoadedModel(spec=spec, path=raw.path, onnx_path=raw.path)
+    graph = model.graph
+    inits = {i.name for i in graph.initializer}
+    inputs = [i for i in graph.input if i.name not in inits]
+    if len(inputs) != 1:
+        raise ModelLoadError(f"{raw.path}: the ONNX graph has {len(inputs)} inputs; vitedge needs one image input")
+    dims = [d.dim_value if d.HasField("dim_value") else None for d in inputs[0].type.tensor_type.shape.dim]
+    if len(dims) != 4 or dims[1] != 3:
+        raise ModelLoadError(f"{raw.path}: the ONNX input has shape {dims}; vitedge needs (batch, 3, height, width)")
+    sources: dict[str, str] = {}
+    if dims[2] and dims[3]:
+        image_size, sources["image_size"] = (dims[2], dims[3]), SOURCE_FILE
+        if opt.input_size and tuple(opt.input_size) != image_size:
+            raise UsageError(f"{raw.path} has a fixed {dims[2]}x{dims[3]} input; --input-size cannot change it")
+    elif opt.input_size:
+        image_size, sources["image_size"] = tuple(opt.input_size), SOURCE_FLAG
+    else:
+        raise ModelLoadError(f"{raw.path}: the ONNX input height/width are not fixed; pass --input-size H W")
+    out_dims = [d.dim_value if d.HasField("dim_value") else None for d in graph.output[0].type.tensor_type.shape.dim]
+    ops = [n.op_type for n in graph.node]
+    conv = next((n for n in graph.node if n.op_type == "Conv"), None)
+    patch = embed = None
+    if conv is not None and conv.input[1] in inits:
+        w = next(i for i in graph.initializer if i.name == conv.input[1])
+        embed, patch = int(w.dims[0]), int(w.dims[-1])
+    output_kind = opt.output_kind or ("embedding" if "embed" in graph.output[0].name.lower() else "logits")
+    width = out_dims[-1] if out_dims and out_dims[-1] else None
+    pre, pre_source = _apply_preprocess_flags(
+        Preprocess(crop_size=tuple(image_size), crop_pct=0.875, interpolation="bicubic"), SOURCE_DEFAULT, opt  # type: ignore[arg-type]
+    )
+    sources.update({"patch_size": SOURCE_FILE, "embed_dim": SOURCE_FILE, "depth": SOURCE_FILE, "num_classes": SOURCE_FILE, "preprocess": pre_source})
+    spec = ModelSpec(
+        family="onnx",
+        image_size=tuple(image_size),  # type: ignore[arg-type]
+        patch_size=patch,
+        embed_dim=embed,
+        depth=ops.count("Softmax") or None,
+        num_heads=opt.num_heads,
+        num_classes=width if output_kind == "logits" else None,
+        num_prefix_tokens=None,
+        num_params=sum(_numel(i) for i in graph.initializer) or None,
+        preprocess=pre,
+        variant="encoder" if output_kind == "embedding" else "vit",
+        output_kind=output_kind,
+        sources=sources,
+    )
+    return LoadedModel(spec=spec, path=raw.path, onnx_path=raw.path)
+
+
+def _numel(t) -> int:
+    n = 1
+    for d in t.dims:
+        n *= int(d)
+    return n if t.data_type in (1, 10, 11, 16) else 0  # float, float16, double, bfloat16
+
+
+_LOADERS = {
+    "state_dict": _load_state_dict,
+    "module": _load_module,
+    "torchscript": _load_torchscript,
+    "exported_program": _load_exported,
+    "huggingface": _load_huggingface,
+    "onnx": _load_onnx,
+}
