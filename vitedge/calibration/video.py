@@ -103,26 +103,6 @@ def iter_sequential(cv2: Any, file: Path, path_text: str, indices: Iterable[int]
         cap.release()
 
 
-def read_frames(cv2: Any, file: Path, path_text: str, n: int, *, progress: bool
-                ) -> tuple[int, list[int], Iterator[tuple[int, np.ndarray | None]]]:
-    """Total frames, the chosen indices, and their frames: seek if the count is known and
-    seeking lands exactly, else read sequentially (counting first)."""
-    total = frame_count(cv2, file, path_text)
-    if total > 0:
-        indices = spaced_indices(total, n)
-        frames: list[tuple[int, np.ndarray | None]] = []
-        try:
-            for pair in _track(iter_seek(cv2, file, path_text, indices), len(indices), progress, path_text):
-                frames.append(pair)
-            return total, indices, iter(frames)
-        except _SeekFailed:
-            frames.clear()
-    total = sum(1 for _ in iter_sequential(cv2, file, path_text, None))
-    indices = spaced_indices(total, n)
-    pairs = iter_sequential(cv2, file, path_text, indices)
-    return total, indices, _track(pairs, len(indices), progress, path_text)
-
-
 def _track(pairs: Iterator[Any], total: int, progress: bool, path_text: str) -> Iterator[Any]:
     if not progress:
         return pairs
@@ -148,7 +128,7 @@ def open_video(
     n = int(limit) if limit is not None else int(video_frames)
     if n < 1:
         raise UsageError(f"the number of video frames to sample must be at least 1, got {n}")
-    frame_count(cv2, file, path_text)  # CalibrationError before hashing a file OpenCV cannot open
+    total = frame_count(cv2, file, path_text)  # a CalibrationError before hashing a non-video
     stat = file.stat()
     video_sha = sha256_file(file)
 
@@ -156,17 +136,35 @@ def open_video(
     cached = 0
     skipped: dict[str, int] = {}
     items: list[Item] = []
-    total, _, pairs = read_frames(cv2, file, path_text, n, progress=progress)
-    for idx, frame in pairs:
-        if frame is None:
-            skipped["undecodable frame"] = skipped.get("undecodable frame", 0) + 1
-            continue
-        arr = preprocess_array(frame, pre, bgr=True)
-        item = Item(id=f"frame@{idx}", sort_key=idx, sha=video_sha, label=None, ref=idx)
-        if cached + arr.nbytes <= budget:
-            item.data = arr
-            cached += arr.nbytes
-        items.append(item)
+
+    def collect(pairs: Iterable[tuple[int, np.ndarray | None]], count: int) -> None:
+        # Preprocess each frame as it arrives: full-size frames are never held together.
+        nonlocal cached
+        for idx, frame in _track(iter(pairs), count, progress, path_text):
+            if frame is None:
+                skipped["undecodable frame"] = skipped.get("undecodable frame", 0) + 1
+                continue
+            arr = preprocess_array(frame, pre, bgr=True)
+            item = Item(id=f"frame@{idx}", sort_key=idx, sha=video_sha, label=None, ref=idx)
+            if cached + arr.nbytes <= budget:
+                item.data = arr
+                cached += arr.nbytes
+            items.append(item)
+
+    try:
+        # Seek when the container knows its length and seeking lands exactly ...
+        if total <= 0:
+            raise _SeekFailed(None)
+        indices = spaced_indices(total, n)
+        collect(iter_seek(cv2, file, path_text, indices), len(indices))
+    except _SeekFailed:
+        # ... else count the frames, then read front to back keeping the chosen ones.
+        items.clear()
+        skipped.clear()
+        cached = 0
+        total = sum(1 for _ in iter_sequential(cv2, file, path_text, None))
+        indices = spaced_indices(total, n)
+        collect(iter_sequential(cv2, file, path_text, indices), len(indices))
     if total == 0:
         raise CalibrationError(f"no frames could be decoded from {path_text}: re-encode it or pass a folder of images")
     too_few(len(items), "frames", path_text, min_count, skipped,
