@@ -37,7 +37,11 @@ def _require(module: str, what: str, extra: str):
 
 
 def _load_strict(module, sd: dict[str, Any], where: str):
-    missing, unexpected = module.load_state_dict(sd, strict=False)
+    try:
+        missing, unexpected = module.load_state_dict(sd, strict=False)
+    except RuntimeError as err:  # shape mismatches
+        detail = next((ln.strip() for ln in str(err).splitlines() if "size mismatch" in ln), str(err).splitlines()[0])
+        raise ModelLoadError(f"{where}: the weights do not fit the model built for them: {detail[:200]}") from err
     if missing or unexpected:
         parts = []
         if missing:
@@ -85,15 +89,14 @@ def find_hybrid_arch(sd: dict[str, Any], where: str) -> str:
     raise ModelLoadError(f"{where}: a hybrid ResNet+ViT whose shapes match no timm model; pass --arch NAME")
 
 
-def hybrid_patch_and_grid(name: str) -> tuple[int, tuple[int, int]]:
+def hybrid_patch_size(name: str) -> int:
+    """Pixels per token of a hybrid: the ResNet stem's stride times the projection's kernel."""
     import timm
     import torch
 
     with torch.device("meta"):
         m = timm.create_model(name, pretrained=False)
-    grid = tuple(int(g) for g in m.patch_embed.grid_size)
-    img = m.patch_embed.img_size
-    return int(img[0]) // grid[0], grid  # type: ignore[return-value]
+    return int(m.patch_embed.img_size[0]) // int(m.patch_embed.grid_size[0])
 
 
 def build_torchvision(layout: Layout, sd: dict[str, Any], *, num_heads: int, image_size: tuple[int, int], where: str):

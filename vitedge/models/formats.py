@@ -120,9 +120,16 @@ def _read_safetensors(path: Path) -> RawModel:
 def _read_checkpoint(path: Path, *, trust_pickle: bool) -> RawModel:
     import torch
 
+    with open(path, "rb") as f:
+        head = f.read(2)
+    if not zipfile.is_zipfile(path) and not head.startswith(b"\x80"):
+        # Neither torch's zip format nor a pickle stream (legacy torch.save starts with PROTO).
+        raise ModelLoadError(f"{path} is truncated or corrupt and cannot be read (not a PyTorch checkpoint archive)")
     try:
         obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
+        if "Weights only load failed" not in str(err):
+            raise _corrupt(path, err) from err
         if not trust_pickle:
             raise UnsafePickleError(
                 f"{path} holds pickled Python objects (e.g. a whole saved nn.Module), and unpickling can run arbitrary code; "

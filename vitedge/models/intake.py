@@ -104,7 +104,7 @@ def _load_state_dict(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     hybrid_name = None
     if layout.variant == "hybrid-resnet":
         hybrid_name = preset.name if preset else build.find_hybrid_arch(sd, where)
-        layout.patch_size, layout.grid = build.hybrid_patch_and_grid(hybrid_name)
+        layout.patch_size = build.hybrid_patch_size(hybrid_name)  # the grid stays what pos_embed says
         sources["patch_size"] = SOURCE_PRESET
         preset = preset or _maybe_preset(hybrid_name)
     matched = preset or match_preset(
