@@ -19,6 +19,8 @@ from vitedge.errors import VitedgeError
 COMMANDS = {
     "inspect": "inspect_cmd",
     "export": "export_cmd",
+    "build": "build_cmd",
+    "targets": "targets_cmd",
 }
 
 

@@ -199,3 +199,13 @@ def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str
     if not np.isfinite(diff) or diff > tol:
         raise ExportError(f"the exported graph disagrees with PyTorch: max |difference| {diff:.3e} exceeds the tolerance {tol:.3e}; nothing was written")
     return diff, tol
+
+
+def bake_file(src: Path, dst: Path, pre: Preprocess) -> None:
+    """Write `dst`: the graph in `src` taking uint8 NHWC RGB frames, normalising them itself."""
+    import onnx
+
+    model = onnx.load(str(src))
+    model = bake_preprocess(model, pre)
+    set_metadata(model, {INPUT_FORMAT_KEY: UINT8_NHWC_RGB})
+    save_onnx(model, dst)

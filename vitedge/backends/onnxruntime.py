@@ -1,0 +1,109 @@
+"""ONNX Runtime (CPU) backend: the generic `onnx` target.
+
+The artifact is the Q/DQ graph itself, so it runs on any stock ONNX Runtime, and on
+anything else that reads ONNX QuantizeLinear/DequantizeLinear.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitedge.backends.base import Backend, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
+from vitedge.errors import BundleError, UsageError
+from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, get_metadata
+
+_LEVELS = ("disabled", "basic", "extended", "all")
+
+
+@dataclass(frozen=True)
+class OnnxRuntimeOptions:
+    """[backend_options] of an onnxruntime profile."""
+
+    graph_optimization: str = "all"  # ONNX Runtime's session optimisation level at load time
+    threads: int = 0  # intra-op threads; 0 = all cores
+
+    def __post_init__(self) -> None:
+        if self.graph_optimization not in _LEVELS:
+            raise UsageError(f"graph_optimization must be one of {', '.join(_LEVELS)}, got '{self.graph_optimization}'")
+        if self.threads < 0:
+            raise UsageError(f"threads must be >= 0, got {self.threads}")
+
+
+class OnnxRuntimeRunner(Runner):
+    backend_name = "onnxruntime"
+
+    def __init__(self, model_path: Path, options: OnnxRuntimeOptions, threads: int | None = None):
+        self.model_path = Path(model_path)
+        self.options = options
+        self.threads = threads if threads is not None else options.threads
+        self.session = None
+
+    def open(self) -> None:
+        import onnx
+        import onnxruntime as ort
+
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.graph_optimization_level = {
+            "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+        }[self.options.graph_optimization]
+        if self.threads:
+            so.intra_op_num_threads = self.threads
+        try:
+            self.session = ort.InferenceSession(str(self.model_path), so, providers=["CPUExecutionProvider"])
+        except Exception as err:
+            raise BundleError(f"ONNX Runtime cannot load {self.model_path}: {str(err).splitlines()[0][:200]}") from err
+        meta = get_metadata(onnx.load(str(self.model_path), load_external_data=False))
+        inp = self.session.get_inputs()[0]
+        self.input_name = inp.name
+        self.input_format = meta.get(INPUT_FORMAT_KEY, FLOAT_NCHW)
+        dims = inp.shape
+        hw = (dims[1], dims[2]) if self.input_format != FLOAT_NCHW else (dims[2], dims[3])
+        self.input_hw = tuple(hw) if all(isinstance(d, int) for d in hw) else None
+
+    def close(self) -> None:
+        self.session = None
+
+    def _infer_impl(self, batch: np.ndarray) -> np.ndarray:
+        if self.session is None:
+            self.open()
+        return self.session.run(None, {self.input_name: batch})[0]
+
+
+class OnnxRuntimeBackend(Backend):
+    name = "onnxruntime"
+    options_type = OnnxRuntimeOptions
+
+    def check_environment(self) -> EnvironmentStatus:
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            return EnvironmentStatus(False, False, "onnxruntime is not installed", "pip install onnxruntime")
+        return EnvironmentStatus(True, True, f"onnxruntime {ort.__version__} (CPUExecutionProvider)")
+
+    def versions(self) -> dict[str, str]:
+        import onnxruntime as ort
+
+        return {"onnxruntime": ort.__version__}
+
+    def build(self, ctx: BuildContext) -> BuiltArtifact:
+        model = ctx.out_dir / "model.int8.onnx"
+        if ctx.qdq_path.resolve() != model.resolve():
+            shutil.copyfile(ctx.qdq_path, model)
+        reference = ctx.out_dir / "reference.fp32.onnx"
+        if not reference.exists():
+            shutil.copyfile(ctx.fp32_path, reference)
+        with OnnxRuntimeRunner(model, ctx.options):  # proves the stock CPU provider loads it
+            pass
+        return BuiltArtifact(model=model.name, reference=reference.name, info={"execution_provider": "CPUExecutionProvider"})
+
+    def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
+        return OnnxRuntimeRunner(model_path, options or OnnxRuntimeOptions(), threads)

@@ -1,0 +1,159 @@
+"""OpenVINO backend: the `intel-cpu` target.
+
+The INT8 IR is converted from the same Q/DQ graph every other target uses (calibrate
+once); OpenVINO turns the Q/DQ pairs into FakeQuantize and runs INT8 kernels (VNNI /
+AMX where the CPU has them). The FP32 reference is the FP32 ONNX graph converted too,
+so parity is measured on the same runtime.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitedge.backends.base import Backend, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
+from vitedge.errors import BundleError, MissingDependencyError, UsageError
+from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB
+
+_HINTS = ("LATENCY", "THROUGHPUT")
+INSTALL = "pip install 'vitedge[openvino]'"
+
+
+@dataclass(frozen=True)
+class OpenVinoOptions:
+    """[backend_options] of an openvino profile."""
+
+    device: str = "CPU"
+    performance_hint: str = "LATENCY"
+    threads: int = 0  # 0 = OpenVINO's default (all physical cores)
+    num_streams: int = 0  # 0 = chosen by the hint
+
+    def __post_init__(self) -> None:
+        if self.performance_hint not in _HINTS:
+            raise UsageError(f"performance_hint must be one of {', '.join(_HINTS)}, got '{self.performance_hint}'")
+        if self.threads < 0 or self.num_streams < 0:
+            raise UsageError("threads and num_streams must be >= 0")
+
+
+def _ov():
+    try:
+        import openvino as ov
+    except ImportError:
+        raise MissingDependencyError("OpenVINO (for the intel-cpu target)", INSTALL) from None
+    return ov
+
+
+class OpenVinoRunner(Runner):
+    backend_name = "openvino"
+
+    def __init__(self, model_path: Path, options: OpenVinoOptions, threads: int | None = None, hint: str | None = None):
+        self.model_path = Path(model_path)
+        self.options = options
+        self.threads = threads if threads is not None else options.threads
+        self.hint = hint or options.performance_hint
+        self.compiled = None
+        self.request = None
+
+    def open(self) -> None:
+        ov = _ov()
+        core = ov.Core()
+        try:
+            model = core.read_model(str(self.model_path))
+        except Exception as err:
+            raise BundleError(f"OpenVINO cannot read {self.model_path}: {str(err).splitlines()[0][:200]}") from err
+        rt = model.get_rt_info()
+        fmt = FLOAT_NCHW
+        try:
+            if rt.get(INPUT_FORMAT_KEY) is not None:
+                fmt = str(rt[INPUT_FORMAT_KEY].astype(str))
+        except Exception:
+            pass
+        self.input_format = UINT8_NHWC_RGB if model.inputs[0].get_element_type() == ov.Type.u8 else fmt
+        config: dict[str, Any] = {"PERFORMANCE_HINT": self.hint}
+        if self.threads:
+            config["INFERENCE_NUM_THREADS"] = int(self.threads)
+        if self.options.num_streams:
+            config["NUM_STREAMS"] = str(self.options.num_streams)
+        # Keep float regions in FP32: the parity we prove is against FP32, and CPUs with
+        # bf16/fp16 units would otherwise lower them silently.
+        config["INFERENCE_PRECISION_HINT"] = "f32"
+        self.compiled = core.compile_model(model, self.options.device, config)
+        self.request = self.compiled.create_infer_request()
+        port = self.compiled.inputs[0]
+        self.input_name = port.get_any_name()
+        shape = port.get_partial_shape()
+        dims = [d.get_length() if d.is_static else None for d in shape]
+        hw = (dims[1], dims[2]) if self.input_format == UINT8_NHWC_RGB else (dims[2], dims[3])
+        self.input_hw = tuple(hw) if all(h is not None for h in hw) else None
+
+    def close(self) -> None:
+        self.request = None
+        self.compiled = None
+
+    def _infer_impl(self, batch: np.ndarray) -> np.ndarray:
+        if self.request is None:
+            self.open()
+        result = self.request.infer({0: batch})
+        return np.asarray(next(iter(result.values()))).copy()
+
+
+class OpenVinoBackend(Backend):
+    name = "openvino"
+    options_type = OpenVinoOptions
+
+    def check_environment(self) -> EnvironmentStatus:
+        try:
+            import openvino as ov
+        except ImportError:
+            return EnvironmentStatus(False, False, "OpenVINO is not installed", INSTALL)
+        devices = ov.Core().available_devices
+        ok = "CPU" in devices
+        return EnvironmentStatus(ok, ok, f"openvino {ov.__version__}, devices {', '.join(devices) or 'none'}",
+                                 None if ok else "OpenVINO found no CPU device")
+
+    def versions(self) -> dict[str, str]:
+        ov = _ov()
+        return {"openvino": ov.__version__}
+
+    def build(self, ctx: BuildContext) -> BuiltArtifact:
+        ov = _ov()
+        import onnx
+
+        from vitedge.onnxutil import get_metadata
+
+        fmt = get_metadata(onnx.load(str(ctx.qdq_path), load_external_data=False)).get(INPUT_FORMAT_KEY, FLOAT_NCHW)
+        for src, stem in ((ctx.qdq_path, "model"), (ctx.fp32_path, "reference.fp32")):
+            try:
+                model = ov.convert_model(str(src))
+            except Exception as err:
+                raise BundleError(f"OpenVINO could not convert {src.name}: {str(err).splitlines()[0][:200]}") from err
+            model.set_rt_info(fmt, INPUT_FORMAT_KEY)
+            ov.save_model(model, str(ctx.out_dir / f"{stem}.xml"), compress_to_fp16=False)
+        with OpenVinoRunner(ctx.out_dir / "model.xml", ctx.options) as runner:
+            exec_precision = _int8_layer_share(runner.compiled)
+        return BuiltArtifact(
+            model="model.xml", reference="reference.fp32.xml",
+            extra_files=["model.bin", "reference.fp32.bin"],
+            info={"device": ctx.options.device, "performance_hint": ctx.options.performance_hint, "int8_layers": exec_precision},
+        )
+
+    def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
+        return OpenVinoRunner(model_path, options or OpenVinoOptions(), threads)
+
+
+def _int8_layer_share(compiled) -> dict[str, int]:
+    """How many executed layers run in INT8 (u8/i8), read from the runtime graph."""
+    counts = {"int8": 0, "other": 0}
+    try:
+        for op in compiled.get_runtime_model().get_ordered_ops():
+            info = op.get_rt_info()
+            prec = str(info["runtimePrecision"].astype(str)) if "runtimePrecision" in info else ""
+            layer_type = str(info["layerType"].astype(str)) if "layerType" in info else ""
+            if layer_type in ("FullyConnected", "MatMul", "Convolution"):
+                counts["int8" if prec in ("I8", "U8") else "other"] += 1
+    except Exception:
+        pass
+    return counts

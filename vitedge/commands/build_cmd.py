@@ -1,0 +1,68 @@
+"""`vitedge build --target NAME MODEL --calib DATA -o OUT`: the command our users type."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from vitedge.cli_options import with_intake
+
+
+@click.command("build")
+@click.argument("model", type=click.Path(path_type=Path))
+@click.option("-t", "--target", "targets", multiple=True, required=True, metavar="NAME|FILE.toml",
+              help="Target profile (see `vitedge targets`) or your own profile file. Repeat for several targets: they share one calibration.")
+@click.option("--calib", type=click.Path(path_type=Path), required=True, help="Calibration data: image folder, .npy/.npz, or a video file.")
+@click.option("--val", type=click.Path(path_type=Path), default=None, help="Labelled validation data for the parity check (default: the calibration data).")
+@click.option("-o", "--out", type=click.Path(path_type=Path), default=None,
+              help="Bundle folder (one target) or parent of one folder per target. Default: MODEL-TARGET.")
+@click.option("--force", is_flag=True, help="Replace an existing bundle folder.")
+@with_intake
+@click.option("--calib-size", type=click.IntRange(min=1), default=None, help="Use a seeded subset of N calibration items.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--method", type=click.Choice(["minmax", "percentile", "entropy", "mse"]), default=None, help="Calibration method (default: the profile's, else vitedge's measured default).")
+@click.option("--percentile", type=float, default=None)
+@click.option("--smoothquant-alpha", type=float, default=None, help="SmoothQuant migration strength.")
+@click.option("--no-smoothquant", is_flag=True, help="Switch SmoothQuant off.")
+@click.option("--quantize-attention/--no-quantize-attention", default=None, help="Quantize the Q.K^T and P.V matmuls.")
+@click.option("--keep-float", multiple=True, metavar="PATTERN", help="Keep layers matching PATTERN (node name or kind, fnmatch) in float.")
+@click.option("--bake-preprocess", is_flag=True, help="Artifacts take uint8 NHWC RGB frames and normalise them in the graph.")
+@click.option("--max-top1-drop", type=float, default=None, help="Gate: most top-1 points lost vs FP32 (overrides the profile).")
+@click.option("--min-agreement", type=float, default=None, help="Gate: least top-1 agreement with FP32, a fraction.")
+@click.option("--min-speedup", type=float, default=None, help="Gate: least FP32/INT8 latency ratio at batch 1.")
+@click.option("--max-p99-ms", type=float, default=None, help="Gate: most p99 latency at batch 1, in ms.")
+@click.option("--no-latency", is_flag=True, help="Skip latency measurement (and the speed gate).")
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Calibration cache (default $VITEDGE_CACHE_DIR or ~/.cache/vitedge).")
+@click.option("-q", "--quiet", is_flag=True, help="Only the summary.")
+def command(model, targets, calib, val, out, force, intake, calib_size, seed, method, percentile, smoothquant_alpha, no_smoothquant,
+            quantize_attention, keep_float, bake_preprocess, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
+            cache_dir, quiet) -> None:
+    """Quantize MODEL to INT8 once and build it for each --target, validated against FP32.
+
+    Exit code 0 when every target's gate holds, 1 when a gate fails, 2 for bad input."""
+    from vitedge.errors import GateFailure, UsageError
+    from vitedge.pipeline import BuildRequest, run_build
+    from vitedge.summary import print_build_summary
+    from vitedge.ui import StageLog
+
+    if no_smoothquant and smoothquant_alpha is not None:
+        raise UsageError("--no-smoothquant and --smoothquant-alpha contradict each other; pass one")
+    quant = {"method": method, "percentile": percentile, "quantize_attention": quantize_attention}
+    if smoothquant_alpha is not None:
+        quant["smoothquant_alpha"] = smoothquant_alpha
+    if no_smoothquant:
+        quant["smoothquant_alpha"] = None
+    req = BuildRequest(
+        model=model, targets=tuple(targets), calib=calib, out=out, val=val, force=force, intake=intake,
+        calib_size=calib_size, seed=seed, quant_overrides=quant,
+        threshold_overrides={"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms},
+        bake_preprocess=bake_preprocess, cache_dir=cache_dir, keep_float=tuple(keep_float), measure_speed=not no_latency,
+    )
+    log = StageLog(quiet=quiet)
+    results = run_build(req, log)
+    print_build_summary(results, log.timings)
+    failed = [r for r in results if r.passed is False]
+    if failed:
+        raise GateFailure(f"{len(failed)} of {len(results)} target(s) failed the parity gate: "
+                          + "; ".join(f"{r.profile.name}: {', '.join(r.summary.get('failures', []))}" for r in failed))

@@ -1,0 +1,142 @@
+"""manifest.json: the typed record written beside every artifact, and its verification.
+
+A bundle is trusted only when every file the manifest lists is present with the
+recorded sha256. The runtime and `validate` refuse a bundle that fails that check.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from vitedge import __version__
+from vitedge.errors import BundleError
+from vitedge.fsutil import sha256_file
+from vitedge.spec import ModelSpec
+
+SCHEMA = "vitedge.manifest/1"
+MANIFEST = "manifest.json"
+
+
+@dataclass
+class Manifest:
+    target: dict[str, Any]  # profile name, backend, precision, the full profile
+    model: dict[str, Any]  # source file name and hash, ModelSpec dict
+    input: dict[str, Any]  # name, format, shape (batch dim null), dtype
+    output: dict[str, Any]  # name, kind
+    calibration: dict[str, Any]
+    quantization: dict[str, Any]
+    artifacts: dict[str, Any]  # role -> relative path: model, reference, qdq, ...; plus built flag
+    toolchain: dict[str, str]
+    backend_info: dict[str, Any] = field(default_factory=dict)
+    validation: dict[str, Any] | None = None
+    files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
+    schema: str = SCHEMA
+    vitedge_version: str = __version__
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    @property
+    def spec(self) -> ModelSpec:
+        return ModelSpec.from_dict(self.model["spec"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": self.schema,
+            "vitedge_version": self.vitedge_version,
+            "created": self.created,
+            "target": self.target,
+            "model": self.model,
+            "input": self.input,
+            "output": self.output,
+            "calibration": self.calibration,
+            "quantization": self.quantization,
+            "artifacts": self.artifacts,
+            "backend_info": self.backend_info,
+            "toolchain": self.toolchain,
+            "validation": self.validation,
+            "files": self.files,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Manifest":
+        keys = ("target", "model", "input", "output", "calibration", "quantization", "artifacts", "toolchain")
+        missing = [k for k in keys if k not in d]
+        if missing:
+            raise BundleError(f"manifest.json lacks '{missing[0]}'; the bundle was not written by this vitedge or is damaged")
+        return cls(
+            **{k: d[k] for k in keys},
+            backend_info=d.get("backend_info", {}),
+            validation=d.get("validation"),
+            files=d.get("files", {}),
+            schema=d.get("schema", SCHEMA),
+            vitedge_version=d.get("vitedge_version", "?"),
+            created=d.get("created", ""),
+        )
+
+    def hash_files(self, bundle: Path) -> None:
+        """Record the sha256 of every file in the bundle but the manifest and reports."""
+        self.files = {
+            str(p.relative_to(bundle)): sha256_file(p)
+            for p in sorted(bundle.rglob("*"))
+            if p.is_file() and p.name != MANIFEST and not p.relative_to(bundle).parts[0] == "report"
+        }
+
+    def write(self, bundle: Path) -> Path:
+        from vitedge.fsutil import atomic_write_path
+
+        path = bundle / MANIFEST
+        with atomic_write_path(path) as tmp:
+            tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
+        return path
+
+
+def read_manifest(bundle: Path) -> Manifest:
+    bundle = Path(bundle)
+    if not bundle.is_dir():
+        raise BundleError(f"bundle {bundle} does not exist or is not a folder")
+    path = bundle / MANIFEST
+    if not path.is_file():
+        raise BundleError(f"{bundle} has no manifest.json: not a complete vitedge bundle (an interrupted build leaves none)")
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise BundleError(f"{path} is not valid JSON ({err})") from None
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("vitedge.manifest/"):
+        raise BundleError(f"{path} is not a vitedge manifest (no 'schema': '{SCHEMA}')")
+    return Manifest.from_dict(data)
+
+
+def verify_bundle(bundle: Path) -> Manifest:
+    """Read the manifest and check every listed file's hash; a one-line BundleError otherwise."""
+    bundle = Path(bundle)
+    manifest = read_manifest(bundle)
+    for rel, digest in manifest.files.items():
+        path = bundle / rel
+        if not path.is_file():
+            raise BundleError(f"{bundle}: {rel} is listed in manifest.json but missing; rebuild the bundle")
+        if sha256_file(path) != digest:
+            raise BundleError(f"{bundle}: {rel} does not match its sha256 in manifest.json (altered or corrupt); rebuild the bundle")
+    for role in ("model", "reference"):
+        rel = manifest.artifacts.get(role)
+        if rel and rel not in manifest.files and manifest.artifacts.get("built", True):
+            raise BundleError(f"{bundle}: manifest.json names {role} '{rel}' but records no hash for it")
+    return manifest
+
+
+def toolchain_versions(extra: dict[str, str] | None = None) -> dict[str, str]:
+    versions = {"python": sys.version.split()[0], "platform": platform.platform(), "machine": platform.machine(), "vitedge": __version__}
+    for name in ("torch", "onnx", "onnxruntime", "numpy"):
+        module = sys.modules.get(name)
+        if module is None:
+            try:
+                module = __import__(name)
+            except ImportError:
+                continue
+        versions[name] = getattr(module, "__version__", "?")
+    versions.update(extra or {})
+    return versions

@@ -1,0 +1,239 @@
+"""`vitedge build`: load -> FP32 export -> calibrate (cached) -> Q/DQ graph -> target artifact
+-> validation -> bundle, for one or several targets sharing one calibration."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vitedge.errors import BundleError, UsageError
+from vitedge.fsutil import atomic_output_dir, sha256_file
+from vitedge.models.intake import IntakeOptions
+from vitedge.profiles import TargetProfile, Thresholds, load_profile
+from vitedge.ui import StageLog
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    model: Path
+    targets: tuple[str, ...]
+    calib: Path
+    out: Path | None = None
+    val: Path | None = None  # labelled validation data; default: the calibration data
+    force: bool = False
+    intake: IntakeOptions = field(default_factory=IntakeOptions)
+    calib_size: int | None = None
+    seed: int = 0
+    quant_overrides: dict[str, Any] = field(default_factory=dict)  # CLI flags over the profile's [quantization]
+    threshold_overrides: dict[str, Any] = field(default_factory=dict)
+    bake_preprocess: bool = False
+    cache_dir: Path | None = None
+    keep_float: tuple[str, ...] = ()
+    measure_speed: bool = True
+    min_calib: int = 16
+
+
+@dataclass
+class TargetResult:
+    profile: TargetProfile
+    bundle: Path
+    built: bool  # False: the artifact must be finished on the device (TensorRT without a GPU)
+    passed: bool | None  # None when nothing could be validated here
+    summary: dict[str, Any]
+
+
+def bundle_dirs(req: BuildRequest) -> dict[str, Path]:
+    stem = req.model.stem if req.model.is_file() else req.model.name
+    if req.out is None:
+        return {t: Path(f"{stem}-{Path(t).stem}") for t in req.targets}
+    if len(req.targets) == 1:
+        return {req.targets[0]: req.out}
+    return {t: req.out / Path(t).stem for t in req.targets}
+
+
+def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResult]:
+    from vitedge.backends import get_backend
+    from vitedge.calibration.sources import open_source
+    from vitedge.export import ExportOptions, bake_file, export_onnx
+    from vitedge.models.intake import load_model
+    from vitedge.quantize.api import build_qdq, calibrate
+    from vitedge.quantize.config import QuantConfig
+
+    log = log or StageLog()
+    if not req.targets:
+        raise UsageError("pass at least one --target (see `vitedge targets`)")
+    if len(set(req.targets)) != len(req.targets):
+        raise UsageError("the same --target is given twice")
+    profiles = [load_profile(t) for t in req.targets]
+    dirs = bundle_dirs(req)
+    for t, d in dirs.items():
+        if d.exists() and not req.force:
+            raise UsageError(f"output folder {d} exists; pass --force to replace it")
+    backends = {p.name: get_backend(p.backend) for p in profiles}
+    configs = {p.name: _quant_config(QuantConfig, p, req.quant_overrides) for p in profiles}
+    thresholds = {p.name: _thresholds(p.thresholds, req.threshold_overrides) for p in profiles}
+
+    with tempfile.TemporaryDirectory(prefix="vitedge-build-") as work_str:
+        work = Path(work_str)
+        with log.stage("load", str(req.model)):
+            loaded = load_model(req.model, req.intake)
+            spec = loaded.spec
+            log.info(f"{spec.family} {spec.variant}, {spec.image_size[0]}x{spec.image_size[1]}, "
+                     f"{spec.num_params or 0:,} parameters, output {spec.output_kind}")
+        with log.stage("export", "FP32 ONNX, checked against PyTorch"):
+            fp32 = work / "model.fp32.onnx"
+            result = export_onnx(loaded, fp32, ExportOptions())
+            log.info(result.one_line())
+        with log.stage("data", f"calibration set {req.calib}"):
+            calib = open_source(req.calib, spec.preprocess, limit=req.calib_size, seed=req.seed,
+                                min_count=req.min_calib, class_names=spec.class_names, progress=not log.quiet)
+            log.info(calib.summary.one_line())
+            if req.val is not None:
+                val = open_source(req.val, spec.preprocess, class_names=spec.class_names, progress=not log.quiet)
+                log.info("validation: " + val.summary.one_line())
+            else:
+                val = calib
+                log.info("validation: no --val given; validating on the calibration set (pass held-out labelled data for a real accuracy figure)")
+        qdq_paths: dict[QuantConfigKey, tuple[Path, Any, Any]] = {}
+        for p in profiles:
+            key = QuantConfigKey.of(configs[p.name])
+            if key in qdq_paths:
+                continue
+            with log.stage("calibrate", configs[p.name].describe()):
+                calibration = calibrate(fp32, calib, configs[p.name], cache_dir=req.cache_dir, progress=not log.quiet)
+                log.info(calibration.one_line())
+            with log.stage("quantize", "one Q/DQ graph for every target"):
+                graph = build_qdq(calibration, keep_float=req.keep_float)
+                qdq = work / f"model.int8.{len(qdq_paths)}.onnx"
+                graph.save(qdq)
+                log.info(graph.one_line())
+            qdq_paths[key] = (qdq, calibration, graph)
+        if req.bake_preprocess:
+            baked = work / "baked"
+            baked.mkdir()
+            bake_file(fp32, baked / fp32.name, spec.preprocess)
+            fp32 = baked / fp32.name
+            for key, (qdq, calibration, graph) in list(qdq_paths.items()):
+                bake_file(qdq, baked / qdq.name, spec.preprocess)
+                qdq_paths[key] = (baked / qdq.name, calibration, graph)
+
+        results = []
+        for p in profiles:
+            qdq, calibration, graph = qdq_paths[QuantConfigKey.of(configs[p.name])]
+            results.append(_build_target(p, backends[p.name], dirs[p.name], fp32, qdq, calibration, graph, loaded, val,
+                                         thresholds[p.name], req, log))
+    return results
+
+
+@dataclass(frozen=True)
+class QuantConfigKey:
+    items: tuple
+
+    @classmethod
+    def of(cls, config) -> "QuantConfigKey":
+        return cls(tuple(sorted(config.to_dict().items())))
+
+
+def _quant_config(cls, profile: TargetProfile, overrides: dict[str, Any]):
+    values = dict(profile.quantization)
+    values.update({k: v for k, v in overrides.items() if v is not None or k == "smoothquant_alpha" and "smoothquant_alpha" in overrides})
+    return cls(**values)
+
+
+def _thresholds(base: Thresholds, overrides: dict[str, Any]) -> Thresholds:
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return dataclasses.replace(base, **changes) if changes else base
+
+
+def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, calibration, graph, loaded, val, thresholds,
+                  req: BuildRequest, log: StageLog) -> TargetResult:
+    from vitedge.backends.base import BuildContext
+    from vitedge.manifest import Manifest, toolchain_versions
+    from vitedge.reporting import write_build_report
+    from vitedge.validation.run import validate_artifact
+
+    spec = loaded.spec
+    env = backend.check_environment()
+    with log.stage("build", f"{profile.name} ({profile.backend})"):
+        if not env.can_build and not getattr(backend, "builds_without_runtime", False):
+            raise BundleError(f"target {profile.name} needs {profile.backend}, which is not usable here: {env.detail}"
+                              + (f"; {env.install_hint}" if env.install_hint else ""))
+        with atomic_output_dir(bundle_dir, force=req.force) as tmp:
+            shutil.copyfile(qdq, tmp / "model.int8.onnx")
+            shutil.copyfile(fp32, tmp / "reference.fp32.onnx")
+            ctx = BuildContext(qdq_path=tmp / "model.int8.onnx", fp32_path=tmp / "reference.fp32.onnx", out_dir=tmp,
+                               options=profile.backend_options, batch_sizes=profile.batch_sizes, log=log.info)
+            artifact = backend.build(ctx)
+            validation = None
+            if artifact.built and env.can_run:
+                with log.stage("validate", f"{profile.name}: INT8 vs FP32 on {len(val)} inputs, same runtime"):
+                    result = validate_artifact(backend, profile.backend_options, tmp / artifact.model, tmp / artifact.reference,
+                                               val, spec, thresholds, profile.batch_sizes, measure_speed=req.measure_speed)
+                    validation = dict(result.to_dict(), thresholds=thresholds.to_dict())
+                    for row in result.gate:
+                        log.info(("PASS " if row.passed else "FAIL ") + row.detail)
+            elif not artifact.built:
+                log.info(artifact.info.get("next_step", "the artifact must be finished on the device"))
+            manifest = Manifest(
+                target={"name": profile.name, "backend": profile.backend, "precision": profile.precision, "profile": profile.to_dict()},
+                model={"source": loaded.path.name, "source_sha256": sha256_file(loaded.path) if loaded.path.is_file() else None,
+                       "spec": spec.to_dict()},
+                input=_input_record(tmp / "model.int8.onnx", spec),
+                output={"name": "embedding" if spec.output_kind == "embedding" else "logits", "kind": spec.output_kind,
+                        "class_names": list(spec.class_names) if spec.class_names else None},
+                calibration=calibration.to_dict(),
+                quantization=graph.to_dict(),
+                artifacts={"model": artifact.model, "reference": artifact.reference, "qdq": "model.int8.onnx",
+                           "fp32_onnx": "reference.fp32.onnx", "built": artifact.built, "extra": artifact.extra_files},
+                toolchain=toolchain_versions(_safe_versions(backend)),
+                backend_info=artifact.info,
+                validation=validation,
+            )
+            manifest.hash_files(tmp)
+            write_build_report(tmp, manifest)
+            manifest.write(tmp)
+    passed = None if validation is None else bool(validation["passed"])
+    return TargetResult(profile, bundle_dir, artifact.built, passed, _summary(bundle_dir, artifact, validation))
+
+
+def _safe_versions(backend) -> dict[str, str]:
+    try:
+        return backend.versions()
+    except Exception:
+        return {}
+
+
+def _input_record(qdq: Path, spec) -> dict[str, Any]:
+    import onnx
+
+    from vitedge.onnxutil import INPUT_FORMAT_KEY, get_metadata
+
+    model = onnx.load(str(qdq), load_external_data=False)
+    fmt = get_metadata(model).get(INPUT_FORMAT_KEY, "float32-nchw")
+    name = model.graph.input[0].name
+    h, w = spec.image_size
+    shape = [None, h, w, 3] if fmt.startswith("uint8") else [None, 3, h, w]
+    return {"name": name, "format": fmt, "shape": shape, "dtype": "uint8" if fmt.startswith("uint8") else "float32",
+            "preprocess": spec.preprocess.to_dict(), "preprocess_baked": fmt.startswith("uint8")}
+
+
+def _summary(bundle: Path, artifact, validation) -> dict[str, Any]:
+    size = (bundle / artifact.model).stat().st_size if (bundle / artifact.model).exists() else None
+    for extra in artifact.extra_files:
+        if extra.endswith(".bin") and extra.startswith(Path(artifact.model).stem) and (bundle / extra).exists():
+            size = (size or 0) + (bundle / extra).stat().st_size
+    out: dict[str, Any] = {"artifact": artifact.model, "artifact_bytes": size}
+    if validation:
+        acc = validation["accuracy"]
+        out.update({
+            "top1_fp32": acc.get("fp32_top1"), "top1_int8": acc.get("int8_top1"), "agreement": acc.get("top1_agreement"),
+            "speedup": validation.get("speedup"),
+            "fp32_ms": validation["latency"].get("fp32", {}).get("1", {}).get("p50_ms"),
+            "int8_ms": validation["latency"].get("int8", {}).get("1", {}).get("p50_ms"),
+            "failures": [r["detail"] for r in validation["gate"] if not r["passed"]],
+        })
+    return out

@@ -1,0 +1,184 @@
+"""Target profiles: one TOML file per device, validated strictly.
+
+A profile names its backend, precision, batch sizes, backend options and the parity
+thresholds a build must meet. Users add a device by adding a file; a typo'd key is an
+error naming the file and the key, never silently ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vitedge.errors import ProfileError, UsageError
+from vitedge.paths import targets_dir
+
+PRECISIONS = ("int8",)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """The parity gate. Drops are in top-1 percentage points; agreement is a fraction."""
+
+    max_top1_drop: float = 0.5
+    min_agreement: float = 0.99
+    min_speedup: float = 1.0
+    max_p99_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_top1_drop < 0:
+            raise UsageError(f"max_top1_drop must be >= 0 points, got {self.max_top1_drop}")
+        if not 0 <= self.min_agreement <= 1:
+            raise UsageError(f"min_agreement must be a fraction in [0, 1], got {self.min_agreement}")
+        if self.min_speedup < 0:
+            raise UsageError(f"min_speedup must be >= 0, got {self.min_speedup}")
+        if self.max_p99_ms is not None and self.max_p99_ms <= 0:
+            raise UsageError(f"max_p99_ms must be positive, got {self.max_p99_ms}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class TargetProfile:
+    name: str
+    description: str
+    backend: str
+    precision: str
+    batch_sizes: tuple[int, ...]
+    thresholds: Thresholds
+    backend_options: Any  # the backend's options dataclass
+    quantization: dict[str, Any] = field(default_factory=dict)  # QuantConfig overrides
+    source: Path | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "backend": self.backend,
+            "precision": self.precision,
+            "batch_sizes": list(self.batch_sizes),
+            "thresholds": self.thresholds.to_dict(),
+            "backend_options": dataclasses.asdict(self.backend_options),
+            "quantization": dict(self.quantization),
+            "source": str(self.source) if self.source else None,
+        }
+
+
+_TOP_KEYS = {"name", "description", "backend", "precision", "batch_sizes", "thresholds", "backend_options", "quantization"}
+_REQUIRED = ("backend", "precision")
+
+
+def list_profiles() -> list[Path]:
+    return sorted(targets_dir().glob("*.toml"))
+
+
+def resolve_profile_path(name_or_path: str) -> Path:
+    candidate = Path(name_or_path)
+    if candidate.suffix == ".toml" or "/" in name_or_path or candidate.exists():
+        if not candidate.is_file():
+            raise ProfileError(f"target profile file {candidate} does not exist")
+        return candidate
+    path = targets_dir() / f"{name_or_path}.toml"
+    if not path.is_file():
+        known = ", ".join(p.stem for p in list_profiles())
+        raise ProfileError(f"unknown target '{name_or_path}'; known targets: {known} (or pass a path to your own .toml)")
+    return path
+
+
+def load_profile(name_or_path: str) -> TargetProfile:
+    path = resolve_profile_path(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise ProfileError(f"{path}: not valid TOML ({err})") from None
+    except UnicodeDecodeError:
+        raise ProfileError(f"{path}: not a text file") from None
+    return parse_profile(data, path)
+
+
+def _type_error(path: Path, key: str, expected: str, value: Any) -> ProfileError:
+    return ProfileError(f"{path}: '{key}' must be {expected}, got {value!r}")
+
+
+def parse_profile(data: dict[str, Any], path: Path) -> TargetProfile:
+    from vitedge.backends import get_backend, list_backends
+
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise ProfileError(f"{path}: unknown key '{unknown[0]}' (allowed: {', '.join(sorted(_TOP_KEYS))})")
+    for key in _REQUIRED:
+        if key not in data:
+            raise ProfileError(f"{path}: missing required key '{key}'")
+    backend = data["backend"]
+    if backend not in list_backends():
+        raise ProfileError(f"{path}: unknown backend '{backend}' (known: {', '.join(list_backends())})")
+    precision = data["precision"]
+    if precision not in PRECISIONS:
+        raise ProfileError(f"{path}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    sizes = data.get("batch_sizes", [1])
+    if not isinstance(sizes, list) or not sizes or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in sizes):
+        raise _type_error(path, "batch_sizes", "a non-empty list of positive integers", sizes)
+    for key in ("name", "description"):
+        if key in data and not isinstance(data[key], str):
+            raise _type_error(path, key, "a string", data[key])
+    thresholds = _parse_section(Thresholds, data.get("thresholds", {}), path, "thresholds")
+    options_type = get_backend(backend).options_type
+    options = _parse_section(options_type, data.get("backend_options", {}), path, "backend_options")
+    quant = data.get("quantization", {})
+    if not isinstance(quant, dict):
+        raise _type_error(path, "quantization", "a table", quant)
+    _check_quantization_keys(quant, path)
+    return TargetProfile(
+        name=data.get("name", path.stem),
+        description=data.get("description", ""),
+        backend=backend,
+        precision=precision,
+        batch_sizes=tuple(sorted(set(sizes))),
+        thresholds=thresholds,
+        backend_options=options,
+        quantization=quant,
+        source=path,
+    )
+
+
+def _parse_section(cls: type, values: Any, path: Path, section: str) -> Any:
+    if not isinstance(values, dict):
+        raise _type_error(path, section, "a table", values)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    for key, value in values.items():
+        if key not in fields:
+            raise ProfileError(f"{path}: unknown key '{section}.{key}' (allowed: {', '.join(sorted(fields))})")
+        expected = _expected_types(fields[key])
+        if expected and not (isinstance(value, expected) and not (isinstance(value, bool) and bool not in expected)):
+            names = " or ".join(t.__name__ for t in expected)
+            raise _type_error(path, f"{section}.{key}", f"of type {names}", value)
+    try:
+        return cls(**values)
+    except UsageError as err:
+        raise ProfileError(f"{path}: [{section}] {err}") from None
+
+
+def _expected_types(f: dataclasses.Field) -> tuple[type, ...]:
+    text = str(f.type)
+    out: list[type] = []
+    for name, typ in (("bool", bool), ("int", int), ("float", float), ("str", str), ("list", list), ("tuple", list), ("dict", dict)):
+        if name in text:
+            out.append(typ)
+    if float in out and int not in out:
+        out.append(int)  # 1 is a fine float in TOML
+    return tuple(out)
+
+
+def _check_quantization_keys(quant: dict[str, Any], path: Path) -> None:
+    try:
+        from vitedge.quantize.config import QuantConfig
+    except ImportError:  # the quantizer is not importable: nothing to check against
+        return
+    allowed = {f.name for f in dataclasses.fields(QuantConfig)}
+    for key in quant:
+        if key not in allowed:
+            raise ProfileError(f"{path}: unknown key 'quantization.{key}' (allowed: {', '.join(sorted(allowed))})")

@@ -1,0 +1,82 @@
+"""Accuracy of a quantized model against its FP32 reference and against labels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from vitedge.validation.inputs import feed_for
+
+
+@dataclass
+class Outputs:
+    values: np.ndarray  # (N, C) logits or (N, D) embeddings
+    labels: np.ndarray | None
+
+
+def collect_outputs(runner, source, pre, *, batch_size: int = 32) -> Outputs:
+    outs, labels = [], []
+    has_labels = True
+    for batch in source.batches(batch_size):
+        outs.append(np.asarray(runner.infer(feed_for(runner, batch.images, pre)), dtype=np.float32))
+        if batch.labels is None:
+            has_labels = False
+        else:
+            labels.append(batch.labels)
+    return Outputs(np.concatenate(outs), np.concatenate(labels) if has_labels and labels else None)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    z = x - x.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def topk_accuracy(logits: np.ndarray, labels: np.ndarray, k: int) -> float:
+    k = min(k, logits.shape[1])
+    top = np.argsort(-logits, axis=1)[:, :k]
+    return float(np.mean(np.any(top == labels[:, None], axis=1)))
+
+
+def compare_logits(ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None) -> dict:
+    """Classifier parity: top-1/top-5 (with labels), agreement, cosine, logit error, KL."""
+    out: dict = {"samples": int(ref.shape[0])}
+    if labels is not None:
+        out["fp32_top1"] = topk_accuracy(ref, labels, 1)
+        out["int8_top1"] = topk_accuracy(got, labels, 1)
+        out["top1_drop_points"] = 100.0 * (out["fp32_top1"] - out["int8_top1"])
+        out["fp32_top5"] = topk_accuracy(ref, labels, 5)
+        out["int8_top5"] = topk_accuracy(got, labels, 5)
+    out["top1_agreement"] = float(np.mean(ref.argmax(1) == got.argmax(1)))
+    cos = np.sum(ref * got, axis=1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(got, axis=1) + 1e-12)
+    out["logit_cosine_mean"] = float(cos.mean())
+    out["logit_cosine_min"] = float(cos.min())
+    err = np.abs(ref - got)
+    out["logit_abs_error_mean"] = float(err.mean())
+    out["logit_abs_error_max"] = float(err.max())
+    p, q = _softmax(ref.astype(np.float64)), _softmax(got.astype(np.float64))
+    out["softmax_kl_mean"] = float(np.mean(np.sum(p * (np.log(p + 1e-12) - np.log(q + 1e-12)), axis=1)))
+    return out
+
+
+def compare_embeddings(ref: np.ndarray, got: np.ndarray) -> dict:
+    """Encoder parity: cosine similarity (mean and worst 1%) and nearest-neighbour agreement."""
+    cos = np.sum(ref * got, axis=1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(got, axis=1) + 1e-12)
+    worst = np.sort(cos)[: max(1, int(np.ceil(0.01 * len(cos))))]
+
+    def nn(x: np.ndarray) -> np.ndarray:
+        xn = x / (np.linalg.norm(x, axis=1, keepdims=True) + 1e-12)
+        sim = xn @ xn.T
+        np.fill_diagonal(sim, -np.inf)
+        return sim.argmax(1)
+
+    out = {
+        "samples": int(ref.shape[0]),
+        "embedding_cosine_mean": float(cos.mean()),
+        "embedding_cosine_worst1pct": float(worst.mean()),
+    }
+    if ref.shape[0] > 1:
+        out["nn_agreement"] = float(np.mean(nn(ref) == nn(got)))
+        out["top1_agreement"] = out["nn_agreement"]  # the gate's agreement for encoders
+    return out
