@@ -15,7 +15,7 @@ import numpy as np
 
 from vitedge.backends.base import Backend, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
 from vitedge.errors import BundleError, UsageError
-from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, get_metadata
+from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY
 
 _LEVELS = ("disabled", "basic", "extended", "all")
 
@@ -44,7 +44,6 @@ class OnnxRuntimeRunner(Runner):
         self.session = None
 
     def open(self) -> None:
-        import onnx
         import onnxruntime as ort
 
         so = ort.SessionOptions()
@@ -61,7 +60,7 @@ class OnnxRuntimeRunner(Runner):
             self.session = ort.InferenceSession(str(self.model_path), so, providers=["CPUExecutionProvider"])
         except Exception as err:
             raise BundleError(f"ONNX Runtime cannot load {self.model_path}: {str(err).splitlines()[0][:200]}") from err
-        meta = get_metadata(onnx.load(str(self.model_path), load_external_data=False))
+        meta = self.session.get_modelmeta().custom_metadata_map  # no `onnx` import: runtime boxes lack it
         inp = self.session.get_inputs()[0]
         self.input_name = inp.name
         self.input_format = meta.get(INPUT_FORMAT_KEY, FLOAT_NCHW)
