@@ -60,7 +60,8 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
     from vitedge.calibration.sources import open_source
     from vitedge.export import ExportOptions, bake_file, export_onnx
     from vitedge.models.intake import load_model
-    from vitedge.quantize.api import build_qdq, calibrate
+    from vitedge.quantize.calibrate import calibrate
+    from vitedge.quantize.qdq import build_qdq
     from vitedge.quantize.config import QuantConfig
 
     log = log or StageLog()
@@ -185,8 +186,8 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                 input=_input_record(tmp / "model.int8.onnx", spec),
                 output={"name": "embedding" if spec.output_kind == "embedding" else "logits", "kind": spec.output_kind,
                         "class_names": list(spec.class_names) if spec.class_names else None},
-                calibration=calibration.to_dict(),
-                quantization=graph.to_dict(),
+                calibration=dict(calibration.to_dict(), summary_line=calibration.one_line(), reused=calibration.reused),
+                quantization=quantization_record(graph),
                 artifacts={"model": artifact.model, "reference": artifact.reference, "qdq": "model.int8.onnx",
                            "fp32_onnx": "reference.fp32.onnx", "built": artifact.built, "extra": artifact.extra_files},
                 toolchain=toolchain_versions(_safe_versions(backend)),
@@ -198,6 +199,18 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
             manifest.write(tmp)
     passed = None if validation is None else bool(validation["passed"])
     return TargetResult(profile, bundle_dir, artifact.built, passed, _summary(bundle_dir, artifact, validation))
+
+
+def quantization_record(graph) -> dict[str, Any]:
+    """What the manifest says about the Q/DQ graph: settings, which layers are INT8, which stayed float."""
+    return {
+        "config": graph.calibration.config.to_dict(),
+        "layers_total": len(graph.layers),
+        "layers_int8": len(graph.quantized),
+        "kept_float": list(graph.kept_float),
+        "layer_kinds": {k: {"int8": a, "total": b} for k, (a, b) in graph.layer_kinds().items()},
+        "summary_line": graph.one_line(),
+    }
 
 
 def _safe_versions(backend) -> dict[str, str]:
