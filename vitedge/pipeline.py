@@ -47,6 +47,7 @@ class TargetResult:
 
 
 def bundle_dirs(req: BuildRequest) -> dict[str, Path]:
+    """Target argument -> bundle folder."""
     stem = req.model.stem if req.model.is_file() else req.model.name
     if req.out is None:
         return {t: Path(f"{stem}-{Path(t).stem}") for t in req.targets}
@@ -70,7 +71,10 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
     if len(set(req.targets)) != len(req.targets):
         raise UsageError("the same --target is given twice")
     profiles = [load_profile(t) for t in req.targets]
-    dirs = bundle_dirs(req)
+    names = [p.name for p in profiles]
+    if len(set(names)) != len(names):
+        raise UsageError(f"two --target profiles share the name '{next(n for n in names if names.count(n) > 1)}'; rename one")
+    dirs = {p.name: d for p, d in zip(profiles, bundle_dirs(req).values())}
     for t, d in dirs.items():
         if d.exists() and not req.force:
             raise UsageError(f"output folder {d} exists; pass --force to replace it")

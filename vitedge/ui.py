@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 class StageLog:
     quiet: bool = False
     timings: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)  # how often each stage ran
 
     def _console(self):
         from rich.console import Console
@@ -27,6 +28,7 @@ class StageLog:
     def stage(self, name: str, what: str) -> Iterator[None]:
         if not self.quiet:
             self._console().print(f"[bold]{name:>10}[/bold] {what} ...")
+        self.counts[name] = self.counts.get(name, 0) + 1
         start = time.perf_counter()
         try:
             yield

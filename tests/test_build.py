@@ -1,0 +1,145 @@
+"""`vitedge build` end to end on the bundled example: bundles, shared calibration, atomicity."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from vitedge.errors import UsageError
+from vitedge.fsutil import sha256_file
+from vitedge.manifest import read_manifest, verify_bundle
+from vitedge.pipeline import BuildRequest, run_build
+from vitedge.ui import StageLog
+
+from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
+
+DIGITS = EXAMPLES / "digits_vit.pt"
+pytestmark = pytest.mark.skipif(not DIGITS.exists(), reason="bundled example not present")
+
+
+@pytest.fixture(scope="module")
+def two_target_build(tmp_path_factory):
+    """One build of both CPU targets from one calibration (fresh cache)."""
+    root = tmp_path_factory.mktemp("build")
+    log = StageLog(quiet=True)
+    req = BuildRequest(model=DIGITS, targets=("onnx", "intel-cpu"), calib=CALIB_DIR, val=VAL_DIR, out=root / "out",
+                       cache_dir=root / "cache", measure_speed=True)
+    results = run_build(req, log)
+    return root, results, log
+
+
+def test_two_targets_share_one_calibration(two_target_build):
+    root, results, log = two_target_build
+    assert log.counts["calibrate"] == 1 and log.counts["quantize"] == 1 and log.counts["build"] == 2
+    onnx_m, ov_m = (read_manifest(root / "out" / t) for t in ("onnx", "intel-cpu"))
+    assert onnx_m.calibration["cache_key"] == ov_m.calibration["cache_key"]
+    assert onnx_m.files["model.int8.onnx"] == ov_m.files["model.int8.onnx"]  # the same Q/DQ graph
+    assert onnx_m.calibration["reused"] is False
+
+
+def test_bundles_hold_what_the_manifest_says(two_target_build):
+    root, results, _ = two_target_build
+    expected = {"onnx": {"model.int8.onnx", "reference.fp32.onnx"},
+                "intel-cpu": {"model.xml", "model.bin", "reference.fp32.xml", "reference.fp32.bin", "model.int8.onnx", "reference.fp32.onnx"}}
+    for r in results:
+        bundle = root / "out" / r.profile.name
+        m = verify_bundle(bundle)
+        assert set(m.files) == expected[r.profile.name]
+        for rel, digest in m.files.items():
+            assert sha256_file(bundle / rel) == digest
+        assert (bundle / "report.md").is_file() and (bundle / "manifest.json").is_file()
+        assert m.artifacts["built"] is True and (bundle / m.artifacts["model"]).is_file()
+        assert m.input == {"name": "input", "format": "float32-nchw", "shape": [None, 3, 32, 32], "dtype": "float32",
+                           "preprocess": m.spec.preprocess.to_dict(), "preprocess_baked": False}
+        assert m.output["class_names"] == [str(i) for i in range(10)]
+        cal = m.calibration["calibration"]
+        assert cal["used"] == 200 and cal["seed"] == 0 and len(cal["data_hash"]) == 64
+        assert m.quantization["layers_int8"] > 0 and m.quantization["layers_total"] >= m.quantization["layers_int8"]
+        assert {"python", "onnx", "onnxruntime", "torch"} <= set(m.toolchain)
+        v = m.validation
+        assert v["data"]["items"] == 397 and v["data"]["labeled"] is True
+        acc = v["accuracy"]
+        assert 0.9 < acc["fp32_top1"] <= 1 and 0.9 < acc["int8_top1"] <= 1 and 0.95 <= acc["top1_agreement"] <= 1
+        assert v["latency"]["int8"]["1"]["iterations"] >= 20 and v["speedup"] > 0
+        assert {row["name"] for row in v["gate"]} == {"max_top1_drop", "min_agreement", "min_speedup"}
+    assert "openvino" in read_manifest(root / "out" / "intel-cpu").toolchain
+
+
+def test_user_profile_and_existing_output_refused(tmp_path, two_target_build):
+    root, _, _ = two_target_build
+    profile = tmp_path / "edge-box.toml"
+    profile.write_text('backend = "onnxruntime"\nprecision = "int8"\nbatch_sizes = [1]\n[thresholds]\nmin_agreement = 0.5\n'
+                       '[backend_options]\ngraph_optimization = "basic"\n')
+    out = tmp_path / "b"
+    log = StageLog(quiet=True)
+    [result] = run_build(BuildRequest(model=DIGITS, targets=(str(profile),), calib=CALIB_DIR, out=out, cache_dir=root / "cache",
+                                      measure_speed=False), log)
+    m = verify_bundle(out)
+    assert m.target["name"] == "edge-box" and m.target["profile"]["backend_options"]["graph_optimization"] == "basic"
+    assert m.calibration["reused"] is True and result.passed is True
+    with pytest.raises(UsageError, match="--force"):
+        run_build(BuildRequest(model=DIGITS, targets=(str(profile),), calib=CALIB_DIR, out=out, cache_dir=root / "cache"), log)
+
+
+def _cli(*args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "vitedge", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kw)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_build_leaves_no_complete_looking_bundle(tmp_path, sig):
+    out = tmp_path / "bundle"
+    proc = _cli("build", DIGITS, "--target", "intel-cpu", "--calib", CALIB_DIR, "-o", out, "--cache-dir", tmp_path / "cache")
+    deadline = time.time() + 300
+    while time.time() < deadline and not any(p.name.endswith(".partial") for p in tmp_path.iterdir()):
+        time.sleep(0.05)
+    assert proc.poll() is None, proc.communicate()
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert not out.exists()
+    leftovers = [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
+    if sig == signal.SIGINT:
+        assert proc.returncode == 130 and "interrupted" in err and leftovers == []
+    else:
+        assert all(not (p / "manifest.json").exists() or p.name.startswith(".") for p in leftovers)
+
+
+def test_force_keeps_the_old_bundle_until_the_new_one_is_complete(tmp_path):
+    out = tmp_path / "bundle"
+    cache = tmp_path / "cache"
+    first = _cli("build", DIGITS, "--target", "onnx", "--calib", CALIB_DIR, "-o", out, "--cache-dir", cache, "--no-latency")
+    assert first.wait(timeout=600) in (0, 1)
+    before = verify_bundle(out).files
+    proc = _cli("build", DIGITS, "--target", "onnx", "--calib", CALIB_DIR, "-o", out, "--force", "--cache-dir", cache)
+    deadline = time.time() + 300
+    while time.time() < deadline and not any(p.name.endswith(".partial") for p in tmp_path.iterdir()):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    assert verify_bundle(out).files == before
+
+
+def test_cli_build_summary_and_exit_code(tmp_path):
+    out = tmp_path / "b"
+    proc = _cli("build", DIGITS, "--target", "onnx", "--calib", CALIB_DIR, "--val", VAL_DIR, "-o", out, "--cache-dir",
+                tmp_path / "cache", "--no-latency", "--min-agreement", "0.5", "--max-top1-drop", "5")
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    assert "vitedge build" in stdout and "PASS" in stdout and "onnx" in stdout
+    for stage in ("load", "export", "calibrate", "quantize", "build", "validate"):
+        assert f"{stage} done in" in stderr
+    failing = _cli("build", DIGITS, "--target", "onnx", "--calib", CALIB_DIR, "-o", tmp_path / "c", "--cache-dir",
+                   tmp_path / "cache", "--no-latency", "--max-top1-drop", "0", "--min-agreement", "1.0", "-q")
+    _, err = failing.communicate(timeout=600)
+    manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())
+    agreement = manifest["validation"]["accuracy"]["top1_agreement"]
+    assert failing.returncode == (0 if agreement == 1.0 else 1)
+    if agreement < 1.0:
+        assert "failed the parity gate" in err and "min_agreement" not in err and "agreement" in err
