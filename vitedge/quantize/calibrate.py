@@ -1,0 +1,369 @@
+"""Calibration: activation statistics from real images, cached, and SmoothQuant.
+
+``calibrate`` runs the FP32 graph in ONNX Runtime (fixed thread count, fixed batch
+size, data in the source's fixed order) and records, for every activation a Q/DQ pair
+may go on, the clipping threshold of the chosen method. Statistics are collected for
+*every* quantizable layer, attention matmuls included, so ``build_qdq`` can return any
+of them to float, or quantize them, without calibrating again.
+
+Passes over the data: one (max |x|, plus per-channel max |x| at SmoothQuant sites),
+and a second for histograms when the method needs them (every method but minmax).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitedge.calibration._common import CalibrationSource, SourceSummary
+from vitedge.errors import CalibrationError, QuantizationError, UsageError
+from vitedge.fsutil import sha256_bytes
+from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata
+from vitedge.quantize import smoothquant, stats
+from vitedge.quantize.cache import CalibrationCache, cache_key
+from vitedge.quantize.config import QUANTIZER_VERSION, QuantConfig
+from vitedge.quantize.graph import GraphIndex, QuantLayer, SmoothSite, find_layers, find_smooth_sites, prepare
+
+# Fixed so the statistics do not depend on the machine. (ONNX Runtime's CPU results were
+# bit-identical for 1-4 threads and batch 1 vs 8 in our measurements; fixing both anyway
+# costs little.)
+CALIBRATION_THREADS = 2
+CALIBRATION_BATCH = 8
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What ``calibrate`` measured, ready for ``build_qdq``.
+
+    ``model`` is the prepared FP32 graph with SmoothQuant applied (if on): the graph the
+    Q/DQ pairs go into. ``thresholds`` maps each activation tensor of ``layers`` to its
+    clipping threshold (INT8 scale = threshold / 127). ``reused`` is True when the
+    statistics came from the cache; ``forward_passes`` counts the ONNX Runtime runs this
+    call made (0 when reused).
+    """
+
+    fp32_path: Path
+    fp32_sha256: str
+    config: QuantConfig
+    model: Any  # onnx.ModelProto
+    layers: tuple[QuantLayer, ...]
+    thresholds: dict[str, float]
+    absmax: dict[str, float]
+    smoothing: dict[str, np.ndarray]  # LayerNorm node name -> s
+    smoothed_layers: tuple[str, ...]
+    summary: SourceSummary
+    key: str
+    reused: bool
+    forward_passes: int
+    timings: dict[str, float] = field(default_factory=dict)
+    cache_path: Path | None = None
+    cache_note: str | None = None  # why the entry could not be written, if it could not
+
+    def to_dict(self) -> dict[str, Any]:
+        """Deterministic description (no timings): goes into the Q/DQ graph's metadata."""
+        return {
+            "quantizer_version": QUANTIZER_VERSION,
+            "config": self.config.to_dict(),
+            "fp32_sha256": self.fp32_sha256,
+            "cache_key": self.key,
+            "calibration": self.summary.to_dict(),
+            "smoothquant": {"layernorms": len(self.smoothing), "linear_layers": len(self.smoothed_layers)},
+        }
+
+    def one_line(self) -> str:
+        s = self.summary
+        how = "statistics reused from cache" if self.reused else f"{self.forward_passes} forward passes in {self.timings.get('statistics', 0.0):.1f} s"
+        sq = f", SmoothQuant on {len(self.smoothed_layers)} layers" if self.smoothing else ""
+        return f"calibrated {self.config.describe()} on {s.used} items (data {s.data_hash[:12]}){sq}; {how}"
+
+
+def calibrate(
+    fp32_onnx_path: str | Path,
+    source: CalibrationSource,
+    config: QuantConfig | None = None,
+    *,
+    cache_dir: str | Path | None = None,
+    progress: bool = False,
+) -> Calibration:
+    """Collect (or load from the cache) the activation statistics of an FP32 ONNX graph."""
+    import onnx
+
+    config = config or QuantConfig()
+    if not isinstance(config, QuantConfig):
+        raise UsageError(f"config must be a QuantConfig, got {type(config).__name__}")
+    start = time.perf_counter()
+    path = Path(fp32_onnx_path)
+    if not path.is_file():
+        raise UsageError(f"{path} does not exist: pass the FP32 ONNX graph (vitedge export writes one)")
+    raw = path.read_bytes()
+    try:
+        model = onnx.load_model_from_string(raw)
+        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+            model = onnx.load(str(path))
+    except Exception as err:
+        raise QuantizationError(f"{path} is not a readable ONNX graph: {str(err).splitlines()[0][:160] if str(err) else type(err).__name__}") from err
+    fp32_sha = sha256_bytes(raw)
+    meta = get_metadata(model)
+    preprocess = None
+    if SPEC_KEY in meta:
+        try:
+            preprocess = json.loads(meta[SPEC_KEY]).get("preprocess")
+        except (ValueError, AttributeError):
+            preprocess = None
+    summary = source.summary
+    parts = {
+        "quantizer_version": QUANTIZER_VERSION,
+        "fp32_sha256": fp32_sha,
+        "data_hash": summary.data_hash,
+        "preprocess": preprocess,
+        "method": config.method,
+        "method_params": config.method_params(),
+        "smoothquant": config.smoothquant_params(),
+    }
+    key = cache_key(parts)
+
+    prepared = prepare(model)
+    gi = GraphIndex(prepared)
+    layers = find_layers(gi)
+    if not layers:
+        raise QuantizationError(f"{path} has no MatMul/Gemm/Conv layer with constant weights: nothing to quantize")
+    sites: list[SmoothSite] = []
+    if config.smoothquant_alpha is not None:
+        sites = [s for s in find_smooth_sites(gi, layers) if config.smoothquant_shared or not s.shared]
+    tensors = _activation_tensors(layers)
+    timings = {"prepare": time.perf_counter() - start}
+
+    cache = CalibrationCache(cache_dir)
+    entry = cache.load(key)
+    restored = _restore(entry, sites, tensors) if entry is not None else None
+    passes = 0
+    cache_note = None
+    if restored is not None:
+        thresholds, amax, scales = restored
+        smoothed, renamed = smoothquant.apply(prepared, sites, scales)
+        reused = True
+    else:
+        t0 = time.perf_counter()
+        runner = _Runner(prepared, meta, source, progress)
+        # pass 1: max |x| of every activation, per-channel max |x| at SmoothQuant sites
+        site_inputs = sorted({t for s in sites for t in s.inputs})
+        amax0, chan = runner.absmax_pass(tensors, site_inputs)
+        scales = {}
+        for site in sites:
+            x = np.max([chan[t] for t in site.inputs], axis=0)
+            scales[site.norm] = smoothquant.smoothing_scales(x, smoothquant.weight_input_absmax(gi, site), float(config.smoothquant_alpha))
+        smoothed, renamed = smoothquant.apply(prepared, sites, scales)
+        amax = {renamed.get(t, t): v for t, v in amax0.items()}
+        for site in sites:
+            s = scales[site.norm]
+            for t in site.inputs:
+                amax[renamed.get(t, t)] = float(np.max(chan[t] / s)) if chan[t].size else 0.0
+        hists = None
+        if config.needs_histograms:
+            runner.model = smoothed
+            hists = runner.histogram_pass(sorted(amax), amax, config.num_bins)
+        thresholds = {
+            t: stats.threshold(config.method, amax[t], hists[t] if hists else None, percentile=config.percentile)
+            for t in sorted(amax)
+        }
+        passes = runner.runs
+        timings["statistics"] = time.perf_counter() - t0
+        reused = False
+        try:
+            _store(cache, key, parts, summary, thresholds, amax, scales)
+        except OSError as err:
+            cache_note = f"could not write the calibration cache in {cache.root}: {err.strerror or err}"
+    smoothed_layers = tuple(sorted({name for s in sites if s.norm in scales for name in s.layers}))
+    layers_after = tuple(find_layers(GraphIndex(smoothed)))
+    missing = [t for t in _activation_tensors(layers_after) if t not in thresholds]
+    if missing:  # a bug, not a user error
+        raise QuantizationError(f"no statistics for activation '{missing[0]}' ({len(missing)} missing)")
+    timings["total"] = time.perf_counter() - start
+    return Calibration(
+        fp32_path=path, fp32_sha256=fp32_sha, config=config, model=smoothed, layers=layers_after,
+        thresholds=thresholds, absmax=amax, smoothing=scales, smoothed_layers=smoothed_layers, summary=summary,
+        key=key, reused=reused, forward_passes=passes, timings=timings,
+        cache_path=cache.path_for(key) if cache_note is None else None, cache_note=cache_note,
+    )
+
+
+def _activation_tensors(layers: list[QuantLayer] | tuple[QuantLayer, ...]) -> list[str]:
+    return list(dict.fromkeys(t for l in layers for t in l.inputs))
+
+
+# --------------------------------------------------------------------------- cache entries
+
+
+def _store(cache: CalibrationCache, key: str, parts: dict[str, Any], summary: SourceSummary,
+           thresholds: dict[str, float], amax: dict[str, float], scales: dict[str, np.ndarray]) -> None:
+    names = sorted(thresholds)
+    norms = sorted(scales)
+    arrays = {
+        "thresholds": np.array([thresholds[n] for n in names], dtype=np.float64),
+        "amax": np.array([amax[n] for n in names], dtype=np.float64),
+    }
+    for k, norm in enumerate(norms):
+        arrays[f"smooth_{k}"] = np.asarray(scales[norm], dtype=np.float64)
+    meta = {"parts": parts, "tensors": names, "norms": norms, "summary": summary.to_dict()}
+    cache.save(key, meta, arrays)
+
+
+def _restore(entry: dict[str, Any], sites: list[SmoothSite], tensors: list[str]):
+    try:
+        meta, arrays = entry["meta"], entry["arrays"]
+        names = list(meta["tensors"])
+        th, am = arrays["thresholds"], arrays["amax"]
+        if len(th) != len(names) or len(am) != len(names):
+            return None
+        thresholds = {n: float(v) for n, v in zip(names, th)}
+        amax = {n: float(v) for n, v in zip(names, am)}
+        scales = {norm: np.asarray(arrays[f"smooth_{k}"], dtype=np.float64) for k, norm in enumerate(meta["norms"])}
+        site_norms = {s.norm: s for s in sites}
+        if set(scales) != set(site_norms) or any(scales[n].shape != (site_norms[n].channels,) for n in scales):
+            return None
+        if not all(np.all(np.isfinite(v)) and np.all(v > 0) for v in scales.values()):
+            return None
+        if not all(np.isfinite(v) and v > 0 for v in thresholds.values()):
+            return None
+    except (KeyError, TypeError, ValueError):
+        return None
+    unsmoothed = set(tensors) - {t for s in sites for t in s.inputs}
+    if not unsmoothed <= set(thresholds):
+        return None
+    return thresholds, amax, scales
+
+
+# --------------------------------------------------------------------------- running the graph
+
+
+class _Runner:
+    """Runs a graph with extra outputs over the calibration source, batch by batch."""
+
+    def __init__(self, model: Any, meta: dict[str, str], source: CalibrationSource, progress: bool):
+        self.model = model
+        self.source = source
+        self.progress = progress
+        self.runs = 0
+        self.uint8 = meta.get(INPUT_FORMAT_KEY, FLOAT_NCHW) == UINT8_NHWC_RGB
+        self.preprocess = None
+        if self.uint8:
+            from vitedge.spec import ModelSpec
+
+            try:
+                self.preprocess = ModelSpec.from_json(meta[SPEC_KEY]).preprocess
+            except Exception as err:
+                raise QuantizationError("the graph takes uint8 frames but carries no vitedge.spec metadata to undo the normalisation: calibrate the float graph") from err
+        inits = {t.name for t in model.graph.initializer}
+        graph_inputs = [i for i in model.graph.input if i.name not in inits]
+        if len(graph_inputs) != 1:
+            raise QuantizationError(f"vitedge calibrates graphs with one image input; this one has {len(graph_inputs)}")
+        self.input = graph_inputs[0]
+        dims = self.input.type.tensor_type.shape.dim
+        self.fixed_batch = dims[0].dim_value if len(dims) and dims[0].HasField("dim_value") else 0
+        self.batch = self.fixed_batch or CALIBRATION_BATCH
+
+    def _session(self, outputs: list[str]):
+        import onnx
+        from onnx import TensorProto, helper
+
+        from vitedge.onnxutil import ort_session
+
+        m = onnx.ModelProto()
+        m.CopyFrom(self.model)
+        del m.graph.output[:]
+        known = {v.name: v for v in m.graph.value_info}
+        for name in outputs:
+            vi = known.get(name)
+            if vi is None or not vi.type.tensor_type.elem_type:
+                vi = helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+            m.graph.output.append(vi)
+        try:
+            return ort_session(m.SerializeToString(), threads=CALIBRATION_THREADS)
+        except Exception as err:
+            raise QuantizationError(f"ONNX Runtime cannot run the FP32 graph for calibration: {str(err).splitlines()[0][:200]}") from err
+
+    def _feeds(self, description: str):
+        total = -(-len(self.source) // self.batch)
+        bar = None
+        if self.progress:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+            bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("batches"),
+                           TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=False)
+            bar.start()
+            task = bar.add_task(description, total=total)
+        try:
+            for batch in self.source.batches(self.batch):
+                x = batch.images
+                if self.fixed_batch and x.shape[0] != self.fixed_batch:
+                    raise QuantizationError(
+                        f"the FP32 graph has a fixed batch of {self.fixed_batch} and {len(self.source)} calibration items do not fill "
+                        "its batches: re-export with a dynamic batch (vitedge export does) or pick --calib-size as a multiple of it")
+                self._check_shape(x)
+                yield self._to_input(x)
+                if bar is not None:
+                    bar.advance(task)
+        finally:
+            if bar is not None:
+                bar.stop()
+
+    def _check_shape(self, x: np.ndarray) -> None:
+        dims = self.input.type.tensor_type.shape.dim
+        want = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+        if self.uint8:  # NHWC
+            want = [want[0], want[3], want[1], want[2]] if len(want) == 4 else want
+        got = list(x.shape)
+        if len(want) != len(got) or any(w is not None and w != g for w, g in zip(want[1:], got[1:])):
+            shape = "x".join(str(v) for v in got[1:])
+            model = "x".join("?" if v is None else str(v) for v in want[1:])
+            raise CalibrationError(f"calibration items are {shape} after preprocessing but the model takes {model}: "
+                                   "open the source with the model's preprocessing")
+
+    def _to_input(self, x: np.ndarray) -> np.ndarray:
+        if not self.uint8:
+            return x
+        pre = self.preprocess
+        mean = np.asarray(pre.mean, dtype=np.float64).reshape(1, 3, 1, 1)
+        std = np.asarray(pre.std, dtype=np.float64).reshape(1, 3, 1, 1)
+        frames = np.clip(np.rint((x * std + mean) * 255.0), 0, 255).astype(np.uint8)
+        return np.ascontiguousarray(frames.transpose(0, 2, 3, 1))
+
+    def _run(self, outputs: list[str], description: str):
+        name = self.input.name
+        from_input = [t for t in outputs if t == name]
+        run_outputs = [t for t in outputs if t != name]
+        sess = self._session(run_outputs) if run_outputs else None
+        for feed in self._feeds(description):
+            values = dict(zip(run_outputs, sess.run(run_outputs, {name: feed}))) if sess is not None else {}
+            for t in from_input:
+                values[t] = feed
+            self.runs += 1 if sess is not None else 0
+            yield values
+
+    def absmax_pass(self, tensors: list[str], channel_tensors: list[str]) -> tuple[dict[str, float], dict[str, np.ndarray]]:
+        amax = {t: 0.0 for t in tensors}
+        chan: dict[str, np.ndarray] = {}
+        for values in self._run(sorted(set(tensors) | set(channel_tensors)), "calibrating: max |x|"):
+            for t, v in values.items():
+                v = np.asarray(v)
+                if not np.all(np.isfinite(v)):
+                    raise CalibrationError(f"activation '{t}' is not finite (inf/NaN) on the calibration data: check the model and its preprocessing")
+                if t in amax:
+                    amax[t] = max(amax[t], stats.absmax(v))
+                if t in channel_tensors:
+                    c = stats.channel_absmax(v)
+                    chan[t] = c if t not in chan else np.maximum(chan[t], c)
+        return amax, chan
+
+    def histogram_pass(self, tensors: list[str], amax: dict[str, float], num_bins: int) -> dict[str, np.ndarray]:
+        hists = {t: np.zeros(num_bins, dtype=np.int64) for t in tensors}
+        for values in self._run(tensors, "calibrating: histograms"):
+            for t, v in values.items():
+                hists[t] += stats.histogram(np.asarray(v), amax[t], num_bins)
+        return hists

@@ -1,0 +1,97 @@
+"""Quantizer settings: one frozen, keyword-only dataclass, validated on construction."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from vitedge.errors import UsageError
+
+# Bump when a change would make cached statistics or the Q/DQ graph differ for the same
+# inputs (placement, statistics, threshold search, SmoothQuant rewrite).
+QUANTIZER_VERSION = "1"
+
+METHODS = ("minmax", "percentile", "entropy", "mse")
+HISTOGRAM_METHODS = ("percentile", "entropy", "mse")
+LAYER_KINDS = ("linear", "patch_embed", "attention_matmul", "head")
+
+# Defaults chosen by measurement: see docs/quantization.md and
+# benchmarks/results/quant_accuracy.md.
+DEFAULT_METHOD = "percentile"
+DEFAULT_PERCENTILE = 99.99
+DEFAULT_SMOOTHQUANT_ALPHA: float | None = 0.5
+DEFAULT_QUANTIZE_ATTENTION = False
+DEFAULT_SMOOTHQUANT_SHARED = False
+DEFAULT_NUM_BINS = 2048
+
+
+@dataclass(frozen=True, kw_only=True)
+class QuantConfig:
+    """How to calibrate and quantize.
+
+    method             how an activation's clipping threshold is chosen from its statistics:
+                       minmax (absolute max), percentile (of |x|), entropy (TensorRT-style
+                       KL divergence), mse (least expected quantisation error)
+    percentile         for method="percentile": the percentile of |x| kept unclipped
+    smoothquant_alpha  migration strength a in s_j = max|X_j|^a / max|W_j|^(1-a);
+                       None switches SmoothQuant off
+    quantize_attention quantize the two attention matmuls (Q.K^T and P.V)
+    smoothquant_shared also smooth Linear layers fed by a LayerNorm whose output feeds
+                       something else too (post-norm residuals), through an explicit
+                       per-channel Mul in front of them; otherwise they are left unsmoothed
+    num_bins           histogram bins over [0, max|x|] (histogram methods)
+    """
+
+    method: str = DEFAULT_METHOD
+    percentile: float = DEFAULT_PERCENTILE
+    smoothquant_alpha: float | None = DEFAULT_SMOOTHQUANT_ALPHA
+    quantize_attention: bool = DEFAULT_QUANTIZE_ATTENTION
+    smoothquant_shared: bool = DEFAULT_SMOOTHQUANT_SHARED
+    num_bins: int = DEFAULT_NUM_BINS
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise UsageError(f"--method must be one of {', '.join(METHODS)}, got '{self.method}'")
+        if isinstance(self.percentile, bool) or not isinstance(self.percentile, (int, float)):
+            raise UsageError(f"--percentile must be a number, got {self.percentile!r}")
+        if not (math.isfinite(self.percentile) and 90.0 <= float(self.percentile) <= 100.0):
+            raise UsageError(f"--percentile must be between 90 and 100 (e.g. 99.99), got {self.percentile}")
+        if self.method != "percentile" and self.percentile != DEFAULT_PERCENTILE:
+            raise UsageError(f"--percentile only applies to --method percentile, not '{self.method}'")
+        a = self.smoothquant_alpha
+        if a is not None:
+            if isinstance(a, bool) or not isinstance(a, (int, float)) or not math.isfinite(a) or not 0.0 <= float(a) <= 1.0:
+                raise UsageError(f"--smoothquant-alpha must be between 0 and 1 (e.g. 0.5), got {a!r}")
+        for name in ("quantize_attention", "smoothquant_shared"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if isinstance(self.num_bins, bool) or not isinstance(self.num_bins, int) or not 256 <= self.num_bins <= 65536:
+            raise UsageError(f"num_bins must be an integer between 256 and 65536, got {self.num_bins!r}")
+
+    @property
+    def needs_histograms(self) -> bool:
+        return self.method in HISTOGRAM_METHODS
+
+    def smoothquant_params(self) -> dict[str, Any] | None:
+        """The SmoothQuant settings that change the statistics (part of the cache key)."""
+        if self.smoothquant_alpha is None:
+            return None
+        return {"alpha": float(self.smoothquant_alpha), "shared": self.smoothquant_shared}
+
+    def method_params(self) -> dict[str, Any]:
+        """The parameters that change this method's thresholds (part of the cache key)."""
+        params: dict[str, Any] = {}
+        if self.method == "percentile":
+            params["percentile"] = float(self.percentile)
+        if self.needs_histograms:
+            params["num_bins"] = int(self.num_bins)
+        return params
+
+    def describe(self) -> str:
+        method = self.method + (f" {self.percentile:g}%" if self.method == "percentile" else "")
+        sq = "off" if self.smoothquant_alpha is None else f"alpha {self.smoothquant_alpha:g}"
+        return f"{method}, SmoothQuant {sq}, attention matmuls {'INT8' if self.quantize_attention else 'float'}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)

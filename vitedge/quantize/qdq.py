@@ -1,0 +1,207 @@
+"""Build the one Q/DQ ONNX graph every target consumes.
+
+* Activations: one QuantizeLinear -> DequantizeLinear pair per tensor, per-tensor scale
+  ``threshold / 127``, INT8 zero point 0, shared by every quantized node reading it.
+* Weights: stored as INT8 initializers (4x smaller than FP32) with a per-output-channel
+  DequantizeLinear (MatMul [K, N] -> axis 1, Gemm transB=1 -> axis 0, Conv -> axis 0).
+* Only the inputs of quantized layers get Q/DQ: LayerNorm, Softmax, GELU and the
+  residual Adds read float tensors, always.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitedge.errors import UsageError
+from vitedge.onnxutil import save_onnx, set_metadata
+from vitedge.quantize.calibrate import Calibration, calibrate
+from vitedge.quantize.checker import Violation, check_qdq_graph
+from vitedge.quantize.config import LAYER_KINDS, QUANTIZER_VERSION, QuantConfig
+from vitedge.quantize.graph import GraphIndex, NameScope, QuantLayer, cleanup
+from vitedge.quantize.stats import QMAX
+
+METADATA_KEY = "vitedge.quantization"
+
+
+@dataclass(frozen=True)
+class QuantizedGraph:
+    """The Q/DQ graph, which layers went INT8 and which stayed float.
+
+    ``violations`` is always empty: ``build_qdq`` refuses to return a graph that breaks
+    a TensorRT explicit-quantization rule.
+    """
+
+    model: Any  # onnx.ModelProto
+    layers: tuple[QuantLayer, ...]  # every quantizable layer
+    quantized: tuple[str, ...]  # node names now INT8
+    kept_float: tuple[str, ...]  # node names left in float
+    calibration: Calibration
+    violations: tuple[Violation, ...] = ()
+
+    def save(self, path: str | Path) -> Path:
+        """Write the graph atomically; returns the path."""
+        path = Path(path)
+        save_onnx(self.model, path)
+        return path
+
+    def layer_kinds(self) -> dict[str, tuple[int, int]]:
+        """kind -> (quantized, total)."""
+        q = set(self.quantized)
+        out: dict[str, tuple[int, int]] = {}
+        for layer in self.layers:
+            a, b = out.get(layer.kind, (0, 0))
+            out[layer.kind] = (a + (layer.name in q), b + 1)
+        return out
+
+    def one_line(self) -> str:
+        kinds = ", ".join(f"{k} {a}/{b}" for k, (a, b) in sorted(self.layer_kinds().items()))
+        return f"{len(self.quantized)} of {len(self.layers)} layers INT8 ({kinds})"
+
+
+def resolve_keep_float(layers: Iterable[QuantLayer], keep_float: Iterable[str] | str) -> set[str]:
+    """Node names selected by ``keep_float``: node names, layer kinds, op types or fnmatch patterns."""
+    layers = list(layers)
+    if isinstance(keep_float, str):
+        keep_float = (keep_float,)
+    chosen: set[str] = set()
+    for entry in keep_float:
+        if not isinstance(entry, str) or not entry:
+            raise UsageError(f"keep_float entries must be non-empty strings (node names, kinds or patterns), got {entry!r}")
+        hit = {l.name for l in layers if l.kind == entry or l.op_type == entry or l.name == entry or fnmatch.fnmatchcase(l.name, entry)}
+        if not hit:
+            example = layers[0].name if layers else "?"
+            raise UsageError(f"keep_float entry '{entry}' matches no quantizable layer; use a node name (e.g. '{example}'), "
+                             f"a kind ({', '.join(LAYER_KINDS + ('conv',))}) or an fnmatch pattern")
+        chosen |= hit
+    return chosen
+
+
+def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = ()) -> QuantizedGraph:
+    """Insert Q/DQ pairs into the calibrated (smoothed) FP32 graph. No forward pass runs."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    layers = calibration.layers
+    floats = resolve_keep_float(layers, keep_float)
+    if not calibration.config.quantize_attention:
+        floats |= {l.name for l in layers if l.kind == "attention_matmul"}
+    chosen = [l for l in layers if l.name not in floats]
+
+    m = onnx.ModelProto()
+    m.CopyFrom(calibration.model)
+    gi = GraphIndex(m)
+    names = NameScope(m)
+    g = m.graph
+    new_inits: list[Any] = []
+    front: list[Any] = []
+    after: dict[str, list[Any]] = {}
+    act_dq: dict[str, str] = {}
+    weight_dq: dict[tuple[str, int], str] = {}
+
+    def activation(tensor: str) -> str:
+        if tensor in act_dq:
+            return act_dq[tensor]
+        t = calibration.thresholds[tensor]
+        scale = np.float32(t / QMAX)
+        if not (np.isfinite(scale) and scale > 0):
+            scale = np.float32(1e-8)
+        s_name, z_name = names(f"{tensor}_scale"), names(f"{tensor}_zero_point")
+        q_out, dq_out = names(f"{tensor}_quantized"), names(f"{tensor}_dequantized")
+        new_inits.append(numpy_helper.from_array(np.array(scale, dtype=np.float32), s_name))
+        new_inits.append(numpy_helper.from_array(np.array(0, dtype=np.int8), z_name))
+        q = helper.make_node("QuantizeLinear", [tensor, s_name, z_name], [q_out], name=names(f"{tensor}_QuantizeLinear"))
+        dq = helper.make_node("DequantizeLinear", [q_out, s_name, z_name], [dq_out], name=names(f"{tensor}_DequantizeLinear"))
+        (after.setdefault(tensor, []) if tensor in gi.producer else front).extend([q, dq])
+        act_dq[tensor] = dq_out
+        return dq_out
+
+    def weight(layer: QuantLayer) -> str:
+        key = (layer.weight, layer.weight_axis)
+        if key in weight_dq:
+            return weight_dq[key]
+        w = np.asarray(gi.value(layer.weight), dtype=np.float32)
+        axis = int(layer.weight_axis)
+        reduce = tuple(i for i in range(w.ndim) if i != axis)
+        amax = np.max(np.abs(w), axis=reduce).astype(np.float64)
+        scale = np.where(amax > 0, amax / QMAX, 1.0).astype(np.float32)
+        shape = [1] * w.ndim
+        shape[axis] = -1
+        q = np.clip(np.rint(w / scale.reshape(shape)), -QMAX, QMAX).astype(np.int8)
+        base = layer.weight
+        q_name, s_name, z_name = names(f"{base}_quantized"), names(f"{base}_scale"), names(f"{base}_zero_point")
+        dq_out = names(f"{base}_dequantized")
+        new_inits.append(numpy_helper.from_array(q, q_name))
+        new_inits.append(numpy_helper.from_array(scale, s_name))
+        new_inits.append(numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int8), z_name))
+        front.append(helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [dq_out], axis=axis, name=names(f"{base}_DequantizeLinear")))
+        weight_dq[key] = dq_out
+        return dq_out
+
+    for layer in chosen:
+        node = gi.nodes_by_name[layer.name]
+        if layer.weight is not None:
+            node.input[1] = weight(layer)
+            node.input[0] = activation(layer.inputs[0])
+        else:
+            node.input[0] = activation(layer.inputs[0])
+            node.input[1] = activation(layer.inputs[1])
+
+    ordered = list(front)
+    for node in g.node:
+        ordered.append(node)
+        for o in node.output:
+            ordered.extend(after.get(o, ()))
+    del g.node[:]
+    g.node.extend(ordered)
+    g.initializer.extend(new_inits)
+    cleanup(m)
+
+    info = calibration.to_dict()
+    info.update({
+        "quantizer": "vitedge",
+        "quantizer_version": QUANTIZER_VERSION,
+        "keep_float": sorted(floats),
+        "quantized_layers": len(chosen),
+        "layers": len(layers),
+        "activation_dtype": TensorProto.DataType.Name(TensorProto.INT8),
+        "weights": "int8 symmetric per-output-channel",
+        "activations": "int8 symmetric per-tensor",
+    })
+    set_metadata(m, {METADATA_KEY: json.dumps(info, sort_keys=True)})
+    violations = check_qdq_graph(m)
+    if violations:
+        from vitedge.errors import QuantizationError
+
+        raise QuantizationError(f"internal error: the Q/DQ graph breaks {len(violations)} rule(s), first: {violations[0]}")
+    return QuantizedGraph(
+        model=m,
+        layers=tuple(layers),
+        quantized=tuple(l.name for l in chosen),
+        kept_float=tuple(l.name for l in layers if l.name in floats),
+        calibration=calibration,
+    )
+
+
+def quantize(
+    fp32_onnx_path: str | Path,
+    source: Any,
+    config: QuantConfig | None = None,
+    out_path: str | Path | None = None,
+    *,
+    keep_float: Iterable[str] | str = (),
+    cache_dir: str | Path | None = None,
+    progress: bool = False,
+) -> QuantizedGraph:
+    """calibrate + build_qdq (+ save when ``out_path`` is given)."""
+    cal = calibrate(fp32_onnx_path, source, config, cache_dir=cache_dir, progress=progress)
+    result = build_qdq(cal, keep_float=keep_float)
+    if out_path is not None:
+        result.save(out_path)
+    return result
