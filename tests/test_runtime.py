@@ -1,0 +1,368 @@
+"""vitedge.runtime on real bundles of the bundled digits ViT (onnx and intel-cpu, plain and
+with baked preprocessing): agreement with the build's own validation and with the runners,
+colour order, mixed frame sizes, bad input, bundle checks, threads, and a light import."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
+
+from vitedge.errors import BundleError, MissingDependencyError, UsageError
+from vitedge.preprocess import preprocess_array
+from vitedge.runtime import FrameError, Prediction, Predictions, load
+
+TARGETS = ("onnx", "intel-cpu")
+HEAVY = ("torch", "onnx", "click", "rich", "nncf", "timm", "torchvision", "transformers")
+
+
+def _build_bundles(root: Path) -> None:
+    from vitedge.pipeline import BuildRequest, run_build
+    from vitedge.ui import StageLog
+
+    for kind, bake in (("plain", False), ("baked", True)):
+        req = BuildRequest(model=EXAMPLES / "digits_vit.pt", targets=TARGETS, calib=CALIB_DIR, val=VAL_DIR,
+                           out=root / kind, force=True, bake_preprocess=bake, measure_speed=False)
+        run_build(req, StageLog(quiet=True))  # a missed parity gate still writes a usable bundle
+
+
+@pytest.fixture(scope="session")
+def runtime_bundles(tmp_path_factory) -> dict[str, dict[str, Path]]:
+    """{"plain"|"baked": {target: bundle}}, built once per test run (shared by xdist workers)."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    root = base / "runtime-bundles"
+    root.mkdir(exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".done").exists():
+            _build_bundles(root)
+            (root / ".done").write_text("ok")
+    return {kind: {t: root / kind / t for t in TARGETS} for kind in ("plain", "baked")}
+
+
+@pytest.fixture(scope="session")
+def val_set() -> tuple[list[np.ndarray], np.ndarray]:
+    files = sorted(VAL_DIR.glob("*/*.png"))
+    frames = [np.asarray(Image.open(f).convert("RGB")) for f in files]
+    labels = np.array([int(f.parent.name) for f in files])
+    return frames, labels
+
+
+@pytest.fixture(scope="session")
+def models(runtime_bundles):
+    opened = {(kind, t): load(path) for kind, by_target in runtime_bundles.items() for t, path in by_target.items()}
+    yield opened
+    for m in opened.values():
+        m.close()
+
+
+def _copy(bundle: Path, dst: Path, **manifest_changes) -> Path:
+    out = dst / bundle.name
+    shutil.copytree(bundle, out)
+    if manifest_changes:
+        data = json.loads((out / "manifest.json").read_text())
+        for dotted, value in manifest_changes.items():
+            node = data
+            *parents, last = dotted.split("__")
+            for key in parents:
+                node = node[key]
+            node[last] = value
+        (out / "manifest.json").write_text(json.dumps(data))
+    return out
+
+
+# -- agreement with the build ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("kind", ["plain", "baked"])
+def test_top1_equals_the_bundles_own_validation(models, val_set, kind, target):
+    model = models[(kind, target)]
+    frames, labels = val_set
+    preds = model.predict(frames, top_k=5)
+    acc = model.manifest.validation["accuracy"]
+    assert len(preds) == acc["samples"] == len(frames)
+    assert float(np.mean(preds.top1 == labels)) == pytest.approx(acc["int8_top1"], abs=1e-12)
+    top5 = float(np.mean(np.any(preds.indices == labels[:, None], axis=1)))
+    assert top5 == pytest.approx(acc["int8_top5"], abs=1e-12)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_baked_and_plain_preprocessing_give_the_same_top1(models, val_set, target):
+    frames, _ = val_set
+    plain = models[("plain", target)].predict(frames, top_k=1).top1
+    baked = models[("baked", target)].predict(frames, top_k=1).top1
+    assert np.array_equal(plain, baked)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("kind", ["plain", "baked"])
+def test_logits_equal_the_runner_on_the_same_preprocessed_input(models, val_set, kind, target):
+    from vitedge.backends import get_backend
+    from vitedge.validation.inputs import to_uint8_frames
+
+    model = models[(kind, target)]
+    frames = val_set[0][:8]
+    pre = model.preprocessing
+    tensor = np.stack([preprocess_array(f, pre) for f in frames])  # the build's own preprocessing
+    feed = to_uint8_frames(tensor, pre) if model.baked else tensor
+    assert np.array_equal(model.preprocess(frames), feed)
+    backend = get_backend(model.backend)
+    options = backend.options_type(**model.manifest.target["profile"]["backend_options"])
+    with backend.open_runner(model.bundle / model.manifest.artifacts["model"], options) as runner:
+        expected = runner.infer(feed)
+    np.testing.assert_allclose(model.logits(frames), expected, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(model.infer(feed), expected, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(model.logits(frames[0]), expected[0], rtol=0, atol=1e-5)  # one frame -> (C,)
+    probs = np.exp(expected - expected.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    preds = model.predict(frames, top_k=10)
+    np.testing.assert_allclose(preds.probs, np.take_along_axis(probs, preds.indices, 1), atol=1e-6)
+
+
+# -- frames ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_bgr_frames_with_color_bgr_equal_rgb_frames(models, val_set, target):
+    model = models[("plain", target)]
+    # the digits are grey (R = G = B): tint them so the channel order matters
+    frames = [(f * np.array([1.0, 0.7, 0.35])).astype(np.uint8) for f in val_set[0][:6]]
+    frames.append(np.random.default_rng(0).integers(0, 256, (50, 70, 3), dtype=np.uint8))
+    bgr = [np.ascontiguousarray(f[..., ::-1]) for f in frames]
+    assert np.array_equal(model.logits(bgr, color="bgr"), model.logits(frames, color="rgb"))
+    assert np.array_equal(model.preprocess(bgr, color="BGR"), model.preprocess(frames))
+    # and BGR read as RGB is a different input: the flag matters
+    assert not np.array_equal(model.preprocess(bgr), model.preprocess(frames))
+
+
+def _on_canvas(frame: np.ndarray, h: int, w: int) -> np.ndarray:
+    canvas = np.zeros((h, w, 3), np.uint8)
+    fh, fw = frame.shape[:2]
+    canvas[(h - fh) // 2:(h - fh) // 2 + fh, (w - fw) // 2:(w - fw) // 2 + fw] = frame
+    return canvas
+
+
+@pytest.mark.parametrize("kind", ["plain", "baked"])
+def test_a_batch_may_mix_frame_sizes(models, val_set, kind):
+    model = models[(kind, "onnx")]
+    f = val_set[0]
+    frames = [f[0], _on_canvas(f[1], 96, 128), np.asarray(Image.fromarray(f[2]).resize((200, 150))),
+              f[3][5:60, 10:40], _on_canvas(f[4], 480, 640)]
+    preds = model.predict(frames, top_k=3)
+    assert isinstance(preds, Predictions) and len(preds) == 5 and preds.indices.shape == (5, 3)
+    for frame, pred in zip(frames, preds):
+        single = model.predict(frame, top_k=3)
+        assert isinstance(single, Prediction)
+        assert single.indices == pred.indices
+        assert single.probs == pytest.approx(pred.probs, abs=1e-6)
+    h, w = model.input_size
+    assert model.preprocess(frames).shape == ((5, h, w, 3) if model.baked else (5, 3, h, w))
+    stacked = np.stack([_on_canvas(x, 80, 80) for x in f[:4]])  # an NxHxWx3 array is a batch too
+    assert len(model.predict(stacked)) == 4
+
+
+def test_prediction_results_are_typed_and_consistent(models, val_set):
+    model = models[("plain", "onnx")]
+    frames, labels = val_set
+    one = model.predict(frames[0], top_k=3)
+    assert isinstance(one, Prediction) and len(one.indices) == 3
+    assert one.name == model.class_names[one.index] and one.label == one.name
+    assert list(one.probs) == sorted(one.probs, reverse=True) and 0 < sum(one.probs) <= 1 + 1e-6
+    assert one.to_dict()["names"] == [model.class_names[i] for i in one.indices]
+    batch = model.predict(frames[:10], top_k=20)  # k is capped at the number of classes
+    assert batch.probs.shape == (10, 10) and np.allclose(batch.probs.sum(1), 1, atol=1e-5)
+    assert batch.names[0] == tuple(model.class_names[i] for i in batch.indices[0])
+    assert isinstance(batch[2:5], Predictions) and len(batch[2:5]) == 3
+    assert np.array_equal(batch.top1, model.logits(frames[:10]).argmax(1))
+    empty = model.predict([])
+    assert len(empty) == 0 and empty.indices.shape[0] == 0
+
+
+@pytest.mark.parametrize(
+    "frame, words",
+    [
+        (np.zeros((64, 64, 3), np.float32), ["float32", "uint8", "model.infer"]),
+        (np.zeros((64, 64), np.uint8), ["grayscale", "3 channels"]),
+        (np.zeros((64, 64, 1), np.uint8), ["grayscale"]),
+        (np.zeros((64, 64, 4), np.uint8), ["4 channels", "frame[..., :3]"]),
+        (np.zeros((3, 64, 64), np.uint8), ["channels-first", "transpose"]),
+        (np.zeros((0, 64, 3), np.uint8), ["empty"]),
+        (np.zeros((2, 2, 64, 64, 3), np.uint8), ["shape"]),
+        ("frame.png", ["numpy array"]),
+        (Image.new("RGB", (8, 8)), ["np.asarray"]),
+        ([np.zeros((8, 8, 3), np.uint8), np.zeros((8, 8, 3), np.uint16)], ["frame 1", "uint16"]),
+    ],
+    ids=["float", "gray2d", "gray1ch", "rgba", "chw", "empty", "5d", "path", "pil", "mixed-dtype"],
+)
+def test_bad_frames_raise_one_line_errors(models, frame, words):
+    model = models[("plain", "onnx")]
+    with pytest.raises(FrameError) as err:
+        model.predict(frame)
+    message = str(err.value)
+    assert "\n" not in message
+    for word in words:
+        assert word in message
+
+
+def test_bad_arguments_raise_usage_errors(models, val_set):
+    model = models[("plain", "onnx")]
+    frame = val_set[0][0]
+    with pytest.raises(UsageError, match="'rgb' or 'bgr'"):
+        model.predict(frame, color="rgba")
+    with pytest.raises(UsageError, match="top_k"):
+        model.predict(frame, top_k=0)
+    with pytest.raises(UsageError, match="classifier bundle"):
+        model.embed(frame)
+    with pytest.raises(UsageError, match="float32"):
+        model.infer(np.zeros((1, 32, 32, 3), np.uint8))  # the plain bundle takes float32 NCHW
+
+
+# -- bundles --------------------------------------------------------------------------------------
+
+
+def test_altered_bundle_is_refused_unless_verify_is_false(runtime_bundles, tmp_path, val_set):
+    bundle = _copy(runtime_bundles["plain"]["onnx"], tmp_path)
+    with open(bundle / "reference.fp32.onnx", "ab") as f:
+        f.write(b"\0")
+    with pytest.raises(BundleError, match="sha256") as err:
+        load(bundle)
+    assert "\n" not in str(err.value)
+    with load(bundle, verify=False, warmup=0) as model:
+        assert model.predict(val_set[0][0]).index == val_set[1][0]
+    (bundle / "model.int8.onnx").unlink()
+    with pytest.raises(BundleError, match="missing"):
+        load(bundle)
+
+
+def test_unbuilt_tensorrt_bundle_says_to_build_the_engine_on_the_device(runtime_bundles, tmp_path):
+    bundle = _copy(runtime_bundles["plain"]["onnx"], tmp_path, target__backend="tensorrt", target__name="jetson-orin",
+                   artifacts__built=False, artifacts__model="model.engine")
+    with pytest.raises(BundleError) as err:
+        load(bundle)
+    assert f"vitedge engine {bundle}" in str(err.value) and "on the device" in str(err.value)
+
+
+def test_missing_backend_says_what_to_pip_install(runtime_bundles, tmp_path, monkeypatch):
+    import vitedge.runtime.model as rt
+
+    real = rt.importlib.util.find_spec
+    monkeypatch.setattr(rt.importlib.util, "find_spec", lambda name, *a: None if name == "openvino" else real(name, *a))
+    with pytest.raises(MissingDependencyError) as err:
+        load(runtime_bundles["plain"]["intel-cpu"])
+    assert "OpenVINO" in str(err.value) and "pip install openvino" in str(err.value)
+    monkeypatch.undo()
+    if real("tensorrt") is None:  # a real missing backend on this machine
+        bundle = _copy(runtime_bundles["plain"]["onnx"], tmp_path, target__backend="tensorrt", target__name="jetson-orin")
+        with pytest.raises(MissingDependencyError, match="TensorRT .* pip install tensorrt"):
+            load(bundle)
+
+
+def test_unknown_backend_and_damaged_manifest(runtime_bundles, tmp_path):
+    bundle = _copy(runtime_bundles["plain"]["onnx"], tmp_path, target__backend="coreml")
+    with pytest.raises(BundleError, match="coreml"):
+        load(bundle)
+    (bundle / "manifest.json").write_text("{")
+    with pytest.raises(BundleError, match="not valid JSON"):
+        load(bundle)
+    with pytest.raises(BundleError, match="does not exist"):
+        load(tmp_path / "nope")
+
+
+def test_encoder_bundle_embeds_and_refuses_predict(runtime_bundles, tmp_path, val_set):
+    bundle = _copy(runtime_bundles["plain"]["onnx"], tmp_path, output__kind="embedding", output__class_names=None)
+    with load(bundle) as model:
+        frames = val_set[0][:3]
+        with pytest.raises(UsageError, match="encoder bundle.*model.embed"):
+            model.predict(frames)
+        emb = model.embed(frames)
+        assert emb.shape == (3, 10) and model.embed(frames[0]).shape == (10,)
+        assert np.allclose(np.linalg.norm(model.embed(frames, normalize=True), axis=1), 1, atol=1e-5)
+
+
+def test_load_options_and_close(runtime_bundles, val_set):
+    frames = val_set[0][:20]
+    with load(runtime_bundles["plain"]["onnx"], warmup=0, threads=1, max_batch=3) as model:
+        assert model.max_batch == 3
+        chunked = model.logits(frames)  # 20 frames in chunks of 3
+    with load(runtime_bundles["plain"]["onnx"]) as model:
+        np.testing.assert_allclose(model.logits(frames), chunked, atol=1e-5)
+    with pytest.raises(UsageError, match="closed"):
+        model.predict(frames[0])
+    with pytest.raises(UsageError, match="runners"):
+        load(runtime_bundles["plain"]["onnx"], runners=0)
+
+
+# -- threads --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("runners", [1, 2])
+def test_concurrent_predict_matches_sequential(runtime_bundles, val_set, target, runners):
+    frames = val_set[0][:64]
+    chunks = [frames[i:i + 4] for i in range(0, len(frames), 4)]
+    with load(runtime_bundles["plain"][target], runners=runners, threads=1) as model:
+        expected = [model.predict(c, top_k=3) for c in chunks]
+        results: dict[tuple[int, int], Predictions] = {}
+        errors: list[BaseException] = []
+
+        def work(worker: int) -> None:
+            try:
+                for rep in range(3):
+                    for i, c in enumerate(chunks):
+                        results[(worker, rep * len(chunks) + i)] = model.predict(c, top_k=3)
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=work, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert not errors, errors
+    assert len(results) == 4 * 3 * len(chunks)
+    for (_, n), got in results.items():
+        want = expected[n % len(chunks)]
+        assert np.array_equal(got.indices, want.indices)
+        np.testing.assert_allclose(got.probs, want.probs, atol=1e-6)
+
+
+# -- imports --------------------------------------------------------------------------------------
+
+
+def _modules_after(code: str) -> dict:
+    script = code + "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))\n"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_import_does_not_load_heavy_or_backend_modules():
+    loaded = _modules_after("import vitedge.runtime")
+    assert not [m for m in HEAVY + ("onnxruntime", "openvino", "tensorrt") if m in loaded]
+
+
+def test_load_and_predict_do_not_import_build_tools(runtime_bundles):
+    paths = [str(p) for kind in ("plain", "baked") for p in runtime_bundles[kind].values()]
+    code = (
+        "import numpy as np\nfrom vitedge.runtime import load\n"
+        f"for p in {paths!r}:\n"
+        "    m = load(p)\n"
+        "    m.predict(np.zeros((48, 64, 3), np.uint8), color='bgr'); m.logits([np.zeros((9, 9, 3), np.uint8)])\n"
+    )
+    loaded = _modules_after(code)
+    assert {"onnxruntime", "openvino"} <= loaded  # it did run both backends
+    assert not [m for m in HEAVY if m in loaded]

@@ -1,0 +1,89 @@
+"""Camera frames -> the model input a bundle expects, with the bundle's own preprocessing.
+
+A frame is a uint8 HxWx3 array of any size, RGB or BGR (what OpenCV delivers). Each one
+goes through `vitedge.preprocess` exactly as calibration and validation did: resize
+keeping aspect ratio to cover crop/crop_pct, centre crop, then (unless the bundle bakes
+it into its graph) scale to [0, 1] and normalise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+from PIL import Image
+
+from vitedge.errors import UsageError
+from vitedge.preprocess import image_to_uint8, normalize
+from vitedge.spec import Preprocess
+
+COLORS = ("rgb", "bgr")
+
+
+class FrameError(UsageError):
+    """A frame predict cannot take: wrong type, dtype or shape."""
+
+
+def as_frame_list(frames: object) -> tuple[list[np.ndarray], bool]:
+    """One frame, a list of frames or an (N, H, W, 3) array -> (checked frames, was a single frame)."""
+    if isinstance(frames, np.ndarray):
+        if frames.ndim == 4:
+            items, single = list(frames), False
+        elif frames.ndim in (2, 3):
+            items, single = [frames], True
+        else:
+            raise FrameError(f"frames must be one HxWx3 uint8 array, a list of them or an NxHxWx3 array; got an array of shape {frames.shape}")
+    elif isinstance(frames, Sequence) and not isinstance(frames, (str, bytes)):
+        items, single = list(frames), False
+    else:
+        hint = "; convert a Pillow image with np.asarray(image.convert('RGB'))" if isinstance(frames, Image.Image) else ""
+        raise FrameError(f"frames must be a uint8 HxWx3 numpy array or a list of them, got {type(frames).__name__}{hint}")
+    for i, frame in enumerate(items):
+        check_frame(frame, "frame" if single else f"frame {i}")
+    return items, single
+
+
+def check_frame(frame: object, what: str = "frame") -> None:
+    """A one-line FrameError unless `frame` is a non-empty uint8 HxWx3 array."""
+    if not isinstance(frame, np.ndarray):
+        raise FrameError(f"{what} is a {type(frame).__name__}, not a numpy array: pass uint8 HxWx3 arrays")
+    if frame.ndim == 2 or (frame.ndim == 3 and frame.shape[2] == 1):
+        raise FrameError(f"{what} is grayscale (shape {frame.shape}); pass 3 channels, e.g. np.repeat(gray[..., None], 3, axis=2) "
+                         f"or cv2.cvtColor(gray, cv2.COLOR_GRAY2BGR)")
+    if frame.ndim != 3:
+        raise FrameError(f"{what} has shape {frame.shape}; expected HxWx3")
+    if frame.shape[2] == 4:
+        raise FrameError(f"{what} has 4 channels (RGBA/BGRA, shape {frame.shape}); drop alpha first: frame[..., :3]")
+    if frame.shape[2] != 3 and frame.shape[0] in (1, 3):
+        raise FrameError(f"{what} looks channels-first (shape {frame.shape}); pass HxWx3: frame.transpose(1, 2, 0)")
+    if frame.shape[2] != 3:
+        raise FrameError(f"{what} has {frame.shape[2]} channels (shape {frame.shape}); expected HxWx3 (channels last)")
+    if frame.shape[0] == 0 or frame.shape[1] == 0:
+        raise FrameError(f"{what} is empty (shape {frame.shape})")
+    if frame.dtype != np.uint8:
+        raise FrameError(f"{what} is {frame.dtype}, not uint8: pass 0-255 camera frames as uint8 "
+                         f"(an already preprocessed float tensor goes to model.infer())")
+
+
+def check_color(color: str) -> bool:
+    """'rgb' / 'bgr' -> whether the frames are BGR."""
+    c = str(color).lower()
+    if c not in COLORS:
+        raise UsageError(f"color must be 'rgb' or 'bgr' (OpenCV frames are BGR), got {color!r}")
+    return c == "bgr"
+
+
+def crop_frame(frame: np.ndarray, pre: Preprocess, *, bgr: bool) -> np.ndarray:
+    """A checked frame -> the resized, centre-cropped uint8 HxWx3 RGB frame (vitedge.preprocess)."""
+    if bgr:
+        frame = frame[..., ::-1]
+    return image_to_uint8(Image.fromarray(np.ascontiguousarray(frame), mode="RGB"), pre)
+
+
+def prepare_batch(frames: list[np.ndarray], pre: Preprocess, *, bgr: bool, baked: bool) -> np.ndarray:
+    """Checked frames -> one model-input batch: uint8 NxHxWx3 RGB when the graph normalises
+    (baked), else float32 Nx3xHxW normalised — the same as `vitedge.preprocess.preprocess_array`."""
+    crops = [crop_frame(f, pre, bgr=bgr) for f in frames]
+    if baked:
+        return np.stack(crops)
+    return np.stack([normalize(c, pre) for c in crops])

@@ -1,0 +1,274 @@
+"""`load(bundle)` -> `Model`: a built bundle behind one small, thread-safe interface.
+
+The backend (ONNX Runtime, OpenVINO, TensorRT) is read from the bundle's manifest and
+opened through `vitedge.backends.get_backend(...).open_runner(...)`; the preprocessing is
+the manifest's, applied by `vitedge.preprocess`. Nothing here imports torch, onnx or the
+build-time tools, so a camera box needs only numpy, Pillow and its one backend.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import queue
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitedge.errors import BundleError, MissingDependencyError, UsageError
+from vitedge.manifest import Manifest, read_manifest, verify_bundle
+from vitedge.onnxutil import FLOAT_NCHW, UINT8_NHWC_RGB
+from vitedge.runtime.frames import as_frame_list, check_color, prepare_batch
+from vitedge.runtime.results import Prediction, Predictions, top_k as _top_k
+from vitedge.spec import Preprocess
+
+# backend -> (Python module it needs, what it is, how to install it on a runtime-only box)
+_NEEDS: dict[str, tuple[str, str, str]] = {
+    "onnxruntime": ("onnxruntime", "ONNX Runtime", "pip install onnxruntime (or: pip install 'vitedge-runtime[onnxruntime]')"),
+    "openvino": ("openvino", "OpenVINO", "pip install openvino (or: pip install 'vitedge-runtime[openvino]')"),
+    "tensorrt": ("tensorrt", "TensorRT",
+                 "JetPack's python3-libnvinfer on a Jetson; elsewhere pip install tensorrt cuda-python "
+                 "(or: pip install 'vitedge-runtime[tensorrt]')"),
+}
+
+
+def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: int | None = None,
+         runners: int = 1, max_batch: int | None = None) -> "Model":
+    """Open a built bundle folder for inference.
+
+    verify:    check every file against the sha256 in manifest.json first (default); pass
+               ``verify=False`` only for a bundle you have checked yourself.
+    warmup:    inference runs per runner on load (0: none), so the first real frame is not slow.
+    threads:   CPU threads per runner (None: the bundle profile's setting).
+    runners:   how many runners (ONNX Runtime sessions, OpenVINO compiled models with their
+               infer request, TensorRT contexts) to open. Calls from several threads share
+               them; with 1 (default) inference is serialised by the runner pool.
+    max_batch: largest batch sent to a runner at once; longer batches are split
+               (default: the largest batch size of the bundle's target profile).
+    """
+    bundle = Path(bundle)
+    manifest = verify_bundle(bundle) if verify else read_manifest(bundle)
+    if not manifest.artifacts.get("built", True):
+        raise BundleError(f"{bundle} holds no {manifest.target.get('backend', '')} engine yet (artifacts.built is false): "
+                          f"run `vitedge engine {bundle}` on the device to build it there")
+    if runners < 1:
+        raise UsageError(f"runners must be >= 1, got {runners}")
+    if warmup < 0:
+        raise UsageError(f"warmup must be >= 0, got {warmup}")
+    backend_name = str(manifest.target.get("backend", ""))
+    backend = _backend(backend_name, manifest)
+    options = _options(backend, manifest, bundle)
+    model_path = bundle / manifest.artifacts["model"]
+    opened = []
+    try:
+        for _ in range(runners):
+            runner = backend.open_runner(model_path, options, threads=threads)
+            try:
+                runner.open()
+            except MissingDependencyError:
+                raise _missing(backend_name, manifest) from None
+            opened.append(runner)
+        model = Model(bundle, manifest, opened, max_batch=max_batch)
+        model.warmup(warmup)
+    except BaseException:
+        for runner in opened:
+            runner.close()
+        raise
+    return model
+
+
+def _missing(backend_name: str, manifest: Manifest) -> MissingDependencyError:
+    module, what, install = _NEEDS.get(backend_name, (backend_name, backend_name, f"pip install {backend_name}"))
+    return MissingDependencyError(f"{what} (the runtime of this {manifest.target.get('name', backend_name)} bundle)", install)
+
+
+def _backend(name: str, manifest: Manifest):
+    from vitedge.backends import get_backend, list_backends
+
+    if name not in list_backends():
+        raise BundleError(f"the bundle's manifest names backend '{name}', which this vitedge does not know "
+                          f"(known: {', '.join(list_backends())}); upgrade vitedge")
+    module = _NEEDS.get(name, (None,))[0]
+    if module and importlib.util.find_spec(module) is None:
+        raise _missing(name, manifest)
+    try:
+        return get_backend(name)
+    except ImportError as err:
+        if err.name and err.name.startswith("vitedge"):
+            raise BundleError(f"this vitedge has no {name} runner ({err.name} is missing); upgrade vitedge") from None
+        raise _missing(name, manifest) from None
+
+
+def _options(backend, manifest: Manifest, bundle: Path):
+    values = dict((manifest.target.get("profile") or {}).get("backend_options") or {})
+    known = {f.name for f in dataclasses.fields(backend.options_type)}
+    try:
+        return backend.options_type(**{k: v for k, v in values.items() if k in known})
+    except (TypeError, ValueError, UsageError) as err:
+        raise BundleError(f"{bundle}/manifest.json: backend_options do not fit {backend.name}: {err}") from None
+
+
+class _RunnerPool:
+    """Hands each call a free runner; with one runner this is a lock around it."""
+
+    def __init__(self, runners: list):
+        self.runners = runners
+        self._free: queue.SimpleQueue = queue.SimpleQueue()
+        for r in runners:
+            self._free.put(r)
+
+    def infer(self, batch: np.ndarray) -> np.ndarray:
+        runner = self._free.get()
+        try:
+            return runner.infer(batch)
+        finally:
+            self._free.put(runner)
+
+    def each(self):
+        return list(self.runners)
+
+
+class Model:
+    """A loaded bundle. Make one with `vitedge.runtime.load`; safe to call from several threads.
+
+    Frames are uint8 HxWx3 arrays of any size (``color="rgb"``, or ``"bgr"`` for OpenCV);
+    a call takes one frame, a list of frames (sizes may differ) or an NxHxWx3 array.
+    """
+
+    def __init__(self, bundle: Path, manifest: Manifest, runners: list, *, max_batch: int | None = None):
+        self.bundle = Path(bundle)
+        self.manifest = manifest
+        self.backend = str(manifest.target.get("backend"))
+        self.target = str(manifest.target.get("name"))
+        inp, out = manifest.input, manifest.output
+        self.preprocessing: Preprocess = Preprocess.from_dict(inp["preprocess"])
+        self.input_format: str = str(inp.get("format", FLOAT_NCHW))
+        self.baked: bool = self.input_format == UINT8_NHWC_RGB
+        self.input_size: tuple[int, int] = tuple(self.preprocessing.crop_size)  # type: ignore[assignment]
+        self.output_kind: str = str(out.get("kind", "logits"))
+        names = out.get("class_names")
+        self.class_names: tuple[str, ...] | None = tuple(str(n) for n in names) if names else None
+        sizes = (manifest.target.get("profile") or {}).get("batch_sizes") or [1]
+        self.max_batch = int(max_batch or max(sizes))
+        if self.max_batch < 1:
+            raise UsageError(f"max_batch must be >= 1, got {self.max_batch}")
+        for runner in runners:
+            if runner.input_format != self.input_format:
+                raise BundleError(f"{self.bundle}: the artifact takes {runner.input_format} input but manifest.json says "
+                                  f"{self.input_format}; rebuild the bundle")
+        self._pool: _RunnerPool | None = _RunnerPool(runners)
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            for runner in pool.each():
+                runner.close()
+
+    def __enter__(self) -> "Model":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<vitedge Model {self.target} ({self.backend}) {self.bundle}: {self.output_kind}, "
+                f"{self.input_size[0]}x{self.input_size[1]} {self.input_format}>")
+
+    def warmup(self, runs: int = 1) -> None:
+        """Run a mid-grey frame through every runner `runs` times; checks the output size too."""
+        if runs <= 0:
+            return
+        h, w = self.input_size
+        batch = prepare_batch([np.full((h, w, 3), 128, np.uint8)], self.preprocessing, bgr=False, baked=self.baked)
+        for runner in self._runners():
+            for _ in range(runs):
+                out = runner.infer(batch)
+            if self.class_names and out.shape[-1] != len(self.class_names):
+                raise BundleError(f"{self.bundle}: the model outputs {out.shape[-1]} values but manifest.json names "
+                                  f"{len(self.class_names)} classes; rebuild the bundle")
+
+    def _runners(self) -> list:
+        if self._pool is None:
+            raise UsageError("this model is closed; load the bundle again")
+        return self._pool.each()
+
+    # -- the four calls ----------------------------------------------------------------------------
+
+    def preprocess(self, frames: Any, *, color: str = "rgb") -> np.ndarray:
+        """Frames -> the model-input batch this bundle's artifact takes (always batched, N first):
+        float32 Nx3xHxW normalised, or uint8 NxHxWx3 RGB resized+cropped when the bundle bakes
+        normalisation into its graph (``model.baked``)."""
+        items, _ = as_frame_list(frames)
+        return self._prepare(items, check_color(color))
+
+    def infer(self, batch: np.ndarray) -> np.ndarray:
+        """Raw model output for an already preprocessed batch in this bundle's input format
+        (what `preprocess` returns; ``model.input_format``). Returns an (N, ...) float array."""
+        pool = self._pool
+        if pool is None:
+            raise UsageError("this model is closed; load the bundle again")
+        if not isinstance(batch, np.ndarray):
+            raise UsageError(f"infer takes a numpy array in {self.input_format} layout, got {type(batch).__name__}")
+        n = batch.shape[0] if batch.ndim else 0
+        if n <= self.max_batch:
+            return pool.infer(batch)
+        return np.concatenate([pool.infer(batch[i:i + self.max_batch]) for i in range(0, n, self.max_batch)])
+
+    def logits(self, frames: Any, *, color: str = "rgb") -> np.ndarray:
+        """Raw outputs (logits, before softmax) for FRAMES, preprocessed as `predict` does.
+
+        Equal to ``model.infer(model.preprocess(frames, color=color))``: (N, C) for a list or
+        an NxHxWx3 array, (C,) for one HxWx3 frame. For an already preprocessed tensor use
+        `infer`."""
+        items, single = as_frame_list(frames)
+        out = self._run(items, check_color(color))
+        return out[0] if single else out
+
+    def predict(self, frames: Any, *, top_k: int = 5, color: str = "rgb") -> Prediction | Predictions:
+        """Top-k classes with softmax probabilities: a `Prediction` for one HxWx3 frame,
+        `Predictions` (N of them, plus (N, k) arrays) for a list or an NxHxWx3 array."""
+        if self.output_kind != "logits":
+            raise UsageError(f"{self.bundle} is an encoder bundle (it outputs {self.output_kind}s, no classes): "
+                             f"use model.embed(frames)")
+        if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+            raise UsageError(f"top_k must be a positive integer, got {top_k!r}")
+        items, single = as_frame_list(frames)
+        out = self._run(items, check_color(color))
+        if out.ndim != 2:
+            raise BundleError(f"{self.bundle}: expected (N, classes) logits, the model returned shape {out.shape}")
+        indices, probs = _top_k(out, int(top_k))
+        result = Predictions(indices, probs, self.class_names)
+        return result[0] if single else result
+
+    def embed(self, frames: Any, *, color: str = "rgb", normalize: bool = False) -> np.ndarray:
+        """Embeddings of an encoder bundle: (N, D) for a list or NxHxWx3 array, (D,) for one
+        frame; ``normalize=True`` scales each to unit L2 norm."""
+        if self.output_kind != "embedding":
+            raise UsageError(f"{self.bundle} is a classifier bundle (it outputs {self.output_kind}): "
+                             f"use model.predict(frames) or model.logits(frames)")
+        items, single = as_frame_list(frames)
+        out = self._run(items, check_color(color)).astype(np.float32, copy=False)
+        if normalize:
+            out = out / np.maximum(np.linalg.norm(out, axis=-1, keepdims=True), 1e-12)
+        return out[0] if single else out
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _prepare(self, items: Sequence[np.ndarray], bgr: bool) -> np.ndarray:
+        h, w = self.input_size
+        if not items:
+            shape = (0, h, w, 3) if self.baked else (0, 3, h, w)
+            return np.zeros(shape, np.uint8 if self.baked else np.float32)
+        return prepare_batch(list(items), self.preprocessing, bgr=bgr, baked=self.baked)
+
+    def _run(self, items: Sequence[np.ndarray], bgr: bool) -> np.ndarray:
+        if not items:
+            if self._pool is None:
+                raise UsageError("this model is closed; load the bundle again")
+            width = len(self.class_names) if self.class_names else 0
+            return np.zeros((0, width), np.float32)
+        return self.infer(self._prepare(items, bgr))
