@@ -1,0 +1,94 @@
+"""`vitedge calibrate MODEL --calib DATA [-o model.int8.onnx]`: statistics (cached) and the Q/DQ graph."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from vitedge.cli_options import with_intake
+
+
+@click.command("calibrate")
+@click.argument("model", type=click.Path(path_type=str))
+@click.option("--calib", type=click.Path(path_type=str), required=True, help="Calibration data: image folder, .npy/.npz, or a video file.")
+@click.option("-o", "--out", "out", type=click.Path(path_type=Path), default=None, help="Write the INT8 Q/DQ ONNX graph here.")
+@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@with_intake
+@click.option("--calib-size", type=int, default=None, metavar="N", help="Use a seeded subset of N calibration items (default: all).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --calib-size subset.")
+@click.option("--method", type=click.Choice(["minmax", "percentile", "entropy", "mse"]), default=None,
+              help="How activation ranges are chosen [default: percentile].")
+@click.option("--percentile", type=float, default=None, help="Percentile of |x| kept, for --method percentile [default: 99.99].")
+@click.option("--smoothquant-alpha", type=float, default=None, metavar="A", help="SmoothQuant migration strength in [0, 1] [default: 0.5].")
+@click.option("--no-smoothquant", is_flag=True, help="Switch SmoothQuant off.")
+@click.option("--quantize-attention/--no-quantize-attention", default=None,
+              help="Quantize the Q.K^T and P.V matmuls [default: no].")
+@click.option("--keep-float", multiple=True, metavar="PATTERN", help="Keep layers in float: node name, kind (linear, head, ...) or fnmatch pattern. Repeatable.")
+@click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Calibration cache [default: $VITEDGE_CACHE_DIR or ~/.cache/vitedge].")
+@click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
+def command(model: str, calib: str, out: Path | None, force: bool, intake, calib_size: int | None, seed: int, method: str | None,
+            percentile: float | None, smoothquant_alpha: float | None, no_smoothquant: bool, quantize_attention: bool | None,
+            keep_float: tuple[str, ...], cache_dir: Path | None, quiet: bool) -> None:
+    """Calibrate MODEL on real images and, with -o, write its INT8 Q/DQ ONNX graph.
+
+    Statistics are cached (keyed by the FP32 graph, the data, preprocessing and
+    settings), so running it again with the same inputs does no forward pass."""
+    import tempfile
+
+    from vitedge.calibration.sources import open_source
+    from vitedge.errors import UsageError
+    from vitedge.export import ExportOptions, export_onnx
+    from vitedge.models.intake import load_model
+    from vitedge.quantize import QuantConfig, build_qdq, calibrate
+
+    if no_smoothquant and smoothquant_alpha is not None:
+        raise UsageError("--no-smoothquant and --smoothquant-alpha contradict each other; pass one")
+    if out is not None:
+        if out.suffix.lower() != ".onnx":
+            raise UsageError(f"-o/--out should name an .onnx file, got {out}")
+        if out.exists() and not force:
+            raise UsageError(f"{out} exists; pass --force to overwrite it")
+        if out.exists() and out.is_dir():
+            raise UsageError(f"{out} is a folder; -o/--out names the .onnx file to write")
+    settings: dict = {}
+    if method is not None:
+        settings["method"] = method
+    if percentile is not None:
+        if (method or "percentile") != "percentile":
+            raise UsageError(f"--percentile goes with --method percentile, not --method {method}")
+        settings["percentile"] = percentile
+    if smoothquant_alpha is not None:
+        settings["smoothquant_alpha"] = smoothquant_alpha
+    if no_smoothquant:
+        settings["smoothquant_alpha"] = None
+    if quantize_attention is not None:
+        settings["quantize_attention"] = quantize_attention
+    config = QuantConfig(**settings)  # validates: UsageError with the flag's name
+
+    loaded = load_model(model, intake)
+    spec = loaded.spec
+    source = open_source(calib, spec.preprocess, limit=calib_size, seed=seed, class_names=spec.class_names, progress=not quiet)
+    click.echo(f"calibration data: {source.summary.one_line()}")
+    with tempfile.TemporaryDirectory(prefix="vitedge-calibrate-") as work:
+        fp32 = Path(work) / "model.fp32.onnx"
+        export_onnx(loaded, fp32, ExportOptions())
+        cal = calibrate(fp32, source, config, cache_dir=cache_dir, progress=not quiet)
+        graph = build_qdq(cal, keep_float=keep_float) if (out is not None or keep_float) else None
+    s = cal.summary
+    skipped = sum(s.skipped.values())
+    converted = sum(s.converted.values())
+    click.echo(f"method: {config.describe()}")
+    click.echo(f"items: {s.used} used, {skipped} skipped, {converted} converted; seed {s.seed}; data hash {s.data_hash[:16]}")
+    if cal.reused:
+        click.echo(f"statistics: reused from the cache ({cal.cache_path}), no forward pass")
+    else:
+        where = f", cached in {cal.cache_path}" if cal.cache_path else ""
+        click.echo(f"statistics: computed, {cal.forward_passes} forward passes in {cal.timings.get('statistics', 0.0):.1f} s{where}")
+    if cal.cache_note:
+        click.echo(f"note: {cal.cache_note}")
+    if graph is not None:
+        click.echo(f"layers: {graph.one_line()}")
+    if out is not None and graph is not None:
+        graph.save(out)
+        click.echo(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
