@@ -366,3 +366,29 @@ def test_load_and_predict_do_not_import_build_tools(runtime_bundles):
     loaded = _modules_after(code)
     assert {"onnxruntime", "openvino"} <= loaded  # it did run both backends
     assert not [m for m in HEAVY if m in loaded]
+
+
+# -- the example app ------------------------------------------------------------------------------
+
+
+def test_camera_loop_example_annotates_the_demo_video(runtime_bundles, tmp_path):
+    cv2 = pytest.importorskip("cv2")
+    video = tmp_path / "demo.avi"
+    make = subprocess.run([sys.executable, str(EXAMPLES / "make_demo_video.py"), "-o", str(video), "--frames-per-digit", "6"],
+                          capture_output=True, text=True, timeout=300)
+    assert make.returncode == 0, make.stderr
+    out, snap = tmp_path / "annotated.avi", tmp_path / "snap.png"
+    run = subprocess.run([sys.executable, str(EXAMPLES / "camera_loop.py"), str(runtime_bundles["baked"]["intel-cpu"]),
+                          "--source", str(video), "--out", str(out), "--max-frames", "24", "--snapshot", str(snap),
+                          "--snapshot-at", "7"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "24 frames" in run.stdout and "top-1 in order: 0 x6, 1 x6, 2 x6, 3 x6" in run.stdout
+    cap = cv2.VideoCapture(str(out))
+    assert int(cap.get(cv2.CAP_PROP_FRAME_COUNT)) == 24
+    cap.release()
+    shot = cv2.imread(str(snap))
+    assert shot.shape == (240, 320, 3)
+    assert shot[:12, :60, 1].max() > 200  # the green label text sits on the darkened top strip
+    bad = subprocess.run([sys.executable, str(EXAMPLES / "camera_loop.py"), str(tmp_path / "nope")],
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "does not exist" in bad.stderr
