@@ -1,0 +1,408 @@
+"""Q/DQ placement on small real ViTs of every shape vitedge meets (random weights).
+
+Also home of the small-model helpers the other test_quantize_* files import: each model
+is built, saved as users save it, loaded with vitedge's intake and exported with
+vitedge's exporter once per process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import functools
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CALIB_DIR = REPO / "calibration" / "digits" / "calib"
+VAL_DIR = REPO / "calibration" / "digits" / "val"
+DIGITS_PT = REPO / "examples" / "digits_vit.pt"
+POSTNORM_PT = REPO / "examples" / "postnorm_vit.pt"
+POSTNORM_PY = REPO / "examples" / "postnorm_vit.py"
+
+_WORK = Path(tempfile.mkdtemp(prefix="vitedge-test-quantize-"))
+atexit.register(shutil.rmtree, _WORK, True)
+
+# Hand-written ViTs: the --model-class path. Written to a file because that is how a
+# user hands vitedge a class.
+CUSTOM_SOURCE = '''
+import torch
+from torch import nn
+
+
+class _Patches(nn.Module):
+    def __init__(self, dim, patch=8, image=32):
+        super().__init__()
+        self.proj = nn.Conv2d(3, dim, patch, patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
+
+    def forward(self, x):
+        t = self.proj(x).flatten(2).transpose(1, 2)
+        return torch.cat([self.cls.expand(t.shape[0], -1, -1), t], 1) + self.pos
+
+
+class PreNormEncoderViT(nn.Module):
+    """nn.TransformerEncoder, norm_first=True (pre-norm)."""
+
+    pretrained_cfg = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "crop_pct": 1.0, "interpolation": "bilinear", "input_size": (3, 32, 32)}
+
+    def __init__(self, dim=32, depth=2, heads=2, classes=10):
+        super().__init__()
+        self.embed = _Patches(dim)
+        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        return self.head(self.norm(self.encoder(self.embed(x)))[:, 0])
+
+
+class SplitQKVViT(nn.Module):
+    """Separate q/k/v Linear layers (Hugging Face style): one LayerNorm output feeds three."""
+
+    pretrained_cfg = {"mean": (0.5, 0.5, 0.5), "std": (0.5, 0.5, 0.5), "crop_pct": 1.0, "interpolation": "bilinear", "input_size": (3, 32, 32)}
+
+    def __init__(self, dim=32, depth=2, heads=2, classes=10):
+        super().__init__()
+        self.heads = heads
+        self.embed = _Patches(dim)
+        self.blocks = nn.ModuleList()
+        for _ in range(depth):
+            self.blocks.append(nn.ModuleDict({
+                "ln1": nn.LayerNorm(dim), "q": nn.Linear(dim, dim), "k": nn.Linear(dim, dim), "v": nn.Linear(dim, dim),
+                "o": nn.Linear(dim, dim), "ln2": nn.LayerNorm(dim), "fc1": nn.Linear(dim, 2 * dim), "fc2": nn.Linear(2 * dim, dim),
+            }))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x):
+        x = self.embed(x)
+        b, n, d = x.shape
+        h = self.heads
+        for blk in self.blocks:
+            y = blk["ln1"](x)
+            q, k, v = (blk[p](y).reshape(b, n, h, d // h).transpose(1, 2) for p in ("q", "k", "v"))
+            a = torch.softmax(q @ k.transpose(-2, -1) * (d // h) ** -0.5, dim=-1)
+            x = x + blk["o"]((a @ v).transpose(1, 2).reshape(b, n, d))
+            x = x + blk["fc2"](nn.functional.gelu(blk["fc1"](blk["ln2"](x))))
+        return self.head(self.norm(x)[:, 0])
+'''
+
+MODELS = ("timm", "torchvision", "deit_distilled", "prenorm_encoder", "postnorm", "split_qkv")
+
+
+@functools.lru_cache(maxsize=None)
+def fp32_model(name: str) -> tuple[Path, object]:
+    """(FP32 ONNX path, ModelSpec) of a small random-weight model, exported once per process."""
+    import torch
+
+    from vitedge.export import export_onnx
+    from vitedge.models.intake import IntakeOptions, load_model
+
+    torch.manual_seed(0)
+    pt = _WORK / f"{name}.pt"
+    opts = IntakeOptions()
+    if name == "timm":
+        import timm
+
+        m = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=10)
+        opts = IntakeOptions(num_heads=3)
+    elif name == "torchvision":
+        from torchvision.models.vision_transformer import VisionTransformer
+
+        m = VisionTransformer(image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=32, mlp_dim=64, num_classes=10)
+        torch.nn.init.normal_(m.heads.head.weight, std=0.5)
+        opts = IntakeOptions(num_heads=2)
+    elif name == "deit_distilled":
+        from timm.models.deit import VisionTransformerDistilled
+
+        m = VisionTransformerDistilled(img_size=32, patch_size=8, embed_dim=48, depth=2, num_heads=3, num_classes=10)
+        torch.nn.init.normal_(m.head.weight, std=0.2)
+        torch.nn.init.normal_(m.head_dist.weight, std=0.2)
+        opts = IntakeOptions(num_heads=3)
+    elif name == "postnorm":
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("vitedge_test_postnorm", POSTNORM_PY)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        kwargs = dict(dim=32, depth=2, heads=2, mlp_dim=64)
+        m = mod.PostNormViT(**kwargs)
+        opts = IntakeOptions(model_class=f"{POSTNORM_PY}:PostNormViT", model_kwargs=kwargs)
+    elif name in ("prenorm_encoder", "split_qkv"):
+        src = _WORK / "custom_vits.py"
+        if not src.exists():
+            src.write_text(CUSTOM_SOURCE)
+        cls = {"prenorm_encoder": "PreNormEncoderViT", "split_qkv": "SplitQKVViT"}[name]
+        namespace: dict = {}
+        exec(compile(CUSTOM_SOURCE, str(src), "exec"), namespace)
+        m = namespace[cls]()
+        opts = IntakeOptions(model_class=f"{src}:{cls}")
+    else:  # pragma: no cover
+        raise KeyError(name)
+    torch.save(m.eval().state_dict(), pt)
+    loaded = load_model(pt, opts)
+    out = _WORK / f"{name}.onnx"
+    export_onnx(loaded, out)
+    return out, loaded.spec
+
+
+@functools.lru_cache(maxsize=None)
+def bundled_model(which: str = "digits") -> tuple[Path, object]:
+    """The trained example models (skips the test when they are not in the checkout)."""
+    from vitedge.export import export_onnx
+    from vitedge.models.intake import IntakeOptions, load_model
+
+    pt = DIGITS_PT if which == "digits" else POSTNORM_PT
+    if not pt.exists():
+        pytest.skip(f"{pt.relative_to(REPO)} is not in this checkout")
+    opts = IntakeOptions() if which == "digits" else IntakeOptions(model_class=f"{POSTNORM_PY}:PostNormViT")
+    loaded = load_model(pt, opts)
+    out = _WORK / f"bundled_{which}.onnx"
+    export_onnx(loaded, out)
+    return out, loaded.spec
+
+
+def source_for(spec, limit: int | None = 16, seed: int = 0, path: Path = CALIB_DIR):
+    from vitedge.calibration.sources import open_source
+
+    return open_source(path, spec.preprocess, limit=limit, seed=seed, class_names=spec.class_names)
+
+
+def graph_io(model):
+    """producer and consumers maps of an onnx ModelProto."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    consumers = collections.defaultdict(list)
+    for n in model.graph.node:
+        for i in n.input:
+            consumers[i].append(n)
+    return producer, consumers
+
+
+def run_ort(model_or_path, x: np.ndarray) -> np.ndarray:
+    from vitedge.onnxutil import ort_session
+
+    src = model_or_path.SerializeToString() if hasattr(model_or_path, "SerializeToString") else Path(model_or_path)
+    sess = ort_session(src, threads=2)
+    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
+
+
+# --------------------------------------------------------------------------- placement tests
+
+EXPECTED = {
+    # name: (linear, patch_embed, head, attention_matmul)
+    "timm": (8, 1, 1, 4),
+    "torchvision": (8, 1, 1, 4),
+    "deit_distilled": (8, 1, 2, 4),
+    "prenorm_encoder": (8, 1, 1, 4),
+    "postnorm": (8, 1, 1, 4),  # patch embedding is a Linear on unfolded patches here
+    "split_qkv": (12, 1, 1, 4),
+}
+LAYER_OPS = {"MatMul", "Gemm", "Conv"}
+FLOAT_ONLY = {"LayerNormalization", "Softmax", "Add", "Erf", "Div", "Mul", "Sub", "Pow", "Sqrt", "ReduceMean"}
+
+
+@pytest.fixture(scope="module")
+def calibrations(tmp_path_factory):
+    from vitedge.quantize import QuantConfig, calibrate
+
+    cache = tmp_path_factory.mktemp("cache")
+    out = {}
+    for name in MODELS:
+        path, spec = fp32_model(name)
+        out[name] = calibrate(path, source_for(spec), QuantConfig(method="minmax", quantize_attention=True), cache_dir=cache)
+    return out
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_layer_kinds_come_from_structure(name, calibrations):
+    cal = calibrations[name]
+    kinds = collections.Counter(l.kind for l in cal.layers)
+    linear, patch, head, attn = EXPECTED[name]
+    assert (kinds["linear"], kinds["patch_embed"], kinds["head"], kinds["attention_matmul"]) == (linear, patch, head, attn), kinds
+    for layer in cal.layers:
+        assert layer.name and layer.op_type in LAYER_OPS
+        if layer.kind == "attention_matmul":
+            assert layer.weight is None and len(layer.inputs) == 2
+        else:
+            assert layer.weight is not None and len(layer.inputs) == 1 and layer.channels > 0
+            expected_axis = 0 if layer.op_type in ("Conv",) or (layer.op_type == "Gemm") else 1
+            assert layer.weight_axis == expected_axis
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_qdq_only_feeds_layers_and_residual_stream_stays_float(name, calibrations):
+    from vitedge.quantize import build_qdq, check_qdq_graph
+
+    cal = calibrations[name]
+    q = build_qdq(cal)  # quantize_attention=True in this calibration
+    m = q.model
+    assert check_qdq_graph(m) == []
+    producer, consumers = graph_io(m)
+    inits = {t.name: t for t in m.graph.initializer}
+    dq_outputs = {n.output[0] for n in m.graph.node if n.op_type == "DequantizeLinear"}
+    # every DQ output is read only by a quantized layer: never by LayerNorm, Softmax, GELU (Erf), Add
+    for t in dq_outputs:
+        for c in consumers[t]:
+            assert c.op_type in LAYER_OPS, f"{c.op_type} {c.name} reads dequantized {t}"
+    nodes = {n.name: n for n in m.graph.node}
+    for layer in cal.layers:
+        node = nodes[layer.name]
+        n_inputs = 2 if layer.kind == "attention_matmul" else 1
+        for i in range(n_inputs):
+            dq = producer[node.input[i]]
+            assert dq.op_type == "DequantizeLinear"
+            assert producer[dq.input[0]].op_type == "QuantizeLinear"
+        if layer.weight is not None:
+            dq = producer[node.input[1]]
+            assert dq.op_type == "DequantizeLinear" and inits[dq.input[0]].data_type == 3  # INT8 initializer
+    for n in m.graph.node:
+        if n.op_type in FLOAT_ONLY:
+            for i in n.input:
+                assert i not in dq_outputs, f"{n.op_type} {n.name} reads a dequantized tensor"
+    # one Q per distinct activation tensor, however many layers read it
+    acts = {t for l in cal.layers for t in l.inputs}
+    qs = [n for n in m.graph.node if n.op_type == "QuantizeLinear"]
+    assert len(qs) == len(acts) == len({n.input[0] for n in qs})
+
+
+def test_shared_activation_gets_one_qdq_pair(calibrations):
+    from vitedge.quantize import build_qdq
+
+    cal = calibrations["split_qkv"]
+    m = build_qdq(cal).model
+    _, consumers = graph_io(m)
+    fan = [len([c for c in consumers[n.output[0]] if c.op_type == "MatMul"]) for n in m.graph.node if n.op_type == "DequantizeLinear"]
+    assert fan.count(3) == 2  # ln1 output -> q, k, v in each of the 2 blocks
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_attention_matmuls_follow_the_switch(name, calibrations):
+    import dataclasses
+
+    from vitedge.quantize import QuantConfig, build_qdq
+
+    cal = calibrations[name]
+    off = dataclasses.replace(cal, config=QuantConfig(method="minmax", quantize_attention=False))
+    q = build_qdq(off)
+    producer, _ = graph_io(q.model)
+    nodes = {n.name: n for n in q.model.graph.node}
+    attn = [l for l in cal.layers if l.kind == "attention_matmul"]
+    assert attn and all(l.name in q.kept_float for l in attn)
+    for layer in attn:
+        for i in nodes[layer.name].input:
+            assert producer.get(i) is None or producer[i].op_type != "DequantizeLinear"
+    assert q.layer_kinds()["attention_matmul"] == (0, len(attn))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_qdq_graph_runs_and_tracks_fp32(name, calibrations):
+    from vitedge.quantize import build_qdq
+
+    path, spec = fp32_model(name)
+    x = next(source_for(spec, limit=8).batches(8)).images
+    ref = run_ort(path, x)
+    got = run_ort(build_qdq(calibrations[name], keep_float="attention_matmul").model, x)
+    assert got.shape == ref.shape
+    err = np.abs(got - ref).max() / (np.abs(ref).max() + 1e-6)
+    assert err < 0.15, err
+
+
+def test_placement_ignores_names(calibrations, tmp_path):
+    """Rename every node and tensor: the same layers are found, of the same kinds."""
+    import onnx
+
+    from vitedge.quantize import QuantConfig, calibrate
+
+    path, spec = fp32_model("timm")
+    m = onnx.load(str(path))
+    keep = {i.name for i in m.graph.input} | {o.name for o in m.graph.output}
+    mapping: dict[str, str] = {}
+
+    def rename(t: str) -> str:
+        if not t or t in keep:
+            return t
+        return mapping.setdefault(t, f"t{len(mapping)}")
+
+    for init in m.graph.initializer:
+        init.name = rename(init.name)
+    for k, n in enumerate(m.graph.node):
+        n.name = f"n{k}"
+        n.input[:] = [rename(i) for i in n.input]
+        n.output[:] = [rename(o) for o in n.output]
+    for vi in m.graph.value_info:
+        vi.name = rename(vi.name)
+    anon = tmp_path / "anon.onnx"
+    onnx.save(m, str(anon))
+    cal = calibrate(anon, source_for(spec), QuantConfig(method="minmax", quantize_attention=True), cache_dir=tmp_path / "c")
+    before = [l.kind for l in calibrations["timm"].layers]
+    assert [l.kind for l in cal.layers] == before
+    assert all(l.name.startswith("n") for l in cal.layers)
+
+
+def test_weights_are_int8_per_output_channel_and_the_file_shrinks(calibrations, tmp_path):
+    import onnx
+    from onnx import numpy_helper
+
+    from vitedge.quantize import build_qdq
+
+    path, _ = fp32_model("timm")
+    q = build_qdq(calibrations["timm"])
+    out = q.save(tmp_path / "m.int8.onnx")
+    assert out.stat().st_size < 0.45 * path.stat().st_size
+    m = onnx.load(str(out))
+    inits = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}
+    nodes = {n.name: n for n in m.graph.node}
+    producer, _ = graph_io(m)
+    for layer in q.layers:
+        if layer.weight is None:
+            continue
+        dq = producer[nodes[layer.name].input[1]]
+        w, scale, zp = (inits[i] for i in dq.input)
+        axis = next(a.i for a in dq.attribute if a.name == "axis")
+        assert w.dtype == np.int8 and zp.dtype == np.int8 and not zp.any()
+        assert axis == layer.weight_axis and scale.shape == (layer.channels,) and w.shape[axis] == layer.channels
+        assert np.abs(w).max() == 127  # each channel's largest weight uses the full range
+
+
+def test_keep_float_by_name_kind_and_pattern_without_recalibrating(calibrations):
+    from vitedge.errors import UsageError
+    from vitedge.quantize import build_qdq
+
+    cal = calibrations["timm"]
+    head = next(l for l in cal.layers if l.kind == "head")
+    by_name = build_qdq(cal, keep_float=[head.name])
+    assert head.name in by_name.kept_float and head.name not in by_name.quantized
+    by_kind = build_qdq(cal, keep_float={"head", "patch_embed"})
+    assert {l.kind for l in cal.layers if l.name in by_kind.kept_float} == {"head", "patch_embed"}
+    by_pattern = build_qdq(cal, keep_float=("*/mlp/*",))
+    assert sum(1 for n in by_pattern.kept_float if "/mlp/" in n) == 4
+    assert all(q.calibration is cal for q in (by_name, by_kind, by_pattern))
+    with pytest.raises(UsageError, match="matches no quantizable layer"):
+        build_qdq(cal, keep_float=["no/such/node"])
+    with pytest.raises(UsageError):
+        build_qdq(cal, keep_float=[""])
+
+
+def test_metadata_keeps_spec_and_records_the_quantizer(calibrations):
+    import json
+
+    import onnx
+
+    from vitedge.onnxutil import INPUT_FORMAT_KEY, SPEC_KEY, get_metadata
+    from vitedge.quantize import METADATA_KEY, build_qdq
+
+    path, _ = fp32_model("deit_distilled")
+    fp32_meta = get_metadata(onnx.load(str(path)))
+    meta = get_metadata(build_qdq(calibrations["deit_distilled"]).model)
+    assert meta[SPEC_KEY] == fp32_meta[SPEC_KEY] and meta[INPUT_FORMAT_KEY] == fp32_meta[INPUT_FORMAT_KEY]
+    info = json.loads(meta[METADATA_KEY])
+    assert info["config"]["method"] == "minmax"
+    assert info["calibration"]["used"] == 16 and info["calibration"]["data_hash"]
+    assert info["quantized_layers"] == 15 and info["layers"] == 15
