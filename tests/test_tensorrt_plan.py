@@ -1,0 +1,194 @@
+"""plan_build: the settings each TensorRT profile asks for on 8.6, 10.x and 11.x, and the
+equivalent trtexec lines. Pure functions: no TensorRT needed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+
+import pytest
+from test_tensorrt_standin import make_fake_trt
+
+from vitedge.backends.tensorrt_plan import (
+    BuildPlan,
+    GraphFacts,
+    TensorRtOptions,
+    assumed_capabilities,
+    capabilities_from_module,
+    plan_build,
+    reference_plan,
+    trtexec_command,
+)
+from vitedge.errors import ProfileError, UsageError
+from vitedge.profiles import load_profile, parse_profile
+
+LN = ("/blocks/blocks.0/norm1/LayerNormalization", "/blocks/blocks.0/norm2/LayerNormalization", "/norm/LayerNormalization")
+GRAPH = GraphFacts(input_name="input", input_shape=(3, 224, 224), layernorm_layers=LN)
+CAPS = {v: capabilities_from_module(make_fake_trt(v)) for v in ("8.6.1", "10.3.0", "11.0.0", "11.4.0")}
+
+
+def _plan(target: str, version: str, **changes) -> BuildPlan:
+    profile = load_profile(target)
+    options = dataclasses.replace(profile.backend_options, **changes)
+    return plan_build(options, profile.batch_sizes, CAPS[version], graph=GRAPH)
+
+
+def test_each_profile_plans_its_batch_range_and_workspace():
+    expected = {"desktop-gpu": ((1, 8, 32), 4096), "jetson-orin": ((1, 4, 8), 2048), "jetson-orin-nano": ((1, 1, 4), 512)}
+    for target, ((lo, opt, hi), mib) in expected.items():
+        plan = _plan(target, "10.3.0")
+        assert plan.profile_min == (lo, 3, 224, 224) and plan.profile_opt == (opt, 3, 224, 224) and plan.profile_max == (hi, 3, 224, 224)
+        assert plan.workspace_bytes == mib << 20 and plan.optimization_level == 3
+        assert plan.timing_cache == "timing.cache" and plan.dla_core is None and plan.hardware_compatibility == "none"
+        assert plan.input_name == "input" and plan.engine == "model.engine"
+
+
+def test_trt10_is_weakly_typed_with_layernorm_pinned_to_fp32():
+    plan = _plan("jetson-orin", "10.3.0")
+    assert not plan.strongly_typed and plan.graph == "model.int8.onnx"
+    assert plan.builder_flags == ("INT8", "FP16", "OBEY_PRECISION_CONSTRAINTS")
+    assert plan.network_flags == ()  # EXPLICIT_BATCH is deprecated (implied) in 10.x
+    assert plan.fp32_layers == LN and plan.fp32_layer_types == ("NORMALIZATION",) and plan.precision_constraints == "obey"
+
+
+def test_trt86_needs_explicit_batch():
+    plan = _plan("desktop-gpu", "8.6.1")
+    assert plan.network_flags == ("EXPLICIT_BATCH",)
+    assert plan.builder_flags == ("INT8", "FP16", "OBEY_PRECISION_CONSTRAINTS")
+
+
+def test_trt11_is_strongly_typed_from_the_cast_graph():
+    plan = _plan("jetson-orin", "11.0.0")
+    assert plan.strongly_typed and plan.network_flags == ("STRONGLY_TYPED",)
+    assert plan.builder_flags == ()  # no INT8 / FP16 / precision-constraint flags exist in 11
+    assert plan.graph == "model.int8.typed.onnx" and plan.typed_graph == {"float_precision": "fp16", "layernorm_fp32": True}
+    assert plan.fp32_layers == () and plan.precision_constraints is None
+
+
+def test_fp32_float_regions():
+    weak = _plan("desktop-gpu", "10.3.0", float_precision="fp32")
+    assert weak.builder_flags == ("INT8",) and weak.precision_constraints is None
+    strong = _plan("desktop-gpu", "11.0.0", float_precision="fp32")
+    assert strong.graph == "model.int8.onnx" and strong.typed_graph is None
+
+
+def test_layernorm_fp16_when_asked():
+    plan = _plan("desktop-gpu", "10.3.0", layernorm_fp32=False)
+    assert plan.builder_flags == ("INT8", "FP16") and plan.fp32_layers == ()
+    assert _plan("desktop-gpu", "11.0.0", layernorm_fp32=False).typed_graph["layernorm_fp32"] is False
+
+
+def test_dla_with_gpu_fallback_on_agx_orin():
+    plan = _plan("jetson-orin", "10.3.0", dla_core=1)
+    assert plan.dla_core == 1 and plan.gpu_fallback and "GPU_FALLBACK" in plan.builder_flags
+    no_fallback = _plan("jetson-orin", "10.3.0", dla_core=0, gpu_fallback=False)
+    assert "GPU_FALLBACK" not in no_fallback.builder_flags and any("fails" in n for n in no_fallback.notes)
+    with pytest.raises(UsageError, match="11.0-11.3"):
+        _plan("jetson-orin", "11.0.0", dla_core=0)
+    back = _plan("jetson-orin", "11.4.0", dla_core=0)
+    assert back.dla_core == 0 and back.builder_flags == ("GPU_FALLBACK",)
+    with pytest.raises(UsageError, match="hardware-compatible"):
+        _plan("jetson-orin", "10.3.0", dla_core=0, hardware_compatibility="ampere_plus")
+
+
+def test_compatibility_modes_follow_what_the_tensorrt_offers():
+    plan = _plan("desktop-gpu", "10.3.0", hardware_compatibility="ampere_plus", version_compatible=True)
+    assert plan.hardware_compatibility == "ampere_plus" and "VERSION_COMPATIBLE" in plan.builder_flags
+    assert _plan("desktop-gpu", "10.3.0", hardware_compatibility="same_compute_capability").hardware_compatibility == "same_compute_capability"
+    with pytest.raises(UsageError, match="not offered by TensorRT 8.6.1"):
+        _plan("desktop-gpu", "8.6.1", hardware_compatibility="same_compute_capability")
+
+
+def test_bad_settings_are_refused():
+    with pytest.raises(UsageError, match="opt_batch 64 lies outside"):
+        _plan("desktop-gpu", "10.3.0", opt_batch=64)
+    with pytest.raises(UsageError, match="too old"):
+        plan_build(TensorRtOptions(), (1,), dataclasses.replace(CAPS["8.6.1"], version="8.5.2", minor=5))
+    for bad in ({"float_precision": "bf16"}, {"builder_optimization_level": 6}, {"hardware_compatibility": "turing"},
+                {"dla_core": -2}, {"workspace_mb": 0}, {"trt_major": 9}):
+        with pytest.raises(UsageError):
+            TensorRtOptions(**bad)
+
+
+def test_profile_keys_are_the_options_fields(tmp_path):
+    data = {"backend": "tensorrt", "precision": "int8", "backend_options": {"workspace_mb": 1024, "dla_cores": 0}}
+    with pytest.raises(ProfileError, match="unknown key 'backend_options.dla_cores'"):
+        parse_profile(data, tmp_path / "t.toml")
+    data["backend_options"] = {"layernorm_fp32": "yes"}
+    with pytest.raises(ProfileError, match="layernorm_fp32"):
+        parse_profile(data, tmp_path / "t.toml")
+
+
+def test_plan_round_trips_through_json():
+    plan = _plan("jetson-orin", "10.3.0", dla_core=0)
+    again = BuildPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
+    assert again == plan
+
+
+def test_reference_plan_is_plain_fp32_on_the_gpu():
+    ref = reference_plan(_plan("jetson-orin", "10.3.0", dla_core=0, version_compatible=True))
+    assert ref.graph == "reference.fp32.onnx" and ref.engine == "reference.fp32.engine"
+    assert ref.builder_flags == ("VERSION_COMPATIBLE",) and ref.cleared_flags == ("TF32",)
+    assert ref.dla_core is None and ref.precision_constraints is None and ref.profile_max == (8, 3, 224, 224)
+
+
+def test_assumed_capabilities_match_the_detected_ones():
+    for major, version in ((8, "8.6.1"), (10, "10.3.0"), (11, "11.4.0")):
+        assumed, found = assumed_capabilities(major), CAPS[version]
+        for flag in ("int8_flag", "fp16_flag", "precision_constraints", "strongly_typed_flag", "explicit_batch_flag", "dla",
+                     "hardware_levels", "version_compatible"):
+            assert getattr(assumed, flag) == getattr(found, flag), (major, flag)
+        assert assumed.assumed and not found.assumed
+
+
+# -- trtexec ----------------------------------------------------------------------------------
+
+def test_trtexec_trt10_desktop():
+    cmd = trtexec_command(_plan("desktop-gpu", "10.3.0"))
+    ln = ",".join(f"{name}:fp32" for name in LN)
+    assert cmd == ("trtexec --onnx=model.int8.onnx --int8 --fp16 --minShapes=input:1x3x224x224 --optShapes=input:8x3x224x224 "
+                   "--maxShapes=input:32x3x224x224 --memPoolSize=workspace:4096M --builderOptimizationLevel=3 "
+                   f"--timingCacheFile=timing.cache --precisionConstraints=obey --layerPrecisions={ln} "
+                   "--profilingVerbosity=detailed --saveEngine=model.engine --skipInference")
+
+
+def test_trtexec_trt10_jetson_dla():
+    cmd = shlex.split(trtexec_command(_plan("jetson-orin", "10.3.0", dla_core=0)))
+    assert "--useDLACore=0" in cmd and "--allowGPUFallback" in cmd
+    assert "--memPoolSize=workspace:2048M" in cmd and "--optShapes=input:4x3x224x224" in cmd
+
+
+def test_trtexec_trt86_memory_pool_in_mib():
+    cmd = shlex.split(trtexec_command(_plan("jetson-orin-nano", "8.6.1")))
+    assert "--memPoolSize=workspace:512" in cmd and "--int8" in cmd and "--fp16" in cmd
+
+
+def test_trtexec_trt11_strongly_typed():
+    cmd = shlex.split(trtexec_command(_plan("jetson-orin", "11.0.0")))
+    assert cmd[:3] == ["trtexec", "--onnx=model.int8.typed.onnx", "--stronglyTyped"]
+    assert not {"--int8", "--fp16", "--best"} & set(cmd) and not any(a.startswith("--precisionConstraints") for a in cmd)
+    assert "--memPoolSize=workspace:2048M" in cmd and "--saveEngine=model.engine" in cmd
+
+
+def test_trtexec_compatibility_and_reference():
+    plan = _plan("desktop-gpu", "10.3.0", hardware_compatibility="ampere_plus", version_compatible=True)
+    cmd = shlex.split(trtexec_command(plan))
+    assert "--hardwareCompatibilityLevel=ampere+" in cmd and "--versionCompatible" in cmd
+    ref = shlex.split(trtexec_command(reference_plan(plan)))
+    assert "--onnx=reference.fp32.onnx" in ref and "--noTF32" in ref and "--int8" not in ref and "--saveEngine=reference.fp32.engine" in ref
+
+
+def test_graph_facts_from_a_real_graph(tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["batch", 3, 32, 48])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3, 32, 48])
+    g = helper.make_graph([helper.make_node("Identity", ["pixels"], ["y"], name="id")], "g", [x], [y])
+    facts = GraphFacts.from_model(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    assert facts.input_name == "pixels" and facts.input_shape == (3, 32, 48) and facts.opset == 17
+    bad = helper.make_graph([helper.make_node("Identity", ["pixels"], ["y"])], "g",
+                            [helper.make_tensor_value_info("pixels", TensorProto.FLOAT, ["b", 3, "h", "w"])], [y])
+    with pytest.raises(UsageError, match="fixed per-sample dims"):
+        GraphFacts.from_model(helper.make_model(bad))

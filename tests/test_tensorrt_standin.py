@@ -1,0 +1,460 @@
+"""A recording stand-in for the ``tensorrt`` module (and cuda-python's runtime), in three
+flavours: 8.6, 10.x and 11.x. NOT TensorRT: nothing here builds or measures an engine.
+
+What it emulates, from TensorRT's Python API docs and the 10.x -> 11.x migration guide:
+* 11.x has no BuilderFlag.INT8/FP16/OBEY_PRECISION_CONSTRAINTS/PREFER_PRECISION_CONSTRAINTS
+  (using them raises AttributeError), no EXPLICIT_BATCH, and its layers have no
+  precision / set_output_type; STRONGLY_TYPED is accepted (and ignored: always on);
+* 10.x has STRONGLY_TYPED; setting a layer's precision in a strongly typed network raises;
+* 8.6 needs EXPLICIT_BATCH, has no STRONGLY_TYPED and no SAME_COMPUTE_CAPABILITY;
+* DLA cores exist only when the flavour is given some (Jetson AGX Orin / Xavier).
+
+Every builder/config/network/layer call and attribute set is appended to ``trt.calls``.
+The "engine" it serialises is a JSON note carrying the ONNX graph; its execution context
+runs that file with ONNX Runtime on the stand-in device memory, so the runner, the
+validation and the bundle completion can be exercised end to end offline.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import json
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+_OP_LAYER = {
+    "LayerNormalization": "NORMALIZATION", "MatMul": "MATRIX_MULTIPLY", "Gemm": "MATRIX_MULTIPLY", "Conv": "CONVOLUTION",
+    "Softmax": "SOFTMAX", "QuantizeLinear": "QUANTIZE", "DequantizeLinear": "DEQUANTIZE", "Add": "ELEMENTWISE",
+    "Mul": "ELEMENTWISE", "Div": "ELEMENTWISE", "Sub": "ELEMENTWISE", "Pow": "ELEMENTWISE", "Erf": "UNARY", "Sqrt": "UNARY",
+    "Cast": "CAST", "Transpose": "SHUFFLE", "Reshape": "SHUFFLE", "Concat": "CONCATENATION", "Gather": "GATHER",
+}
+_DLA_CAN_RUN = {"CONVOLUTION", "MATRIX_MULTIPLY", "QUANTIZE", "DEQUANTIZE", "ELEMENTWISE"}
+
+
+def _enum(name: str, members: list[str]) -> type:
+    return enum.IntEnum(name, {m: i for i, m in enumerate(members)})
+
+
+class _DataType(enum.IntEnum):
+    FLOAT = 0
+    HALF = 1
+    INT8 = 2
+    INT32 = 3
+    BOOL = 4
+    UINT8 = 5
+    INT64 = 6
+
+
+_NP = {_DataType.FLOAT: np.float32, _DataType.HALF: np.float16, _DataType.INT8: np.int8, _DataType.INT32: np.int32,
+       _DataType.BOOL: np.bool_, _DataType.UINT8: np.uint8, _DataType.INT64: np.int64}
+
+
+def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, stale_cache: bytes = b"stale") -> types.ModuleType:
+    major, minor = (int(p) for p in version.split(".")[:2])
+    trt = types.ModuleType("tensorrt")
+    trt.__version__ = version
+    trt.calls = []
+    rec = trt.calls.append
+
+    flags = ["FP16", "INT8", "DEBUG", "GPU_FALLBACK", "REFIT", "DISABLE_TIMING_CACHE", "TF32", "SPARSE_WEIGHTS",
+             "SAFETY_SCOPE", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS", "DIRECT_IO",
+             "REJECT_EMPTY_ALGORITHMS", "VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME", "FP8"]
+    if major >= 10:
+        flags += ["BF16", "INT4", "WEIGHT_STREAMING"]
+    if major >= 11:
+        flags = [f for f in flags if f not in ("FP16", "INT8", "FP8", "BF16", "INT4", "OBEY_PRECISION_CONSTRAINTS",
+                                               "PREFER_PRECISION_CONSTRAINTS", "DIRECT_IO")]
+    trt.BuilderFlag = _enum("BuilderFlag", flags)
+    net_flags = {8: ["EXPLICIT_BATCH", "EXPLICIT_PRECISION"], 10: ["EXPLICIT_BATCH", "STRONGLY_TYPED"], 11: ["STRONGLY_TYPED"]}[major]
+    trt.NetworkDefinitionCreationFlag = _enum("NetworkDefinitionCreationFlag", net_flags)
+    trt.MemoryPoolType = _enum("MemoryPoolType", ["WORKSPACE", "DLA_MANAGED_SRAM", "DLA_LOCAL_DRAM", "DLA_GLOBAL_DRAM", "TACTIC_DRAM"])
+    trt.DeviceType = _enum("DeviceType", ["GPU", "DLA"])
+    trt.HardwareCompatibilityLevel = _enum("HardwareCompatibilityLevel",
+                                           ["NONE", "AMPERE_PLUS"] + (["SAME_COMPUTE_CAPABILITY"] if major >= 10 else []))
+    trt.ProfilingVerbosity = _enum("ProfilingVerbosity", ["LAYER_NAMES_ONLY", "NONE", "DETAILED"])
+    trt.LayerInformationFormat = _enum("LayerInformationFormat", ["ONELINE", "JSON"])
+    trt.LayerType = _enum("LayerType", sorted(set(_OP_LAYER.values()) | {"CONSTANT", "SHAPE", "OTHER"}))
+    trt.TensorIOMode = _enum("TensorIOMode", ["NONE", "INPUT", "OUTPUT"])
+    trt.DataType = _DataType
+    trt.float32, trt.float16, trt.int8, trt.int32 = _DataType.FLOAT, _DataType.HALF, _DataType.INT8, _DataType.INT32
+    trt.nptype = lambda dt: _NP[dt]
+
+    class Logger:
+        INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = range(5)
+
+        def __init__(self, severity=2):
+            self.severity = severity
+
+    strongly_typed_always = major >= 11
+
+    class Layer:
+        def __init__(self, name, ltype, strongly):
+            object.__setattr__(self, "name", name)
+            object.__setattr__(self, "type", ltype)
+            object.__setattr__(self, "num_outputs", 1)
+            object.__setattr__(self, "_strongly", strongly)
+
+        def __setattr__(self, key, value):
+            if key == "precision":
+                if strongly_typed_always:
+                    raise AttributeError(f"'ILayer' object has no attribute 'precision' (TensorRT {version})")
+                if self._strongly:
+                    raise RuntimeError("setting layer precision is not allowed in a strongly typed network")
+                rec(("layer.precision", self.name, value.name))
+            object.__setattr__(self, key, value)
+
+        def set_output_type(self, index, dtype):
+            if strongly_typed_always:
+                raise AttributeError(f"'ILayer' object has no attribute 'set_output_type' (TensorRT {version})")
+            if self._strongly:
+                raise RuntimeError("setting layer output types is not allowed in a strongly typed network")
+            rec(("layer.set_output_type", self.name, index, dtype.name))
+
+    class Network:
+        def __init__(self, flags):
+            self.flags = flags
+            self.strongly_typed = strongly_typed_always or (
+                "STRONGLY_TYPED" in trt.NetworkDefinitionCreationFlag.__members__
+                and bool(flags & (1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))))
+            if major < 10 and not flags & (1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)):
+                raise RuntimeError("TensorRT 8.x ONNX networks need EXPLICIT_BATCH")
+            self.layers = []
+            self.onnx = None
+            self.input = None
+
+        @property
+        def num_layers(self):
+            return len(self.layers)
+
+        def get_layer(self, i):
+            return self.layers[i]
+
+    class OnnxParser:
+        def __init__(self, network, logger):
+            self.network = network
+            self.num_errors = 0
+
+        def parse_from_file(self, path):
+            import onnx
+
+            rec(("parser.parse_from_file", Path(path).name))
+            model = onnx.load(str(path), load_external_data=False)
+            layer_type = trt.LayerType
+            for node in model.graph.node:
+                if node.op_type == "Constant":
+                    continue
+                kind = _OP_LAYER.get(node.op_type, "OTHER")
+                self.network.layers.append(Layer(node.name or node.output[0], getattr(layer_type, kind), self.network.strongly_typed))
+            self.network.onnx = str(path)
+            self.network.input = model.graph.input[0].name
+            return True
+
+        def get_error(self, i):
+            return "no error"
+
+    class TimingCache:
+        def __init__(self, blob):
+            self.blob = bytes(blob)
+
+        def serialize(self):
+            return b"timing-cache:" + version.encode() + b":" + self.blob[-8:]
+
+    class Profile:
+        def __init__(self):
+            self.shapes = {}
+
+        def set_shape(self, name, lo, opt, hi):
+            rec(("profile.set_shape", name, tuple(lo), tuple(opt), tuple(hi)))
+            self.shapes[name] = (tuple(lo), tuple(opt), tuple(hi))
+
+    class IBuilderConfig:
+        _attrs = {"builder_optimization_level", "default_device_type", "DLA_core", "hardware_compatibility_level",
+                  "profiling_verbosity", "max_workspace_size", "int8_calibrator"}
+        # pybind11 exposes these as class-level properties: feature detection looks for them
+        builder_optimization_level = 3
+        default_device_type = None
+        DLA_core = -1
+        hardware_compatibility_level = None
+        profiling_verbosity = None
+
+        def __init__(self):
+            object.__setattr__(self, "flags", set())
+            object.__setattr__(self, "profiles", [])
+            object.__setattr__(self, "cache", None)
+            object.__setattr__(self, "values", {})
+
+        def __setattr__(self, key, value):
+            if key not in self._attrs:
+                raise AttributeError(f"IBuilderConfig has no attribute {key}")
+            if key == "int8_calibrator" and major >= 11:
+                raise AttributeError("int8_calibrator was removed in TensorRT 11")
+            rec((f"config.{key}", getattr(value, "name", value)))
+            self.values[key] = value
+
+        def __getattr__(self, key):
+            values = object.__getattribute__(self, "values")
+            if key in values:
+                return values[key]
+            raise AttributeError(key)
+
+        def set_flag(self, flag):
+            assert isinstance(flag, trt.BuilderFlag), flag
+            rec(("config.set_flag", flag.name))
+            self.flags.add(flag.name)
+
+        def clear_flag(self, flag):
+            rec(("config.clear_flag", flag.name))
+            self.flags.discard(flag.name)
+
+        def get_flag(self, flag):
+            return flag.name in self.flags
+
+        def set_memory_pool_limit(self, pool, size):
+            rec(("config.set_memory_pool_limit", pool.name, int(size)))
+
+        def add_optimization_profile(self, profile):
+            rec(("config.add_optimization_profile",))
+            self.profiles.append(profile)
+            return len(self.profiles) - 1
+
+        def can_run_on_DLA(self, layer):
+            return layer.type.name in _DLA_CAN_RUN
+
+        def create_timing_cache(self, blob):
+            rec(("config.create_timing_cache", bytes(blob)))
+            return TimingCache(blob)
+
+        def set_timing_cache(self, cache, ignore_mismatch):
+            rec(("config.set_timing_cache", bool(ignore_mismatch)))
+            if cache.blob == stale_cache:
+                return False
+            object.__setattr__(self, "cache", cache)
+            return True
+
+        def get_timing_cache(self):
+            return self.cache
+
+    class Builder:
+        def __init__(self, logger):
+            self.num_DLA_cores = dla_cores
+
+        def create_network(self, flags=0):
+            rec(("builder.create_network", int(flags)))
+            return Network(flags)
+
+        def create_builder_config(self):
+            return IBuilderConfig()
+
+        def create_optimization_profile(self):
+            return Profile()
+
+        def build_serialized_network(self, network, config):
+            rec(("builder.build_serialized_network",))
+            if major < 11 and network.strongly_typed and config.flags & {"INT8", "FP16"}:
+                raise RuntimeError("precision flags are not allowed with a strongly typed network")
+            lo, _opt, hi = config.profiles[0].shapes[network.input]
+            dla = config.values.get("default_device_type") == trt.DeviceType.DLA
+            import base64
+
+            onnx_bytes = base64.b64encode(Path(network.onnx).read_bytes()).decode()  # the "engine" carries its graph
+            note = {"fake_tensorrt_engine": version, "onnx": onnx_bytes, "input": network.input, "min": lo, "max": hi,
+                    "layers": [[layer.name, layer.type.name, bool(dla and config.can_run_on_DLA(layer))] for layer in network.layers],
+                    "version_compatible": "VERSION_COMPATIBLE" in config.flags}
+            return json.dumps(note).encode()
+
+    class EngineInspector:
+        def __init__(self, note):
+            self.note = note
+
+        def get_engine_information(self, fmt):
+            rec(("inspector.get_engine_information", fmt.name))
+            return json.dumps({"Layers": [{"Name": n, "LayerType": ("DLA" if on_dla else t)} for n, t, on_dla in self.note["layers"]]})
+
+    class IExecutionContext:
+        def __init__(self, engine):
+            self.engine = engine
+            self.shapes = {}
+            self.addresses = {}
+
+        def set_input_shape(self, name, shape):
+            lo, hi = self.engine.note["min"], self.engine.note["max"]
+            if not lo[0] <= shape[0] <= hi[0]:
+                raise RuntimeError(f"batch {shape[0]} outside the profile {lo[0]}-{hi[0]}")
+            self.shapes[name] = tuple(shape)
+            return True
+
+        def get_tensor_shape(self, name):
+            if name == self.engine.input:
+                return self.shapes[name]
+            return (self.shapes[self.engine.input][0],) + tuple(self.engine.out_shape[1:])
+
+        def set_tensor_address(self, name, ptr):
+            self.addresses[name] = int(ptr)
+            return True
+
+        def execute_async_v3(self, stream):
+            e = self.engine
+            shape = self.shapes[e.input]
+            x = cudart.read(self.addresses[e.input], shape, e.in_dtype)
+            y = e.session.run(None, {e.input: x})[0]
+            cudart.write(self.addresses[e.output], np.ascontiguousarray(y.astype(e.out_dtype)))
+            return True
+
+    class ICudaEngine:
+        def __init__(self, note):
+            self.note = note
+            self._session = None
+
+        @property
+        def session(self):
+            if self._session is None:  # ONNX Runtime stands in for the GPU kernels
+                import onnxruntime as ort
+
+                import base64
+
+                self._session = ort.InferenceSession(base64.b64decode(self.note["onnx"]), providers=["CPUExecutionProvider"])
+                i, o = self._session.get_inputs()[0], self._session.get_outputs()[0]
+                self.input, self.output = i.name, o.name
+                self.in_dtype = np.uint8 if "uint8" in i.type else np.float32
+                self.out_dtype = np.float32
+                self.in_shape = (-1,) + tuple(self.note["min"][1:])
+                self.out_shape = (-1,) + tuple(o.shape[1:])
+            return self._session
+
+        def __getattr__(self, key):
+            if key in ("input", "output", "in_dtype", "out_dtype", "in_shape", "out_shape"):
+                self.session  # noqa: B018 - fills them in
+                return self.__dict__[key]
+            raise AttributeError(key)
+
+        num_io_tensors = 2
+
+        def get_tensor_name(self, i):
+            return (self.input, self.output)[i]
+
+        def get_tensor_mode(self, name):
+            return trt.TensorIOMode.INPUT if name == self.input else trt.TensorIOMode.OUTPUT
+
+        def get_tensor_dtype(self, name):
+            dt = self.in_dtype if name == self.input else self.out_dtype
+            return {np.float32: _DataType.FLOAT, np.uint8: _DataType.UINT8}[dt]
+
+        def get_tensor_shape(self, name):
+            return self.in_shape if name == self.input else self.out_shape
+
+        def get_tensor_profile_shape(self, name, index):
+            return tuple(self.note["min"]), tuple(self.note["min"]), tuple(self.note["max"])
+
+        def create_execution_context(self):
+            return IExecutionContext(self)
+
+        def create_engine_inspector(self):
+            return EngineInspector(self.note)
+
+    class Runtime:
+        def __init__(self, logger):
+            self.engine_host_code_allowed = False
+
+        def deserialize_cuda_engine(self, data):
+            note = json.loads(bytes(data).decode())
+            if note.get("fake_tensorrt_engine") != version:
+                return None  # TensorRT refuses engines of another version
+            if note.get("version_compatible") and not self.engine_host_code_allowed:
+                return None
+            return ICudaEngine(note)
+
+    for cls in (Logger, Builder, OnnxParser, Runtime, IBuilderConfig, IExecutionContext, ICudaEngine, EngineInspector):
+        setattr(trt, cls.__name__, cls)
+    return trt
+
+
+class _CudaError(enum.IntEnum):
+    cudaSuccess = 0
+    cudaErrorMemoryAllocation = 2
+
+
+def make_fake_cudart(*, gpu: bytes = b"Stand-in GPU (not a real device)", cc=(8, 7), runtime: int = 12020):
+    """cuda-python's runtime API over host memory: (error, value) tuples like the real one."""
+    ok = _CudaError.cudaSuccess
+    mem: dict[int, np.ndarray] = {}
+    rt = types.SimpleNamespace()
+    rt.cudaError_t = _CudaError
+    rt.cudaMemcpyKind = types.SimpleNamespace(cudaMemcpyHostToDevice=1, cudaMemcpyDeviceToHost=2)
+    rt.allocations = mem
+    counter = [0x1000]
+
+    def cudaMalloc(n):
+        counter[0] += 0x10000
+        mem[counter[0]] = np.zeros(int(n), np.uint8)
+        return ok, counter[0]
+
+    def cudaFree(ptr):
+        mem.pop(int(ptr), None)
+        return (ok,)
+
+    def cudaMemcpyAsync(dst, src, count, kind, stream):
+        if kind == 1:
+            mem[int(dst)][:count] = np.frombuffer(ctypes.string_at(src, count), np.uint8)
+        else:
+            ctypes.memmove(dst, mem[int(src)].ctypes.data, count)
+        return (ok,)
+
+    def read(ptr, shape, dtype):
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return mem[ptr][:n].view(dtype).reshape(shape).copy()
+
+    def write(ptr, array):
+        mem[ptr][: array.nbytes] = array.view(np.uint8).reshape(-1)
+
+    props = types.SimpleNamespace(name=gpu, major=cc[0], minor=cc[1])
+    rt.cudaMalloc, rt.cudaFree, rt.cudaMemcpyAsync, rt.read, rt.write = cudaMalloc, cudaFree, cudaMemcpyAsync, read, write
+    rt.cudaStreamCreate = lambda: (ok, 7)
+    rt.cudaStreamSynchronize = lambda s: (ok,)
+    rt.cudaStreamDestroy = lambda s: (ok,)
+    rt.cudaGetDeviceCount = lambda: (ok, 1)
+    rt.cudaGetDeviceProperties = lambda d: (ok, props)
+    rt.cudaRuntimeGetVersion = lambda: (ok, runtime)
+    rt.cudaDriverGetVersion = lambda: (ok, runtime)
+    return rt
+
+
+# -- the stand-in's own behaviour, so the other tests can rely on it --------------------------
+
+@pytest.mark.parametrize("version", ["11.0.0", "11.4.0"])
+def test_trt11_standin_has_no_weak_typing(version):
+    trt = make_fake_trt(version)
+    for name in ("INT8", "FP16", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS"):
+        with pytest.raises(AttributeError):
+            getattr(trt.BuilderFlag, name)
+    assert not hasattr(trt.NetworkDefinitionCreationFlag, "EXPLICIT_BATCH")
+    with pytest.raises(AttributeError):
+        trt.Builder(trt.Logger()).create_builder_config().int8_calibrator = object()
+
+
+def test_standin_refuses_engines_of_another_version(tmp_path):
+    (tmp_path / "x.onnx").write_bytes(b"graph")
+    built = make_fake_trt("10.3.0")
+    other = make_fake_trt("10.4.0")
+    b = built.Builder(built.Logger())
+    net = b.create_network(1 << int(built.NetworkDefinitionCreationFlag.EXPLICIT_BATCH))
+    net.input, net.onnx = "input", str(tmp_path / "x.onnx")
+    cfg = b.create_builder_config()
+    p = b.create_optimization_profile()
+    p.set_shape("input", (1, 3, 8, 8), (1, 3, 8, 8), (2, 3, 8, 8))
+    cfg.add_optimization_profile(p)
+    data = b.build_serialized_network(net, cfg)
+    assert other.Runtime(other.Logger()).deserialize_cuda_engine(data) is None
+
+
+def test_fake_cudart_round_trips_memory():
+    rt = make_fake_cudart()
+    _, ptr = rt.cudaMalloc(16)
+    x = np.arange(4, dtype=np.float32)
+    rt.cudaMemcpyAsync(ptr, x.ctypes.data, x.nbytes, rt.cudaMemcpyKind.cudaMemcpyHostToDevice, 7)
+    y = np.zeros(4, np.float32)
+    rt.cudaMemcpyAsync(y.ctypes.data, ptr, y.nbytes, rt.cudaMemcpyKind.cudaMemcpyDeviceToHost, 7)
+    assert np.array_equal(x, y)

@@ -1,0 +1,108 @@
+"""TensorRT backend: the desktop-gpu, jetson-orin and jetson-orin-nano targets.
+
+The engine is built from the same Q/DQ graph every other target uses (explicit
+quantization: INT8 comes from the graph's QuantizeLinear/DequantizeLinear pairs, never
+from a calibrator). An engine is specific to the GPU, TensorRT version and platform it
+is built on, so:
+
+* with TensorRT and a CUDA GPU here, ``build`` writes ``model.engine`` (and the FP32
+  reference engine the parity check compares against, plus the timing cache) and the
+  pipeline validates it like any target;
+* without them, ``build`` still writes the bundle with the checked Q/DQ graph,
+  ``build_plan.json`` and ``trtexec.txt``, and reports that the engine was not built;
+  ``vitedge engine BUNDLE`` on the device builds, validates and completes it.
+
+Modules: tensorrt_plan (settings -> BuildPlan, trtexec line), tensorrt_build (apply_plan:
+the TensorRT API calls), tensorrt_typed (the strongly typed cast graph for TensorRT 11),
+tensorrt_device (device facts and the engine compatibility check), tensorrt_runner
+(TensorRtRunner on cuda-python), tensorrt_bundle (plan files, on-device build,
+bundle completion).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vitedge.backends.base import Backend, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
+from vitedge.backends.tensorrt_plan import ENGINE, REFERENCE_ENGINE, TensorRtOptions, assumed_capabilities, capabilities_from_module
+
+INSTALL_HINT = ("on the device: pip install 'vitedge[tensorrt]' --extra-index-url https://pypi.nvidia.com "
+                "(desktop GPUs), or JetPack's python3-libnvinfer on a Jetson (sudo apt install python3-libnvinfer)")
+GPU_HINT = "build the engine where the NVIDIA GPU is (on a Jetson, the Jetson itself): vitedge engine BUNDLE"
+
+
+class TensorRtBackend(Backend):
+    name = "tensorrt"
+    options_type = TensorRtOptions
+    # The pipeline may call build() where check_environment() says it cannot build: the
+    # bundle then holds the plan, and the engine is built on the device.
+    builds_without_runtime = True
+
+    def check_environment(self) -> EnvironmentStatus:
+        try:
+            import tensorrt as trt
+        except ImportError:
+            return EnvironmentStatus(False, False, "TensorRT is not installed", INSTALL_HINT)
+        version = getattr(trt, "__version__", "?")
+        try:
+            from vitedge.backends.tensorrt_device import cudart_module
+
+            cudart = cudart_module()
+        except ImportError:
+            return EnvironmentStatus(False, False, f"TensorRT {version} is installed but cuda-python is not",
+                                     "pip install cuda-python (vitedge uses it for device memory and streams)")
+        try:
+            result = cudart.cudaGetDeviceCount()
+            err, count = int(result[0]), int(result[1] or 0)
+            err_name = getattr(result[0], "name", str(result[0]))
+        except Exception as exc:  # a broken driver install
+            err, count, err_name = 1, 0, type(exc).__name__
+        if err != 0 or count == 0:
+            why = f"CUDA reports {err_name}" if err != 0 else "CUDA sees 0 devices"
+            return EnvironmentStatus(False, False, f"no CUDA GPU ({why}; TensorRT {version} is installed)", GPU_HINT)
+        from vitedge.backends.tensorrt_device import read_device_facts
+
+        return EnvironmentStatus(True, True, read_device_facts(trt, cudart).describe())
+
+    def versions(self) -> dict[str, str]:
+        try:
+            import tensorrt as trt
+        except ImportError:
+            return {}
+        return {"tensorrt": str(getattr(trt, "__version__", "?"))}
+
+    def build(self, ctx: BuildContext) -> BuiltArtifact:
+        from vitedge.backends.tensorrt_bundle import build_on_device, load_checked_graph, offline_info, plan_bundle
+
+        say = ctx.log or (lambda _m: None)
+        options: TensorRtOptions = ctx.options or TensorRtOptions()
+        model = load_checked_graph(ctx.qdq_path)  # fails loudly if the graph breaks a TensorRT Q/DQ rule
+        say("Q/DQ graph passes TensorRT's explicit-quantization rules (symmetric INT8, per-channel weights, float residuals)")
+        env = self.check_environment()
+        if env.can_build:
+            import tensorrt as trt
+
+            info, extra = build_on_device(trt, ctx.out_dir, options, tuple(ctx.batch_sizes), log=say)
+            return BuiltArtifact(model=ENGINE, reference=REFERENCE_ENGINE, extra_files=extra, built=True, info=info)
+        caps = self._offline_capabilities(options)
+        planned = plan_bundle(ctx.out_dir, options, tuple(ctx.batch_sizes), caps, model=model)
+        assumed = " (assumed: set trt_major in the profile to plan for another)" if caps.assumed else ""
+        say(f"TensorRT engine not built here ({env.detail}); wrote {', '.join(planned.files)} for TensorRT {caps.version}{assumed}")
+        return BuiltArtifact(model=ENGINE, reference=REFERENCE_ENGINE, extra_files=list(planned.files), built=False,
+                             info=offline_info(planned, env.detail, env.install_hint))
+
+    @staticmethod
+    def _offline_capabilities(options: TensorRtOptions):
+        if options.trt_major:
+            return assumed_capabilities(options.trt_major)
+        try:
+            import tensorrt as trt
+        except ImportError:
+            return assumed_capabilities(0)
+        return capabilities_from_module(trt)  # TensorRT is here, only the GPU is missing
+
+    def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
+        from vitedge.backends.tensorrt_runner import TensorRtRunner
+
+        return TensorRtRunner(model_path, options or TensorRtOptions())
