@@ -1,0 +1,167 @@
+"""apply_plan against the recording stand-in: exactly which TensorRT calls each version's
+plan makes (flags, pool limits, optimization profile, DLA and GPU fallback, precision
+constraints, strongly typed networks, timing cache). No TensorRT is used or claimed."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+from test_tensorrt_standin import make_fake_trt
+
+from vitedge.backends.tensorrt_build import apply_plan
+from vitedge.backends.tensorrt_plan import GraphFacts, TensorRtOptions, capabilities_from_module, plan_build, reference_plan
+from vitedge.errors import BundleError
+
+LN_NAMES = ("/blocks.0/norm1/LayerNormalization", "/norm/LayerNormalization")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A small Q/DQ graph: LayerNorm -> Q/DQ -> MatMul (INT8 weight) -> LayerNorm -> Softmax."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, 8, 8])
+    y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3, 8, 8])
+    inits = [numpy_helper.from_array(np.ones(8, np.float32), "g"), numpy_helper.from_array(np.zeros(8, np.float32), "b"),
+             numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.int8(0), "z"),
+             numpy_helper.from_array(np.eye(8, dtype=np.int8) * 100, "w"), numpy_helper.from_array(np.full(8, 0.01, np.float32), "ws"),
+             numpy_helper.from_array(np.zeros(8, np.int8), "wz")]
+    nodes = [
+        helper.make_node("LayerNormalization", ["input", "g", "b"], ["n1"], name=LN_NAMES[0], axis=-1),
+        helper.make_node("QuantizeLinear", ["n1", "s", "z"], ["q"], name="q"),
+        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"], name="dq"),
+        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], name="wdq", axis=1),
+        helper.make_node("MatMul", ["dq", "wd"], ["mm"], name="/blocks.0/mlp/fc1/MatMul"),
+        helper.make_node("LayerNormalization", ["mm", "g", "b"], ["n2"], name=LN_NAMES[1], axis=-1),
+        helper.make_node("Softmax", ["n2"], ["logits"], name="/softmax", axis=-1),
+    ]
+    model = helper.make_model(helper.make_graph(nodes, "tiny", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    path = tmp_path_factory.mktemp("tiny") / "model.int8.onnx"
+    onnx.save(model, str(path))
+    (path.parent / "model.int8.typed.onnx").write_bytes(path.read_bytes())  # the stand-in only reads node names
+    (path.parent / "reference.fp32.onnx").write_bytes(path.read_bytes())
+    return path, GraphFacts.from_model(model)
+
+
+def _run(tiny, version, options=TensorRtOptions(opt_batch=4), batch_sizes=(1, 4, 8), *, dla_cores=0, cache=None, plan_fn=None):
+    path, graph = tiny
+    trt = make_fake_trt(version, dla_cores=dla_cores)
+    plan = plan_build(options, batch_sizes, capabilities_from_module(trt), graph=graph)
+    if plan_fn:
+        plan = plan_fn(plan)
+    result = apply_plan(trt, plan, path.parent / plan.graph, timing_cache=cache)
+    return trt, plan, result
+
+
+def _named(calls, name):
+    return [c for c in calls if c[0] == name]
+
+
+def test_trt10_weakly_typed_build(tiny):
+    trt, plan, result = _run(tiny, "10.3.0", TensorRtOptions(workspace_mb=2048, opt_batch=4, builder_optimization_level=4))
+    calls = trt.calls
+    assert _named(calls, "builder.create_network") == [("builder.create_network", 0)]
+    assert ("parser.parse_from_file", "model.int8.onnx") in calls
+    assert _named(calls, "config.set_memory_pool_limit") == [("config.set_memory_pool_limit", "WORKSPACE", 2048 << 20)]
+    assert ("config.builder_optimization_level", 4) in calls
+    assert [c[1] for c in _named(calls, "config.set_flag")] == ["INT8", "FP16", "OBEY_PRECISION_CONSTRAINTS"]
+    assert _named(calls, "profile.set_shape") == [("profile.set_shape", "input", (1, 3, 8, 8), (4, 3, 8, 8), (8, 3, 8, 8))]
+    assert _named(calls, "layer.precision") == [("layer.precision", n, "FLOAT") for n in LN_NAMES]
+    assert _named(calls, "layer.set_output_type") == [("layer.set_output_type", n, 0, "FLOAT") for n in LN_NAMES]
+    assert ("config.profiling_verbosity", "DETAILED") in calls
+    assert not [c for c in calls if c[0] in ("config.default_device_type", "config.DLA_core", "config.int8_calibrator",
+                                             "config.hardware_compatibility_level")]
+    assert calls.index(("builder.build_serialized_network",)) > calls.index(("config.set_flag", "INT8"))
+    assert result.fp32_layers == list(LN_NAMES) and result.dla_fallback is None and not result.warnings
+    assert result.layers["count"] == 7 and result.layers["dla_layers"] == []
+    assert result.timing_cache.startswith(b"timing-cache:10.3.0")
+
+
+def test_trt86_creates_an_explicit_batch_network(tiny):
+    trt, plan, _ = _run(tiny, "8.6.1")
+    explicit = 1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)
+    assert _named(trt.calls, "builder.create_network") == [("builder.create_network", explicit)]
+    assert [c[1] for c in _named(trt.calls, "config.set_flag")] == ["INT8", "FP16", "OBEY_PRECISION_CONSTRAINTS"]
+
+
+@pytest.mark.parametrize("version", ["11.0.0", "11.4.0"])
+def test_trt11_strongly_typed_build(tiny, version):
+    trt, plan, result = _run(tiny, version)
+    strongly = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    assert _named(trt.calls, "builder.create_network") == [("builder.create_network", strongly)]
+    assert ("parser.parse_from_file", "model.int8.typed.onnx") in trt.calls
+    assert _named(trt.calls, "config.set_flag") == []
+    assert _named(trt.calls, "layer.precision") == [] and result.fp32_layers == []
+    assert _named(trt.calls, "config.set_memory_pool_limit") == [("config.set_memory_pool_limit", "WORKSPACE", 2048 << 20)]
+
+
+def test_a_trt10_plan_fails_clearly_on_trt11(tiny):
+    path, graph = tiny
+    plan10 = plan_build(TensorRtOptions(opt_batch=4), (1, 4, 8), capabilities_from_module(make_fake_trt("10.3.0")), graph=graph)
+    with pytest.raises(BundleError, match="TensorRT 11.0.0 has no BuilderFlag.INT8"):
+        apply_plan(make_fake_trt("11.0.0"), plan10, path)
+
+
+def test_the_standin_rejects_precision_on_a_strongly_typed_network(tiny):
+    """Why the plan never mixes them: 10.x refuses layer precision once STRONGLY_TYPED is set."""
+    path, graph = tiny
+    trt = make_fake_trt("10.3.0")
+    plan = plan_build(TensorRtOptions(opt_batch=4), (1, 4, 8), capabilities_from_module(trt), graph=graph)
+    mixed = dataclasses.replace(plan, network_flags=("STRONGLY_TYPED",))
+    with pytest.raises(RuntimeError, match="strongly typed"):
+        apply_plan(trt, mixed, path)
+
+
+def test_dla_core_with_gpu_fallback_reports_the_fallback_layers(tiny):
+    trt, plan, result = _run(tiny, "10.3.0", TensorRtOptions(opt_batch=4, dla_core=1), dla_cores=2)
+    calls = trt.calls
+    assert ("config.default_device_type", "DLA") in calls and ("config.DLA_core", 1) in calls
+    assert "GPU_FALLBACK" in [c[1] for c in _named(calls, "config.set_flag")]
+    assert result.dla_fallback == [LN_NAMES[0], LN_NAMES[1], "/softmax"]  # the stand-in's DLA runs Q/DQ and MatMul only
+    assert result.layers["dla_layers"] == ["q", "dq", "wdq", "/blocks.0/mlp/fc1/MatMul"]
+    assert result.info()["dla_gpu_fallback_layers"] == result.dla_fallback
+
+
+def test_dla_on_a_device_without_dla(tiny):
+    with pytest.raises(BundleError, match="0 DLA core"):
+        _run(tiny, "10.3.0", TensorRtOptions(opt_batch=4, dla_core=0), dla_cores=0)  # Orin Nano
+    trt, _, result = _run(tiny, "11.4.0", TensorRtOptions(opt_batch=4, dla_core=0), dla_cores=2)  # DLA is back in 11.4
+    assert ("config.DLA_core", 0) in trt.calls and result.dla_fallback
+
+
+def test_compatibility_modes(tiny):
+    trt, plan, _ = _run(tiny, "10.3.0", TensorRtOptions(opt_batch=4, hardware_compatibility="same_compute_capability",
+                                                        version_compatible=True))
+    assert ("config.hardware_compatibility_level", "SAME_COMPUTE_CAPABILITY") in trt.calls
+    assert "VERSION_COMPATIBLE" in [c[1] for c in _named(trt.calls, "config.set_flag")]
+
+
+def test_timing_cache_is_reused_and_a_stale_one_replaced(tiny):
+    trt, _, result = _run(tiny, "10.3.0", cache=b"previous-cache-bytes")
+    assert _named(trt.calls, "config.create_timing_cache") == [("config.create_timing_cache", b"previous-cache-bytes")]
+    assert _named(trt.calls, "config.set_timing_cache") == [("config.set_timing_cache", False)]  # never ignore a mismatch
+    assert result.timing_cache_reused
+    trt, _, result = _run(tiny, "10.3.0", cache=b"stale")
+    assert [c[1] for c in _named(trt.calls, "config.create_timing_cache")] == [b"stale", b""]
+    assert not result.timing_cache_reused and "does not match" in result.warnings[0]
+    trt, _, result = _run(tiny, "10.3.0", TensorRtOptions(opt_batch=4, timing_cache=False))
+    assert not _named(trt.calls, "config.create_timing_cache") and result.timing_cache is None
+
+
+def test_reference_engine_is_fp32_without_tf32(tiny):
+    trt, plan, result = _run(tiny, "10.3.0", plan_fn=reference_plan)
+    assert ("parser.parse_from_file", "reference.fp32.onnx") in trt.calls
+    assert _named(trt.calls, "config.set_flag") == [] and ("config.clear_flag", "TF32") in trt.calls
+    assert _named(trt.calls, "layer.precision") == []
+    note = json.loads(result.engine)
+    assert note["min"] == [1, 3, 8, 8] and note["max"] == [8, 3, 8, 8]
+
+
+def test_no_calibrator_on_any_version(tiny):
+    for version in ("8.6.1", "10.3.0", "11.0.0"):
+        trt, _, _ = _run(tiny, version)
+        assert not [c for c in trt.calls if "calibrat" in str(c[0]).lower()]

@@ -1,0 +1,210 @@
+"""Build TensorRT engines from a BuildPlan through TensorRT's Python API.
+
+``apply_plan`` is the only code that talks to the builder. It receives the ``tensorrt``
+module as a parameter, so the tests drive it with a recording stand-in for 8.6, 10.x
+and 11.x and assert exactly which flags, pool limits, profiles, DLA settings and
+precision constraints it asked for. INT8 always comes from the graph's Q/DQ nodes
+(explicit quantization); no IInt8Calibrator is ever created.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vitedge.backends.tensorrt_plan import BuildPlan
+from vitedge.errors import BundleError
+
+
+@dataclass
+class EngineBuild:
+    """What one build produced and what TensorRT said about it."""
+
+    engine: bytes
+    timing_cache: bytes | None
+    timing_cache_reused: bool
+    fp32_layers: list[str] = field(default_factory=list)  # layers pinned to FP32 by precision constraints
+    dla_fallback: list[str] | None = None  # layers the builder said cannot run on the DLA (-> GPU)
+    layers: dict[str, Any] | None = None  # summary of the engine inspector's layer list
+    warnings: list[str] = field(default_factory=list)
+
+    def info(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"engine_bytes": len(self.engine), "timing_cache_reused": self.timing_cache_reused,
+                               "fp32_layers": len(self.fp32_layers)}
+        if self.dla_fallback is not None:
+            out["dla_gpu_fallback_layers"] = list(self.dla_fallback)
+        if self.layers is not None:
+            out["engine_layers"] = self.layers
+        if self.warnings:
+            out["warnings"] = list(self.warnings)
+        return out
+
+
+def _enum(trt: Any, enum_name: str, member: str) -> Any:
+    enum = getattr(trt, enum_name)
+    try:
+        return getattr(enum, member)
+    except AttributeError:
+        version = getattr(trt, "__version__", "?")
+        raise BundleError(f"TensorRT {version} has no {enum_name}.{member}; the build plan was made for another "
+                          "TensorRT (rebuild it with `vitedge engine BUNDLE`, which plans for the TensorRT it finds)") from None
+
+
+def _parse_errors(parser: Any) -> list[str]:
+    out = []
+    for i in range(int(getattr(parser, "num_errors", 0) or 0)):
+        try:
+            out.append(str(parser.get_error(i)).strip().splitlines()[0][:200])
+        except Exception:
+            break
+    return out
+
+
+def apply_plan(trt: Any, plan: BuildPlan, onnx_path: Path | str, *, timing_cache: bytes | None = None,
+               log: Callable[[str], None] | None = None, logger: Any = None) -> EngineBuild:
+    """Build the engine ``plan`` describes from ``onnx_path`` with the TensorRT module ``trt``."""
+    say = log or (lambda _msg: None)
+    warnings: list[str] = []
+    logger = logger if logger is not None else trt.Logger(trt.Logger.WARNING)
+    builder = trt.Builder(logger)
+
+    flags = 0
+    for name in plan.network_flags:
+        flags |= 1 << int(_enum(trt, "NetworkDefinitionCreationFlag", name))
+    network = builder.create_network(flags)
+
+    parser = trt.OnnxParser(network, logger)
+    # parse_from_file resolves external weight files relative to the model (graphs > 2 GB).
+    if not parser.parse_from_file(str(onnx_path)):
+        errors = _parse_errors(parser)
+        raise BundleError(f"TensorRT's ONNX parser rejected {Path(onnx_path).name}: " + ("; ".join(errors[:3]) or "no detail given"))
+
+    config = builder.create_builder_config()
+    if hasattr(config, "set_memory_pool_limit"):
+        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(plan.workspace_bytes))
+    else:  # before 8.4; kept so an old TensorRT fails later with a clear version message, not here
+        config.max_workspace_size = int(plan.workspace_bytes)
+    if plan.optimization_level is not None:
+        config.builder_optimization_level = int(plan.optimization_level)
+    for name in plan.builder_flags:
+        config.set_flag(_enum(trt, "BuilderFlag", name))
+    for name in plan.cleared_flags:
+        if hasattr(trt.BuilderFlag, name):
+            config.clear_flag(getattr(trt.BuilderFlag, name))
+    if plan.profiling_verbosity and hasattr(trt, "ProfilingVerbosity"):
+        config.profiling_verbosity = _enum(trt, "ProfilingVerbosity", plan.profiling_verbosity)
+
+    profile = builder.create_optimization_profile()
+    profile.set_shape(plan.input_name, tuple(plan.profile_min), tuple(plan.profile_opt), tuple(plan.profile_max))
+    config.add_optimization_profile(profile)
+
+    fp32_layers = _constrain_fp32_layers(trt, network, plan, warnings) if plan.precision_constraints else []
+
+    dla_fallback = None
+    if plan.dla_core is not None:
+        cores = int(getattr(builder, "num_DLA_cores", 0) or 0)
+        if plan.dla_core >= cores:
+            raise BundleError(f"dla_core = {plan.dla_core} but this device has {cores} DLA core(s) "
+                              "(DLA exists on Jetson AGX Orin and Xavier only); set dla_core = -1 in the profile")
+        config.default_device_type = trt.DeviceType.DLA
+        config.DLA_core = int(plan.dla_core)
+        dla_fallback = [network.get_layer(i).name for i in range(network.num_layers)
+                        if not config.can_run_on_DLA(network.get_layer(i))]
+        say(f"DLA core {plan.dla_core}: {network.num_layers - len(dla_fallback)} of {network.num_layers} layers can run on the DLA"
+            + (", the rest fall back to the GPU" if plan.gpu_fallback else ""))
+
+    if plan.hardware_compatibility != "none":
+        member = {"ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}[plan.hardware_compatibility]
+        config.hardware_compatibility_level = _enum(trt, "HardwareCompatibilityLevel", member)
+
+    cache = None
+    reused = False
+    if plan.timing_cache:
+        cache = config.create_timing_cache(timing_cache or b"")
+        # ignore_mismatch=False: a cache from another device or TensorRT is rejected, not trusted.
+        if config.set_timing_cache(cache, False) is False:
+            warnings.append("the saved timing cache does not match this device/TensorRT; started a fresh one")
+            cache = config.create_timing_cache(b"")
+            config.set_timing_cache(cache, False)
+        else:
+            reused = bool(timing_cache)
+
+    say(f"building {plan.engine} with TensorRT {getattr(trt, '__version__', '?')} ({plan.role}); this takes a while")
+    serialized = builder.build_serialized_network(network, config)
+    if serialized is None:
+        raise BundleError(f"TensorRT could not build {plan.engine} from {Path(onnx_path).name} (see TensorRT's messages above)")
+    engine = bytes(serialized)
+    cache_bytes = None
+    if cache is not None:
+        out_cache = config.get_timing_cache() if hasattr(config, "get_timing_cache") else cache
+        cache_bytes = bytes(out_cache.serialize())
+    layers = _inspect(trt, logger, engine, plan, warnings)
+    return EngineBuild(engine=engine, timing_cache=cache_bytes, timing_cache_reused=reused, fp32_layers=fp32_layers,
+                       dla_fallback=dla_fallback, layers=layers, warnings=warnings)
+
+
+def _constrain_fp32_layers(trt: Any, network: Any, plan: BuildPlan, warnings: list[str]) -> list[str]:
+    """Pin the normalization layers (and any named in the plan) to FP32 (8.6-10.x)."""
+    wanted = set(plan.fp32_layers)
+    types = {getattr(trt.LayerType, t) for t in plan.fp32_layer_types if hasattr(trt.LayerType, t)}
+    done: list[str] = []
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        if layer.name not in wanted and layer.type not in types:
+            continue
+        layer.precision = trt.float32
+        for j in range(layer.num_outputs):
+            layer.set_output_type(j, trt.float32)
+        done.append(layer.name)
+    missing = wanted - set(done)
+    if missing:
+        warnings.append(f"{len(missing)} LayerNorm node(s) not found by name in the TensorRT network (the parser renamed "
+                        "or fused them); they are not pinned to FP32: " + ", ".join(sorted(missing)[:3]))
+    return done
+
+
+def _inspect(trt: Any, logger: Any, engine_bytes: bytes, plan: BuildPlan, warnings: list[str]) -> dict[str, Any] | None:
+    """Per-layer facts from the engine inspector (needs the engine to deserialise here)."""
+    try:
+        runtime = trt.Runtime(logger)
+        if plan.version_compatible and hasattr(runtime, "engine_host_code_allowed"):
+            runtime.engine_host_code_allowed = True
+        engine = runtime.deserialize_cuda_engine(engine_bytes)
+        if engine is None or not hasattr(engine, "create_engine_inspector"):
+            return None
+        inspector = engine.create_engine_inspector()
+        text = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
+        return summarize_layers(json.loads(text))
+    except Exception as err:  # the engine is fine; only the report is missing
+        warnings.append(f"engine inspector unavailable: {type(err).__name__}")
+        return None
+
+
+def summarize_layers(info: Any) -> dict[str, Any]:
+    """Count the inspector's layers and list those it places on a DLA.
+
+    With ProfilingVerbosity.DETAILED each layer is a dict; layers the DLA runs mention
+    "DLA" in their record. (GPU "ForeignNode" layers are Myelin-fused regions, not DLA.)"""
+    layers = info.get("Layers", []) if isinstance(info, dict) else []
+    names: list[str] = []
+    dla: list[str] = []
+    for layer in layers:
+        if isinstance(layer, str):
+            name, text = layer, layer
+        else:
+            name = str(layer.get("Name", "?"))
+            text = json.dumps(layer)
+        names.append(name)
+        if "DLA" in text:
+            dla.append(name)
+    return {"count": len(names), "dla_layers": dla, "gpu_layers": len(names) - len(dla)}
+
+
+def write_engine(path: Path, data: bytes) -> None:
+    from vitedge.fsutil import atomic_write_path
+
+    with atomic_write_path(path) as tmp:
+        tmp.write_bytes(data)
