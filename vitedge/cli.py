@@ -20,6 +20,7 @@ COMMANDS = {
     "inspect": "inspect_cmd",
     "export": "export_cmd",
     "build": "build_cmd",
+    "engine": "engine_cmd",
     "calibrate": "calibrate_cmd",
     "targets": "targets_cmd",
 }

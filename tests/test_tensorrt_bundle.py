@@ -1,0 +1,287 @@
+"""The TensorRT bundle on a machine without TensorRT or a GPU (this one), its completion by
+`vitedge engine` (driven here by the recording stand-in, which runs the graphs with ONNX
+Runtime: the plumbing is real, the "engine" is not), and, where TensorRT and a GPU
+exist, a real build, run and validation (marked `tensorrt`)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
+from test_tensorrt_standin import make_fake_cudart, make_fake_trt
+
+from vitedge.backends.tensorrt_device import DeviceFacts
+from vitedge.errors import BundleError, IncompatibleEngineError, UsageError
+from vitedge.manifest import read_manifest, verify_bundle
+
+EXAMPLE = EXAMPLES / "digits_vit.pt"
+NEXT_STEP = "build the engine on the device: vitedge engine BUNDLE"
+STANDIN_GPU = DeviceFacts(tensorrt="10.3.0", gpu_name="Stand-in GPU (not a real device)", compute_capability="8.7",
+                          cuda_runtime="12.2", cuda_driver="12.2", l4t="36.4.0", jetpack="6.1+b123", machine="aarch64")
+
+
+def _cli(args: list[str]) -> tuple[int, str]:
+    from vitedge.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            main(args)
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue()
+
+
+def _have_example() -> bool:
+    return EXAMPLE.is_file() and CALIB_DIR.is_dir()
+
+
+@pytest.fixture(scope="module")
+def planned(tmp_path_factory):
+    """`vitedge build --target jetson-orin examples/digits_vit.pt --calib calibration/digits/calib -o OUT` here."""
+    if not _have_example():
+        pytest.skip("the bundled example (examples/digits_vit.pt, calibration/digits/calib) is not in this checkout yet")
+    try:
+        import tensorrt  # noqa: F401
+
+        pytest.skip("TensorRT is installed here: this test is about the GPU-less bundle")
+    except ImportError:
+        pass
+    out = tmp_path_factory.mktemp("bundles") / "digits-jetson-orin"
+    code, text = _cli(["build", "--target", "jetson-orin", str(EXAMPLE), "--calib", str(CALIB_DIR), "-o", str(out)])
+    assert code == 0, text
+    return out, text
+
+
+def _copy(bundle: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / bundle.name
+    shutil.copytree(bundle, dst)
+    return dst
+
+
+def test_gpu_less_build_writes_the_planned_bundle(planned):
+    out, text = planned
+    names = {p.name for p in out.iterdir()}
+    assert {"model.int8.onnx", "reference.fp32.onnx", "build_plan.json", "trtexec.txt", "manifest.json", "report.md"} <= names
+    assert not {"model.engine", "reference.fp32.engine", "timing.cache", "engine_facts.json"} & names
+    manifest = verify_bundle(out)  # every listed file present with its hash
+    assert manifest.artifacts["built"] is False and manifest.artifacts["model"] == "model.engine"
+    assert set(manifest.artifacts["extra"]) == {"build_plan.json", "trtexec.txt"}
+    info = manifest.backend_info
+    assert info["engine_built"] is False and info["next_step"] == NEXT_STEP
+    assert info["reason"] == "TensorRT is not installed" and "vitedge[tensorrt]" in info["install_hint"]
+    assert "no engine was built here" in info["measured"]
+    assert manifest.validation is None  # nothing was measured, so nothing is reported
+    assert "not built here" in (out / "report.md").read_text()
+
+
+def test_gpu_less_build_says_so_in_one_line(planned):
+    _, text = planned
+    lines = [line.strip() for line in text.splitlines()]
+    assert lines.count(NEXT_STEP) == 1
+    assert any("TensorRT engine not built here (TensorRT is not installed)" in line for line in lines)
+    assert "not validated here" in text
+
+
+def test_the_checker_passed_on_the_bundled_graph(planned):
+    import onnx
+
+    from vitedge.quantize.checker import check_qdq_graph
+
+    out, _ = planned
+    assert check_qdq_graph(onnx.load(str(out / "model.int8.onnx"))) == []
+
+
+def test_plan_and_trtexec_use_the_real_input(planned):
+    import shlex
+
+    out, _ = planned
+    plan = json.loads((out / "build_plan.json").read_text())
+    assert plan["tensorrt"]["assumed"] is True and plan["tensorrt"]["major"] == 10
+    int8, ref = plan["engines"]
+    assert int8["input_name"] == "input" and int8["profile_opt"] == [4, 3, 32, 32] and int8["builder_flags"] == ["INT8", "FP16", "OBEY_PRECISION_CONSTRAINTS"]
+    assert len(int8["fp32_layers"]) == 13 and ref["engine"] == "reference.fp32.engine"
+    commands = [line for line in (out / "trtexec.txt").read_text().splitlines() if line.startswith("trtexec ")]
+    assert len(commands) == 2
+    args = shlex.split(commands[0])
+    for expected in ("--onnx=model.int8.onnx", "--int8", "--fp16", "--minShapes=input:1x3x32x32", "--optShapes=input:4x3x32x32",
+                     "--maxShapes=input:8x3x32x32", "--memPoolSize=workspace:2048M", "--builderOptimizationLevel=3",
+                     "--timingCacheFile=timing.cache", "--saveEngine=model.engine", "--precisionConstraints=obey"):
+        assert expected in args, expected
+
+
+def test_engine_command_here_refuses_and_leaves_the_bundle(planned):
+    out, _ = planned
+    before = (out / "manifest.json").read_bytes()
+    code, text = _cli(["engine", str(out)])
+    assert code == 2 and "TensorRT is not installed" in text and "the bundle is unchanged" in text
+    assert (out / "manifest.json").read_bytes() == before
+    assert not [p for p in out.parent.iterdir() if p.name.endswith(".partial")]
+
+
+def test_the_cast_graph_for_trt11_keeps_the_example_accurate(planned):
+    """The FP16-region graph TensorRT 11 would build from, on held-out images, vs FP32 and the FP32-region INT8 graph."""
+    import onnx
+
+    from vitedge.backends.tensorrt_typed import make_strongly_typed
+    from vitedge.calibration.sources import open_source
+    from vitedge.onnxutil import ort_session
+
+    if not VAL_DIR.is_dir():
+        pytest.skip("calibration/digits/val is not in this checkout yet")
+    out, _ = planned
+    spec = read_manifest(out).spec
+    val = open_source(VAL_DIR, spec.preprocess, class_names=spec.class_names)
+    batches = list(val.batches(100))[:2]  # 200 of the 397 held-out images keep this test short
+    x = np.concatenate([b.images for b in batches])
+    labels = np.concatenate([b.labels for b in batches])
+    typed, _ = make_strongly_typed(onnx.load(str(out / "model.int8.onnx")))
+
+    def top1(src):
+        s = ort_session(src, threads=2)
+        return s.run(None, {"input": x})[0].argmax(1)
+
+    ref, int8, half = top1(out / "reference.fp32.onnx"), top1(out / "model.int8.onnx"), top1(typed.SerializeToString())
+    assert np.mean(half == int8) >= 0.98
+    assert np.mean(half == ref) >= np.mean(int8 == ref) - 0.01
+    assert np.mean(half == labels) >= np.mean(ref == labels) - 0.015
+
+
+# -- `vitedge engine` on a "device", with the stand-in ------------------------------------------
+
+def _complete(bundle, version="10.3.0", facts=STANDIN_GPU, **kwargs):
+    from vitedge.backends.tensorrt_bundle import complete_bundle
+
+    cudart = make_fake_cudart()
+    trt = make_fake_trt(version, cudart=cudart, dla_cores=kwargs.pop("dla_cores", 0))
+    return complete_bundle(bundle, trt=trt, cudart=cudart, facts=facts, measure_speed=False, **kwargs), trt, cudart
+
+
+def test_engine_completion_with_the_standin(planned, tmp_path, monkeypatch):
+    monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "user-cache"))  # no timing cache from earlier runs
+    bundle = _copy(planned[0], tmp_path)
+    result, trt, _ = _complete(bundle, val=VAL_DIR if VAL_DIR.is_dir() else None)
+    manifest = verify_bundle(bundle)  # rewritten with every file's hash
+    for name in ("model.engine", "reference.fp32.engine", "timing.cache", "engine_facts.json"):
+        assert name in manifest.files, name
+    assert manifest.artifacts["built"] is True and {"timing.cache", "engine_facts.json"} <= set(manifest.artifacts["extra"])
+    info = manifest.backend_info
+    assert info["engine_built"] is True and info["device"]["gpu_name"] == STANDIN_GPU.gpu_name
+    assert info["device"]["l4t"] == "36.4.0" and info["device"]["jetpack"] == "6.1+b123"
+    assert info["plan"]["builder_flags"] == ["INT8", "FP16", "OBEY_PRECISION_CONSTRAINTS"] and info["plan"]["fp32_layers"] == 13
+    assert info["timing_cache"]["device"]["tensorrt"] == "10.3.0" and info["timing_cache"]["reused"] is False
+    assert manifest.toolchain["tensorrt"] == "10.3.0"
+    assert [c for c in trt.calls if c[0] == "parser.parse_from_file"] == [("parser.parse_from_file", "model.int8.onnx"),
+                                                                         ("parser.parse_from_file", "reference.fp32.onnx")]
+    assert not [p for p in bundle.parent.iterdir() if p.name.endswith(".partial") or ".old-" in p.name]
+    if VAL_DIR.is_dir():
+        assert result.passed is True and manifest.validation["passed"] is True
+        assert manifest.validation["accuracy"]["samples"] == 397
+
+    # A second run needs --force, and then reuses the bundle's timing cache (same device and flags).
+    with pytest.raises(UsageError, match="already holds an engine built on GPU Stand-in GPU"):
+        _complete(bundle)
+    _complete(bundle, force=True)
+    again = read_manifest(bundle)
+    assert again.backend_info["timing_cache"]["reused"] is True and again.validation is None
+    assert "the bundle's timing cache" in again.backend_info["timing_cache"]["source"]
+    assert list((tmp_path / "user-cache" / "tensorrt").glob("timing-*.cache"))  # kept for rebuilds of other bundles too
+
+    # The runner refuses the engine on another device, naming the fact.
+    from vitedge.backends.tensorrt_runner import TensorRtRunner
+
+    other = DeviceFacts(**{**STANDIN_GPU.to_dict(), "gpu_name": "NVIDIA A100", "compute_capability": "8.0", "machine": "x86_64",
+                           "l4t": None, "jetpack": None})
+    runner = TensorRtRunner(bundle / "model.engine", trt=make_fake_trt("10.3.0", cudart=make_fake_cudart()),
+                            cudart=make_fake_cudart(), device_facts=other)
+    with pytest.raises(IncompatibleEngineError, match="GPU 'NVIDIA A100' here vs 'Stand-in GPU"):
+        runner.open()
+
+
+def test_runner_binds_by_name_and_splits_batches(planned, tmp_path):
+    from vitedge.backends.tensorrt_runner import TensorRtRunner
+    from vitedge.onnxutil import ort_session
+
+    bundle = _copy(planned[0], tmp_path)
+    _complete(bundle)
+    cudart = make_fake_cudart()
+    trt = make_fake_trt("10.3.0", cudart=cudart)
+    x = np.random.default_rng(0).standard_normal((19, 3, 32, 32)).astype(np.float32)  # > max batch 8: split in 3
+    with TensorRtRunner(bundle / "model.engine", trt=trt, cudart=cudart, device_facts=STANDIN_GPU) as runner:
+        assert runner.input_name == "input" and runner.input_hw == (32, 32) and (runner.min_batch, runner.max_batch) == (1, 8)
+        got = runner.infer(x)
+    expected = ort_session(bundle / "model.int8.onnx").run(None, {"input": x})[0]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    assert not cudart.allocations  # close() freed the device buffers
+
+
+def test_engine_completion_on_trt11_builds_from_the_cast_graph(planned, tmp_path):
+    bundle = _copy(planned[0], tmp_path)
+    facts = DeviceFacts(**{**STANDIN_GPU.to_dict(), "tensorrt": "11.4.0"})
+    _, trt, _ = _complete(bundle, version="11.4.0", facts=facts)
+    manifest = verify_bundle(bundle)
+    assert "model.int8.typed.onnx" in manifest.files and manifest.backend_info["plan"]["strongly_typed"] is True
+    assert manifest.backend_info["typed_graph"]["fp32_layernorms"]
+    assert ("parser.parse_from_file", "model.int8.typed.onnx") in trt.calls
+    assert not [c for c in trt.calls if c[0] == "config.set_flag"]
+    assert "--stronglyTyped" in (bundle / "trtexec.txt").read_text()
+
+
+def test_engine_completion_with_dla_reports_gpu_fallback(planned, tmp_path):
+    bundle = _copy(planned[0], tmp_path)
+    data = json.loads((bundle / "manifest.json").read_text())
+    data["target"]["profile"]["backend_options"]["dla_core"] = 0
+    (bundle / "manifest.json").write_text(json.dumps(data))
+    _complete(bundle, dla_cores=2)
+    dla = read_manifest(bundle).backend_info["dla"]
+    assert dla["core"] == 0 and dla["gpu_fallback"] is True and dla["gpu_fallback_count"] > 0
+    assert any("LayerNormalization" in name for name in dla["gpu_fallback_layers"])
+
+
+def test_a_failed_engine_build_leaves_the_bundle_untouched(planned, tmp_path):
+    from vitedge.backends.tensorrt_bundle import complete_bundle
+
+    bundle = _copy(planned[0], tmp_path)
+    before = {p.name: p.read_bytes() for p in bundle.iterdir()}
+    trt = make_fake_trt("10.3.0")
+
+    def broken(network, config):
+        raise BundleError("TensorRT could not build model.engine (stand-in failure)")
+
+    trt.Builder.build_serialized_network = lambda self, n, c: broken(n, c)
+    with pytest.raises(BundleError, match="stand-in failure"):
+        complete_bundle(bundle, trt=trt, cudart=make_fake_cudart(), facts=STANDIN_GPU)
+    assert {p.name: p.read_bytes() for p in bundle.iterdir()} == before
+    assert not [p for p in tmp_path.iterdir() if p.name != bundle.name]
+
+
+# -- with TensorRT and a GPU ------------------------------------------------------------------
+
+def _real_tensorrt():
+    trt = pytest.importorskip("tensorrt", reason="TensorRT not installed: the real engine build runs only where TensorRT and a GPU are")
+    from vitedge.backends import get_backend
+
+    env = get_backend("tensorrt").check_environment()
+    if not env.can_build:
+        pytest.skip(f"no CUDA GPU: {env.detail}")
+    return trt
+
+
+@pytest.mark.tensorrt
+def test_real_engine_builds_runs_and_validates(tmp_path):
+    _real_tensorrt()
+    if not (_have_example() and VAL_DIR.is_dir()):
+        pytest.skip("the bundled example is not in this checkout yet")
+    out = tmp_path / "digits-desktop-gpu"
+    code, text = _cli(["build", "--target", "desktop-gpu", str(EXAMPLE), "--calib", str(CALIB_DIR), "--val", str(VAL_DIR), "-o", str(out)])
+    assert code == 0, text
+    manifest = verify_bundle(out)
+    assert manifest.artifacts["built"] is True and (out / "model.engine").is_file() and (out / "timing.cache").is_file()
+    assert manifest.validation["passed"] is True and manifest.backend_info["device"]["gpu_name"]

@@ -1,0 +1,313 @@
+"""TensorRT bundle steps: plan files where no engine can be built, the on-device engine
+build, and `vitedge engine BUNDLE`, which completes a planned bundle on the device.
+
+Where TensorRT or a GPU is missing, a tensorrt bundle still holds everything the device
+needs: the validated Q/DQ graph, the FP32 graph for the reference engine, build_plan.json
+and trtexec.txt. Nothing in it claims an engine, an accuracy or a latency.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vitedge.backends.tensorrt_build import EngineBuild, apply_plan, write_engine
+from vitedge.backends.tensorrt_device import FACTS_FILE, DeviceFacts, read_device_facts
+from vitedge.backends.tensorrt_plan import (
+    ENGINE,
+    PLAN_FILE,
+    QDQ_GRAPH,
+    REFERENCE_ENGINE,
+    TIMING_CACHE,
+    TRTEXEC_FILE,
+    TYPED_GRAPH,
+    BuildPlan,
+    GraphFacts,
+    TensorRtOptions,
+    TrtCapabilities,
+    plan_build,
+    reference_plan,
+    trtexec_command,
+    write_plan_files,
+)
+from vitedge.errors import BundleError, UsageError
+
+NEXT_STEP = "build the engine on the device: vitedge engine BUNDLE"
+NOT_MEASURED = "no engine was built here, so no TensorRT accuracy or latency was measured"
+
+
+@dataclass
+class PlannedBuild:
+    graph: GraphFacts
+    caps: TrtCapabilities
+    plan: BuildPlan
+    reference: BuildPlan
+    typed_report: dict[str, Any] | None
+    files: list[str]  # written into the bundle, relative
+
+
+def load_checked_graph(qdq_path: Path) -> Any:
+    """The Q/DQ graph, after the TensorRT explicit-quantization checker passed on it."""
+    import onnx
+
+    from vitedge.quantize.checker import assert_qdq_graph
+
+    model = onnx.load(str(qdq_path), load_external_data=False)
+    assert_qdq_graph(model)  # raises QuantizationError naming the broken rules
+    return model
+
+
+def plan_bundle(out_dir: Path, options: TensorRtOptions, batch_sizes: tuple[int, ...], caps: TrtCapabilities,
+                *, model: Any = None) -> PlannedBuild:
+    """Check the Q/DQ graph, plan both engines and write the plan files (and the strongly
+    typed graph when the plan builds from it) into ``out_dir``."""
+    if model is None:
+        model = load_checked_graph(out_dir / QDQ_GRAPH)
+    graph = GraphFacts.from_model(model)
+    plan = plan_build(options, batch_sizes, caps, graph=graph)
+    ref = reference_plan(plan)
+    files = write_plan_files(out_dir, [plan, ref], caps, graph)
+    typed_report = None
+    if plan.typed_graph is not None:
+        from vitedge.backends.tensorrt_typed import make_strongly_typed
+        from vitedge.onnxutil import save_onnx
+
+        typed, report = make_strongly_typed(model, **plan.typed_graph)
+        save_onnx(typed, out_dir / TYPED_GRAPH)
+        typed_report = report.to_dict()
+        files.append(TYPED_GRAPH)
+    return PlannedBuild(graph, caps, plan, ref, typed_report, files)
+
+
+def offline_info(planned: PlannedBuild, reason: str, install_hint: str | None) -> dict[str, Any]:
+    """backend_info for a bundle whose engine could not be built here."""
+    return {
+        "engine_built": False,
+        "next_step": NEXT_STEP,
+        "reason": reason,
+        "install_hint": install_hint,
+        "planned_for_tensorrt": planned.caps.version,
+        "capabilities_assumed": planned.caps.assumed,
+        "plan_file": PLAN_FILE,
+        "trtexec_file": TRTEXEC_FILE,
+        "trtexec": trtexec_command(planned.plan, tf32_flag=planned.caps.tf32_flag),
+        "typed_graph": planned.typed_report,
+        "measured": NOT_MEASURED,
+    }
+
+
+# -- timing cache ----------------------------------------------------------------------------
+
+def timing_cache_key(facts: DeviceFacts, plan: BuildPlan) -> str:
+    """A timing cache is valid for one GPU, CUDA, TensorRT version and set of builder flags."""
+    parts = {"tensorrt": facts.tensorrt, "gpu": facts.gpu_name, "cc": facts.compute_capability, "cuda": facts.cuda_runtime,
+             "machine": facts.machine, "l4t": facts.l4t, "flags": sorted(plan.builder_flags),
+             "hardware": plan.hardware_compatibility, "dla": plan.dla_core}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _user_cache_path(key: str) -> Path:
+    from vitedge.paths import cache_dir
+
+    return cache_dir() / "tensorrt" / f"timing-{key}.cache"
+
+
+def _load_timing_cache(bundle_dir: Path, previous: dict[str, Any] | None, key: str) -> tuple[bytes | None, str]:
+    prev = (previous or {}).get("timing_cache") or {}
+    path = bundle_dir / TIMING_CACHE
+    if path.is_file() and prev.get("key") == key:
+        return path.read_bytes(), "the bundle's timing cache (same device, TensorRT and flags)"
+    user = _user_cache_path(key)
+    if user.is_file():
+        return user.read_bytes(), f"the timing cache in {user.parent}"
+    if path.is_file():
+        return None, "the bundle's timing cache was made on another device/TensorRT: started a fresh one"
+    return None, "no timing cache yet: started a fresh one"
+
+
+def _store_user_cache(key: str, data: bytes) -> None:
+    from vitedge.fsutil import atomic_write_path
+
+    path = _user_cache_path(key)
+    try:
+        with atomic_write_path(path) as tmp:
+            tmp.write_bytes(data)
+    except OSError:
+        pass  # a cache we cannot write only costs build time
+
+
+# -- the on-device build ---------------------------------------------------------------------
+
+def build_on_device(trt: Any, out_dir: Path, options: TensorRtOptions, batch_sizes: tuple[int, ...], *,
+                    log: Callable[[str], None] | None = None, cudart: Any = None, facts: DeviceFacts | None = None,
+                    previous: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Plan for the TensorRT found here, build the INT8 and FP32-reference engines into
+    ``out_dir`` and record the device. Returns (backend_info, extra files)."""
+    from vitedge.backends.tensorrt_plan import capabilities_from_module
+
+    say = log or (lambda _m: None)
+    caps = capabilities_from_module(trt)
+    facts = facts if facts is not None else read_device_facts(trt, cudart)
+    if options.hardware_compatibility == "ampere_plus":
+        cc = tuple(int(p) for p in (facts.compute_capability or "0.0").split(".")[:2])
+        if cc < (8, 0):
+            raise UsageError(f"hardware_compatibility = \"ampere_plus\" must be built on an Ampere or newer GPU; "
+                             f"this one is compute {facts.compute_capability}")
+    planned = plan_bundle(out_dir, options, batch_sizes, caps)
+    plan, ref = planned.plan, planned.reference
+    key = timing_cache_key(facts, plan)
+    cache, cache_note = (None, "timing cache off") if not plan.timing_cache else _load_timing_cache(out_dir, previous, key)
+    say(f"TensorRT {caps.version} on {facts.describe()}; {cache_note}")
+    builds: dict[str, EngineBuild] = {}
+    for p in (plan, ref):
+        result = apply_plan(trt, p, out_dir / p.graph, timing_cache=cache, log=say)
+        write_engine(out_dir / p.engine, result.engine)
+        if result.timing_cache is not None:
+            cache = result.timing_cache  # the reference build extends the same cache
+        builds[p.role] = result
+        for w in result.warnings:
+            say("warning: " + w)
+    extra = list(planned.files) + [REFERENCE_ENGINE, FACTS_FILE]
+    timing: dict[str, Any] | None = None
+    if plan.timing_cache and cache is not None:
+        write_engine(out_dir / TIMING_CACHE, cache)
+        _store_user_cache(key, cache)
+        extra.append(TIMING_CACHE)
+        timing = {"file": TIMING_CACHE, "key": key, "device": facts.to_dict(), "builder_flags": list(plan.builder_flags),
+                  "reused": builds["int8"].timing_cache_reused, "source": cache_note,
+                  "note": "valid only for this GPU, CUDA, TensorRT version and builder flags"}
+    record = {
+        "schema": "vitedge.tensorrt-engine/1",
+        "engine": ENGINE,
+        "reference": REFERENCE_ENGINE,
+        "device": facts.to_dict(),
+        "hardware_compatibility": plan.hardware_compatibility,
+        "version_compatible": plan.version_compatible,
+    }
+    write_engine(out_dir / FACTS_FILE, (json.dumps(record, indent=2) + "\n").encode())
+    info = dict(record)
+    info.pop("schema")
+    info.update({
+        "engine_built": True,
+        "relaxed_by_compatibility": _relaxed_description(plan),
+        "tensorrt_capabilities": caps.to_dict(),
+        "plan": {"file": PLAN_FILE, "strongly_typed": plan.strongly_typed, "network_flags": list(plan.network_flags),
+                 "builder_flags": list(plan.builder_flags), "workspace_mb": plan.workspace_bytes >> 20,
+                 "optimization_level": plan.optimization_level,
+                 "profile": {"min": list(plan.profile_min), "opt": list(plan.profile_opt), "max": list(plan.profile_max)},
+                 "fp32_layers": len(builds["int8"].fp32_layers), "dla_core": plan.dla_core, "gpu_fallback": plan.gpu_fallback},
+        "build": {role: b.info() for role, b in builds.items()},
+        "timing_cache": timing,
+        "typed_graph": planned.typed_report,
+        "trtexec": trtexec_command(plan, tf32_flag=caps.tf32_flag),
+    })
+    if plan.dla_core is not None:
+        fallback = builds["int8"].dla_fallback or []
+        info["dla"] = {"core": plan.dla_core, "gpu_fallback": plan.gpu_fallback, "gpu_fallback_layers": fallback,
+                       "gpu_fallback_count": len(fallback)}
+    return info, extra
+
+
+def _relaxed_description(plan: BuildPlan) -> list[str]:
+    out = []
+    if plan.hardware_compatibility == "ampere_plus":
+        out.append("GPU model: any Ampere or newer GPU (compute capability >= 8.0) may load it")
+    elif plan.hardware_compatibility == "same_compute_capability":
+        out.append("GPU model: any GPU of the same compute capability may load it")
+    if plan.version_compatible:
+        out.append("TensorRT version: the same or a later TensorRT may load it")
+    return out
+
+
+# -- `vitedge engine BUNDLE` -------------------------------------------------------------------
+
+class _EngineRunners:
+    """What validate_artifact needs from a backend: runners on the engines just built."""
+
+    def __init__(self, trt: Any, cudart: Any, facts: DeviceFacts | None):
+        self.trt, self.cudart, self.facts = trt, cudart, facts
+
+    def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None):
+        from vitedge.backends.tensorrt_runner import TensorRtRunner
+
+        return TensorRtRunner(model_path, options, trt=self.trt, cudart=self.cudart, device_facts=self.facts)
+
+
+@dataclass
+class EngineResult:
+    bundle: Path
+    manifest: Any
+    passed: bool | None  # None when no --val data was given
+
+
+def complete_bundle(bundle: Path, *, val: Path | None = None, force: bool = False, measure_speed: bool = True,
+                    log: Callable[[str], None] | None = None, trt: Any = None, cudart: Any = None,
+                    facts: DeviceFacts | None = None) -> EngineResult:
+    """Build the bundle's engines on this device, validate them when ``val`` is given, and
+    replace the bundle atomically with the completed one (manifest rewritten with hashes)."""
+    from vitedge.fsutil import atomic_output_dir
+    from vitedge.manifest import verify_bundle
+    from vitedge.reporting import write_build_report
+
+    say = log or (lambda _m: None)
+    bundle = Path(bundle)
+    manifest = verify_bundle(bundle)
+    if manifest.target.get("backend") != "tensorrt":
+        raise UsageError(f"{bundle} is a {manifest.target.get('backend')} bundle; `vitedge engine` builds TensorRT engines")
+    if manifest.artifacts.get("built") and not force:
+        device = DeviceFacts.from_dict((manifest.backend_info or {}).get("device") or {})
+        raise UsageError(f"{bundle} already holds an engine built on {device.describe()}; pass --force to rebuild it here")
+    if trt is None:
+        from vitedge.backends.tensorrt import TensorRtBackend
+
+        env = TensorRtBackend().check_environment()
+        if not env.can_build:
+            raise BundleError(f"cannot build the TensorRT engine here: {env.detail}"
+                              + (f"; {env.install_hint}" if env.install_hint else "") + "; the bundle is unchanged")
+        import tensorrt as trt  # noqa: F811 - checked above
+    profile = manifest.target.get("profile") or {}
+    try:
+        options = TensorRtOptions(**(profile.get("backend_options") or {}))
+    except TypeError as err:
+        raise BundleError(f"{bundle}/manifest.json has backend options this vitedge does not know ({err})") from None
+    batch_sizes = tuple(profile.get("batch_sizes") or (1,))
+
+    passed = None
+    with atomic_output_dir(bundle, force=True) as tmp:
+        shutil.copytree(bundle, tmp, dirs_exist_ok=True)
+        (tmp / "report.md").unlink(missing_ok=True)
+        info, extra = build_on_device(trt, tmp, options, batch_sizes, log=say, cudart=cudart, facts=facts,
+                                      previous=manifest.backend_info)
+        if TYPED_GRAPH not in extra:
+            (tmp / TYPED_GRAPH).unlink(missing_ok=True)  # planned for another TensorRT than the one found here
+        validation = None
+        if val is not None:
+            from vitedge.calibration.sources import open_source
+            from vitedge.profiles import Thresholds
+            from vitedge.validation.run import validate_artifact
+
+            spec = manifest.spec
+            source = open_source(val, spec.preprocess, class_names=spec.class_names)
+            thresholds = Thresholds(**(profile.get("thresholds") or {}))
+            result = validate_artifact(_EngineRunners(trt, cudart, facts), options, tmp / ENGINE, tmp / REFERENCE_ENGINE,
+                                       source, spec, thresholds, batch_sizes, measure_speed=measure_speed)
+            validation = dict(result.to_dict(), thresholds=thresholds.to_dict())
+            for row in result.gate:
+                say(("PASS " if row.passed else "FAIL ") + row.detail)
+            passed = result.passed
+        previous_extra = [f for f in manifest.artifacts.get("extra", []) if (tmp / f).exists()]
+        manifest.artifacts.update(model=ENGINE, reference=REFERENCE_ENGINE, built=True,
+                                  extra=sorted(set(previous_extra) | set(extra)))
+        manifest.backend_info = info
+        manifest.validation = validation  # a previous validation was of another engine (or none)
+        manifest.toolchain = dict(manifest.toolchain, tensorrt=str(getattr(trt, "__version__", "?")))
+        manifest.hash_files(tmp)
+        write_build_report(tmp, manifest)
+        manifest.write(tmp)
+    return EngineResult(bundle, manifest, passed)
+
