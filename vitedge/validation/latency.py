@@ -1,11 +1,48 @@
-"""Latency: warm up, then run until the median is stable (enough iterations and time)."""
+"""Latency: warm up, then time until the median is stable; memory of the process.
+
+FP32 and INT8 are timed *interleaved* (a few iterations of one, then of the other, round
+after round) so a neighbour's load on a shared machine slows both alike and the speedup
+stays meaningful. A model's median is "stable" when the medians of the first and second
+half of its samples agree within ``rel_tol``; timing stops when every model is stable
+(after at least ``min_iters`` iterations and ``min_seconds`` of timed runs each) or at the
+``max_seconds`` cap, and the stats say which.
+"""
 
 from __future__ import annotations
 
+import sys
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import numpy as np
+
+METHOD = ("interleaved FP32/INT8 rounds of {chunk} iterations after {warmup} warm-up runs each; "
+          "stop when each median is stable (first vs second half within {tol:g}%) after >= {min_iters} "
+          "iterations and >= {min_seconds:g} s each, or at {max_seconds:g} s")
+
+
+@dataclass(frozen=True)
+class LatencySettings:
+    warmup: int = 5
+    min_iters: int = 20
+    min_seconds: float = 1.0  # timed seconds per model and batch size, at least
+    max_seconds: float = 10.0  # cap per batch size (both models together)
+    rel_tol: float = 0.05
+    chunk: int = 5
+
+    @classmethod
+    def for_budget(cls, min_seconds: float) -> "LatencySettings":
+        """At least ``min_seconds`` of timed runs per model; capped at 10x that (2 s at least) per batch size."""
+        return cls(min_seconds=min_seconds, max_seconds=max(2.0, 10.0 * min_seconds))
+
+    def describe(self) -> str:
+        return METHOD.format(chunk=self.chunk, warmup=self.warmup, tol=100 * self.rel_tol, min_iters=self.min_iters,
+                             min_seconds=self.min_seconds, max_seconds=self.max_seconds)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -17,6 +54,7 @@ class LatencyStats:
     p99_ms: float
     mean_ms: float
     throughput: float  # images per second at this batch, from the median
+    stable: bool = True
     samples_ms: tuple[float, ...] = ()
 
     def to_dict(self, with_samples: bool = False) -> dict:
@@ -28,29 +66,100 @@ class LatencyStats:
         return d
 
 
-def measure_latency(run, batch: np.ndarray, *, warmup: int = 5, min_iters: int = 20, min_seconds: float = 1.0,
-                    max_iters: int = 2000, max_seconds: float = 60.0) -> LatencyStats:
-    """Time `run(batch)`; stop after at least `min_iters` and `min_seconds`, or at a cap."""
-    for _ in range(warmup):
-        run(batch)
-    samples: list[float] = []
-    start = time.perf_counter()
-    while True:
-        t0 = time.perf_counter()
-        run(batch)
-        samples.append((time.perf_counter() - t0) * 1000.0)
-        elapsed = time.perf_counter() - start
-        if (len(samples) >= min_iters and elapsed >= min_seconds) or len(samples) >= max_iters or elapsed >= max_seconds:
-            break
-    arr = np.asarray(samples)
+def stats_from(samples: list[float], batch: int, stable: bool = True) -> LatencyStats:
+    arr = np.asarray(samples, dtype=np.float64)
     p50 = float(np.percentile(arr, 50))
     return LatencyStats(
-        batch=int(batch.shape[0]),
+        batch=int(batch),
         iterations=len(samples),
         p50_ms=p50,
         p90_ms=float(np.percentile(arr, 90)),
         p99_ms=float(np.percentile(arr, 99)),
         mean_ms=float(arr.mean()),
-        throughput=float(batch.shape[0] * 1000.0 / p50) if p50 > 0 else 0.0,
+        throughput=float(batch * 1000.0 / p50) if p50 > 0 else 0.0,
+        stable=stable,
         samples_ms=tuple(float(s) for s in samples),
     )
+
+
+def median_is_stable(samples: list[float], rel_tol: float) -> bool:
+    if len(samples) < 4:
+        return False
+    half = len(samples) // 2
+    a, b = float(np.median(samples[:half])), float(np.median(samples[half:]))
+    mid = float(np.median(samples))
+    return mid > 0 and abs(a - b) / mid <= rel_tol
+
+
+def measure_interleaved(runs: dict[str, Callable[[], Any]], batch: int,
+                        settings: LatencySettings = LatencySettings()) -> dict[str, LatencyStats]:
+    """Time each zero-argument callable in ``runs`` (same batch size), interleaved."""
+    for run in runs.values():
+        for _ in range(max(1, settings.warmup)):
+            run()
+    samples: dict[str, list[float]] = {k: [] for k in runs}
+    spent: dict[str, float] = {k: 0.0 for k in runs}
+    start = time.perf_counter()
+
+    def done(k: str) -> bool:
+        s = samples[k]
+        return len(s) >= settings.min_iters and spent[k] >= settings.min_seconds * 1000.0 and median_is_stable(s, settings.rel_tol)
+
+    while True:
+        for k, run in runs.items():
+            for _ in range(settings.chunk):
+                t0 = time.perf_counter()
+                run()
+                dt = (time.perf_counter() - t0) * 1000.0
+                samples[k].append(dt)
+                spent[k] += dt
+        if all(done(k) for k in runs) or time.perf_counter() - start >= settings.max_seconds:
+            break
+    return {k: stats_from(s, batch, stable=done(k)) for k, s in samples.items()}
+
+
+def measure_latency(run: Callable[[np.ndarray], Any], batch: np.ndarray, *, warmup: int = 5, min_iters: int = 20,
+                    min_seconds: float = 1.0, max_seconds: float = 60.0, rel_tol: float = 0.05) -> LatencyStats:
+    """Time ``run(batch)`` alone until its median is stable (or the cap)."""
+    settings = LatencySettings(warmup=warmup, min_iters=min_iters, min_seconds=min_seconds, max_seconds=max_seconds, rel_tol=rel_tol)
+    return measure_interleaved({"model": lambda: run(batch)}, int(batch.shape[0]), settings)["model"]
+
+
+def without_samples(stats: LatencyStats) -> LatencyStats:
+    return replace(stats, samples_ms=())
+
+
+# --------------------------------------------------------------------------- memory
+
+MEMORY_METHOD = ("peak_rss_bytes: the process's peak resident set size (resource.getrusage ru_maxrss) at the end of "
+                 "validation, so it covers loading both models, the data and every run; *_load_rss_bytes: growth of "
+                 "the current RSS (/proc/self/statm, or psutil) from before a model was opened to after it ran the "
+                 "validation set (its weights, arena and buffers; allocators may keep freed memory, so read it as indicative)")
+
+
+def current_rss() -> int | None:
+    """Resident set size of this process now, in bytes (None when it cannot be read)."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        import os
+
+        return pages * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError, AttributeError):
+        pass
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:
+        return None
+
+
+def peak_rss() -> int | None:
+    """Peak resident set size of this process so far, in bytes."""
+    try:
+        import resource
+    except ImportError:  # Windows
+        return None
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS reports bytes, Linux KiB

@@ -1,38 +1,64 @@
-"""Validate one built artifact against its FP32 reference on the same runtime."""
+"""Validate one built artifact against its FP32 reference on the same runtime, and the gate.
+
+``validate_artifact`` measures (accuracy, latency, memory); ``evaluate_gate`` turns the
+measurements and the thresholds into one row per threshold. ``vitedge.validation.bundle``
+wraps both for a bundle folder: `vitedge build` and `vitedge validate` both go through it.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vitedge.errors import DataError
 from vitedge.profiles import Thresholds
 from vitedge.validation.accuracy import collect_outputs, compare_embeddings, compare_logits
 from vitedge.validation.inputs import feed_for
-from vitedge.validation.latency import measure_latency
+from vitedge.validation.latency import LatencySettings, LatencyStats, current_rss, measure_interleaved, peak_rss
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+THRESHOLD_NAMES = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms")
 
 
 @dataclass
 class GateRow:
+    """One threshold of the gate: its measured value, its limit and the verdict.
+
+    ``margin`` is how far the value is on the wrong side of the limit (positive: failing
+    by that much, in the threshold's unit); ``status`` is pass, fail or skip (not
+    measurable here: no labels, latency not measured, no limit set)."""
+
     name: str
     value: float | None
-    limit: float
+    limit: float | None
     passed: bool
     detail: str
+    status: str = PASS
+    unit: str = ""
+    margin: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "value": self.value, "limit": self.limit, "passed": self.passed, "detail": self.detail}
+        return {"name": self.name, "status": self.status, "passed": self.passed, "value": _finite(self.value),
+                "limit": self.limit, "unit": self.unit, "margin": _finite(self.margin), "detail": self.detail}
+
+
+def _finite(v: float | None) -> float | None:
+    return None if v is None or not math.isfinite(v) else float(v)
 
 
 @dataclass
 class ValidationResult:
     accuracy: dict[str, Any]
-    latency: dict[str, Any]  # "fp32"/"int8" -> {batch: stats}
-    speedup: float | None
+    latency: dict[str, dict[str, LatencyStats]]  # "fp32"/"int8" -> batch (str) -> stats
+    speedup: float | None  # FP32 p50 / INT8 p50 at batch 1
     gate: list[GateRow] = field(default_factory=list)
     data: dict[str, Any] = field(default_factory=dict)
+    memory: dict[str, Any] = field(default_factory=dict)
+    latency_settings: LatencySettings | None = None  # None: latency not measured
 
     @property
     def passed(self) -> bool:
@@ -44,61 +70,144 @@ class ValidationResult:
     def failures(self) -> list[GateRow]:
         return [r for r in self.gate if not r.passed]
 
+    def speedups(self) -> dict[str, float]:
+        out = {}
+        for b, s in self.latency.get("int8", {}).items():
+            f = self.latency.get("fp32", {}).get(b)
+            if f is not None and s.p50_ms > 0:
+                out[b] = f.p50_ms / s.p50_ms
+        return out
+
+    def p99_ms(self) -> float | None:
+        s = self.latency.get("int8", {}).get("1")
+        return None if s is None else s.p99_ms
+
+    def latency_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"measured": self.latency_settings is not None}
+        if self.latency_settings is not None:
+            out["method"] = self.latency_settings.describe()
+            out["settings"] = self.latency_settings.to_dict()
+        for name in ("fp32", "int8"):
+            out[name] = {b: s.to_dict() for b, s in sorted(self.latency.get(name, {}).items(), key=lambda kv: int(kv[0]))}
+        out["speedup"] = self.speedups()
+        return out
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "passed": self.passed,
             "accuracy": self.accuracy,
-            "latency": self.latency,
+            "latency": self.latency_dict(),
             "speedup": self.speedup,
+            "memory": self.memory,
             "gate": [r.to_dict() for r in self.gate],
             "data": self.data,
         }
 
 
 def evaluate_gate(accuracy: dict[str, Any], speedup: float | None, p99_ms: float | None, t: Thresholds) -> list[GateRow]:
+    """One row per threshold, in THRESHOLD_NAMES order; max_p99_ms only when a limit is set (it has no
+    default). A threshold that cannot be checked here (no labels, latency not measured) is skipped."""
     rows: list[GateRow] = []
     drop = accuracy.get("top1_drop_points")
     if drop is not None:
-        rows.append(GateRow("max_top1_drop", drop, t.max_top1_drop, drop <= t.max_top1_drop + 1e-9,
-                            f"top-1 {100 * accuracy['int8_top1']:.2f}% vs FP32 {100 * accuracy['fp32_top1']:.2f}%: drop {drop:.2f} points (limit {t.max_top1_drop:g})"))
+        over = drop - t.max_top1_drop
+        ok = over <= 1e-9
+        rows.append(GateRow("max_top1_drop", drop, t.max_top1_drop, ok,
+                            f"top-1 {100 * accuracy['int8_top1']:.2f}% vs FP32 {100 * accuracy['fp32_top1']:.2f}%: "
+                            f"drop {drop:.3f} points (limit {t.max_top1_drop:g})" + ("" if ok else f", over by {over:.3f} points"),
+                            PASS if ok else FAIL, "points", over))
+    else:
+        why = "an embedding model has no top-1" if accuracy.get("output_kind") == "embedding" else "the data has no labels"
+        rows.append(GateRow("max_top1_drop", None, t.max_top1_drop, True, f"not checked: {why}", SKIP, "points"))
     agree = accuracy.get("top1_agreement")
+    what = "nearest-neighbour agreement with FP32" if accuracy.get("output_kind") == "embedding" else "top-1 agreement with FP32"
     if agree is not None:
-        rows.append(GateRow("min_agreement", agree, t.min_agreement, agree >= t.min_agreement - 1e-12,
-                            f"top-1 agreement with FP32 {100 * agree:.2f}% (limit {100 * t.min_agreement:.2f}%)"))
+        short = t.min_agreement - agree
+        ok = short <= 1e-12
+        rows.append(GateRow("min_agreement", agree, t.min_agreement, ok,
+                            f"{what} {100 * agree:.2f}% (limit {100 * t.min_agreement:.2f}%)"
+                            + ("" if ok else f", short by {100 * short:.3f} points"),
+                            PASS if ok else FAIL, "fraction", short))
+    else:
+        rows.append(GateRow("min_agreement", None, t.min_agreement, True, f"not checked: {what} needs at least 2 samples",
+                            SKIP, "fraction"))
     if speedup is not None:
-        rows.append(GateRow("min_speedup", speedup, t.min_speedup, speedup >= t.min_speedup,
-                            f"speedup over FP32 {speedup:.2f}x at batch 1 (limit {t.min_speedup:g}x)"))
+        short = t.min_speedup - speedup
+        ok = short <= 0
+        rows.append(GateRow("min_speedup", speedup, t.min_speedup, ok,
+                            f"speedup over FP32 {speedup:.2f}x at batch 1 (limit {t.min_speedup:g}x)"
+                            + ("" if ok else f", short by {short:.2f}x"), PASS if ok else FAIL, "x", short))
+    else:
+        rows.append(GateRow("min_speedup", None, t.min_speedup, True, "not checked: latency not measured", SKIP, "x"))
     if t.max_p99_ms is not None and p99_ms is not None:
-        rows.append(GateRow("max_p99_ms", p99_ms, t.max_p99_ms, p99_ms <= t.max_p99_ms,
-                            f"p99 latency {p99_ms:.2f} ms at batch 1 (limit {t.max_p99_ms:g} ms)"))
+        over = p99_ms - t.max_p99_ms
+        ok = over <= 0
+        rows.append(GateRow("max_p99_ms", p99_ms, t.max_p99_ms, ok,
+                            f"p99 latency {p99_ms:.3f} ms at batch 1 (limit {t.max_p99_ms:g} ms)"
+                            + ("" if ok else f", over by {over:.3f} ms"), PASS if ok else FAIL, "ms", over))
+    elif t.max_p99_ms is not None:
+        rows.append(GateRow("max_p99_ms", None, t.max_p99_ms, True, "not checked: latency not measured", SKIP, "ms"))
     return rows
 
 
+def check_labels(labels: np.ndarray | None, classes: int, data_path: str) -> None:
+    if labels is None or not len(labels):
+        return
+    if labels.min() < 0 or labels.max() >= classes:
+        bad = int(labels.max() if labels.max() >= classes else labels.min())
+        raise DataError(f"{data_path}: label {bad} is outside the model's {classes} classes (0..{classes - 1}); "
+                        "pass data labelled with this model's class indices")
+
+
 def validate_artifact(backend, options, model_path: Path, reference_path: Path, source, spec, thresholds: Thresholds,
-                      batch_sizes: tuple[int, ...] = (1,), *, measure_speed: bool = True, threads: int | None = None) -> ValidationResult:
+                      batch_sizes: tuple[int, ...] = (1,), *, measure_speed: bool = True, threads: int | None = None,
+                      latency: LatencySettings | None = None, output_kind: str | None = None,
+                      log=None) -> ValidationResult:
     """Run the artifact and its FP32 reference on the same backend and the same inputs."""
     pre = spec.preprocess
-    with backend.open_runner(reference_path, options, threads=threads) as ref_runner, \
-            backend.open_runner(model_path, options, threads=threads) as int8_runner:
+    kind = output_kind or spec.output_kind
+    settings = latency or LatencySettings()
+    info = log or (lambda _msg: None)
+    memory: dict[str, Any] = {}
+    rss0 = current_rss()
+    with backend.open_runner(reference_path, options, threads=threads) as ref_runner:
         ref = collect_outputs(ref_runner, source, pre)
-        got = collect_outputs(int8_runner, source, pre)
-        if spec.output_kind == "embedding":
-            accuracy = compare_embeddings(ref.values, got.values)
-        else:
-            accuracy = compare_logits(ref.values, got.values, ref.labels)
-        latency: dict[str, Any] = {"fp32": {}, "int8": {}}
-        speedup = p99 = None
-        if measure_speed:
-            first = next(iter(source.batches(max(batch_sizes))))
-            for b in sorted(set((1,) + tuple(batch_sizes))):
-                x = np.repeat(first.images, int(np.ceil(b / len(first.images))), axis=0)[:b]
-                for name, runner in (("fp32", ref_runner), ("int8", int8_runner)):
-                    feed = feed_for(runner, x, pre)
-                    latency[name][str(b)] = measure_latency(runner.infer, feed).to_dict()
-            speedup = latency["fp32"]["1"]["p50_ms"] / latency["int8"]["1"]["p50_ms"]
-            p99 = latency["int8"]["1"]["p99_ms"]
-    result = ValidationResult(accuracy=accuracy, latency=latency, speedup=speedup,
-                              data={"path": source.summary.path, "items": len(source), "labeled": source.summary.labeled,
-                                    "data_hash": source.summary.data_hash})
-    result.gate = evaluate_gate(accuracy, speedup, p99, thresholds)
+        rss1 = current_rss()
+        with backend.open_runner(model_path, options, threads=threads) as int8_runner:
+            got = collect_outputs(int8_runner, source, pre)
+            rss2 = current_rss()
+            if rss0 is not None and rss1 is not None and rss2 is not None:
+                memory["fp32_load_rss_bytes"] = max(0, rss1 - rss0)
+                memory["int8_load_rss_bytes"] = max(0, rss2 - rss1)
+            if ref.values.shape != got.values.shape:
+                raise DataError(f"the artifact outputs shape {got.values.shape[1:]} but its FP32 reference {ref.values.shape[1:]}: "
+                                "the bundle's two models do not belong together; rebuild it")
+            if kind == "embedding":
+                accuracy = compare_embeddings(ref.values, got.values)
+            else:
+                check_labels(ref.labels, int(ref.values.shape[1]), source.summary.path)
+                accuracy = compare_logits(ref.values, got.values, ref.labels)
+            accuracy["output_kind"] = kind
+            accuracy["labeled"] = ref.labels is not None and kind != "embedding"
+            stats: dict[str, dict[str, LatencyStats]] = {"fp32": {}, "int8": {}}
+            speedup = None
+            if measure_speed:
+                first = next(iter(source.batches(max(batch_sizes))))
+                for b in sorted(set((1,) + tuple(batch_sizes))):
+                    x = np.repeat(first.images, int(np.ceil(b / len(first.images))), axis=0)[:b]
+                    f_ref, f_int8 = feed_for(ref_runner, x, pre), feed_for(int8_runner, x, pre)
+                    pair = measure_interleaved({"fp32": lambda: ref_runner.infer(f_ref), "int8": lambda: int8_runner.infer(f_int8)},
+                                               b, settings)
+                    stats["fp32"][str(b)], stats["int8"][str(b)] = pair["fp32"], pair["int8"]
+                    info(f"batch {b}: FP32 p50 {pair['fp32'].p50_ms:.3f} ms, INT8 p50 {pair['int8'].p50_ms:.3f} ms "
+                         f"({pair['int8'].iterations} iterations{'' if pair['int8'].stable and pair['fp32'].stable else ', median not stable'})")
+                speedup = stats["fp32"]["1"].p50_ms / stats["int8"]["1"].p50_ms
+    memory["peak_rss_bytes"] = peak_rss()
+    result = ValidationResult(
+        accuracy=accuracy, latency=stats, speedup=speedup, memory=memory,
+        latency_settings=settings if measure_speed else None,
+        data={"path": source.summary.path, "kind": source.summary.kind, "items": len(source), "labeled": source.summary.labeled,
+              "data_hash": source.summary.data_hash, "classes_present": source.summary.classes_present},
+    )
+    result.gate = evaluate_gate(accuracy, speedup, result.p99_ms(), thresholds)
     return result
