@@ -159,7 +159,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
     from vitedge.backends.base import BuildContext
     from vitedge.manifest import Manifest, toolchain_versions
     from vitedge.reporting import write_build_report
-    from vitedge.validation.run import validate_artifact
+    from vitedge.validation.bundle import ValidateOptions, validate_bundle
 
     spec = loaded.spec
     env = backend.check_environment()
@@ -173,15 +173,8 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
             ctx = BuildContext(qdq_path=tmp / "model.int8.onnx", fp32_path=tmp / "reference.fp32.onnx", out_dir=tmp,
                                options=profile.backend_options, batch_sizes=profile.batch_sizes, log=log.info)
             artifact = backend.build(ctx)
-            validation = None
-            if artifact.built and env.can_run:
-                with log.stage("validate", f"{profile.name}: INT8 vs FP32 on {len(val)} inputs, same runtime"):
-                    result = validate_artifact(backend, profile.backend_options, tmp / artifact.model, tmp / artifact.reference,
-                                               val, spec, thresholds, profile.batch_sizes, measure_speed=req.measure_speed)
-                    validation = dict(result.to_dict(), thresholds=thresholds.to_dict())
-                    for row in result.gate:
-                        log.info(("PASS " if row.passed else "FAIL ") + row.detail)
-            elif not artifact.built:
+            validation = checked = None
+            if not artifact.built:
                 log.info(artifact.info.get("next_step", "the artifact must be finished on the device"))
             manifest = Manifest(
                 target={"name": profile.name, "backend": profile.backend, "precision": profile.precision, "profile": profile.to_dict()},
@@ -198,7 +191,17 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                 backend_info=artifact.info,
                 validation=validation,
             )
+            if artifact.built and env.can_run:  # the same validation, gate and reports as `vitedge validate`
+                with log.stage("validate", f"{profile.name}: INT8 vs FP32 on {len(val)} inputs, same runtime"):
+                    checked = validate_bundle(tmp, manifest, val, ValidateOptions(
+                        threshold_overrides=req.threshold_overrides, measure_speed=req.measure_speed, producer="vitedge build"),
+                        log=log, bundle_label=str(bundle_dir))
+                    validation = manifest.validation = checked.document
+                    for row in checked.result.gate:
+                        log.info(row.status.upper() + " " + row.detail)
             manifest.hash_files(tmp)
+            if checked is not None:
+                checked.write(tmp / "report")
             write_build_report(tmp, manifest)
             manifest.write(tmp)
     passed = None if validation is None else bool(validation["passed"])

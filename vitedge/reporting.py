@@ -1,12 +1,16 @@
-"""The human-readable report written into every bundle (report.md)."""
+"""The human-readable overview written into every bundle (report.md).
+
+The validation part is rendered by vitedge.validation.report, the same Markdown as
+``report/summary.md`` and `vitedge validate`'s job summary.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 
-def write_build_report(bundle: Path, manifest) -> Path:
-    from vitedge.fsutil import atomic_write_path
+def build_report_markdown(manifest) -> str:
+    from vitedge.validation.report import SCHEMA, gate_table, validation_markdown
 
     m = manifest
     spec = m.model["spec"]
@@ -22,18 +26,22 @@ def write_build_report(bundle: Path, manifest) -> Path:
         "",
     ]
     v = m.validation
-    if v:
-        lines += ["## Gate", "", "| check | result | detail |", "|---|---|---|"]
-        for row in v["gate"]:
-            lines.append(f"| {row['name']} | {'pass' if row['passed'] else '**FAIL**'} | {row['detail']} |")
-        lines += ["", "## Latency (ms)", "", "| batch | FP32 p50 | INT8 p50 | INT8 p90 | INT8 p99 |", "|---|---|---|---|---|"]
-        for b, stats in sorted(v["latency"].get("int8", {}).items(), key=lambda kv: int(kv[0])):
-            f32 = v["latency"]["fp32"].get(b, {})
-            lines.append(f"| {b} | {f32.get('p50_ms', float('nan')):.2f} | {stats['p50_ms']:.2f} | {stats['p90_ms']:.2f} | {stats['p99_ms']:.2f} |")
-        lines.append("")
+    if v and v.get("schema") == SCHEMA:
+        lines += [validation_markdown(v), "",
+                  "Reports: `report/validation.json` (schema vitedge.validation/1), `report/summary.md`, `report/junit.xml`. "
+                  "Re-check this bundle with `vitedge validate BUNDLE --data LABELLED_SET`.", ""]
+    elif v:  # a validation recorded by code that does not write the versioned document
+        rows = [dict(r, status=r.get("status") or ("pass" if r.get("passed") else "fail"), unit=r.get("unit", "")) for r in v.get("gate", [])]
+        lines += ["## Gate", ""] + gate_table(rows) + [""]
     else:
         lines += ["Not validated here: " + str(m.backend_info.get("next_step", "the runtime is not available on the build machine")), ""]
+    return "\n".join(lines)
+
+
+def write_build_report(bundle: Path, manifest) -> Path:
+    from vitedge.fsutil import atomic_write_path
+
     path = bundle / "report.md"
     with atomic_write_path(path) as tmp:
-        tmp.write_text("\n".join(lines))
+        tmp.write_text(build_report_markdown(manifest))
     return path

@@ -1,0 +1,240 @@
+"""Validate a bundle folder: the one code path `vitedge build` (at its end) and
+`vitedge validate` (on a finished bundle) share.
+
+    manifest -> profile (re-parsed) -> backend + options -> thresholds (+ overrides)
+             -> validate_artifact (accuracy, latency, memory) -> gate
+             -> optional per-layer sensitivity (ONNX Runtime) -> report document
+
+``BundleValidation.files()`` renders the reports (JSON, Markdown, JUnit, PNG) in memory;
+``write(report_dir)`` writes them. Verifying the bundle's hashes is the caller's job
+(`validate` does it first; `build` is writing the bundle).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from vitedge import __version__
+from vitedge.errors import BundleError, VitedgeError
+from vitedge.profiles import TargetProfile, Thresholds, parse_profile
+from vitedge.validation import report as rpt
+from vitedge.validation.latency import MEMORY_METHOD, LatencySettings
+from vitedge.validation.run import ValidationResult, validate_artifact
+
+DEFAULT_SENSITIVITY_SAMPLES = 64
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    threshold_overrides: dict[str, float | None] = field(default_factory=dict)  # CLI flags over the profile's
+    measure_speed: bool = True
+    latency: LatencySettings = field(default_factory=LatencySettings)
+    sensitivity: bool = False
+    sensitivity_samples: int = DEFAULT_SENSITIVITY_SAMPLES
+    threads: int | None = None
+    producer: str = "vitedge validate"
+
+
+def bundle_profile(manifest, bundle: Path) -> TargetProfile:
+    """The target profile recorded in the manifest, parsed (and checked) again."""
+    data = manifest.target.get("profile")
+    if not isinstance(data, dict):
+        raise BundleError(f"{bundle}/manifest.json records no target profile; rebuild the bundle")
+    clean: dict[str, Any] = {}
+    for k, v in data.items():
+        if k == "source" or v is None:
+            continue
+        clean[k] = {kk: vv for kk, vv in v.items() if vv is not None} if isinstance(v, dict) else v
+    return parse_profile(clean, Path(bundle) / "manifest.json:target.profile")
+
+
+def resolve_thresholds(base: Thresholds, overrides: dict[str, Any]) -> Thresholds:
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return dataclasses.replace(base, **changes) if changes else base
+
+
+def artifact_bytes(bundle: Path, rel: str | None, extra: list[str] | None = None) -> int | None:
+    """Size on disk of a model file plus its weight side files (OpenVINO .bin, ONNX external data)."""
+    if not rel or not (bundle / rel).is_file():
+        return None
+    stem = Path(rel).stem
+    total = (bundle / rel).stat().st_size
+    for name in extra or []:
+        p = bundle / name
+        if name != rel and Path(name).stem == stem and p.is_file():
+            total += p.stat().st_size
+    return total
+
+
+def default_data(manifest, bundle: Path) -> Path | None:
+    """The labelled set the bundle was validated on at build time, if its path still exists."""
+    v = manifest.validation or {}
+    path = (v.get("data") or {}).get("path")
+    if not path:
+        return None
+    p = Path(path)
+    return p if p.is_absolute() and p.exists() else None
+
+
+@dataclass
+class BundleValidation:
+    manifest: Any
+    thresholds: Thresholds
+    result: ValidationResult
+    document: dict[str, Any]
+    sensitivity: Any = None  # SensitivityResult | None
+
+    @property
+    def passed(self) -> bool:
+        return self.result.passed
+
+    def failure_line(self) -> str:
+        t = self.document["target"]["name"]
+        return f"{t}: gate failed: " + "; ".join(self.document["failures"])
+
+    def files(self) -> tuple[dict[str, bytes | str], list[str]]:
+        """Rendered report files (name -> content) and notes (e.g. why plots were skipped)."""
+        notes: list[str] = []
+        files: dict[str, bytes | str] = {}
+        title = f"{self.document['model']['source']} on {self.document['target']['name']}"
+        plots: list[str] = []
+        if not rpt.matplotlib_available():
+            if self.result.latency_settings is not None or self.sensitivity is not None:
+                notes.append(rpt.PLOTS_HINT)
+        else:
+            if self.result.latency_settings is not None:
+                png = rpt.latency_plot(self.result.latency, f"latency, {title}")
+                if png:
+                    files["latency.png"] = png
+                    plots.append("latency.png")
+            if self.document.get("sensitivity") and self.document["sensitivity"].get("layers"):
+                png = rpt.sensitivity_plot(self.document["sensitivity"], f"per-layer sensitivity, {title}")
+                if png:
+                    files["sensitivity.png"] = png
+                    plots.append("sensitivity.png")
+        doc = dict(self.document, plots=plots)
+        files["validation.json"] = rpt.to_json(doc)
+        files["summary.md"] = self.markdown(plots)
+        files["junit.xml"] = rpt.validation_junit(doc)
+        return files, notes
+
+    def markdown(self, plots: list[str] | None = None) -> str:
+        return rpt.validation_markdown(self.document, plots=plots or [])
+
+    def write(self, report_dir: Path) -> tuple[list[Path], list[str]]:
+        files, notes = self.files()
+        return rpt.write_report_files(report_dir, files, rpt.VALIDATION_FILES), notes
+
+
+def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = ValidateOptions(), *,
+                    log=None, bundle_label: str | None = None) -> BundleValidation:
+    """Validate the artifact of ``bundle`` (described by ``manifest``) on ``source``."""
+    from vitedge.backends import get_backend
+
+    start = time.perf_counter()
+    bundle = Path(bundle)
+    info = getattr(log, "info", None) or (lambda _m: None)
+    profile = bundle_profile(manifest, bundle)
+    thresholds = resolve_thresholds(profile.thresholds, options.threshold_overrides)
+    backend_name = manifest.target.get("backend", profile.backend)
+    backend = get_backend(backend_name)
+    env = backend.check_environment()
+    if not env.can_run:
+        raise BundleError(f"target {manifest.target.get('name')} runs on {backend_name}, which is not usable here: {env.detail}"
+                          + (f"; {env.install_hint}" if env.install_hint else ""))
+    arts = manifest.artifacts
+    if not arts.get("built", True):
+        raise BundleError(f"{bundle}: the artifact was not built here ({arts.get('model')}); "
+                          "finish it on the device, then validate there")
+    for role in ("model", "reference"):
+        if not arts.get(role) or not (bundle / arts[role]).is_file():
+            raise BundleError(f"{bundle}: the {role} file {arts.get(role)!r} named in manifest.json is missing; rebuild the bundle")
+    spec = manifest.spec
+    kind = manifest.output.get("kind", spec.output_kind)
+    result = validate_artifact(backend, profile.backend_options, bundle / arts["model"], bundle / arts["reference"], source, spec,
+                               thresholds, profile.batch_sizes, measure_speed=options.measure_speed, threads=options.threads,
+                               latency=options.latency, output_kind=kind, log=info)
+    sens = None
+    sens_doc: dict[str, Any] | None = None
+    if options.sensitivity:
+        sens, sens_doc = _sensitivity(bundle, manifest, source, kind, spec, options, info)
+    doc = _document(bundle, manifest, profile, thresholds, options, result, sens_doc, backend, bundle_label)
+    doc["seconds"] = time.perf_counter() - start
+    return BundleValidation(manifest, thresholds, result, doc, sens)
+
+
+def _sensitivity(bundle: Path, manifest, source, kind: str, spec, options: ValidateOptions, info):
+    from vitedge.validation.sensitivity import first_inputs, layer_sensitivity
+
+    arts = manifest.artifacts
+    fp32, qdq = arts.get("fp32_onnx"), arts.get("qdq")
+    if not fp32 or not qdq or not (bundle / fp32).is_file() or not (bundle / qdq).is_file():
+        return None, {"error": "the bundle holds no FP32 ONNX graph and Q/DQ graph to compare"}
+    x = first_inputs(source, options.sensitivity_samples)
+    info(f"per-layer sensitivity on {len(x)} inputs (ONNX Runtime) ...")
+    try:
+        sens = layer_sensitivity(bundle / fp32, bundle / qdq, x, output_kind=kind, preprocess=spec.preprocess,
+                                 threads=options.threads)
+    except VitedgeError as err:  # a diagnostic: report why, do not fail the validation
+        info(f"sensitivity not computed: {err}")
+        return None, {"error": str(err)}
+    if sens.layers:
+        top = sens.layers[0]
+        info(f"most sensitive: {top.name} ({top.kind}), {sens.metric} {top.metrics[sens.metric]:.2e}; {sens.seconds:.1f} s")
+    return sens, sens.to_dict()
+
+
+def _document(bundle: Path, manifest, profile: TargetProfile, thresholds: Thresholds, options: ValidateOptions,
+              result: ValidationResult, sens_doc, backend, bundle_label: str | None) -> dict[str, Any]:
+    spec = manifest.model.get("spec", {})
+    arts = manifest.artifacts
+    extra = list(arts.get("extra") or [])
+    size = artifact_bytes(bundle, arts.get("model"), extra)
+    ref_size = artifact_bytes(bundle, arts.get("reference"), extra)
+    try:
+        versions = backend.versions()
+    except Exception:
+        versions = {}
+    r = result.to_dict()
+    overridden = sorted(k for k, v in options.threshold_overrides.items() if v is not None)
+    q = manifest.quantization or {}
+    return {
+        "schema": rpt.SCHEMA,
+        "producer": options.producer,
+        "vitedge_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "passed": result.passed,
+        "failures": [row.detail for row in result.failures()],
+        "bundle": {"path": bundle_label if bundle_label is not None else str(bundle), "manifest_created": manifest.created,
+                   "manifest_vitedge_version": manifest.vitedge_version},
+        "model": {
+            "source": manifest.model.get("source"), "source_sha256": manifest.model.get("source_sha256"),
+            "family": spec.get("family"), "variant": spec.get("variant"), "image_size": spec.get("image_size"),
+            "num_classes": spec.get("num_classes"), "output_kind": manifest.output.get("kind", spec.get("output_kind")),
+        },
+        "target": {"name": manifest.target.get("name"), "backend": manifest.target.get("backend"),
+                   "precision": manifest.target.get("precision"), "batch_sizes": list(profile.batch_sizes)},
+        "quantization": {"layers_int8": q.get("layers_int8"), "layers_total": q.get("layers_total"),
+                         "summary_line": q.get("summary_line"), "config": q.get("config")},
+        "artifact": {"model": arts.get("model"), "bytes": size, "reference": arts.get("reference"), "reference_bytes": ref_size,
+                     "size_ratio": (ref_size / size) if size and ref_size else None},
+        "runtime": {"backend": manifest.target.get("backend"), "versions": versions, "threads": options.threads,
+                    "platform": platform.platform(), "machine": platform.machine(), "cpu_count": os.cpu_count()},
+        "data": r["data"],
+        "thresholds": dict(thresholds.to_dict(), overridden=overridden),
+        "accuracy": r["accuracy"],
+        "latency": r["latency"],
+        "speedup": r["speedup"],
+        "memory": dict(r["memory"], method=MEMORY_METHOD),
+        "gate": r["gate"],
+        "sensitivity": sens_doc,
+        "seconds": 0.0,
+        "plots": [],
+    }

@@ -1,0 +1,454 @@
+"""Validation and comparison reports: versioned JSON, Markdown, JUnit XML, PNG plots.
+
+The JSON schema is documented in docs/reports.md; bump the major version of ``SCHEMA``
+(``vitedge.validation/2``) for any change that removes or renames a key or changes a
+unit, the minor rules being "add keys only". Everything is rendered in memory first and
+written with ``write_report_files`` (each file atomically, after all of them rendered),
+so a failing run leaves no half-written report behind.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import xml.etree.ElementTree as ET
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+SCHEMA = "vitedge.validation/1"
+COMPARE_SCHEMA = "vitedge.comparison/1"
+
+# The files each command owns in a report folder (a file of this list that a run does
+# not produce, such as sensitivity.png after --no-sensitivity, is removed as stale).
+VALIDATION_FILES = ("validation.json", "summary.md", "junit.xml", "latency.png", "sensitivity.png")
+COMPARE_FILES = ("compare.json", "compare.md", "compare-junit.xml")
+
+PLOTS_HINT = "plots skipped: matplotlib is not installed (pip install 'vitedge[plots]' or pip install matplotlib)"
+
+
+def schema_major(schema: Any) -> tuple[str, int] | None:
+    """("vitedge.validation", 1) for "vitedge.validation/1" (or "/1.2"); None when malformed."""
+    if not isinstance(schema, str) or "/" not in schema:
+        return None
+    name, _, version = schema.partition("/")
+    try:
+        return name, int(version.split(".")[0])
+    except ValueError:
+        return None
+
+
+# The keys every vitedge.validation/1 document has (docs/reports.md explains each).
+# "gate[]" applies to every element of the "gate" list. Sections may carry more keys.
+VALIDATION_KEYS: dict[str, tuple[str, ...]] = {
+    "": ("schema", "producer", "vitedge_version", "created", "passed", "failures", "bundle", "model", "target",
+         "quantization", "artifact", "runtime", "data", "thresholds", "accuracy", "latency", "speedup", "memory", "gate",
+         "sensitivity", "seconds", "plots"),
+    "bundle": ("path", "manifest_created", "manifest_vitedge_version"),
+    "model": ("source", "source_sha256", "family", "variant", "image_size", "num_classes", "output_kind"),
+    "target": ("name", "backend", "precision", "batch_sizes"),
+    "quantization": ("layers_int8", "layers_total", "summary_line", "config"),
+    "artifact": ("model", "bytes", "reference", "reference_bytes", "size_ratio"),
+    "runtime": ("backend", "versions", "threads", "platform", "machine", "cpu_count"),
+    "data": ("path", "kind", "items", "labeled", "data_hash", "classes_present"),
+    "thresholds": ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms", "overridden"),
+    "accuracy": ("samples", "output_kind", "labeled", "top1_agreement"),
+    "latency": ("measured", "fp32", "int8", "speedup"),
+    "memory": ("method", "peak_rss_bytes"),
+    "gate[]": ("name", "status", "passed", "value", "limit", "unit", "margin", "detail"),
+}
+# Conditional keys: accuracy of a classifier, accuracy with labels, an embedding model,
+# one latency entry (latency.fp32/int8[batch]), the sensitivity section and its layers.
+LOGIT_KEYS = ("logit_cosine_mean", "logit_cosine_min", "logit_abs_error_mean", "logit_abs_error_max", "softmax_kl_mean")
+LABEL_KEYS = ("fp32_top1", "int8_top1", "top1_drop_points", "fp32_top5", "int8_top5")
+EMBEDDING_KEYS = ("embedding_cosine_mean", "embedding_cosine_worst1pct", "nn_agreement")
+LATENCY_STATS_KEYS = ("batch", "iterations", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "throughput", "stable")
+SENSITIVITY_KEYS = ("runtime", "method", "samples", "output_kind", "metric", "baseline", "full", "kept_float", "seconds", "notes", "layers")
+SENSITIVITY_LAYER_KEYS = ("rank", "name", "kind", "op_type", "mse", "cosine", "one_minus_cosine")
+GATE_NAMES = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms")
+STATUSES = ("pass", "fail", "skip")
+
+
+def check_validation_document(doc: Any) -> list[str]:
+    """What is missing or malformed in a vitedge.validation/1 document (empty when it conforms)."""
+    if not isinstance(doc, dict):
+        return ["the document is not a JSON object"]
+    problems: list[str] = []
+    if doc.get("schema") != SCHEMA:
+        problems.append(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
+
+    def need(where: str, obj: Any, keys: tuple[str, ...]) -> None:
+        if not isinstance(obj, dict):
+            problems.append(f"{where or 'document'} is not an object")
+            return
+        problems.extend(f"{where + '.' if where else ''}{k} is missing" for k in keys if k not in obj)
+
+    for section, keys in VALIDATION_KEYS.items():
+        if section == "gate[]":
+            rows = doc.get("gate")
+            if not isinstance(rows, list):
+                problems.append("gate is not a list")
+                continue
+            for i, row in enumerate(rows):
+                need(f"gate[{i}]", row, keys)
+                if isinstance(row, dict) and row.get("status") not in STATUSES:
+                    problems.append(f"gate[{i}].status is {row.get('status')!r}")
+            names = [r.get("name") for r in rows if isinstance(r, dict)]
+            if names not in (list(GATE_NAMES[:3]), list(GATE_NAMES)):
+                problems.append(f"gate rows are {names}, expected {list(GATE_NAMES[:3])} (and max_p99_ms when set)")
+        elif section:
+            if section in doc:
+                need(section, doc[section], keys)
+        else:
+            need("", doc, keys)
+    acc = doc.get("accuracy")
+    if isinstance(acc, dict):
+        if acc.get("output_kind") == "embedding":
+            need("accuracy", acc, EMBEDDING_KEYS[:2])
+        else:
+            need("accuracy", acc, LOGIT_KEYS)
+            if acc.get("labeled"):
+                need("accuracy", acc, LABEL_KEYS)
+    lat = doc.get("latency")
+    if isinstance(lat, dict) and lat.get("measured"):
+        for name in ("fp32", "int8"):
+            for b, stats in (lat.get(name) or {}).items():
+                need(f"latency.{name}.{b}", stats, LATENCY_STATS_KEYS)
+        if "1" not in (lat.get("int8") or {}):
+            problems.append("latency.int8 has no batch 1")
+    sens = doc.get("sensitivity")
+    if isinstance(sens, dict) and "error" not in sens:
+        need("sensitivity", sens, SENSITIVITY_KEYS)
+        for i, layer in enumerate(sens.get("layers") or []):
+            need(f"sensitivity.layers[{i}]", layer, SENSITIVITY_LAYER_KEYS)
+    if doc.get("passed") is not None and isinstance(doc.get("gate"), list):
+        if bool(doc["passed"]) != all(r.get("status") != "fail" for r in doc["gate"] if isinstance(r, dict)):
+            problems.append("passed disagrees with the gate rows")
+    return problems
+
+
+# --------------------------------------------------------------------------- formatting
+
+
+def _pct(v: Any, digits: int = 2) -> str:
+    return "–" if v is None else f"{100 * v:.{digits}f}%"
+
+
+def _num(v: Any, fmt: str = ".3f") -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "–"
+    return format(v, fmt)
+
+
+def _mb(v: Any) -> str:
+    return "–" if v is None else f"{v / 1e6:.2f} MB"
+
+
+def _value(row: dict[str, Any]) -> str:
+    v, unit = row.get("value"), row.get("unit", "")
+    if v is None:
+        return "–"
+    if unit == "fraction":
+        return _pct(v)
+    if unit == "x":
+        return f"{v:.2f}x"
+    if unit == "%":
+        return f"{v:+.1f}%"
+    return f"{v:.3f} {unit}".strip()
+
+
+def _limit(row: dict[str, Any]) -> str:
+    v, unit = row.get("limit"), row.get("unit", "")
+    if v is None:
+        return "–"
+    if unit == "fraction":
+        return _pct(v)
+    if unit == "x":
+        return f"{v:g}x"
+    return f"{v:g} {unit}".strip()
+
+
+_BADGE = {"pass": "✅ pass", "fail": "❌ **fail**", "skip": "⏭️ skip"}
+
+
+def gate_table(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["| check | result | value | limit | detail |", "|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| `{r['name']}` | {_BADGE.get(r['status'], r['status'])} | {_value(r)} | {_limit(r)} | {r['detail']} |")
+    return lines
+
+
+# --------------------------------------------------------------------------- validation Markdown
+
+
+def validation_markdown(doc: dict[str, Any], *, heading: str = "##", plots: Iterable[str] = ()) -> str:
+    target, model, data = doc["target"], doc["model"], doc["data"]
+    verdict = "✅ PASS" if doc["passed"] else "❌ FAIL"
+    art = doc["artifact"]
+    rt = doc["runtime"]
+    lines = [
+        f"{heading} {verdict}: vitedge {doc['producer'].split()[-1]} `{target['name']}` ({target['backend']}, {target['precision']})",
+        "",
+        f"`{model['source']}` ({model['family']} {model['variant']}, {model['image_size'][0]}x{model['image_size'][1]}, "
+        f"{model['output_kind']}) as `{art['model']}` on {rt['backend']} {rt['versions'].get(rt['backend'], '')}".rstrip()
+        + f"; {data['items']} {'labelled ' if data['labeled'] else ''}inputs from `{data['path']}`.",
+        "",
+    ]
+    if not doc["passed"]:
+        lines += ["**Failed:** " + "; ".join(doc["failures"]), ""]
+    lines += gate_table(doc["gate"]) + [""]
+    acc = doc["accuracy"]
+    lines += [f"{heading}# Accuracy (INT8 vs FP32, same runtime, same inputs)", "", "| metric | FP32 | INT8 |", "|---|---|---|"]
+    if acc.get("output_kind") == "embedding":
+        lines += [
+            f"| embedding cosine, mean | | {_num(acc.get('embedding_cosine_mean'), '.5f')} |",
+            f"| embedding cosine, worst 1% | | {_num(acc.get('embedding_cosine_worst1pct'), '.5f')} |",
+            f"| nearest-neighbour agreement | | {_pct(acc.get('nn_agreement'))} |",
+        ]
+    else:
+        if acc.get("fp32_top1") is not None:
+            lines += [f"| top-1 | {_pct(acc['fp32_top1'])} | {_pct(acc['int8_top1'])} |",
+                      f"| top-5 | {_pct(acc['fp32_top5'])} | {_pct(acc['int8_top5'])} |"]
+        lines += [
+            f"| top-1 agreement with FP32 | | {_pct(acc.get('top1_agreement'))} |",
+            f"| logit cosine, mean / min | | {_num(acc.get('logit_cosine_mean'), '.5f')} / {_num(acc.get('logit_cosine_min'), '.5f')} |",
+            f"| logit abs error, mean / max | | {_num(acc.get('logit_abs_error_mean'), '.4f')} / {_num(acc.get('logit_abs_error_max'), '.4f')} |",
+            f"| softmax KL(FP32 ‖ INT8), mean | | {_num(acc.get('softmax_kl_mean'), '.2e')} |",
+        ]
+    lines.append("")
+    lat = doc["latency"]
+    lines.append(f"{heading}# Latency")
+    lines.append("")
+    if lat.get("measured"):
+        lines += ["| batch | FP32 p50 ms | INT8 p50 ms | INT8 p90 ms | INT8 p99 ms | INT8 img/s | speedup | iterations | stable |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for b, s in lat["int8"].items():
+            f = lat["fp32"].get(b, {})
+            stable = "yes" if s.get("stable") and f.get("stable") else "no"
+            lines.append(f"| {b} | {_num(f.get('p50_ms'))} | {_num(s['p50_ms'])} | {_num(s['p90_ms'])} | {_num(s['p99_ms'])} | "
+                         f"{_num(s['throughput'], '.1f')} | {_num(lat['speedup'].get(b), '.2f')}x | {s['iterations']} | {stable} |")
+        lines += ["", f"<sub>{lat['method']}</sub>"]
+    else:
+        lines.append("Not measured (--no-latency).")
+    mem = doc.get("memory", {})
+    lines += ["", f"Artifact {_mb(art.get('bytes'))} on disk (FP32 reference {_mb(art.get('reference_bytes'))}"
+              + (f", {art['size_ratio']:.2f}x smaller" if art.get("size_ratio") else "") + f"); peak RSS {_mb(mem.get('peak_rss_bytes'))}.", ""]
+    sens = doc.get("sensitivity")
+    if sens and sens.get("layers"):
+        metric = sens["metric"]
+        top = sens["layers"][:10]
+        lines += [f"{heading}# Most sensitive layers", "",
+                  f"Each INT8 layer quantized alone (every other layer in float), {sens['samples']} inputs, run on "
+                  f"{sens['runtime']} whatever the target's backend; ranked by `{metric}` against FP32. "
+                  f"Float twin vs FP32 (noise floor): {_num(sens['baseline'].get(metric), '.2e')}; "
+                  f"whole INT8 graph: {_num(sens['full'].get(metric), '.2e')}.", ""]
+        cols = ["kl", "top1_flip_rate", "mse"] if sens["output_kind"] != "embedding" else ["one_minus_cosine", "mse"]
+        lines += ["| rank | layer | kind | " + " | ".join(cols) + " |", "|---|---|---|" + "---|" * len(cols)]
+        for r in top:
+            vals = " | ".join(_pct(r[c], 1) if c == "top1_flip_rate" else _num(r[c], ".2e") for c in cols)
+            lines.append(f"| {r['rank']} | `{r['name']}` | {r['kind']} | {vals} |")
+        if len(sens["layers"]) > len(top):
+            lines.append(f"\n{len(sens['layers']) - len(top)} more layers in validation.json.")
+        lines.append("")
+    elif sens and sens.get("error"):
+        lines += [f"Sensitivity not computed: {sens['error']}", ""]
+    plots = list(plots)
+    if plots:
+        lines += ["Plots: " + ", ".join(f"`{p}`" for p in plots), ""]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- JUnit
+
+
+def junit_xml(suite: str, classname: str, rows: list[dict[str, Any]], properties: dict[str, Any], seconds: float = 0.0) -> str:
+    """One testsuite; each gate row a testcase (failures carry the detail as message)."""
+    failures = sum(1 for r in rows if r["status"] == "fail")
+    skipped = sum(1 for r in rows if r["status"] == "skip")
+    root = ET.Element("testsuites", name="vitedge", tests=str(len(rows)), failures=str(failures), errors="0",
+                      skipped=str(skipped), time=f"{seconds:.3f}")
+    ts = ET.SubElement(root, "testsuite", name=suite, tests=str(len(rows)), failures=str(failures), errors="0",
+                       skipped=str(skipped), time=f"{seconds:.3f}")
+    props = ET.SubElement(ts, "properties")
+    for k, v in properties.items():
+        ET.SubElement(props, "property", name=str(k), value="" if v is None else str(v))
+    for r in rows:
+        case = ET.SubElement(ts, "testcase", classname=classname, name=r["name"], time="0")
+        if r["status"] == "fail":
+            f = ET.SubElement(case, "failure", message=r["detail"], type="GateFailure")
+            f.text = f"{r['name']}: value {r.get('value')} vs limit {r.get('limit')}; {r['detail']}"
+        elif r["status"] == "skip":
+            ET.SubElement(case, "skipped", message=r["detail"])
+        out = ET.SubElement(case, "system-out")
+        out.text = r["detail"]
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def validation_junit(doc: dict[str, Any]) -> str:
+    t = doc["target"]["name"]
+    props = {"schema": doc["schema"], "model": doc["model"]["source"], "target": t, "backend": doc["target"]["backend"],
+             "data_hash": doc["data"]["data_hash"], "vitedge_version": doc["vitedge_version"]}
+    return junit_xml(f"vitedge.validate.{t}", f"vitedge.gate.{t}", doc["gate"], props, doc.get("seconds", 0.0))
+
+
+# --------------------------------------------------------------------------- plots
+
+
+def _pyplot():
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def latency_plot(latency: dict[str, dict[str, Any]], title: str) -> bytes | None:
+    """Histograms of the timed samples, FP32 vs INT8, one panel per batch size.
+
+    ``latency``: "fp32"/"int8" -> batch (str) -> LatencyStats (with samples)."""
+    plt = _pyplot()
+    batches = sorted(latency.get("int8", {}), key=int)
+    if plt is None or not batches:
+        return None
+    import numpy as np
+
+    fig, axes = plt.subplots(1, len(batches), figsize=(4.2 * len(batches), 3.2), squeeze=False)
+    for ax, b in zip(axes[0], batches):
+        f, q = latency["fp32"][b], latency["int8"][b]
+        both = np.asarray(list(f.samples_ms) + list(q.samples_ms))
+        hi = float(np.percentile(both, 99.5)) if both.size else 1.0
+        lo = float(both.min()) if both.size else 0.0
+        bins = np.linspace(lo, max(hi, lo + 1e-6), 40)
+        ax.hist(np.clip(f.samples_ms, lo, hi), bins=bins, alpha=0.6, label=f"FP32 p50 {f.p50_ms:.2f} ms", color="#888888")
+        ax.hist(np.clip(q.samples_ms, lo, hi), bins=bins, alpha=0.7, label=f"INT8 p50 {q.p50_ms:.2f} ms", color="#1f77b4")
+        ax.axvline(f.p50_ms, color="#555555", lw=1)
+        ax.axvline(q.p50_ms, color="#1f4e79", lw=1)
+        ax.set_title(f"batch {b}: {f.p50_ms / q.p50_ms:.2f}x")
+        ax.set_xlabel("ms per batch")
+        ax.legend(fontsize=8)
+    axes[0][0].set_ylabel("iterations")
+    fig.suptitle(title, fontsize=10)
+    data = _png(fig)
+    plt.close(fig)
+    return data
+
+
+_KIND_COLOURS = {"linear": "#1f77b4", "attention_matmul": "#d62728", "patch_embed": "#2ca02c", "head": "#9467bd", "conv": "#8c564b"}
+
+
+def sensitivity_plot(sens: dict[str, Any], title: str, top: int = 40) -> bytes | None:
+    plt = _pyplot()
+    layers = sens.get("layers") or []
+    if plt is None or not layers:
+        return None
+    metric = sens["metric"]
+    shown = layers[:top][::-1]
+    fig, ax = plt.subplots(figsize=(8, 0.22 * len(shown) + 1.4))
+    values = [max(r[metric], 1e-12) for r in shown]
+    ax.barh(range(len(shown)), values, color=[_KIND_COLOURS.get(r["kind"], "#7f7f7f") for r in shown])
+    ax.set_yticks(range(len(shown)))
+    ax.set_yticklabels([r["name"][-48:] for r in shown], fontsize=7)
+    ax.set_xscale("log")
+    floor = sens["baseline"].get(metric)
+    if floor:
+        ax.axvline(floor, color="black", ls=":", lw=1, label="float twin (noise floor)")
+    ax.set_xlabel(f"{metric} vs FP32 with only this layer INT8")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=c) for k, c in _KIND_COLOURS.items() if any(r["kind"] == k for r in shown)]
+    labels = [k for k in _KIND_COLOURS if any(r["kind"] == k for r in shown)]
+    ax.legend(handles + ax.get_legend_handles_labels()[0], labels + ax.get_legend_handles_labels()[1], fontsize=7, loc="lower right")
+    ax.set_title(title, fontsize=10)
+    data = _png(fig)
+    plt.close(fig)
+    return data
+
+
+def matplotlib_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def to_json(doc: dict[str, Any]) -> str:
+    return json.dumps(doc, indent=2, allow_nan=False) + "\n"
+
+
+def write_report_files(report_dir: Path, files: dict[str, bytes | str], owned: Iterable[str] = ()) -> list[Path]:
+    """Write rendered reports into ``report_dir``: each file atomically, a new folder as a whole.
+
+    Files of ``owned`` that this run did not produce are removed (stale plots)."""
+    from vitedge.errors import UsageError
+    from vitedge.fsutil import atomic_output_dir, atomic_write_path
+
+    report_dir = Path(report_dir)
+    if report_dir.exists() and not report_dir.is_dir():
+        raise UsageError(f"--report-dir {report_dir} is a file, not a folder")
+    mode = 0o666 & ~_umask()
+
+    def put(path: Path, data: bytes | str) -> None:
+        path.write_bytes(data.encode() if isinstance(data, str) else data)
+        os.chmod(path, mode)
+
+    if not report_dir.exists():
+        with atomic_output_dir(report_dir) as tmp:
+            for name, data in files.items():
+                put(tmp / name, data)
+            os.chmod(tmp, 0o777 & ~_umask())
+    else:
+        for name, data in files.items():
+            with atomic_write_path(report_dir / name) as tmp:
+                put(tmp, data)
+        for name in set(owned) - set(files):
+            stale = report_dir / name
+            if stale.is_file():
+                stale.unlink()
+    return [report_dir / name for name in files]
+
+
+def check_report_dir(report_dir: Path | None) -> None:
+    """Fail early (before any work) on a --report-dir that cannot be a folder."""
+    from vitedge.errors import UsageError
+
+    if report_dir is None:
+        return
+    report_dir = Path(report_dir)
+    if report_dir.exists() and not report_dir.is_dir():
+        raise UsageError(f"--report-dir {report_dir} is a file, not a folder")
+    parent = report_dir if report_dir.exists() else next((p for p in report_dir.parents if p.exists()), Path("."))
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"--report-dir {report_dir}: {parent} is not writable")
+
+
+def append_step_summary(markdown: str) -> str | None:
+    """Append to $GITHUB_STEP_SUMMARY when set; returns a warning line on failure."""
+    path = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not path:
+        return None
+    try:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(markdown.rstrip() + "\n\n")
+    except OSError as err:
+        return f"could not append to $GITHUB_STEP_SUMMARY ({path}): {err.strerror or err}"
+    return None
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
