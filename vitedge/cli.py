@@ -23,6 +23,8 @@ COMMANDS = {
     "engine": "engine_cmd",
     "calibrate": "calibrate_cmd",
     "targets": "targets_cmd",
+    "validate": "validate_cmd",
+    "compare": "compare_cmd",
 }
 
 

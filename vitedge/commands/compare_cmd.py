@@ -1,0 +1,47 @@
+"""`vitedge compare OLD.json NEW.json`: fail CI when a change costs accuracy or latency over time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("compare")
+@click.argument("old", type=click.Path(path_type=Path))
+@click.argument("new", type=click.Path(path_type=Path))
+@click.option("--max-latency-regression", default="10%", show_default=True, metavar="PCT",
+              help="Most INT8 median latency growth per batch size: 10% or 0.1.")
+@click.option("--max-accuracy-regression", type=float, default=0.2, show_default=True, metavar="POINTS",
+              help="Most INT8 top-1 (and agreement with FP32) lost, in percentage points.")
+@click.option("--allow-mismatch", is_flag=True, help="Compare reports of different models or targets anyway (a warning instead of exit 2).")
+@click.option("--report-dir", type=click.Path(path_type=Path), default=None,
+              help="Write compare.json, compare.md and compare-junit.xml there.")
+@click.option("-q", "--quiet", is_flag=True, help="Only the verdict.")
+def command(old, new, max_latency_regression, max_accuracy_regression, allow_mismatch, report_dir, quiet) -> None:
+    """Gate a regression between two validation reports (validation.json) of one model and target.
+
+    OLD is the accepted baseline (e.g. from the main branch), NEW the candidate.
+    Exit code 0 when nothing regressed past the limits, 1 when something did, 2 for bad input."""
+    from vitedge.errors import GateFailure
+    from vitedge.validation.compare import compare_reports, load_report, parse_fraction
+    from vitedge.validation.report import append_step_summary, check_report_dir
+
+    lat = parse_fraction(max_latency_regression)
+    check_report_dir(report_dir)
+    old_doc, new_doc = load_report(old), load_report(new)
+    result = compare_reports(old_doc, new_doc, old_path=str(old), new_path=str(new), max_latency_regression=lat,
+                             max_accuracy_regression=max_accuracy_regression, allow_mismatch=allow_mismatch)
+    for w in result.warnings:
+        click.echo(f"vitedge: warning: {w}", err=True)
+    written = result.write(report_dir) if report_dir is not None else []
+    warning = append_step_summary(result.markdown())
+    if warning:
+        click.echo(f"vitedge: warning: {warning}", err=True)
+    if not quiet:
+        for row in result.document["gate"]:
+            click.echo(f"{row['status'].upper():<5} {row['name']:<22} {row['detail']}")
+    where = f"; reports in {written[0].parent}/ ({', '.join(p.name for p in written)})" if written else ""
+    click.echo(f"{'PASS' if result.passed else 'FAIL'}: {result.document['target']['name']}{where}")
+    if not result.passed:
+        raise GateFailure(result.failure_line())

@@ -1,0 +1,140 @@
+"""`vitedge validate BUNDLE --data LABELLED_SET`: prove a bundle still keeps FP32's accuracy and speed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+def _threshold_flags(func):
+    for deco in reversed([
+        click.option("--max-top1-drop", type=float, default=None, help="Gate: most top-1 points lost vs FP32 (overrides the profile)."),
+        click.option("--min-agreement", type=float, default=None, help="Gate: least top-1 agreement with FP32, a fraction in [0, 1]."),
+        click.option("--min-speedup", type=float, default=None, help="Gate: least FP32/INT8 median latency ratio at batch 1."),
+        click.option("--max-p99-ms", type=float, default=None, help="Gate: most INT8 p99 latency at batch 1, in ms."),
+    ]):
+        func = deco(func)
+    return func
+
+
+@click.command("validate")
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--data", type=click.Path(path_type=Path), default=None,
+              help="Labelled validation data: image folder (one subfolder per class), .npy/.npz, or video. "
+                   "Default: the set recorded at build time, if it still exists unchanged.")
+@click.option("--data-size", type=click.IntRange(min=1), default=None, help="Use a seeded subset of N items of --data.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the --data-size subset.")
+@click.option("--report-dir", type=click.Path(path_type=Path), default=None,
+              help="Where to write validation.json, summary.md, junit.xml and plots. Default: BUNDLE/report/.")
+@_threshold_flags
+@click.option("--no-latency", is_flag=True, help="Skip latency measurement (and the speed thresholds).")
+@click.option("--latency-seconds", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
+              help="Least timed seconds per model and batch size before the median may be called stable.")
+@click.option("--sensitivity/--no-sensitivity", default=True, show_default=True,
+              help="Per-layer sensitivity: each INT8 layer alone vs FP32, on ONNX Runtime.")
+@click.option("--sensitivity-samples", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Inputs the sensitivity runs on (the first N of the data).")
+@click.option("--threads", type=click.IntRange(min=1), default=None, help="Runtime threads (default: the profile's).")
+@click.option("-q", "--quiet", is_flag=True, help="Only the verdict and the report paths.")
+def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
+            latency_seconds, sensitivity, sensitivity_samples, threads, quiet) -> None:
+    """Validate BUNDLE's artifact against its FP32 reference on the same runtime and the same inputs.
+
+    Verifies the bundle's file hashes first, then measures accuracy (top-1/top-5 with labels,
+    agreement, logit error, KL; embedding cosine for encoders), latency (p50/p90/p99,
+    throughput, speedup) and memory, applies the gate of the bundle's profile (overridable
+    with the threshold flags) and writes the reports.
+
+    Exit code 0 when every threshold holds, 1 when one fails, 2 for bad input."""
+    from vitedge.errors import CalibrationError, DataError, GateFailure, UsageError
+    from vitedge.manifest import verify_bundle
+    from vitedge.profiles import Thresholds
+    from vitedge.ui import StageLog
+    from vitedge.validation.bundle import ValidateOptions, default_data, validate_bundle
+    from vitedge.validation.latency import LatencySettings
+    from vitedge.validation.report import append_step_summary, check_report_dir
+
+    overrides = {"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms}
+    Thresholds(**{k: v for k, v in overrides.items() if v is not None})  # bad values: exit 2 before any work
+    if no_latency and (min_speedup is not None or max_p99_ms is not None):
+        raise UsageError("--no-latency cannot check --min-speedup or --max-p99-ms; drop one")
+    bundle = Path(bundle)
+    report_dir = Path(report_dir) if report_dir is not None else bundle / "report"
+    check_report_dir(report_dir)
+
+    log = StageLog(quiet=quiet)
+    with log.stage("verify", str(bundle)):
+        manifest = verify_bundle(bundle)
+        log.info(f"{len(manifest.files)} files match manifest.json; target {manifest.target.get('name')} "
+                 f"({manifest.target.get('backend')}), model {manifest.model.get('source')}")
+    spec = manifest.spec
+    recorded = None
+    if data is None:
+        data = default_data(manifest, bundle)
+        if data is None:
+            raise UsageError("pass --data LABELLED_SET (an image folder with one subfolder per class, or a .npz with images "
+                             "and labels); the bundle records no validation set that still exists here")
+        recorded = (manifest.validation or {}).get("data", {}).get("data_hash")
+        log.info(f"no --data given: using the set recorded at build time, {data}")
+    with log.stage("data", str(data)):
+        try:
+            source = open_source_for(data, spec, data_size, seed, progress=not quiet)
+        except CalibrationError as err:
+            raise DataError(f"--data: {err}") from None
+        if recorded is not None and data_size is None and source.summary.data_hash != recorded:
+            raise UsageError(f"{data} changed since the build (its data hash differs from the one in manifest.json); pass --data explicitly")
+        log.info(source.summary.one_line())
+    options = ValidateOptions(
+        threshold_overrides=overrides, measure_speed=not no_latency,
+        latency=LatencySettings.for_budget(latency_seconds),
+        sensitivity=sensitivity, sensitivity_samples=sensitivity_samples, threads=threads, producer="vitedge validate",
+    )
+    with log.stage("validate", f"{manifest.target.get('name')}: INT8 vs FP32 on {len(source)} inputs, same runtime"):
+        result = validate_bundle(bundle, manifest, source, options, log=log, bundle_label=str(bundle))
+    written, notes = result.write(report_dir)
+    for note in notes:
+        log.info(note)
+    warning = append_step_summary(result.markdown([p.name for p in written if p.suffix == ".png"]))
+    if warning:
+        log.info(warning)
+    print_validation(result, written, quiet)
+    if not result.passed:
+        raise GateFailure(result.failure_line())
+
+
+def open_source_for(data: Path, spec, data_size, seed, *, progress: bool):
+    from vitedge.calibration.sources import open_source
+
+    return open_source(data, spec.preprocess, limit=data_size, seed=seed, class_names=spec.class_names, progress=progress)
+
+
+def print_validation(result, written, quiet: bool) -> None:
+    doc = result.document
+    if not quiet:
+        acc, lat = doc["accuracy"], doc["latency"]
+        if acc.get("fp32_top1") is not None:
+            click.echo(f"top-1       FP32 {100 * acc['fp32_top1']:.2f}%  INT8 {100 * acc['int8_top1']:.2f}%  "
+                       f"(top-5 {100 * acc['fp32_top5']:.2f}% / {100 * acc['int8_top5']:.2f}%)")
+        if acc.get("top1_agreement") is not None:
+            click.echo(f"agreement   {100 * acc['top1_agreement']:.2f}% with FP32")
+        if acc.get("logit_cosine_mean") is not None:
+            click.echo(f"logits      cosine {acc['logit_cosine_mean']:.5f}, |err| mean {acc['logit_abs_error_mean']:.4f} "
+                       f"max {acc['logit_abs_error_max']:.4f}, KL {acc['softmax_kl_mean']:.2e}")
+        if acc.get("embedding_cosine_mean") is not None:
+            click.echo(f"embedding   cosine mean {acc['embedding_cosine_mean']:.5f}, worst 1% {acc['embedding_cosine_worst1pct']:.5f}")
+        for b, s in lat.get("int8", {}).items():
+            f = lat["fp32"].get(b, {})
+            click.echo(f"batch {b:<5} FP32 p50 {f.get('p50_ms', 0):.3f} ms  INT8 p50 {s['p50_ms']:.3f} / p90 {s['p90_ms']:.3f} / "
+                       f"p99 {s['p99_ms']:.3f} ms  {s['throughput']:.1f} img/s  {lat['speedup'].get(b, 0):.2f}x")
+        art, mem = doc["artifact"], doc["memory"]
+        click.echo(f"size        {art['bytes'] / 1e6:.2f} MB (FP32 {art['reference_bytes'] / 1e6:.2f} MB); "
+                   f"peak RSS {(mem.get('peak_rss_bytes') or 0) / 1e6:.0f} MB")
+        sens = doc.get("sensitivity")
+        if sens and sens.get("layers"):
+            top = ", ".join(f"{r['name']} ({r['kind']})" for r in sens["layers"][:3])
+            click.echo(f"sensitive   {top}")
+        for row in doc["gate"]:
+            click.echo(f"{row['status'].upper():<5} {row['name']:<14} {row['detail']}")
+    click.echo(f"{'PASS' if doc['passed'] else 'FAIL'}: {doc['target']['name']}; reports in {written[0].parent}/ "
+               f"({', '.join(p.name for p in written)})")

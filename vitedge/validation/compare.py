@@ -1,0 +1,223 @@
+"""`vitedge compare OLD.json NEW.json`: gate a regression between two validation reports.
+
+Rows (each a JUnit test case):
+  top1_regression        INT8 top-1 lost since OLD, in points (labelled data only)
+  agreement_regression   top-1 (or nearest-neighbour) agreement with FP32 lost, in points
+  p50_regression_bN      INT8 median latency growth at batch N, as a fraction (+0.1 = 10% slower)
+
+Both reports must be ``vitedge.validation/1`` documents of the same model (file name,
+architecture, input size, classes) on the same target; otherwise compare refuses (exit 2)
+unless ``allow_mismatch``. Different validation data (``data.data_hash``) is a warning:
+the accuracy rows then compare different sets.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from vitedge import __version__
+from vitedge.errors import DataError, UsageError
+from vitedge.validation import report as rpt
+from vitedge.validation.run import FAIL, PASS, SKIP, GateRow
+
+DEFAULT_MAX_LATENCY_REGRESSION = 0.10
+DEFAULT_MAX_ACCURACY_REGRESSION = 0.2  # points
+
+
+def parse_fraction(text: str | float, flag: str = "--max-latency-regression") -> float:
+    """"10%" or "0.1" -> 0.1. A bare number above 1 is refused as ambiguous."""
+    raw = str(text).strip()
+    try:
+        if raw.endswith("%"):
+            value = float(raw[:-1]) / 100.0
+        else:
+            value = float(raw)
+            if value > 1.0:
+                raise UsageError(f"{flag} {raw} is ambiguous: write {raw}% for a percentage, or a fraction such as 0.1")
+    except ValueError:
+        raise UsageError(f"{flag} must be a percentage such as 10% or a fraction such as 0.1, got {raw!r}") from None
+    if not value >= 0 or value != value or value == float("inf"):
+        raise UsageError(f"{flag} must be 0 or more, got {raw!r}")
+    return value
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """A validation report, checked to be ``vitedge.validation/1`` with the keys compare reads."""
+    path = Path(path)
+    if not path.is_file():
+        raise UsageError(f"{path} does not exist: pass a validation.json written by `vitedge validate` or `vitedge build`")
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(f"{path} is not valid JSON ({err})") from None
+    if not isinstance(doc, dict):
+        raise DataError(f"{path} is not a vitedge validation report (not a JSON object)")
+    parsed = rpt.schema_major(doc.get("schema"))
+    want = rpt.schema_major(rpt.SCHEMA)
+    if parsed is None or parsed[0] != want[0]:
+        raise DataError(f"{path} is not a vitedge validation report (schema {doc.get('schema')!r}, expected '{rpt.SCHEMA}')")
+    if parsed[1] != want[1]:
+        raise DataError(f"{path} uses schema {doc['schema']} but this vitedge reads major version {want[1]} ({rpt.SCHEMA}); "
+                        f"re-run `vitedge validate` with one vitedge version for both reports")
+    problems = rpt.check_validation_document(doc)
+    if problems:
+        raise DataError(f"{path} does not follow {rpt.SCHEMA}: {problems[0]}"
+                        + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "") + "; a damaged or hand-edited report")
+    return doc
+
+
+def _identity(doc: dict[str, Any]) -> dict[str, Any]:
+    m = doc.get("model", {})
+    return {"model": m.get("source"), "family": m.get("family"), "variant": m.get("variant"),
+            "image_size": m.get("image_size"), "num_classes": m.get("num_classes"), "output_kind": m.get("output_kind")}
+
+
+@dataclass
+class Comparison:
+    rows: list[GateRow]
+    document: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(r.passed for r in self.rows)
+
+    def failure_line(self) -> str:
+        return "regression: " + "; ".join(r.detail for r in self.rows if not r.passed)
+
+    def markdown(self) -> str:
+        d = self.document
+        verdict = "✅ PASS" if d["passed"] else "❌ FAIL"
+        lines = [f"## {verdict}: vitedge compare `{d['target']['name']}` ({d['model']['model']})", "",
+                 f"Old: `{d['old']['path']}` ({d['old']['created']}, vitedge {d['old']['vitedge_version']}) → "
+                 f"new: `{d['new']['path']}` ({d['new']['created']}, vitedge {d['new']['vitedge_version']}). "
+                 f"Limits: latency +{100 * d['limits']['max_latency_regression']:g}%, accuracy "
+                 f"{d['limits']['max_accuracy_regression']:g} points.", ""]
+        if d["warnings"]:
+            lines += ["> " + w for w in d["warnings"]] + [""]
+        if not d["passed"]:
+            lines += ["**Failed:** " + "; ".join(d["failures"]), ""]
+        lines += ["| check | result | old | new | change | limit | detail |", "|---|---|---|---|---|---|---|"]
+        for r in d["gate"]:
+            lines.append(f"| `{r['name']}` | {rpt._BADGE.get(r['status'], r['status'])} | {_fmt(r, 'old')} | {_fmt(r, 'new')} | "
+                         f"{rpt._value(r)} | {rpt._limit(r)} | {r['detail']} |")
+        return "\n".join(lines) + "\n"
+
+    def junit(self) -> str:
+        d = self.document
+        props = {"schema": d["schema"], "model": d["model"]["model"], "target": d["target"]["name"],
+                 "old": d["old"]["path"], "new": d["new"]["path"]}
+        t = d["target"]["name"]
+        return rpt.junit_xml(f"vitedge.compare.{t}", f"vitedge.regression.{t}", d["gate"], props)
+
+    def files(self) -> dict[str, str]:
+        return {"compare.json": rpt.to_json(self.document), "compare.md": self.markdown(), "compare-junit.xml": self.junit()}
+
+    def write(self, report_dir: Path) -> list[Path]:
+        return rpt.write_report_files(report_dir, self.files(), rpt.COMPARE_FILES)
+
+
+def _fmt(row: dict[str, Any], key: str) -> str:
+    v = row.get(key)
+    if v is None:
+        return "–"
+    return f"{v:.3f} ms" if row["name"].startswith("p50") else f"{100 * v:.2f}%"
+
+
+def _row(name: str, old: float | None, new: float | None, change: float | None, limit: float, unit: str,
+         ok: bool, detail: str, status: str | None = None) -> tuple[GateRow, dict[str, Any]]:
+    st = status or (PASS if ok else FAIL)
+    margin = None if change is None else change - limit
+    row = GateRow(name, change, limit, st != FAIL, detail, st, unit, margin)
+    return row, {"old": old, "new": new}
+
+
+def compare_reports(old: dict[str, Any], new: dict[str, Any], *, old_path: str = "OLD", new_path: str = "NEW",
+                    max_latency_regression: float = DEFAULT_MAX_LATENCY_REGRESSION,
+                    max_accuracy_regression: float = DEFAULT_MAX_ACCURACY_REGRESSION,
+                    allow_mismatch: bool = False) -> Comparison:
+    warnings: list[str] = []
+    if max_accuracy_regression < 0:
+        raise UsageError(f"--max-accuracy-regression must be 0 or more points, got {max_accuracy_regression}")
+    io, inew = _identity(old), _identity(new)
+    if io != inew:
+        diff = next(k for k in io if io[k] != inew[k])
+        msg = f"the reports are of different models ({diff}: {io[diff]!r} in {old_path} vs {inew[diff]!r} in {new_path})"
+        if not allow_mismatch:
+            raise UsageError(msg + "; compare reports of one model (or pass --allow-mismatch)")
+        warnings.append(msg)
+    to, tn = old["target"].get("name"), new["target"].get("name")
+    if to != tn:
+        msg = f"the reports are of different targets ('{to}' in {old_path} vs '{tn}' in {new_path})"
+        if not allow_mismatch:
+            raise UsageError(msg + "; compare reports of one target (or pass --allow-mismatch)")
+        warnings.append(msg)
+    if old["data"].get("data_hash") != new["data"].get("data_hash"):
+        warnings.append("the reports were validated on different data (data_hash differs): accuracy changes mix model and data")
+
+    rows: list[tuple[GateRow, dict[str, Any]]] = []
+    ao, an = old["accuracy"], new["accuracy"]
+    lim = max_accuracy_regression
+    if ao.get("int8_top1") is not None and an.get("int8_top1") is not None:
+        drop = 100.0 * (ao["int8_top1"] - an["int8_top1"])
+        ok = drop <= lim + 1e-9
+        rows.append(_row("top1_regression", ao["int8_top1"], an["int8_top1"], drop, lim, "points", ok,
+                         f"INT8 top-1 {100 * ao['int8_top1']:.2f}% -> {100 * an['int8_top1']:.2f}%: "
+                         f"{'lost' if drop > 0 else 'gained'} {abs(drop):.3f} points (limit {lim:g})"
+                         + ("" if ok else f", over by {drop - lim:.3f} points")))
+    else:
+        rows.append(_row("top1_regression", ao.get("int8_top1"), an.get("int8_top1"), None, lim, "points", True,
+                         "not checked: a report has no labelled top-1", SKIP))
+    if ao.get("top1_agreement") is not None and an.get("top1_agreement") is not None:
+        drop = 100.0 * (ao["top1_agreement"] - an["top1_agreement"])
+        ok = drop <= lim + 1e-9
+        rows.append(_row("agreement_regression", ao["top1_agreement"], an["top1_agreement"], drop, lim, "points", ok,
+                         f"agreement with FP32 {100 * ao['top1_agreement']:.2f}% -> {100 * an['top1_agreement']:.2f}%: "
+                         f"{'lost' if drop > 0 else 'gained'} {abs(drop):.3f} points (limit {lim:g})"
+                         + ("" if ok else f", over by {drop - lim:.3f} points")))
+    else:
+        rows.append(_row("agreement_regression", None, None, None, lim, "points", True, "not checked: a report has no agreement", SKIP))
+    lo, ln = old["latency"], new["latency"]
+    llim = max_latency_regression
+    if lo.get("measured") and ln.get("measured"):
+        common = sorted(set(lo.get("int8", {})) & set(ln.get("int8", {})), key=int)
+        if not common:
+            rows.append(_row("p50_regression", None, None, None, llim, "%", True, "not checked: no batch size in common", SKIP))
+        for b in common:
+            po, pn = lo["int8"][b]["p50_ms"], ln["int8"][b]["p50_ms"]
+            change = pn / po - 1.0 if po > 0 else 0.0
+            ok = change <= llim + 1e-12
+            r, extra = _row(f"p50_regression_b{b}", po, pn, 100 * change, 100 * llim, "%", ok,
+                            f"INT8 p50 at batch {b} {po:.3f} -> {pn:.3f} ms ({100 * change:+.1f}%, limit +{100 * llim:g}%)"
+                            + ("" if ok else f", over by {100 * (change - llim):.1f} points"))
+            rows.append((r, extra))
+    else:
+        which = "either report" if not lo.get("measured") and not ln.get("measured") else (old_path if not lo.get("measured") else new_path)
+        rows.append(_row("p50_regression", None, None, None, 100 * llim, "%", True, f"not checked: latency not measured in {which}", SKIP))
+
+    gate = [dict(r.to_dict(), **extra) for r, extra in rows]
+    doc = {
+        "schema": rpt.COMPARE_SCHEMA,
+        "producer": "vitedge compare",
+        "vitedge_version": __version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "passed": all(r.passed for r, _ in rows),
+        "failures": [r.detail for r, _ in rows if not r.passed],
+        "old": _side(old, old_path),
+        "new": _side(new, new_path),
+        "model": inew,
+        "target": {"name": tn, "backend": new["target"].get("backend")},
+        "limits": {"max_latency_regression": llim, "max_accuracy_regression": lim},
+        "warnings": warnings,
+        "gate": gate,
+    }
+    return Comparison([r for r, _ in rows], doc, warnings)
+
+
+def _side(doc: dict[str, Any], path: str) -> dict[str, Any]:
+    return {"path": path, "schema": doc.get("schema"), "created": doc.get("created"), "vitedge_version": doc.get("vitedge_version"),
+            "data_hash": doc["data"].get("data_hash"), "passed": doc.get("passed")}
