@@ -1,0 +1,123 @@
+"""`vitedge compare OLD.json NEW.json`: a regression gate between two validation reports.
+
+NEW is a real report (`vitedge validate` on the bundled example, latency measured); OLD
+is that report edited into a plausible earlier one.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from conftest import VAL_DIR
+from test_validate_cli import built_bundle, run_cli  # noqa: F401 - the shared session bundle
+
+
+@pytest.fixture(scope="module")
+def new_report(built_bundle, tmp_path_factory) -> Path:
+    from vitedge.cli import main
+
+    work = tmp_path_factory.mktemp("compare")
+    bundle = work / "bundle"
+    shutil.copytree(built_bundle, bundle)
+    with pytest.raises(SystemExit) as exc:
+        main(["validate", str(bundle), "--data", str(VAL_DIR), "--data-size", "32", "--no-sensitivity", "--latency-seconds", "0.05",
+              "--max-top1-drop", "100", "--min-agreement", "0", "--min-speedup", "0", "-q"])
+    assert exc.value.code in (0, None)
+    return bundle / "report" / "validation.json"
+
+
+def _old(new_report: Path, tmp_path: Path, edit) -> Path:
+    doc = json.loads(new_report.read_text())
+    old = copy.deepcopy(doc)
+    old["created"] = "2026-01-01T00:00:00+00:00"
+    edit(old)
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(old))
+    return path
+
+
+def _scale_latency(doc, factor):
+    for stats in doc["latency"]["int8"].values():
+        for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms"):
+            stats[k] *= factor
+
+
+def test_no_regression_passes(new_report, tmp_path, capsys):
+    old = _old(new_report, tmp_path, lambda d: _scale_latency(d, 1.02))  # the old run was a little slower
+    code, out, err = run_cli(capsys, "compare", old, new_report, "--report-dir", tmp_path / "r")
+    assert code == 0, err
+    assert "PASS" in out
+    doc = json.loads((tmp_path / "r" / "compare.json").read_text())
+    assert doc["schema"] == "vitedge.comparison/1" and doc["passed"] is True
+    assert [r["status"] for r in doc["gate"]] == ["pass", "pass", "pass", "pass"]
+
+
+def test_latency_regression_fails_naming_the_rows(new_report, tmp_path, capsys):
+    old = _old(new_report, tmp_path, lambda d: _scale_latency(d, 0.5))  # NEW is twice as slow as OLD
+    code, out, err = run_cli(capsys, "compare", old, new_report, "--max-latency-regression", "10%", "--report-dir", tmp_path / "r")
+    assert code == 1
+    line = err.strip().splitlines()[-1]
+    assert len(err.strip().splitlines()) == 1
+    assert "INT8 p50 at batch 1" in line and "INT8 p50 at batch 8" in line and "+100.0%" in line and "over by" in line
+    doc = json.loads((tmp_path / "r" / "compare.json").read_text())
+    rows = {r["name"]: r for r in doc["gate"]}
+    assert rows["p50_regression_b1"]["status"] == "fail" and rows["p50_regression_b1"]["value"] == pytest.approx(100.0)
+    assert rows["top1_regression"]["status"] == "pass"
+    root = ET.parse(tmp_path / "r" / "compare-junit.xml").getroot()
+    cases = root.find("testsuite").findall("testcase")
+    assert len(cases) == 4 and sum(c.find("failure") is not None for c in cases) == 2
+    assert "FAIL" in (tmp_path / "r" / "compare.md").read_text()
+
+
+def test_accuracy_regression_fails(new_report, tmp_path, capsys):
+    def better_before(d):
+        d["accuracy"]["int8_top1"] += 0.01  # one point higher before
+    old = _old(new_report, tmp_path, better_before)
+    code, _, err = run_cli(capsys, "compare", old, new_report, "--max-accuracy-regression", "0.2", "--max-latency-regression", "1000%")
+    assert code == 1
+    assert "top-1" in err and "lost 1.000 points" in err
+
+
+def test_fraction_and_percent_mean_the_same(new_report, tmp_path, capsys):
+    old = _old(new_report, tmp_path, lambda d: _scale_latency(d, 1 / 1.05))  # NEW 5% slower
+    assert run_cli(capsys, "compare", old, new_report, "--max-latency-regression", "10%")[0] == 0
+    assert run_cli(capsys, "compare", old, new_report, "--max-latency-regression", "0.1")[0] == 0
+    assert run_cli(capsys, "compare", old, new_report, "--max-latency-regression", "0.01")[0] == 1
+    code, _, err = run_cli(capsys, "compare", old, new_report, "--max-latency-regression", "10")
+    assert code == 2 and "ambiguous" in err
+
+
+@pytest.mark.parametrize("edit, expect", [
+    (lambda d: d.update(schema="vitedge.validation/2"), "major version 1"),
+    (lambda d: d.update(schema="something.else/1"), "is not a vitedge validation report"),
+    (lambda d: d["target"].update(name="intel-cpu"), "different targets"),
+    (lambda d: d["model"].update(source="other.pt"), "different models"),
+    (lambda d: d.pop("gate"), "gate is missing"),
+])
+def test_refuses_incomparable_reports(new_report, tmp_path, capsys, edit, expect):
+    old = _old(new_report, tmp_path, edit)
+    code, _, err = run_cli(capsys, "compare", old, new_report, "--report-dir", tmp_path / "r")
+    assert code == 2 and expect in err
+    assert len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_allow_mismatch_and_data_warning(new_report, tmp_path, capsys):
+    def other(d):
+        d["target"]["name"] = "intel-cpu"
+        d["data"]["data_hash"] = "0" * 64
+    old = _old(new_report, tmp_path, other)
+    code, _, err = run_cli(capsys, "compare", old, new_report, "--allow-mismatch")
+    assert code == 0
+    assert "different targets" in err and "different data" in err
+
+
+def test_missing_report_is_usage_error(new_report, tmp_path, capsys):
+    code, _, err = run_cli(capsys, "compare", tmp_path / "nope.json", new_report)
+    assert code == 2 and "does not exist" in err
