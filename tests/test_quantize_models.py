@@ -288,9 +288,11 @@ def test_attention_matmuls_follow_the_switch(name, calibrations):
 
     from vitedge.quantize import QuantConfig, build_qdq
 
-    cal = calibrations[name]
+    cal = calibrations[name]  # calibrated with quantize_attention=True
     off = dataclasses.replace(cal, config=QuantConfig(method="minmax", quantize_attention=False))
-    q = build_qdq(off)
+    assert build_qdq(off, quantize_attention=True).layer_kinds()["attention_matmul"][0] == 4
+    q = build_qdq(cal, quantize_attention=False)
+    assert build_qdq(off).quantized == q.quantized
     producer, _ = graph_io(q.model)
     nodes = {n.name: n for n in q.model.graph.node}
     attn = [l for l in cal.layers if l.kind == "attention_matmul"]

@@ -10,7 +10,7 @@ from vitedge.errors import UsageError
 
 # Bump when a change would make cached statistics or the Q/DQ graph differ for the same
 # inputs (placement, statistics, threshold search, SmoothQuant rewrite).
-QUANTIZER_VERSION = "1"
+QUANTIZER_VERSION = "2"
 
 METHODS = ("minmax", "percentile", "entropy", "mse")
 HISTOGRAM_METHODS = ("percentile", "entropy", "mse")

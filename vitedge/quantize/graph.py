@@ -305,6 +305,24 @@ def _reaches_output(gi: GraphIndex, start: Any, layer_nodes: set[int]) -> bool:
     return False
 
 
+def softmax_outputs(gi: GraphIndex, tensors: Iterable[str]) -> set[str]:
+    """The tensors that are a Softmax's output, possibly moved by data-movement ops."""
+    found = set()
+    for t in tensors:
+        cur = t
+        while True:
+            node = gi.producer.get(cur)
+            if node is None:
+                break
+            if node.op_type == "Softmax":
+                found.add(t)
+                break
+            if node.op_type not in DATA_MOVEMENT or not node.input:
+                break
+            cur = node.input[0]
+    return found
+
+
 # --------------------------------------------------------------------------- SmoothQuant sites
 
 

@@ -83,14 +83,23 @@ def resolve_keep_float(layers: Iterable[QuantLayer], keep_float: Iterable[str] |
     return chosen
 
 
-def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = ()) -> QuantizedGraph:
-    """Insert Q/DQ pairs into the calibrated (smoothed) FP32 graph. No forward pass runs."""
+def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (), quantize_attention: bool | None = None) -> QuantizedGraph:
+    """Insert Q/DQ pairs into the calibrated (smoothed) FP32 graph. No forward pass runs.
+
+    ``keep_float`` returns layers to float (node names, kinds, op types or fnmatch
+    patterns); ``quantize_attention`` overrides the calibration config's switch (the
+    statistics cover the attention matmuls either way).
+    """
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     layers = calibration.layers
     floats = resolve_keep_float(layers, keep_float)
-    if not calibration.config.quantize_attention:
+    if quantize_attention is None:
+        quantize_attention = calibration.config.quantize_attention
+    if not isinstance(quantize_attention, bool):
+        raise UsageError(f"quantize_attention must be True, False or None, got {quantize_attention!r}")
+    if not quantize_attention:
         floats |= {l.name for l in layers if l.kind == "attention_matmul"}
     chosen = [l for l in layers if l.name not in floats]
 
@@ -164,6 +173,7 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = ())
     cleanup(m)
 
     info = calibration.to_dict()
+    info["config"] = dict(info["config"], quantize_attention=quantize_attention)
     info.update({
         "quantizer": "vitedge",
         "quantizer_version": QUANTIZER_VERSION,

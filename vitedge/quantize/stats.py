@@ -24,24 +24,27 @@ _TINY = 1e-12
 
 
 def absmax(x: np.ndarray) -> float:
-    return float(np.max(np.abs(x))) if x.size else 0.0
+    return max(float(x.max()), -float(x.min())) if x.size else 0.0
 
 
 def channel_absmax(x: np.ndarray) -> np.ndarray:
     """max |x| per channel (last axis), float64."""
-    a = np.abs(x.reshape(-1, x.shape[-1]))
-    return a.max(axis=0).astype(np.float64) if a.shape[0] else np.zeros(x.shape[-1])
+    a = x.reshape(-1, x.shape[-1])
+    if not a.shape[0]:
+        return np.zeros(x.shape[-1])
+    return np.maximum(a.max(axis=0), -a.min(axis=0)).astype(np.float64)
 
 
 def histogram(x: np.ndarray, top: float, num_bins: int) -> np.ndarray:
     """Counts of |x| in ``num_bins`` equal bins over [0, top]; values above ``top`` land in
-    the last bin. Integer arithmetic only after the bin index, so it is exact."""
-    a = np.abs(x.ravel())
+    the last bin. The bin index is computed in float32 (fast); the result is deterministic."""
     if top <= 0.0:
         out = np.zeros(num_bins, dtype=np.int64)
-        out[0] = a.size
+        out[0] = x.size
         return out
-    idx = (a.astype(np.float64) * (num_bins / top)).astype(np.int64)
+    a = np.abs(x.ravel(), dtype=np.float32)
+    a *= np.float32(num_bins / top)
+    idx = a.astype(np.intp)
     np.minimum(idx, num_bins - 1, out=idx)
     return np.bincount(idx, minlength=num_bins).astype(np.int64)
 
