@@ -112,3 +112,17 @@ def test_export_refuses_a_graph_that_disagrees(timm_vit, tmp_path, monkeypatch):
 def test_low_opset_rejected():
     with pytest.raises(UsageError, match="at least 17"):
         ExportOptions(opset=13)
+
+
+def test_transformer_encoder_exports_even_under_no_grad(tmp_path):
+    """nn.TransformerEncoder's fused inference path has no ONNX form; export must avoid it."""
+    from conftest import EXAMPLES
+
+    ckpt = EXAMPLES / "postnorm_vit.pt"
+    if not ckpt.exists():
+        pytest.skip("post-norm example not present")
+    loaded = load_model(ckpt, IntakeOptions(model_class=f"{EXAMPLES / 'postnorm_vit.py'}:PostNormViT"))
+    assert loaded.spec.patch_size == 4 and loaded.spec.num_tokens == 65
+    with torch.no_grad():
+        result = export_onnx(loaded, tmp_path / "postnorm.onnx")
+    assert result.max_abs_diff <= result.tolerance

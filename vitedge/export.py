@@ -108,7 +108,7 @@ def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str
     buf = io.BytesIO()
     sink = io.StringIO()
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), _no_mha_fastpath():
             warnings.simplefilter("ignore")
             if loaded.exporter == "dynamo":
                 program = loaded.module
@@ -128,6 +128,24 @@ def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str
         first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
         raise ExportError(f"ONNX export of {loaded.path} failed: {type(err).__name__}: {first}") from err
     return model
+
+
+@contextlib.contextmanager
+def _no_mha_fastpath():
+    """nn.TransformerEncoder's inference fast path (aten::_transformer_encoder_layer_fwd)
+    has no ONNX form; under no_grad it would be taken. Export the plain ops instead."""
+    import torch
+
+    mha = getattr(torch.backends, "mha", None)
+    if mha is None or not hasattr(mha, "set_fastpath_enabled"):
+        yield
+        return
+    before = mha.get_fastpath_enabled()
+    mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        mha.set_fastpath_enabled(before)
 
 
 def _program_batch(loaded: LoadedModel) -> int:

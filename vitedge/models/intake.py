@@ -370,6 +370,9 @@ def _describe_module(module, sd: dict[str, Any], layout: Layout | None) -> dict[
             depth += 1
     if attn_heads:
         facts["num_heads"], facts["depth"] = attn_heads[0], depth
+    declared = getattr(module, "patch_size", None)
+    if facts.get("patch_size") is None and isinstance(declared, int) and declared > 0:
+        facts["patch_size"] = declared  # e.g. a Linear patch embedding on reshaped patches
     pos = [v for k, v in sd.items() if "pos" in k.lower() and getattr(v, "ndim", 0) == 3]
     if pos:
         facts.setdefault("embed_dim", int(pos[0].shape[-1]))
