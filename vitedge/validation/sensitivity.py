@@ -146,7 +146,7 @@ class _Prepared:
     notes: list[str]
 
 
-def _prepare(fp32: Any, qdq: Any) -> _Prepared:
+def _prepare(fp32: Any, qdq: Any, recover_smoothing: bool = True) -> _Prepared:
     import onnx
     from onnx import numpy_helper
 
@@ -186,7 +186,7 @@ def _prepare(fp32: Any, qdq: Any) -> _Prepared:
             notes.append(f"{layer.name}: FP32 and INT8 weights differ in shape; its float twin uses the dequantized weight")
             w = w_dq
         else:
-            s = _input_channel_scale(w_ref, w_dq, layer)
+            s = _input_channel_scale(w_ref, w_dq, layer) if recover_smoothing else None
             if s is not None:
                 smoothed += 1
             w = w_ref if s is None else w_ref * s
@@ -295,6 +295,7 @@ def layer_sensitivity(
     batch_size: int = 16,
     threads: int | None = None,
     progress: Callable[[int, int, str], None] | None = None,
+    recover_smoothing: bool = True,
 ) -> SensitivityResult:
     """Rank the INT8 layers of ``qdq`` by the output error each causes alone.
 
@@ -304,6 +305,11 @@ def layer_sensitivity(
                   uint8 frames when the graphs take them (baked preprocessing)
     output_kind   "logits" (ranked by softmax KL) or "embedding" (ranked by 1 - cosine)
     layers        restrict to these node names (default: every INT8 layer)
+    recover_smoothing  False when ``fp32`` is exactly the graph the Q/DQ pairs went into
+                  (``Calibration.model``): its weights are the float twin's as they are, with no
+                  SmoothQuant scale to recover. (The least-squares recovery mistakes an input
+                  channel whose INT8 weights rounded to zero -- tiny weights behind an activation
+                  outlier -- for a smoothed one and would zero it in the twin.)
 
     Returns a SensitivityResult; ``.ranked()`` gives (name, kind, metrics), worst first.
     """
@@ -312,7 +318,7 @@ def layer_sensitivity(
     if inputs.ndim != 4 or len(inputs) == 0:
         raise QuantizationError(f"sensitivity needs a non-empty NCHW batch of inputs, got shape {inputs.shape}")
     fp32_model, qdq_model = _load(fp32), _load(qdq)
-    prep = _prepare(fp32_model, qdq_model)
+    prep = _prepare(fp32_model, qdq_model, recover_smoothing)
     chosen = prep.quantized
     if layers is not None:
         wanted = set(layers)
