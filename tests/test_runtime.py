@@ -149,6 +149,24 @@ def test_bgr_frames_with_color_bgr_equal_rgb_frames(models, val_set, target):
     assert not np.array_equal(model.preprocess(bgr), model.preprocess(frames))
 
 
+@pytest.mark.parametrize("kind", ["plain", "baked"])
+def test_preprocess_is_bit_identical_to_vitedge_preprocess(models, kind):
+    from vitedge.preprocess import image_to_uint8
+
+    model = models[(kind, "onnx")]
+    pre = model.preprocessing
+    rng = np.random.default_rng(1)
+    for h, w in ((480, 640), (37, 101), (32, 32), (1, 1), (300, 20)):
+        frame = rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+        for bgr in (False, True):
+            want = preprocess_array(frame, pre, bgr=bgr)  # the function calibration and validation use
+            if model.baked:
+                rgb = frame[..., ::-1] if bgr else frame
+                want = image_to_uint8(Image.fromarray(np.ascontiguousarray(rgb)), pre)
+            got = model.preprocess(frame, color="bgr" if bgr else "rgb")[0]
+            assert got.dtype == want.dtype and np.array_equal(got, want), (h, w, bgr)
+
+
 def _on_canvas(frame: np.ndarray, h: int, w: int) -> np.ndarray:
     canvas = np.zeros((h, w, 3), np.uint8)
     fh, fw = frame.shape[:2]
@@ -190,6 +208,25 @@ def test_prediction_results_are_typed_and_consistent(models, val_set):
     assert np.array_equal(batch.top1, model.logits(frames[:10]).argmax(1))
     empty = model.predict([])
     assert len(empty) == 0 and empty.indices.shape[0] == 0
+
+
+def test_top_k_paths_agree_on_ranking_ties_and_probabilities():
+    from vitedge.runtime.results import softmax, top_k, top_k_one
+
+    rng = np.random.default_rng(3)
+    for c in (2, 10, 300, 5000):
+        logits = rng.normal(size=(4, c)).astype(np.float32) * 5
+        logits[0, 1] = logits[0, c - 1] = logits[0].max() + 1  # a tie for the top: the lower index wins
+        for k in (1, 3, 12):
+            kk = min(k, c)
+            want = np.argsort(-logits, axis=1, kind="stable")[:, :kk]
+            idx, probs = top_k(logits, k)
+            assert np.array_equal(idx, want) and np.array_equal(idx[:, 0], logits.argmax(1))
+            np.testing.assert_allclose(probs, np.take_along_axis(softmax(logits), want, 1), atol=1e-6)
+            for row in range(4):
+                one = top_k_one(logits[row], k, None)
+                assert one.indices == tuple(want[row]) and one.names is None
+                np.testing.assert_allclose(one.probs, probs[row], atol=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -74,10 +74,13 @@ def check_color(color: str) -> bool:
 
 
 def crop_frame(frame: np.ndarray, pre: Preprocess, *, bgr: bool) -> np.ndarray:
-    """A checked frame -> the resized, centre-cropped uint8 HxWx3 RGB frame (vitedge.preprocess)."""
-    if bgr:
-        frame = frame[..., ::-1]
-    return image_to_uint8(Image.fromarray(np.ascontiguousarray(frame), mode="RGB"), pre)
+    """A checked frame -> the resized, centre-cropped uint8 HxWx3 RGB frame (vitedge.preprocess).
+
+    A BGR frame is resized and cropped as it is and its channels are swapped afterwards, on
+    the small crop: Pillow resamples each channel on its own, so this is bit-identical to
+    swapping first (tests/test_runtime.py checks it) and skips copying the full frame."""
+    crop = image_to_uint8(Image.fromarray(np.ascontiguousarray(frame), mode="RGB"), pre)
+    return np.ascontiguousarray(crop[..., ::-1]) if bgr else crop
 
 
 def prepare_batch(frames: list[np.ndarray], pre: Preprocess, *, bgr: bool, baked: bool) -> np.ndarray:

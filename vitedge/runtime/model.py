@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import queue
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.manifest import Manifest, read_manifest, verify_bundle
 from vitedge.onnxutil import FLOAT_NCHW, UINT8_NHWC_RGB
 from vitedge.runtime.frames import as_frame_list, check_color, prepare_batch
-from vitedge.runtime.results import Prediction, Predictions, top_k as _top_k
+from vitedge.runtime.results import SMALL_HEAD, Prediction, Predictions, top_k as _top_k, top_k_one
 from vitedge.spec import Preprocess
 
 # backend -> (Python module it needs, what it is, how to install it on a runtime-only box)
@@ -111,15 +112,20 @@ def _options(backend, manifest: Manifest, bundle: Path):
 
 
 class _RunnerPool:
-    """Hands each call a free runner; with one runner this is a lock around it."""
+    """Hands each call a free runner. With one runner (the default) it is a plain lock around
+    it; with several, a queue of free ones."""
 
     def __init__(self, runners: list):
         self.runners = runners
+        self._lock = threading.Lock() if len(runners) == 1 else None
         self._free: queue.SimpleQueue = queue.SimpleQueue()
         for r in runners:
             self._free.put(r)
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
+        if self._lock is not None:
+            with self._lock:
+                return self.runners[0].infer(batch)
         runner = self._free.get()
         try:
             return runner.infer(batch)
@@ -240,6 +246,8 @@ class Model:
         out = self._run(items, check_color(color))
         if out.ndim != 2:
             raise BundleError(f"{self.bundle}: expected (N, classes) logits, the model returned shape {out.shape}")
+        if single and out.shape[1] <= SMALL_HEAD:
+            return top_k_one(out[0], int(top_k), self.class_names)
         indices, probs = _top_k(out, int(top_k))
         result = Predictions(indices, probs, self.class_names)
         return result[0] if single else result
@@ -271,4 +279,8 @@ class Model:
                 raise UsageError("this model is closed; load the bundle again")
             width = len(self.class_names) if self.class_names else 0
             return np.zeros((0, width), np.float32)
-        return self.infer(self._prepare(items, bgr))
+        batch = self._prepare(items, bgr)
+        pool = self._pool
+        if pool is not None and len(items) <= self.max_batch:
+            return pool.infer(batch)  # the common case, without infer()'s checks: batch is ours
+        return self.infer(batch)

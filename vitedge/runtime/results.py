@@ -6,6 +6,7 @@ same rule the build's validation used); probabilities are the softmax of the log
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,9 +65,9 @@ class Predictions(Sequence[Prediction]):
     def __getitem__(self, i):  # type: ignore[override]
         if isinstance(i, slice):
             return Predictions(self.indices[i], self.probs[i], self.class_names)
-        idx = tuple(int(v) for v in self.indices[i])
+        idx = tuple(self.indices[i].tolist())
         names = tuple(self.class_names[j] for j in idx) if self.class_names else None
-        return Prediction(idx, tuple(float(p) for p in self.probs[i]), names)
+        return Prediction(idx, tuple(self.probs[i].tolist()), names)
 
     def __iter__(self) -> Iterator[Prediction]:
         for i in range(len(self)):
@@ -98,16 +99,40 @@ def softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def top_k(logits: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """(N, C) logits -> (indices (N, k), softmax probs (N, k)), ranked by logit, ties by lower index."""
+    """(N, C) logits -> (indices (N, k) int64, softmax probs (N, k) float32), best first.
+
+    Ranked by logit (top-1 is exactly argmax); equal logits rank by lower index. Kept to a
+    handful of numpy calls: for a small model this runs once per frame beside a ~1 ms inference."""
     n, c = logits.shape
     k = min(k, c)
-    probs = softmax(logits)
+    z = logits.astype(np.float32, copy=False)
     if k == 1:
-        idx = logits.argmax(axis=1)[:, None]
-    else:
-        cand = np.argsort(-logits, axis=1, kind="stable")[:, :k] if k * 4 >= c else \
-            np.argpartition(-logits, k - 1, axis=1)[:, :k]
-        vals = np.take_along_axis(logits, cand, axis=1)
-        order = np.lexsort((cand, -vals), axis=-1)
+        idx = z.argmax(axis=1)[:, None]
+    elif c <= 2048:
+        idx = np.argsort(-z, axis=1, kind="stable")[:, :k]
+    else:  # many classes: partition first, then order the k candidates
+        cand = np.sort(np.argpartition(-z, k - 1, axis=1)[:, :k], axis=1)
+        order = np.argsort(-np.take_along_axis(z, cand, axis=1), axis=1, kind="stable")
         idx = np.take_along_axis(cand, order, axis=1)
-    return idx.astype(np.int64), np.take_along_axis(probs, idx, axis=1)
+    rows = np.arange(n)[:, None]
+    e = np.exp(z - z[rows, idx[:, :1]])  # the top-1 logit is the row maximum
+    probs = e[rows, idx] / e.sum(axis=1, keepdims=True)
+    return idx.astype(np.int64, copy=False), probs
+
+
+# Below this many classes one frame's top-k is done in plain Python: right after an inference
+# the caches hold the model, and a few list operations touch far less cold code than ~10
+# numpy calls (measured: ~35 us vs ~90 us per frame, benchmarks/results/runtime_overhead.md).
+SMALL_HEAD = 256
+
+
+def top_k_one(logits: np.ndarray, k: int, class_names: tuple[str, ...] | None) -> Prediction:
+    """One frame's (C,) logits -> its `Prediction`; the same ranking and softmax as `top_k`."""
+    row = logits.tolist()
+    k = min(k, len(row))
+    top = max(row)
+    e = [math.exp(v - top) for v in row]
+    total = sum(e)
+    order = sorted(range(len(row)), key=row.__getitem__, reverse=True)[:k]  # stable: ties keep the lower index first
+    names = tuple(class_names[i] for i in order) if class_names else None
+    return Prediction(tuple(order), tuple(e[i] / total for i in order), names)
