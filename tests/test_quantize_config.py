@@ -45,7 +45,9 @@ def test_config_is_frozen_and_keyword_only():
         QuantConfig("minmax")  # type: ignore[misc]
     assert QuantConfig(method="entropy").method_params() == {"num_bins": 2048}
     assert QuantConfig(method="minmax").method_params() == {}
-    assert QuantConfig(percentile=99.9).method_params() == {"percentile": 99.9, "num_bins": 2048}
+    assert QuantConfig(method="percentile", percentile=99.9).method_params() == {"percentile": 99.9, "num_bins": 2048}
+    with pytest.raises(UsageError, match="only applies to --method percentile"):
+        QuantConfig(method="entropy", percentile=99.9)
     assert QuantConfig(smoothquant_alpha=None).smoothquant_params() is None
 
 

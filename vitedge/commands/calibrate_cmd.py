@@ -18,8 +18,8 @@ from vitedge.cli_options import with_intake
 @click.option("--calib-size", type=int, default=None, metavar="N", help="Use a seeded subset of N calibration items (default: all).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --calib-size subset.")
 @click.option("--method", type=click.Choice(["minmax", "percentile", "entropy", "mse"]), default=None,
-              help="How activation ranges are chosen [default: percentile].")
-@click.option("--percentile", type=float, default=None, help="Percentile of |x| kept, for --method percentile [default: 99.99].")
+              help="How activation ranges are chosen [default: entropy].")
+@click.option("--percentile", type=float, default=None, help="Percentile of |x| kept; implies --method percentile [default: 99.99].")
 @click.option("--smoothquant-alpha", type=float, default=None, metavar="A", help="SmoothQuant migration strength in [0, 1] [default: 0.5].")
 @click.option("--no-smoothquant", is_flag=True, help="Switch SmoothQuant off.")
 @click.option("--quantize-attention/--no-quantize-attention", default=None,
@@ -57,6 +57,7 @@ def command(model: str, calib: str, out: Path | None, force: bool, intake, calib
     if percentile is not None:
         if (method or "percentile") != "percentile":
             raise UsageError(f"--percentile goes with --method percentile, not --method {method}")
+        settings["method"] = "percentile"
         settings["percentile"] = percentile
     if smoothquant_alpha is not None:
         settings["smoothquant_alpha"] = smoothquant_alpha

@@ -18,7 +18,7 @@ LAYER_KINDS = ("linear", "patch_embed", "attention_matmul", "head")
 
 # Defaults chosen by measurement: see docs/quantization.md and
 # benchmarks/results/quant_accuracy.md.
-DEFAULT_METHOD = "percentile"
+DEFAULT_METHOD = "entropy"
 DEFAULT_PERCENTILE = 99.99
 DEFAULT_SMOOTHQUANT_ALPHA: float | None = 0.5
 DEFAULT_QUANTIZE_ATTENTION = False
@@ -91,6 +91,8 @@ class QuantConfig:
     def describe(self) -> str:
         method = self.method + (f" {self.percentile:g}%" if self.method == "percentile" else "")
         sq = "off" if self.smoothquant_alpha is None else f"alpha {self.smoothquant_alpha:g}"
+        if self.smoothquant_alpha is not None and self.smoothquant_shared:
+            sq += " (+ Mul at shared LayerNorms)"
         return f"{method}, SmoothQuant {sq}, attention matmuls {'INT8' if self.quantize_attention else 'float'}"
 
     def to_dict(self) -> dict[str, Any]:
