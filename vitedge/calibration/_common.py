@@ -160,6 +160,16 @@ def choose_subset(items: list[Item], limit: int | None, seed: int) -> list[Item]
     return [items[i] for i in sorted(int(i) for i in picked)]
 
 
+def keep_subset(items: list[Item], limit: int | None, seed: int) -> list[Item]:
+    """choose_subset, then drop the cached pixels of every item the subset leaves out."""
+    used = choose_subset(items, limit, seed)
+    chosen = {id(it) for it in used}
+    for it in items:
+        if id(it) not in chosen:
+            it.data = None
+    return used
+
+
 def data_hash(kind: str, items: Sequence[Item], extra: str = "") -> str:
     """sha256 over the kind and each used item's id, content hash and label, in order.
 

@@ -14,7 +14,7 @@ from vitedge.calibration._common import (
     CalibrationSource,
     Item,
     SourceSummary,
-    choose_subset,
+    keep_subset,
     count_into,
     data_hash,
     fill_cache,
@@ -180,11 +180,7 @@ def open_array_file(
 
     too_few(len(items), "images", path_text, min_count, skipped,
             "add images to the array or lower --calib-size")
-    used = choose_subset(items, limit, seed)
-    chosen = {id(it) for it in used}
-    for it in items:
-        if id(it) not in chosen:
-            it.data = None
+    used = keep_subset(items, limit, seed)
 
     def loader(batch: list[Item]) -> list[np.ndarray]:
         return preprocess_rows([it.ref for it in batch])

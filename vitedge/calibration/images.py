@@ -18,7 +18,7 @@ from vitedge.calibration._common import (
     CalibrationSource,
     Item,
     SourceSummary,
-    choose_subset,
+    keep_subset,
     count_into,
     data_hash,
     fill_cache,
@@ -205,11 +205,7 @@ def open_image_folder(
 
     too_few(len(items), "images", path_text, min_count, skipped,
             "add images or lower --calib-size")
-    used = choose_subset(items, limit, seed)
-    chosen = {id(it) for it in used}
-    for it in items:
-        if id(it) not in chosen:
-            it.data = None
+    used = keep_subset(items, limit, seed)
     loader = _make_loader(root, path_text, pre)
     fill_cache(used, loader, budget)
 
