@@ -35,6 +35,7 @@ class BuildRequest:
     keep_float: tuple[str, ...] = ()
     measure_speed: bool = True
     min_calib: int = 16
+    budget: Any = None  # vitedge.budget.BudgetSettings; None: the defaults (on)
 
 
 @dataclass
@@ -59,6 +60,7 @@ def bundle_dirs(req: BuildRequest) -> dict[str, Path]:
 def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResult]:
     from vitedge.backends import get_backend
     from vitedge.calibration.sources import open_source
+    from vitedge.budget import BudgetSettings
     from vitedge.export import ExportOptions, bake_file, export_onnx
     from vitedge.models.intake import load_model
     from vitedge.quantize.calibrate import calibrate
@@ -104,6 +106,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
                 val = calib
                 log.info("validation: no --val given; validating on the calibration set (pass held-out labelled data for a real accuracy figure)")
         qdq_paths: dict[QuantConfigKey, tuple[Path, Any, Any]] = {}
+        budgets: dict[QuantConfigKey, Any] = {}
         for p in profiles:
             key = QuantConfigKey.of(configs[p.name])
             if key in qdq_paths:
@@ -113,9 +116,13 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
                 log.info(calibration.one_line())
             with log.stage("quantize", "one Q/DQ graph for every target"):
                 graph = build_qdq(calibration, keep_float=req.keep_float)
-                qdq = work / f"model.int8.{len(qdq_paths)}.onnx"
-                graph.save(qdq)
                 log.info(graph.one_line())
+            settings = req.budget or BudgetSettings(measure_cost=req.measure_speed)
+            sharing = [thresholds[q.name] for q in profiles if QuantConfigKey.of(configs[q.name]) == key]
+            budgets[key] = budget = _meet_budget(calibration, graph, fp32, val, sharing, settings, spec, req, log)
+            graph = budget.graph
+            qdq = work / f"model.int8.{len(qdq_paths)}.onnx"
+            graph.save(qdq)
             qdq_paths[key] = (qdq, calibration, graph)
         if req.bake_preprocess:
             baked = work / "baked"
@@ -130,7 +137,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
         for p in profiles:
             qdq, calibration, graph = qdq_paths[QuantConfigKey.of(configs[p.name])]
             results.append(_build_target(p, backends[p.name], dirs[p.name], fp32, qdq, calibration, graph, loaded, val,
-                                         thresholds[p.name], req, log))
+                                         thresholds[p.name], req, log, budget=budgets[QuantConfigKey.of(configs[p.name])]))
     return results
 
 
@@ -155,7 +162,7 @@ def _thresholds(base: Thresholds, overrides: dict[str, Any]) -> Thresholds:
 
 
 def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, calibration, graph, loaded, val, thresholds,
-                  req: BuildRequest, log: StageLog) -> TargetResult:
+                  req: BuildRequest, log: StageLog, budget=None) -> TargetResult:
     from vitedge.backends.base import BuildContext
     from vitedge.manifest import Manifest, toolchain_versions
     from vitedge.reporting import write_build_report
@@ -184,7 +191,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                 output={"name": "embedding" if spec.output_kind == "embedding" else "logits", "kind": spec.output_kind,
                         "class_names": list(spec.class_names) if spec.class_names else None},
                 calibration=dict(calibration.to_dict(), summary_line=calibration.one_line(), reused=calibration.reused),
-                quantization=quantization_record(graph),
+                quantization=quantization_record(graph, budget),
                 artifacts={"model": artifact.model, "reference": artifact.reference, "qdq": "model.int8.onnx",
                            "fp32_onnx": "reference.fp32.onnx", "built": artifact.built, "extra": artifact.extra_files},
                 toolchain=toolchain_versions(_safe_versions(backend)),
@@ -199,18 +206,88 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                     validation = manifest.validation = checked.document
                     for row in checked.result.gate:
                         log.info(row.status.upper() + " " + row.detail)
+            budget_failure = _budget_speed_verdict(manifest, validation, thresholds, profile, log)
             manifest.hash_files(tmp)
             if checked is not None:
                 checked.write(tmp / "report")
             write_build_report(tmp, manifest)
+            _write_budget_report(tmp, manifest)
             manifest.write(tmp)
-    passed = None if validation is None else bool(validation["passed"])
-    return TargetResult(profile, bundle_dir, artifact.built, passed, _summary(bundle_dir, artifact, validation))
+    passed = None if validation is None else bool(validation["passed"]) and budget_failure is None
+    summary = _summary(bundle_dir, artifact, validation)
+    if budget is not None:
+        from vitedge.budget import describe_record
+
+        summary["budget"] = describe_record(manifest.quantization["budget"])
+        summary["budget_float"] = list(budget.returned)
+    if budget_failure:
+        summary.setdefault("failures", []).append(budget_failure)
+    return TargetResult(profile, bundle_dir, artifact.built, passed, summary)
 
 
-def quantization_record(graph) -> dict[str, Any]:
-    """What the manifest says about the Q/DQ graph: settings, which layers are INT8, which stayed float."""
-    return {
+def _meet_budget(calibration, graph, fp32: Path, val, sharing: list[Thresholds], settings, spec, req: BuildRequest, log: StageLog):
+    """The accuracy budget (vitedge.budget) for the Q/DQ graph these targets share: the strictest of
+    their thresholds, evaluated in ONNX Runtime against FP32 on the validation data."""
+    from vitedge.budget import BudgetNotMet, float_layers, measure_costs, meet_budget, strictest
+
+    budget_thresholds = strictest(sharing)
+    what = (f"top-1 drop <= {budget_thresholds.max_top1_drop:g} pt, agreement >= {100 * budget_thresholds.min_agreement:g}%"
+            if settings.enabled else "off (--no-fallback)")
+    with log.stage("budget", f"accuracy budget: {what}"):
+        result = meet_budget(calibration, val, budget_thresholds, fp32=fp32, full=graph, keep_float=req.keep_float, settings=settings,
+                             output_kind=spec.output_kind, preprocess=spec.preprocess, cache_dir=req.cache_dir, log=log.info)
+        if result.status == "fallback" and settings.measure_cost:
+            measure_costs(result, fp32, next(iter(val.batches(1))).images, threads=settings.threads)
+        else:
+            result.costs = float_layers(result)
+        log.info(result.one_line())
+        if result.status == "not-met":
+            raise BudgetNotMet(f"{result.one_line()}. Loosen --max-top1-drop / --min-agreement, raise --fallback-max-evals, "
+                               "or pass --no-fallback to build the full INT8 graph and let its gate report the miss")
+        if result.status == "fallback":
+            log.info("kept in float by the budget: " + ", ".join(result.returned))
+    return result
+
+
+def _budget_speed_verdict(manifest, validation, thresholds: Thresholds, profile, log: StageLog) -> str | None:
+    """Record (and log) whether the layers the budget returned to float left INT8 no faster than FP32
+    on this target's runtime (its validation's batch-1 speedup)."""
+    from vitedge.budget import speed_verdict
+
+    rec = manifest.quantization.get("budget")
+    if not rec:
+        return None
+    speedup = validation.get("speedup") if validation else None
+    failure = speed_verdict(rec, speedup, thresholds.min_speedup, f"{profile.name} ({profile.backend})")
+    rec["speed_verdict"] = {"speedup": speedup, "runtime": profile.backend, "passed": None if speedup is None else failure is None,
+                            "detail": failure}
+    if failure:
+        log.info("FAIL " + failure)
+    return failure
+
+
+def _write_budget_report(bundle: Path, manifest) -> None:
+    """The budget's section of report.md and its plot (report/budget.png: ranking, float layers marked)."""
+    from vitedge.budget import budget_markdown, budget_plot
+    from vitedge.fsutil import atomic_write_path
+
+    rec = manifest.quantization.get("budget")
+    if not rec:
+        return
+    report = bundle / "report.md"
+    text = report.read_text() if report.is_file() else ""
+    with atomic_write_path(report) as tmp:
+        tmp.write_text(text.rstrip("\n") + "\n\n" + budget_markdown(rec) + "\n")
+    png = budget_plot(rec, f"accuracy budget, {manifest.target['name']}")
+    if png:
+        with atomic_write_path(bundle / "report" / "budget.png") as tmp:
+            tmp.write_bytes(png)
+
+
+def quantization_record(graph, budget=None) -> dict[str, Any]:
+    """What the manifest says about the Q/DQ graph: settings, which layers are INT8, which stayed float
+    (and, with the accuracy budget, why each did, what it costs and the search record)."""
+    record = {
         "config": graph.calibration.config.to_dict(),
         "layers_total": len(graph.layers),
         "layers_int8": len(graph.quantized),
@@ -218,6 +295,13 @@ def quantization_record(graph) -> dict[str, Any]:
         "layer_kinds": {k: {"int8": a, "total": b} for k, (a, b) in graph.layer_kinds().items()},
         "summary_line": graph.one_line(),
     }
+    if budget is not None:
+        rec = budget.to_dict()
+        record["kept_float_detail"] = rec["layer_costs"]
+        record["budget"] = rec
+        if budget.returned:
+            record["summary_line"] += f"; {len(budget.returned)} returned to float by the accuracy budget"
+    return record
 
 
 def _safe_versions(backend) -> dict[str, str]:

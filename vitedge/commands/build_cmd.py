@@ -33,14 +33,24 @@ from vitedge.cli_options import with_intake
 @click.option("--min-speedup", type=float, default=None, help="Gate: least FP32/INT8 latency ratio at batch 1.")
 @click.option("--max-p99-ms", type=float, default=None, help="Gate: most p99 latency at batch 1, in ms.")
 @click.option("--no-latency", is_flag=True, help="Skip latency measurement (and the speed gate).")
+@click.option("--no-fallback", is_flag=True,
+              help="Accuracy budget off: ship the full INT8 graph even when it misses --max-top1-drop/--min-agreement (its gate then fails).")
+@click.option("--fallback-max-evals", type=click.IntRange(min=1), default=12, show_default=True,
+              help="Accuracy budget: most candidate graphs evaluated (the full INT8 one included) while returning the most harmful layers to float.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Calibration cache (default $VITEDGE_CACHE_DIR or ~/.cache/vitedge).")
 @click.option("-q", "--quiet", is_flag=True, help="Only the summary.")
 def command(model, targets, calib, val, out, force, intake, calib_size, seed, method, percentile, smoothquant_alpha, no_smoothquant,
             quantize_attention, keep_float, bake_preprocess, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
-            cache_dir, quiet) -> None:
+            no_fallback, fallback_max_evals, cache_dir, quiet) -> None:
     """Quantize MODEL to INT8 once and build it for each --target, validated against FP32.
 
-    Exit code 0 when every target's gate holds, 1 when a gate fails, 2 for bad input."""
+    When the INT8 graph misses the accuracy thresholds on the validation data, the layers that
+    harm it most go back to float (a few at a time, ranked by per-layer sensitivity) until it
+    meets them; every target is built from that one graph (--no-fallback: off).
+
+    Exit code 0 when every target's gate holds, 1 when a gate fails (or the accuracy budget
+    cannot be met with any layer left in INT8), 2 for bad input."""
+    from vitedge.budget import BudgetSettings
     from vitedge.errors import GateFailure, UsageError
     from vitedge.pipeline import BuildRequest, run_build
     from vitedge.summary import print_build_summary
@@ -58,10 +68,13 @@ def command(model, targets, calib, val, out, force, intake, calib_size, seed, me
         calib_size=calib_size, seed=seed, quant_overrides=quant,
         threshold_overrides={"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms},
         bake_preprocess=bake_preprocess, cache_dir=cache_dir, keep_float=tuple(keep_float), measure_speed=not no_latency,
+        budget=BudgetSettings(enabled=not no_fallback, max_evals=fallback_max_evals, measure_cost=not no_latency),
     )
     log = StageLog(quiet=quiet)
     results = run_build(req, log)
     print_build_summary(results, log.timings)
+    for line, names in dict.fromkeys((r.summary["budget"], tuple(r.summary.get("budget_float", ()))) for r in results if r.summary.get("budget")):
+        click.echo("  " + line + ("".join(f"\n    float: {n}" for n in names)))
     failed = [r for r in results if r.passed is False]
     if failed:
         raise GateFailure(f"{len(failed)} of {len(results)} target(s) failed the parity gate: "
