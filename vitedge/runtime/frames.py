@@ -18,6 +18,7 @@ from vitedge.preprocess import image_to_uint8, normalize
 from vitedge.spec import Preprocess
 
 COLORS = ("rgb", "bgr")
+_UINT8 = np.dtype(np.uint8)
 
 
 class FrameError(UsageError):
@@ -39,7 +40,9 @@ def as_frame_list(frames: object) -> tuple[list[np.ndarray], bool]:
         hint = "; convert a Pillow image with np.asarray(image.convert('RGB'))" if isinstance(frames, Image.Image) else ""
         raise FrameError(f"frames must be a uint8 HxWx3 numpy array or a list of them, got {type(frames).__name__}{hint}")
     for i, frame in enumerate(items):
-        check_frame(frame, "frame" if single else f"frame {i}")
+        # the common case in a few attribute reads; check_frame explains anything else
+        if not (type(frame) is np.ndarray and frame.dtype == _UINT8 and frame.ndim == 3 and frame.shape[2] == 3 and frame.size):
+            check_frame(frame, "frame" if single else f"frame {i}")
     return items, single
 
 
@@ -67,6 +70,8 @@ def check_frame(frame: object, what: str = "frame") -> None:
 
 def check_color(color: str) -> bool:
     """'rgb' / 'bgr' -> whether the frames are BGR."""
+    if color == "rgb" or color == "bgr":
+        return color == "bgr"
     c = str(color).lower()
     if c not in COLORS:
         raise UsageError(f"color must be 'rgb' or 'bgr' (OpenCV frames are BGR), got {color!r}")
