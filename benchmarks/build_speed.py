@@ -1,0 +1,225 @@
+"""Issue 4's speed figures: ViT-B/16 FP32 vs INT8 on each CPU runtime, beside the anchors'
+defaults, and the wall time of a full `vitedge build` split by stage.
+
+Run by hand from the repository root (about 15-25 minutes on 2 cores):
+
+    python benchmarks/build_speed.py [--rounds 20] [--calib-size 256]
+
+Side by side in one run, on the same machine and the same input, batch 1, all cores,
+rounds interleaved (every graph once per round) so machine load hits them alike:
+
+* ONNX Runtime: FP32; vitedge INT8 (the `onnx` bundle's Q/DQ graph); `quantize_static`
+  with default arguments on the same calibration images;
+* OpenVINO: FP32 (the `intel-cpu` bundle's FP32 IR); vitedge INT8 (its INT8 IR, converted
+  from the same Q/DQ graph); NNCF `quantize(model_type=TRANSFORMER)`; and OpenVINO
+  reading the `quantize_static` graph.
+
+Random weights: only speed is measured here. Accuracy of the same settings on trained
+models is in benchmarks/results/quant_accuracy.md (and build gates below).
+Writes benchmarks/results/build_speed.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+RESULTS = REPO / "benchmarks" / "results"
+warnings.filterwarnings("ignore")
+
+TARGET_RATIO = {"openvino": 0.35, "onnxruntime": 0.40}
+ANCHOR_NOTE = {"openvino": "NNCF default measured ~0.47 on a 2-core AVX-512 VNNI Xeon (field notes)",
+               "onnxruntime": "quantize_static defaults measured ~0.44 (field notes)"}
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def build_vitb(work: Path, calib_size: int):
+    import timm
+    import torch
+
+    from vitedge.models.intake import IntakeOptions
+    from vitedge.pipeline import BuildRequest, run_build
+    from vitedge.ui import StageLog
+
+    torch.manual_seed(0)
+    pt = work / "vit_base_patch16_224.pt"
+    torch.save(timm.create_model("vit_base_patch16_224", pretrained=False).state_dict(), pt)
+    del torch
+    timings = {}
+    for label in ("cold cache", "warm cache"):
+        log(f"== vitedge build ViT-B/16 ({label})")
+        log_ = StageLog(quiet=False)
+        out = work / ("out" if label == "cold cache" else "out2")
+        t0 = time.perf_counter()
+        results = run_build(BuildRequest(model=pt, targets=("onnx", "intel-cpu"), calib=REPO / "calibration" / "digits",
+                                         calib_size=calib_size, out=out, cache_dir=work / "cache",
+                                         intake=IntakeOptions(arch="vit_base_patch16_224"), measure_speed=False), log_)
+        timings[label] = {"total_s": time.perf_counter() - t0, "stages_s": dict(log_.timings),
+                          "targets": {r.profile.name: r.summary for r in results}}
+    return pt, work / "out", timings
+
+
+def anchor_graphs(work: Path, fp32: Path, calib_batches: list[np.ndarray]):
+    import nncf
+    import openvino as ov
+    from onnxruntime.quantization import CalibrationDataReader, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter({"input": b} for b in calib_batches)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    out = {}
+    log("== anchor: ONNX Runtime quantize_static (defaults)")
+    ortq = work / "ort_quantize_static.onnx"
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        quantize_static(str(fp32), str(ortq), Reader())
+    out["ort_static"] = (ortq, time.perf_counter() - t0)
+    log("== anchor: NNCF quantize(model_type=TRANSFORMER) on OpenVINO")
+    items = [b[i:i + 1] for b in calib_batches for i in range(len(b))]
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        q = nncf.quantize(ov.Core().read_model(str(fp32)), nncf.Dataset(items), model_type=nncf.ModelType.TRANSFORMER)
+    xml = work / "nncf_transformer.xml"
+    ov.save_model(q, str(xml), compress_to_fp16=False)
+    out["nncf"] = (xml, time.perf_counter() - t0)
+    return out
+
+
+def latency_table(bundles: Path, anchors, rounds: int):
+    import onnxruntime as ort
+    import openvino as ov
+
+    threads = os.cpu_count() or 1
+    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    core = ov.Core()
+    runs = {}
+
+    def ort_run(path):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        return lambda: sess.run(None, {"input": x})
+
+    def ov_run(path):
+        req = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}).create_infer_request()
+        return lambda: req.infer({0: x})
+
+    runs[("onnxruntime", "FP32")] = ort_run(bundles / "onnx" / "reference.fp32.onnx")
+    runs[("onnxruntime", "vitedge INT8")] = ort_run(bundles / "onnx" / "model.int8.onnx")
+    runs[("onnxruntime", "quantize_static defaults")] = ort_run(anchors["ort_static"][0])
+    runs[("openvino", "FP32")] = ov_run(bundles / "intel-cpu" / "reference.fp32.xml")
+    runs[("openvino", "vitedge INT8")] = ov_run(bundles / "intel-cpu" / "model.xml")
+    runs[("openvino", "NNCF TRANSFORMER")] = ov_run(anchors["nncf"][0])
+    runs[("openvino", "quantize_static graph")] = ov_run(anchors["ort_static"][0])
+    for f in runs.values():
+        for _ in range(3):
+            f()
+    times = {k: [] for k in runs}
+    load = [os.getloadavg()[0]]
+    for r in range(rounds):
+        for k, f in runs.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append((time.perf_counter() - t0) * 1000)
+        log(f"   round {r + 1}/{rounds}")
+    load.append(os.getloadavg()[0])
+    rows = []
+    for (runtime, name), ts in times.items():
+        base = float(np.median(times[(runtime, "FP32")]))
+        med = float(np.median(ts))
+        rows.append({"runtime": runtime, "graph": name, "median_ms": med, "min_ms": float(np.min(ts)),
+                     "p90_ms": float(np.percentile(ts, 90)), "ratio_to_fp32": med / base, "runs": len(ts)})
+    return {"threads": threads, "rounds": rounds, "load_average": load, "rows": rows}
+
+
+def calib_batches(spec, calib_size: int) -> list[np.ndarray]:
+    from vitedge.calibration.sources import open_source
+
+    src = open_source(REPO / "calibration" / "digits", spec.preprocess, limit=calib_size, seed=0)
+    return [b.images for b in src.batches(8)]
+
+
+def markdown(res) -> str:
+    env = res["environment"]
+    lines = [
+        "# Build speed: ViT-B/16 on the CPU targets",
+        "",
+        f"Measured {env['date']} on {env['machine']}; {env['platform']}.",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()) + ".",
+        f"Load average during the latency rounds: {res['latency']['load_average'][0]:.1f} -> {res['latency']['load_average'][1]:.1f} "
+        "(other jobs shared the 2 cores; only ratios from the same interleaved rounds carry over).",
+        "",
+        f"## Latency at batch 1, {res['latency']['threads']} threads, median of {res['latency']['rounds']} interleaved rounds",
+        "",
+        "| runtime | graph | median ms | p90 ms | ratio to FP32 (same runtime) |",
+        "|---|---|---|---|---|",
+    ]
+    for r in res["latency"]["rows"]:
+        lines.append(f"| {r['runtime']} | {r['graph']} | {r['median_ms']:.1f} | {r['p90_ms']:.1f} | {r['ratio_to_fp32']:.3f} |")
+    lines += ["", "## Against the targets", "", "| runtime | vitedge INT8 / FP32 | target | met | anchor default measured here | note |", "|---|---|---|---|---|---|"]
+    for runtime, target in TARGET_RATIO.items():
+        ours = next(r for r in res["latency"]["rows"] if r["runtime"] == runtime and r["graph"] == "vitedge INT8")
+        anchor_name = "NNCF TRANSFORMER" if runtime == "openvino" else "quantize_static defaults"
+        anchor = next(r for r in res["latency"]["rows"] if r["runtime"] == runtime and r["graph"] == anchor_name)
+        lines.append(f"| {runtime} | {ours['ratio_to_fp32']:.3f} | <= {target} | {'yes' if ours['ratio_to_fp32'] <= target else '**no**'} | "
+                     f"{anchor_name}: {anchor['ratio_to_fp32']:.3f} | {ANCHOR_NOTE[runtime]} |")
+    lines += ["", f"## Wall time of `vitedge build` (ViT-B/16, targets onnx + intel-cpu, {res['calib_size']} calibration images, validation latency off)", "",
+              "| run | total s | " + " | ".join(res["build"]["cold cache"]["stages_s"]) + " |",
+              "|---|---|" + "---|" * len(res["build"]["cold cache"]["stages_s"])]
+    for label, b in res["build"].items():
+        lines.append(f"| {label} | {b['total_s']:.1f} | " + " | ".join(f"{b['stages_s'].get(k, 0):.1f}" for k in res["build"]["cold cache"]["stages_s"]) + " |")
+    lines += ["", "Anchor quantization wall time on the same images: "
+              + ", ".join(f"{k} {v:.1f} s" for k, v in res["anchor_seconds"].items()) + ".", ""]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--calib-size", type=int, default=256)
+    args = ap.parse_args()
+    from quant_accuracy import environment
+
+    from vitedge.models.intake import IntakeOptions, load_model
+
+    env = environment()
+    with tempfile.TemporaryDirectory(prefix="vitedge-bench-") as tmp:
+        work = Path(tmp)
+        pt, bundles, build_times = build_vitb(work, args.calib_size)
+        spec = load_model(pt, IntakeOptions(arch="vit_base_patch16_224")).spec
+        anchors = anchor_graphs(work, bundles / "onnx" / "reference.fp32.onnx", calib_batches(spec, args.calib_size))
+        log("== latency rounds")
+        lat = latency_table(bundles, anchors, args.rounds)
+    res = {"environment": env, "calib_size": args.calib_size, "build": build_times, "latency": lat,
+           "anchor_seconds": {k: v[1] for k, v in anchors.items()}}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "build_speed.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
+    md = markdown(res)
+    (RESULTS / "build_speed.md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
