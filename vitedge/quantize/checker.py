@@ -44,7 +44,7 @@ class Violation:
 
 def check_qdq_graph(model: Any) -> list[Violation]:
     """Every TensorRT explicit-quantization rule ``model`` (an onnx.ModelProto) breaks."""
-    from onnx import TensorProto, numpy_helper
+    from onnx import TensorProto
 
     from vitedge.quantize.graph import GraphIndex, attr, opset_of
 
