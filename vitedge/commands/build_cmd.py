@@ -58,6 +58,8 @@ def command(model, targets, calib, val, out, force, intake, calib_size, seed, me
 
     if no_smoothquant and smoothquant_alpha is not None:
         raise UsageError("--no-smoothquant and --smoothquant-alpha contradict each other; pass one")
+    if percentile is not None and method is None:
+        method = "percentile"  # as `vitedge calibrate` does: --percentile alone means the percentile method
     quant = {"method": method, "percentile": percentile, "quantize_attention": quantize_attention}
     if smoothquant_alpha is not None:
         quant["smoothquant_alpha"] = smoothquant_alpha
