@@ -13,6 +13,26 @@ EXAMPLES = REPO / "examples"
 CALIB_DIR = REPO / "calibration" / "digits" / "calib"
 VAL_DIR = REPO / "calibration" / "digits" / "val"
 
+# A user's own ViT class (pre-norm nn.TransformerEncoder), written to a file by tests
+# that exercise --model-class.
+CUSTOM_VIT_SOURCE = (
+    "import torch\n"
+    "class TinyViT(torch.nn.Module):\n"
+    "    pretrained_cfg = {'mean': (0.5, 0.5, 0.5), 'std': (0.5, 0.5, 0.5), 'crop_pct': 1.0, 'interpolation': 'bilinear', 'input_size': (3, 32, 32)}\n"
+    "    def __init__(self, dim=32, depth=2, heads=2, classes=4):\n"
+    "        super().__init__()\n"
+    "        self.embed = torch.nn.Conv2d(3, dim, 8, 8)\n"
+    "        self.cls = torch.nn.Parameter(torch.zeros(1, 1, dim))\n"
+    "        self.pos = torch.nn.Parameter(torch.randn(1, 17, dim) * .02)\n"
+    "        layer = torch.nn.TransformerEncoderLayer(dim, heads, 2 * dim, batch_first=True, norm_first=True)\n"
+    "        self.encoder = torch.nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)\n"
+    "        self.out = torch.nn.Linear(dim, classes)\n"
+    "    def forward(self, x):\n"
+    "        x = self.embed(x).flatten(2).transpose(1, 2)\n"
+    "        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos\n"
+    "        return self.out(self.encoder(x)[:, 0])\n"
+)
+
 os.environ.setdefault("VITEDGE_CACHE_DIR", str(Path(os.environ.get("TMPDIR", "/tmp")) / "vitedge-test-cache"))
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 

@@ -10,30 +10,13 @@ import collections
 import numpy as np
 import pytest
 import torch
-from conftest import CALIB_DIR
+from conftest import CALIB_DIR, CUSTOM_VIT_SOURCE
 
 from vitedge.backends.tensorrt_typed import make_strongly_typed
 from vitedge.models.intake import IntakeOptions
 
 FAMILIES = ["timm_vit", "torchvision_vit", "deit_distilled", "custom_encoder_vit", "headless_encoder"]
 
-_CUSTOM = (
-    "import torch\n"
-    "class TinyViT(torch.nn.Module):\n"
-    "    pretrained_cfg = {'mean': (0.5, 0.5, 0.5), 'std': (0.5, 0.5, 0.5), 'crop_pct': 1.0, 'interpolation': 'bilinear', 'input_size': (3, 32, 32)}\n"
-    "    def __init__(self, dim=32, depth=2, heads=2, classes=4):\n"
-    "        super().__init__()\n"
-    "        self.embed = torch.nn.Conv2d(3, dim, 8, 8)\n"
-    "        self.cls = torch.nn.Parameter(torch.zeros(1, 1, dim))\n"
-    "        self.pos = torch.nn.Parameter(torch.randn(1, 17, dim) * .02)\n"
-    "        layer = torch.nn.TransformerEncoderLayer(dim, heads, 2 * dim, batch_first=True, norm_first=True)\n"
-    "        self.encoder = torch.nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)\n"
-    "        self.out = torch.nn.Linear(dim, classes)\n"
-    "    def forward(self, x):\n"
-    "        x = self.embed(x).flatten(2).transpose(1, 2)\n"
-    "        x = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1) + self.pos\n"
-    "        return self.out(self.encoder(x)[:, 0])\n"
-)
 
 
 def _model_file(name, request, tmp_path_factory):
@@ -41,7 +24,7 @@ def _model_file(name, request, tmp_path_factory):
     if name == "custom_encoder_vit":
         folder = tmp_path_factory.mktemp("custom")
         src = folder / "tiny_vit.py"
-        src.write_text(_CUSTOM)
+        src.write_text(CUSTOM_VIT_SOURCE)
         import importlib.util
 
         spec = importlib.util.spec_from_file_location("tiny_vit_trt", src)
