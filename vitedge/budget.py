@@ -694,12 +694,18 @@ def measure_costs(result: BudgetResult, fp32: Any, example: np.ndarray, *, threa
 
 
 def timing_session(src: Any, *, threads: int | None = None, profile_prefix: str | None = None):
-    """An ONNX Runtime CPU session for timing: ONNX Runtime's defaults (full graph optimizations),
-    as the onnx target runs them; optionally profiling."""
+    """An ONNX Runtime CPU session for timing several graphs interleaved in one process: full graph
+    optimizations, and intra-op threads that sleep instead of spinning when idle.
+
+    With spinning on (ONNX Runtime's default, right for one session per process), the idle
+    sessions' threads busy-wait while another session runs: on a loaded 2-core machine the FP32
+    graph, whose GEMMs wait on both threads, measured 12-14 ms against 1.7 ms alone, which
+    inflates every INT8-vs-FP32 ratio."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if threads:
         so.intra_op_num_threads = threads
     if profile_prefix:
