@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import signal
@@ -10,15 +11,17 @@ import sys
 import time
 from pathlib import Path
 
+import onnx
 import pytest
 
+from vitedge.backends.ort_attention import fuse_attention
 from vitedge.errors import UsageError
 from vitedge.fsutil import sha256_file
 from vitedge.manifest import read_manifest, verify_bundle
 from vitedge.pipeline import BuildRequest, run_build
 from vitedge.ui import StageLog
 
-from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
+from conftest import CALIB_DIR, EXAMPLES, REPO, VAL_DIR
 
 DIGITS = EXAMPLES / "digits_vit.pt"
 pytestmark = pytest.mark.skipif(not DIGITS.exists(), reason="bundled example not present")
@@ -40,8 +43,44 @@ def test_two_targets_share_one_calibration(two_target_build):
     assert log.counts["calibrate"] == 1 and log.counts["quantize"] == 1 and log.counts["build"] == 2
     onnx_m, ov_m = (read_manifest(root / "out" / t) for t in ("onnx", "intel-cpu"))
     assert onnx_m.calibration["cache_key"] == ov_m.calibration["cache_key"]
-    assert onnx_m.files["model.int8.onnx"] == ov_m.files["model.int8.onnx"]  # the same Q/DQ graph
     assert onnx_m.calibration["reused"] is False
+    # the same Q/DQ graph: intel-cpu's copy as built, the onnx target's with its attention cores fused
+    shared = onnx.load(root / "out" / "intel-cpu" / "model.int8.onnx")
+    assert fuse_attention(shared).fused == 6
+    assert onnx.load(root / "out" / "onnx" / "model.int8.onnx").SerializeToString() == shared.SerializeToString()
+
+
+def test_onnx_target_fuses_every_attention_core(two_target_build):
+    """The bundled digits ViT has 6 blocks: the `onnx` bundle runs 6 MultiHeadAttention nodes and says so."""
+    root, _, _ = two_target_build
+    m = read_manifest(root / "out" / "onnx")
+    fusion = m.backend_info["attention_fusion"]
+    assert fusion["operator"] == "com.microsoft.MultiHeadAttention"
+    assert fusion["fused"] == fusion["candidates"] == 6 and fusion["skipped"] == [] and len(fusion["num_heads"]) == 1
+    model = onnx.load(root / "out" / "onnx" / "model.int8.onnx")
+    ops = collections.Counter((n.domain, n.op_type) for n in model.graph.node)
+    assert ops[("com.microsoft", "MultiHeadAttention")] == 6 and ops[("", "Softmax")] == 0
+    assert "com.microsoft" in {o.domain for o in model.opset_import}
+    assert "attention_fusion" not in read_manifest(root / "out" / "intel-cpu").backend_info
+
+
+def test_profile_can_keep_the_plain_qdq_graph(tmp_path, two_target_build):
+    """targets/onnx.toml with fuse_attention = false: a model.int8.onnx any ONNX reader takes (no com.microsoft node)."""
+    root, _, _ = two_target_build
+    shipped = (REPO / "targets" / "onnx.toml").read_text()
+    assert "fuse_attention = true" in shipped
+    profile = tmp_path / "onnx-plain.toml"
+    profile.write_text(shipped.replace('name = "onnx"', 'name = "onnx-plain"').replace("fuse_attention = true", "fuse_attention = false"))
+    out = tmp_path / "plain"
+    [result] = run_build(BuildRequest(model=DIGITS, targets=(str(profile),), calib=CALIB_DIR, out=out, cache_dir=root / "cache",
+                                      measure_speed=False), StageLog(quiet=True))
+    m = verify_bundle(out)
+    assert m.target["name"] == "onnx-plain" and m.target["profile"]["backend_options"]["fuse_attention"] is False
+    assert m.calibration["reused"] is True and "attention_fusion" not in m.backend_info
+    model = onnx.load(out / "model.int8.onnx")
+    assert not [n for n in model.graph.node if n.domain == "com.microsoft"]
+    assert "com.microsoft" not in {o.domain for o in model.opset_import}
+    assert collections.Counter(n.op_type for n in model.graph.node)["Softmax"] == 6
 
 
 def test_bundles_hold_what_the_manifest_says(two_target_build):

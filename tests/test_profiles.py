@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import REPO
 
 from vitedge.errors import ProfileError
 from vitedge.profiles import list_profiles, load_profile
@@ -45,6 +46,8 @@ def test_user_profile_file(tmp_path):
         (lambda s: "speed = 3\n" + s, "unknown key 'speed'"),
         (lambda s: s.replace("threads = 1", "threds = 1"), "unknown key 'backend_options.threds'"),
         (lambda s: s.replace("threads = 1", 'threads = "two"'), "'backend_options.threads' must be of type int"),
+        (lambda s: s.replace("threads = 1", 'threads = 1\nfuse_attention = "yes"'), "'backend_options.fuse_attention' must be of type bool"),
+        (lambda s: s.replace("threads = 1", "threads = 1\nfuse_attention = 1"), "'backend_options.fuse_attention' must be of type bool"),
         (lambda s: s.replace("min_agreement = 0.98", "min_agreement = 98"), "min_agreement must be a fraction"),
         (lambda s: s.replace("min_agreement = 0.98", "min_agreemnt = 0.98"), "unknown key 'thresholds.min_agreemnt'"),
         (lambda s: s.replace('backend = "onnxruntime"', 'backend = "tflite"'), "unknown backend 'tflite'"),
@@ -61,6 +64,21 @@ def test_malformed_profiles_name_file_and_key(tmp_path, edit, message):
     with pytest.raises(ProfileError) as info:
         load_profile(str(path))
     assert message in str(info.value) and str(path) in str(info.value)
+
+
+def test_attention_fusion_switch(tmp_path):
+    """The shipped onnx profile fuses attention; a copy can turn it off, but only with a TOML boolean."""
+    assert load_profile("onnx").backend_options.fuse_attention is True
+    shipped = (REPO / "targets" / "onnx.toml").read_text()
+    off = tmp_path / "onnx-plain.toml"
+    off.write_text(shipped.replace("fuse_attention = true", "fuse_attention = false"))
+    assert load_profile(str(off)).backend_options.fuse_attention is False
+    bad = tmp_path / "onnx-yes.toml"
+    bad.write_text(shipped.replace("fuse_attention = true", 'fuse_attention = "yes"'))
+    with pytest.raises(ProfileError) as info:
+        load_profile(str(bad))
+    message = str(info.value)
+    assert "\n" not in message and str(bad) in message and "backend_options.fuse_attention" in message and "bool" in message
 
 
 def test_unknown_target_lists_known_ones():
