@@ -1,0 +1,409 @@
+"""Fuse float attention cores into ONNX Runtime's MultiHeadAttention operator.
+
+An exported ViT computes each block's attention as a dozen small kernels: reshape the
+q/k/v projection, transpose it, split it, scale q and k, Q.K^T, Softmax, P.V, transpose
+back, reshape. ONNX Runtime's ``com.microsoft.MultiHeadAttention`` does the same work in
+one kernel, without the transposes. On ViT-B/16 this cut ONNX Runtime's INT8 latency by
+about a tenth (benchmarks/results/build_speed.md).
+
+Found by structure, confirmed by numbers. A candidate is a Softmax fed by a MatMul (through
+scalar scaling only) whose output feeds one MatMul; q, k and v are traced back through
+layout ops (Reshape, Transpose, Split, Squeeze, Gather, Slice, scalar Mul/Div) to one packed
+``[B, S, 3E]`` tensor or three ``[B, S, E]`` tensors, and the result forward through layout
+ops to a ``[B, S, E]`` tensor. The graph then runs once on a random input and the fusion is
+kept only if MultiHeadAttention's arithmetic (q, k, v as the thirds of the packed tensor,
+heads as contiguous slices of E, one scale read off the logits) reproduces the captured
+logits and output. Anything else (quantized attention matmuls with Q/DQ inside the core,
+masks, sequence-first layouts that do not match) stays as it was, with the reason recorded.
+
+The result runs on any stock ONNX Runtime (contrib operators ship in every build) but not
+on runtimes that only know the standard ONNX domain; the `onnx` profile's
+``fuse_attention = false`` keeps the plain graph for those.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+MS_DOMAIN = "com.microsoft"
+LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Split", "Gather", "Slice", "Flatten", "Identity"})
+SCALE_OPS = frozenset({"Mul", "Div"})
+OUTPUT_LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+# The numbers must agree to this fraction of the largest magnitude (float32 arithmetic in a
+# different order differs by ~1e-6 of it; a wrong hypothesis by order 1).
+REL_TOL = 1e-3
+
+
+@dataclass(frozen=True)
+class AttentionFusion:
+    """What ``fuse_attention`` did."""
+
+    candidates: int
+    fused: int
+    num_heads: tuple[int, ...] = ()
+    skipped: tuple[str, ...] = field(default=())  # one reason per candidate left as it was
+
+    def one_line(self) -> str:
+        if not self.candidates:
+            return "attention fusion: no attention core found"
+        heads = f", {self.num_heads[0]} heads" if self.num_heads and len(set(self.num_heads)) == 1 else ""
+        line = f"attention fusion: {self.fused} of {self.candidates} cores -> MultiHeadAttention{heads}"
+        if self.skipped:
+            line += f" (first left as is: {self.skipped[0]})"
+        return line
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"operator": f"{MS_DOMAIN}.MultiHeadAttention", "candidates": self.candidates, "fused": self.fused,
+                "num_heads": sorted(set(self.num_heads)), "skipped": list(self.skipped)}
+
+
+@dataclass
+class _Core:
+    softmax: Any
+    logits: str
+    sources: tuple[str, ...]  # (packed,) or (q, k, v)
+    nodes: list[Any]  # the data path up to P.V, removed when fused
+    outputs: list[tuple[str, list[Any]]]  # candidate [B, S, E] tensors after P.V, nearest first, with their layout ops
+    output: str = ""  # the one the numbers confirmed
+
+    def with_output(self, k: int) -> "_Core":
+        out, path = self.outputs[k]
+        return _Core(self.softmax, self.logits, self.sources, self.nodes + path, self.outputs, out)
+
+
+class _Graph:
+    def __init__(self, model: Any):
+        from onnx import numpy_helper, shape_inference
+
+        g = model.graph
+        self.model = model
+        self.producer = {o: n for n in g.node for o in n.output if o}
+        self.consumers: dict[str, list[Any]] = {}
+        for n in g.node:
+            for i in n.input:
+                if i:
+                    self.consumers.setdefault(i, []).append(n)
+        self.outputs = {o.name for o in g.output}
+        self.numel: dict[str, int | None] = {}
+        for t in g.initializer:
+            self.numel[t.name] = int(np.prod(t.dims)) if len(t.dims) else 1
+        for n in g.node:
+            if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value":
+                self.numel[n.output[0]] = int(numpy_helper.to_array(n.attribute[0].t).size)
+        try:
+            inferred = shape_inference.infer_shapes(model).graph.value_info
+        except Exception:  # noqa: BLE001 - shapes only sharpen scalar detection
+            inferred = []
+        for vi in inferred:
+            dims = vi.type.tensor_type.shape.dim if vi.type.tensor_type.HasField("shape") else None
+            if dims is None:
+                continue
+            if all(d.HasField("dim_value") for d in dims):
+                self.numel.setdefault(vi.name, int(np.prod([d.dim_value for d in dims])) if len(dims) else 1)
+
+    def is_scalar(self, tensor: str) -> bool:
+        return self.numel.get(tensor) == 1
+
+    def data_input(self, node: Any) -> str | None:
+        """The tensor a layout or scalar-scaling node passes along, else None."""
+        if node.op_type in LAYOUT_OPS:
+            return node.input[0]
+        if node.op_type == "Div" and self.is_scalar(node.input[1]) and not self.is_scalar(node.input[0]):
+            return node.input[0]
+        if node.op_type == "Mul":
+            a, b = node.input
+            if self.is_scalar(b) and not self.is_scalar(a):
+                return a
+            if self.is_scalar(a) and not self.is_scalar(b):
+                return b
+        return None
+
+    def walk_up(self, tensor: str) -> tuple[str, list[Any]]:
+        path = []
+        while tensor in self.producer:
+            node = self.producer[tensor]
+            nxt = self.data_input(node)
+            if nxt is None:
+                break
+            path.append(node)
+            tensor = nxt
+        return tensor, path
+
+    def only_consumer(self, tensor: str) -> Any | None:
+        users = self.consumers.get(tensor, [])
+        return users[0] if len(users) == 1 and tensor not in self.outputs else None
+
+
+def _find_cores(gr: _Graph) -> tuple[list[_Core], list[str]]:
+    cores, skipped = [], []
+    for s in [n for n in gr.model.graph.node if n.op_type == "Softmax"]:
+        logits = s.input[0]
+        t, scale_path = logits, []
+        while t in gr.producer and gr.producer[t].op_type in SCALE_OPS and gr.data_input(gr.producer[t]) is not None:
+            scale_path.append(gr.producer[t])
+            t = gr.data_input(gr.producer[t])
+        mm1 = gr.producer.get(t)
+        # P.V: the one MatMul taking the probabilities as its first input; any other reader of
+        # them (or the probabilities being a graph output) is caught by _private, with that reason
+        pv = [n for n in gr.consumers.get(s.output[0], []) if n.op_type == "MatMul" and n.input[0] == s.output[0]]
+        mm2 = pv[0] if len(pv) == 1 else None
+        quantized = any(u.op_type == "QuantizeLinear" for u in gr.consumers.get(s.output[0], [])) or (
+            mm1 is not None and any(gr.producer.get(i) is not None and gr.producer[i].op_type == "DequantizeLinear" for i in mm1.input))
+        if quantized:
+            skipped.append(f"{s.name}: Q/DQ inside the core (attention matmuls quantized)")
+            continue
+        if mm1 is None or mm1.op_type != "MatMul" or mm2 is None:
+            skipped.append(f"{s.name}: not MatMul -> Softmax -> MatMul")
+            continue
+        q_src, q_path = gr.walk_up(mm1.input[0])
+        k_src, k_path = gr.walk_up(mm1.input[1])
+        v_src, v_path = gr.walk_up(mm2.input[1])
+        if q_src == k_src == v_src:
+            sources: tuple[str, ...] = (q_src,)
+        elif len({q_src, k_src, v_src}) == 3:
+            sources = (q_src, k_src, v_src)
+        else:
+            skipped.append(f"{s.name}: q, k and v come from an unexpected mix of tensors")
+            continue
+        out, out_path, candidates = mm2.output[0], [], []
+        while (nxt := gr.only_consumer(out)) is not None and nxt.op_type in OUTPUT_LAYOUT_OPS:
+            out_path.append(nxt)
+            out = nxt.output[0]
+            candidates.append((out, list(out_path)))
+        if not candidates:
+            skipped.append(f"{s.name}: no layout ops after P.V to a [B, S, E] tensor")
+            continue
+        nodes = {id(n): n for n in [s, mm1, mm2, *scale_path, *q_path, *k_path, *v_path]}
+        cores.append(_Core(s, logits, sources, list(nodes.values()), candidates))
+    return cores, skipped
+
+
+def _private(gr: _Graph, core: _Core) -> bool:
+    """True when, with the core gone, no live node reads the core's intermediate tensors.
+
+    Side computations that only fed the core (Shape -> ... -> the q/k scale) die with it.
+    """
+    inside = {id(n) for n in core.nodes}
+    intermediate = {o for n in core.nodes for o in n.output if o and o != core.output}
+    if intermediate & gr.outputs:
+        return False
+    needed = set(gr.outputs) | set(core.sources) | {i for u in gr.consumers.get(core.output, []) for i in u.input}
+    live = [n for n in gr.model.graph.node if id(n) not in inside]
+    while True:
+        used = needed | {i for n in live for i in n.input if i}
+        keep = [n for n in live if any(o in used for o in n.output if o)]
+        if len(keep) == len(live):
+            break
+        live = keep
+    return not any(i in intermediate for n in live for i in n.input)
+
+
+PROBE_BATCH = 2  # a dynamic batch is probed at 2, so batch-first and sequence-first layouts differ
+
+
+def _random_input(model: Any) -> tuple[dict[str, np.ndarray], int]:
+    from onnx import helper
+
+    inp = model.graph.input[0]
+    dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in inp.type.tensor_type.shape.dim]
+    batch = dims[0] if dims and dims[0] else PROBE_BATCH
+    dims = [batch] + [d or 1 for d in dims[1:]]
+    dtype = helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type)
+    rng = np.random.default_rng(0)
+    if np.issubdtype(dtype, np.integer):
+        return {inp.name: rng.integers(0, 256, size=dims).astype(dtype)}, batch
+    return {inp.name: rng.standard_normal(dims).astype(dtype)}, batch
+
+
+def _capture(model: Any, tensors: list[str]) -> tuple[dict[str, np.ndarray], int]:
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    existing = {o.name for o in m.graph.output}
+    for t in tensors:
+        if t not in existing:
+            m.graph.output.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, None))
+            existing.add(t)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    feed, batch = _random_input(model)
+    values = sess.run(None, feed)
+    return {n: np.asarray(v) for n, v in zip(names, values) if n in set(tensors)}, batch
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def _close(a: np.ndarray, b: np.ndarray) -> bool:
+    scale = max(float(np.max(np.abs(b))), 1e-6)
+    return a.shape == b.shape and float(np.max(np.abs(a - b))) <= REL_TOL * scale
+
+
+@dataclass(frozen=True)
+class _Plan:
+    heads: int
+    scale: float
+    width: int  # E
+    source_seq_first: bool  # sources are [S, B, .] (PyTorch nn.MultiheadAttention) rather than [B, S, .]
+    output_layout: str  # "bse", "sbe", "(sb)e" or "(bs)e"
+
+
+def _to_layout(o: np.ndarray, layout: str) -> np.ndarray:
+    """[B, S, E] -> the given layout."""
+    b, s, e = o.shape
+    return {"bse": lambda: o, "sbe": lambda: o.transpose(1, 0, 2), "(sb)e": lambda: o.transpose(1, 0, 2).reshape(s * b, e),
+            "(bs)e": lambda: o.reshape(b * s, e)}[layout]()
+
+
+def _check(core: _Core, values: dict[str, np.ndarray], batch: int) -> _Plan | str:
+    """How MultiHeadAttention reproduces the core, else why it does not."""
+    y, logits = values[core.output], values[core.logits]
+    s = logits.shape[-1]
+    b = batch
+    src = [values[t] for t in core.sources]
+    if any(x.ndim != 3 for x in src):
+        return f"q/k/v source is {src[0].ndim}-D, not 3-D"
+    lead = src[0].shape[:2]
+    if lead == (b, s):
+        seq_first = False
+    elif lead == (s, b):
+        seq_first = True
+    else:
+        return f"q/k/v source {src[0].shape} is neither [B, S, .] nor [S, B, .] for B={b}, S={s}"
+    if seq_first:
+        src = [x.transpose(1, 0, 2) for x in src]
+    if len(src) == 1:
+        if src[0].shape[-1] % 3:
+            return f"packed q/k/v width {src[0].shape[-1]} is not 3 x E"
+        e = src[0].shape[-1] // 3
+        q, k, v = (src[0][..., i * e:(i + 1) * e] for i in range(3))
+    else:
+        e = src[0].shape[-1]
+        if any(x.shape != (b, s, e) for x in src):
+            return f"q/k/v shapes {[x.shape for x in src]} differ"
+        q, k, v = src
+    if logits.size % (b * s * s):
+        return f"logits {logits.shape} do not hold B x heads x S x S"
+    heads = logits.size // (b * s * s)
+    if heads < 1 or e % heads:
+        return f"{heads} heads do not divide width {e}"
+    d = e // heads
+
+    def split(x: np.ndarray) -> np.ndarray:
+        return x.astype(np.float64).reshape(b, s, heads, d).transpose(0, 2, 1, 3)
+
+    qh, kh, vh = split(q), split(k), split(v)
+    raw = qh @ kh.transpose(0, 1, 3, 2)
+    observed = logits.astype(np.float64).reshape(b, heads, s, s)
+    denom = float(np.sum(raw * raw))
+    if denom == 0.0:
+        return "q.k^T is zero on the probe input"
+    scale = float(np.sum(observed * raw) / denom)
+    if not (np.isfinite(scale) and scale > 0) or not _close(scale * raw, observed):
+        return "logits are not a scaled q.k^T of the traced q and k"
+    out = (_softmax(scale * raw) @ vh).transpose(0, 2, 1, 3).reshape(b, s, e)
+    for layout in ("bse", "sbe", "(sb)e", "(bs)e"):
+        if _close(_to_layout(out, layout), y.astype(np.float64)):
+            return _Plan(int(heads), scale, int(e), seq_first, layout)
+    return f"the traced output {y.shape} is not softmax(q.k^T) v with contiguous heads"
+
+
+def _rewrite(core: _Core, plan: _Plan, names: Any, inits: list[Any]) -> list[Any]:
+    """The nodes that replace the core: [Transpose] -> [Split] -> MultiHeadAttention -> [Transpose] [Reshape]."""
+    from onnx import helper, numpy_helper
+
+    base = core.softmax.name.rsplit("/", 1)[0] or "attention"
+    e = plan.width
+    nodes: list[Any] = []
+    sources = list(core.sources)
+    if plan.source_seq_first:
+        for i, t in enumerate(sources):
+            sources[i] = names(f"{base}/batch_first_{i}")
+            nodes.append(helper.make_node("Transpose", [t], [sources[i]], perm=[1, 0, 2], name=names(f"{base}/to_batch_first")))
+    if len(sources) == 1:
+        sizes = names(f"{base}/qkv_split_sizes")
+        inits.append(numpy_helper.from_array(np.array([e, e, e], dtype=np.int64), sizes))
+        qkv = [names(f"{base}/{x}") for x in ("q", "k", "v")]
+        nodes.append(helper.make_node("Split", [sources[0], sizes], qkv, axis=-1, name=names(f"{base}/qkv_split")))
+    else:
+        qkv = sources
+    out = core.output if plan.output_layout == "bse" else names(f"{base}/attention_bse")
+    nodes.append(helper.make_node("MultiHeadAttention", qkv, [out], domain=MS_DOMAIN, num_heads=plan.heads,
+                                  scale=float(plan.scale), name=names(f"{base}/MultiHeadAttention")))
+    if plan.output_layout in ("sbe", "(sb)e"):
+        t = core.output if plan.output_layout == "sbe" else names(f"{base}/attention_sbe")
+        nodes.append(helper.make_node("Transpose", [out], [t], perm=[1, 0, 2], name=names(f"{base}/to_seq_first")))
+        out = t
+    if plan.output_layout in ("(sb)e", "(bs)e"):
+        shape = names(f"{base}/flat_shape")
+        inits.append(numpy_helper.from_array(np.array([-1, e], dtype=np.int64), shape))
+        nodes.append(helper.make_node("Reshape", [out, shape], [core.output], name=names(f"{base}/flatten_tokens")))
+    return nodes
+
+
+def fuse_attention(model: Any) -> AttentionFusion:
+    """Replace every float attention core that checks out with MultiHeadAttention (in place)."""
+    from onnx import helper
+
+    from vitedge.quantize.graph import NameScope, cleanup
+
+    gr = _Graph(model)
+    cores, skipped = _find_cores(gr)
+    candidates = len(cores) + len(skipped)
+    if not cores:
+        return AttentionFusion(candidates, 0, (), tuple(skipped))
+    wanted = sorted({t for c in cores for t in (*c.sources, c.logits, *(o for o, _ in c.outputs))})
+    try:
+        values, batch = _capture(model, wanted)
+    except Exception as err:  # noqa: BLE001 - a graph ONNX Runtime cannot probe is left unfused
+        return AttentionFusion(candidates, 0, (), tuple(skipped) + (f"probe run failed: {str(err).splitlines()[0][:120]}",))
+
+    names = NameScope(model)
+    g = model.graph
+    replace: dict[int, list[Any]] = {}  # id(node producing the output) -> new nodes
+    drop: set[int] = set()
+    inits: list[Any] = []
+    heads_used = []
+    for found in cores:
+        verdict: _Plan | str = "no [B, S, E] tensor after P.V"
+        for k in reversed(range(len(found.outputs))):  # the furthest output that checks out
+            c = found.with_output(k)
+            verdict = _check(c, values, batch)
+            if not isinstance(verdict, str):
+                break
+        if isinstance(verdict, str):
+            skipped.append(f"{found.softmax.name}: {verdict}")
+            continue
+        if not _private(gr, c):
+            skipped.append(f"{found.softmax.name}: its intermediate tensors are read outside the attention core")
+            continue
+        replace[id(gr.producer[c.output])] = _rewrite(c, verdict, names, inits)
+        drop.update(id(n) for n in c.nodes)
+        heads_used.append(verdict.heads)
+    if not heads_used:
+        return AttentionFusion(candidates, 0, (), tuple(skipped))
+
+    ordered = []
+    for n in g.node:
+        if id(n) in replace:
+            ordered.extend(replace[id(n)])
+        elif id(n) not in drop:
+            ordered.append(n)
+    del g.node[:]
+    g.node.extend(ordered)
+    g.initializer.extend(inits)
+    if not any(o.domain == MS_DOMAIN for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    cleanup(model)
+    return AttentionFusion(candidates, len(heads_used), tuple(heads_used), tuple(skipped))
