@@ -2,7 +2,10 @@
 
 FP32 and INT8 are timed *interleaved* (a few iterations of one, then of the other, round
 after round) so a neighbour's load on a shared machine slows both alike and the speedup
-stays meaningful. A model's median is "stable" when the medians of the first and second
+stays meaningful. The first run after switching models is not timed: the other model's
+idle worker threads may still be spinning then (ONNX Runtime's and OpenVINO's thread pools
+spin briefly before they sleep), and on 2 cores that alone made an INT8 run after an FP32 run
+measure ~1.5x slower than the same run a moment later (benchmarks/results/build_speed.md). A model's median is "stable" when the medians of the first and second
 half of its samples agree within ``rel_tol``; timing stops when every model is stable
 (after at least ``min_iters`` iterations and ``min_seconds`` of timed runs each) or at the
 ``max_seconds`` cap, and the stats say which.
@@ -18,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-METHOD = ("interleaved FP32/INT8 rounds of {chunk} iterations after {warmup} warm-up runs each; "
+METHOD = ("interleaved FP32/INT8 rounds of {chunk} timed iterations (after {settle} untimed run(s) at each switch) "
+          "after {warmup} warm-up runs each; "
           "stop when each median is stable (first vs second half within {tol:g}%) after >= {min_iters} "
           "iterations and >= {min_seconds:g} s each, or at {max_seconds:g} s")
 
@@ -31,6 +35,7 @@ class LatencySettings:
     max_seconds: float = 10.0  # cap per batch size (both models together)
     rel_tol: float = 0.05
     chunk: int = 5
+    settle: int = 1  # untimed runs after switching to another model
 
     @classmethod
     def for_budget(cls, min_seconds: float) -> "LatencySettings":
@@ -38,7 +43,7 @@ class LatencySettings:
         return cls(min_seconds=min_seconds, max_seconds=max(2.0, 10.0 * min_seconds))
 
     def describe(self) -> str:
-        return METHOD.format(chunk=self.chunk, warmup=self.warmup, tol=100 * self.rel_tol, min_iters=self.min_iters,
+        return METHOD.format(chunk=self.chunk, settle=self.settle, warmup=self.warmup, tol=100 * self.rel_tol, min_iters=self.min_iters,
                              min_seconds=self.min_seconds, max_seconds=self.max_seconds)
 
     def to_dict(self) -> dict[str, Any]:
@@ -105,8 +110,11 @@ def measure_interleaved(runs: dict[str, Callable[[], Any]], batch: int,
         s = samples[k]
         return len(s) >= settings.min_iters and spent[k] >= settings.min_seconds * 1000.0 and median_is_stable(s, settings.rel_tol)
 
+    settle = settings.settle if len(runs) > 1 else 0
     while True:
         for k, run in runs.items():
+            for _ in range(settle):
+                run()
             for _ in range(settings.chunk):
                 t0 = time.perf_counter()
                 run()
