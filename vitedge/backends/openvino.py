@@ -4,6 +4,12 @@ The INT8 IR is converted from the same Q/DQ graph every other target uses (calib
 once); OpenVINO turns the Q/DQ pairs into FakeQuantize and runs INT8 kernels (VNNI /
 AMX where the CPU has them). The FP32 reference is the FP32 ONNX graph converted too,
 so parity is measured on the same runtime.
+
+``float_precision`` is the precision of the INT8 IR's float regions (attention, GELU,
+LayerNorm, residual adds): ``bf16`` where the CPU has bf16 units (AVX512_BF16 / AMX),
+else ``f32``. The FP32 reference always runs in f32: each IR carries its role in its
+rt_info, and the runner reads it, so validation proves parity against true FP32 and the
+embedding runtime runs the artifact exactly as it was validated.
 """
 
 from __future__ import annotations
@@ -19,7 +25,10 @@ from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB
 
 _HINTS = ("LATENCY", "THROUGHPUT")
+_FLOAT_PRECISIONS = ("f32", "bf16")
 INSTALL = "pip install 'vitedge[openvino]'"
+ROLE_KEY = "vitedge.role"  # rt_info of each IR: "int8" (the artifact) or "fp32-reference"
+REFERENCE_ROLE = "fp32-reference"
 
 
 @dataclass(frozen=True)
@@ -30,12 +39,34 @@ class OpenVinoOptions:
     performance_hint: str = "LATENCY"
     threads: int = 0  # 0 = OpenVINO's default (all physical cores)
     num_streams: int = 0  # 0 = chosen by the hint
+    float_precision: str = "f32"  # the INT8 IR's float regions: f32, or bf16 where the CPU has it
 
     def __post_init__(self) -> None:
+        if self.float_precision not in _FLOAT_PRECISIONS:
+            raise UsageError(f"float_precision must be one of {', '.join(_FLOAT_PRECISIONS)}, got '{self.float_precision}'")
         if self.performance_hint not in _HINTS:
             raise UsageError(f"performance_hint must be one of {', '.join(_HINTS)}, got '{self.performance_hint}'")
         if self.threads < 0 or self.num_streams < 0:
             raise UsageError("threads and num_streams must be >= 0")
+
+
+def float_precision_used(core: Any, device: str, requested: str) -> str:
+    """``requested``, or f32 when it is bf16 and the device reports no BF16 capability."""
+    if requested != "bf16":
+        return "f32"
+    try:
+        caps = [str(c).upper() for c in core.get_property(device, "OPTIMIZATION_CAPABILITIES")]
+    except Exception:  # noqa: BLE001 - a device that cannot say gets f32
+        return "f32"
+    return "bf16" if "BF16" in caps else "f32"
+
+
+def _rt_str(model: Any, key: str) -> str | None:
+    """A string the build stored in the model's rt_info (``set_rt_info(value, key)``), else None."""
+    try:
+        return str(model.get_rt_info([key]).astype(str)) if model.has_rt_info([key]) else None
+    except Exception:  # noqa: BLE001 - absent or unreadable: treated as unset
+        return None
 
 
 def _ov():
@@ -64,22 +95,19 @@ class OpenVinoRunner(Runner):
             model = core.read_model(str(self.model_path))
         except Exception as err:
             raise BundleError(f"OpenVINO cannot read {self.model_path}: {str(err).splitlines()[0][:200]}") from err
-        rt = model.get_rt_info()
-        fmt = FLOAT_NCHW
-        try:
-            if rt.get(INPUT_FORMAT_KEY) is not None:
-                fmt = str(rt[INPUT_FORMAT_KEY].astype(str))
-        except Exception:
-            pass
+        fmt = _rt_str(model, INPUT_FORMAT_KEY) or FLOAT_NCHW
+        self.role = _rt_str(model, ROLE_KEY)
         self.input_format = UINT8_NHWC_RGB if model.inputs[0].get_element_type() == ov.Type.u8 else fmt
         config: dict[str, Any] = {"PERFORMANCE_HINT": self.hint}
         if self.threads:
             config["INFERENCE_NUM_THREADS"] = int(self.threads)
         if self.options.num_streams:
             config["NUM_STREAMS"] = str(self.options.num_streams)
-        # Keep float regions in FP32: the parity we prove is against FP32, and CPUs with
-        # bf16/fp16 units would otherwise lower them silently.
-        config["INFERENCE_PRECISION_HINT"] = "f32"
+        # Always set: CPUs with bf16/fp16 units would otherwise lower float regions silently.
+        # The FP32 reference runs in f32 whatever the profile says (parity is against FP32).
+        requested = "f32" if self.role == REFERENCE_ROLE else self.options.float_precision
+        self.float_precision = float_precision_used(core, self.options.device, requested)
+        config["INFERENCE_PRECISION_HINT"] = self.float_precision
         self.compiled = core.compile_model(model, self.options.device, config)
         self.request = self.compiled.create_infer_request()
         port = self.compiled.inputs[0]
@@ -125,19 +153,25 @@ class OpenVinoBackend(Backend):
         from vitedge.onnxutil import get_metadata
 
         fmt = get_metadata(onnx.load(str(ctx.qdq_path), load_external_data=False)).get(INPUT_FORMAT_KEY, FLOAT_NCHW)
-        for src, stem in ((ctx.qdq_path, "model"), (ctx.fp32_path, "reference.fp32")):
+        for src, stem, role in ((ctx.qdq_path, "model", "int8"), (ctx.fp32_path, "reference.fp32", REFERENCE_ROLE)):
             try:
                 model = ov.convert_model(str(src))
             except Exception as err:
                 raise BundleError(f"OpenVINO could not convert {src.name}: {str(err).splitlines()[0][:200]}") from err
             model.set_rt_info(fmt, INPUT_FORMAT_KEY)
+            model.set_rt_info(role, ROLE_KEY)
             ov.save_model(model, str(ctx.out_dir / f"{stem}.xml"), compress_to_fp16=False)
         with OpenVinoRunner(ctx.out_dir / "model.xml", ctx.options) as runner:
             exec_precision = _int8_layer_share(runner.compiled)
+            used = runner.float_precision
+        info = {"device": ctx.options.device, "performance_hint": ctx.options.performance_hint, "int8_layers": exec_precision,
+                "float_precision": {"requested": ctx.options.float_precision, "used": used, "reference": "f32"}}
+        if used != ctx.options.float_precision and ctx.log:
+            ctx.log(f"float regions run in {used}: {ctx.options.device} reports no {ctx.options.float_precision.upper()} capability")
         return BuiltArtifact(
             model="model.xml", reference="reference.fp32.xml",
             extra_files=["model.bin", "reference.fp32.bin"],
-            info={"device": ctx.options.device, "performance_hint": ctx.options.performance_hint, "int8_layers": exec_precision},
+            info=info,
         )
 
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
