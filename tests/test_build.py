@@ -48,6 +48,8 @@ def test_two_targets_share_one_calibration(two_target_build):
     shared = onnx.load(root / "out" / "intel-cpu" / "model.int8.onnx")
     assert fuse_attention(shared).fused == 6
     assert onnx.load(root / "out" / "onnx" / "model.int8.onnx").SerializeToString() == shared.SerializeToString()
+    # and both manifests name that shared graph by its hash
+    assert onnx_m.quantization["qdq_sha256"] == ov_m.quantization["qdq_sha256"] == sha256_file(root / "out" / "intel-cpu" / "model.int8.onnx")
 
 
 def test_onnx_target_fuses_every_attention_core(two_target_build):
@@ -182,3 +184,38 @@ def test_cli_build_summary_and_exit_code(tmp_path):
     assert failing.returncode == (0 if agreement == 1.0 else 1)
     if agreement < 1.0:
         assert "failed the parity gate" in err and "min_agreement" not in err and "agreement" in err
+
+
+def test_openvino_float_regions_follow_the_profile_and_the_reference_stays_f32(two_target_build):
+    """intel-cpu's profile asks for bf16 float regions: the INT8 IR gets them where the CPU has bf16,
+    its FP32 reference runs in f32 whatever the profile says, and the manifest records both."""
+    import openvino as ov
+
+    from vitedge.backends.openvino import OpenVinoOptions, OpenVinoRunner, float_precision_used
+
+    root, _, _ = two_target_build
+    bundle = root / "out" / "intel-cpu"
+    m = read_manifest(bundle)
+    options = OpenVinoOptions(**m.target["profile"]["backend_options"])
+    assert options.float_precision == "bf16"
+    expected = float_precision_used(ov.Core(), "CPU", "bf16")  # bf16 on CPUs with bf16 units, else f32
+    assert m.backend_info["float_precision"] == {"requested": "bf16", "used": expected, "reference": "f32"}
+    with OpenVinoRunner(bundle / "model.xml", options) as int8, OpenVinoRunner(bundle / "reference.fp32.xml", options) as ref:
+        assert (int8.role, int8.float_precision) == ("int8", expected)
+        assert (ref.role, ref.float_precision) == ("fp32-reference", "f32")
+        assert int8.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name() == expected
+        assert ref.compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name() == "f32"
+    with OpenVinoRunner(bundle / "model.xml", OpenVinoOptions(float_precision="f32")) as plain:
+        assert plain.float_precision == "f32"
+
+
+def test_openvino_float_precision_must_be_known(tmp_path):
+    from vitedge.errors import ProfileError
+    from vitedge.profiles import load_profile
+
+    profile = tmp_path / "mine.toml"
+    profile.write_text((REPO / "targets" / "intel-cpu.toml").read_text().replace('float_precision = "bf16"', 'float_precision = "fp16"'))
+    with pytest.raises(ProfileError) as err:
+        load_profile(str(profile))
+    msg = str(err.value)
+    assert str(profile) in msg and "float_precision" in msg and "fp16" in msg and "\n" not in msg

@@ -191,7 +191,9 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                 output={"name": "embedding" if spec.output_kind == "embedding" else "logits", "kind": spec.output_kind,
                         "class_names": list(spec.class_names) if spec.class_names else None},
                 calibration=dict(calibration.to_dict(), summary_line=calibration.one_line(), reused=calibration.reused),
-                quantization=quantization_record(graph, budget),
+                # the shared Q/DQ graph every target of this call was built from; the onnx target's
+                # model.int8.onnx differs from it when its attention cores were fused
+                quantization=dict(quantization_record(graph, budget), qdq_sha256=sha256_file(qdq)),
                 artifacts={"model": artifact.model, "reference": artifact.reference, "qdq": "model.int8.onnx",
                            "fp32_onnx": "reference.fp32.onnx", "built": artifact.built, "extra": artifact.extra_files},
                 toolchain=toolchain_versions(_safe_versions(backend)),
