@@ -11,9 +11,14 @@ from dataclasses import dataclass, field
 
 @dataclass
 class StageLog:
+    """``timings`` holds each stage's own time: a stage run inside another (validate inside
+    build) is counted once, under its own name, so the figures add up to the wall time. The
+    "done in" line prints a stage's whole time, nested stages included."""
+
     quiet: bool = False
     timings: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)  # how often each stage ran
+    _nested: list[float] = field(default_factory=list, repr=False)  # per open stage: seconds spent in stages inside it
 
     def _console(self):
         from rich.console import Console
@@ -30,13 +35,18 @@ class StageLog:
             self._console().print(f"[bold]{name:>10}[/bold] {what} ...")
         self.counts[name] = self.counts.get(name, 0) + 1
         start = time.perf_counter()
+        self._nested.append(0.0)
         try:
             yield
         finally:
             seconds = time.perf_counter() - start
-            self.timings[name] = self.timings.get(name, 0.0) + seconds
+            inner = self._nested.pop()
+            self.timings[name] = self.timings.get(name, 0.0) + seconds - inner
+            if self._nested:
+                self._nested[-1] += seconds
         if not self.quiet:
-            self._console().print(f"{'':>10} {name} done in {seconds:.1f} s")
+            inside = f" ({seconds - inner:.1f} s outside nested stages)" if inner > 0 else ""
+            self._console().print(f"{'':>10} {name} done in {seconds:.1f} s{inside}")
 
 
 def eprint(message: str) -> None:
