@@ -19,11 +19,22 @@ from vitedge.backends.ort_attention import MS_DOMAIN, fuse_attention
 from vitedge.models.intake import IntakeOptions
 from vitedge.onnxutil import ort_session
 
-FAMILIES = ["timm_vit", "torchvision_vit", "deit_distilled", "custom_encoder_vit"]
+FAMILIES = ["timm_vit", "torchvision_vit", "deit_distilled", "custom_encoder_vit", "huggingface_vit"]
 
 
 def _checkpoint(name, request, folder):
     """(checkpoint path, IntakeOptions) for one family, saved as users save it."""
+    if name == "huggingface_vit":  # separate q/k/v projections; Softmax -> Cast -> Cast -> P.V in the export
+        import json
+
+        transformers = pytest.importorskip("transformers")
+        torch.manual_seed(0)
+        config = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=48, num_hidden_layers=2, num_attention_heads=3,
+                                        intermediate_size=96, num_labels=3, architectures=["ViTForImageClassification"])
+        transformers.ViTForImageClassification(config).eval().save_pretrained(folder / "hf")
+        (folder / "hf" / "preprocessor_config.json").write_text(json.dumps(
+            {"image_mean": [0.5] * 3, "image_std": [0.5] * 3, "resample": 2, "size": {"height": 32, "width": 32}}))
+        return folder / "hf", None
     if name == "custom_encoder_vit":
         src = folder / "tiny_vit.py"
         src.write_text(CUSTOM_VIT_SOURCE)

@@ -10,8 +10,10 @@ p90 8-11 % lower in both full benchmark runs; FP32 with the same fusion is 3-5 %
 Found by structure, confirmed by numbers. A candidate is a Softmax fed by a MatMul (through
 scalar scaling only) whose output feeds one MatMul; q, k and v are traced back through
 layout ops (Reshape, Transpose, Split, Squeeze, Gather, Slice, scalar Mul/Div) to one packed
-``[B, S, 3E]`` tensor or three ``[B, S, E]`` tensors, and the result forward through layout
-ops to a ``[B, S, E]`` tensor. The graph then runs once on a random input and the fusion is
+``[B, S, 3E]`` tensor (timm), its sequence-first ``[S, B, 3E]`` form (PyTorch
+nn.MultiheadAttention) or three ``[B, S, E]`` projections (Hugging Face, whose export also
+puts float -> float Casts after the Softmax), and the result forward through layout ops to
+the tensor the output projection reads. The graph then runs once on a random input and the fusion is
 kept only if MultiHeadAttention's arithmetic (q, k, v as the thirds of the packed tensor,
 heads as contiguous slices of E, one scale read off the logits) reproduces the captured
 logits and output. Anything else (quantized attention matmuls with Q/DQ inside the core,
@@ -138,6 +140,13 @@ class _Graph:
         return users[0] if len(users) == 1 and tensor not in self.outputs else None
 
 
+def _is_float_cast(node: Any) -> bool:
+    """Identity, or a Cast to float32 (a no-op on the float32 probabilities)."""
+    if node.op_type == "Identity":
+        return True
+    return node.op_type == "Cast" and any(a.name == "to" and a.i == 1 for a in node.attribute)  # TensorProto.FLOAT
+
+
 def _find_cores(gr: _Graph) -> tuple[list[_Core], list[str]]:
     cores, skipped = [], []
     for s in [n for n in gr.model.graph.node if n.op_type == "Softmax"]:
@@ -149,7 +158,12 @@ def _find_cores(gr: _Graph) -> tuple[list[_Core], list[str]]:
         mm1 = gr.producer.get(t)
         # P.V: the one MatMul taking the probabilities as its first input; any other reader of
         # them (or the probabilities being a graph output) is caught by _private, with that reason
-        pv = [n for n in gr.consumers.get(s.output[0], []) if n.op_type == "MatMul" and n.input[0] == s.output[0]]
+        # Hugging Face exports put float -> float Casts between them (a dtype round trip)
+        probs, cast_path = s.output[0], []
+        while (c := gr.only_consumer(probs)) is not None and _is_float_cast(c):
+            cast_path.append(c)
+            probs = c.output[0]
+        pv = [n for n in gr.consumers.get(probs, []) if n.op_type == "MatMul" and n.input[0] == probs]
         mm2 = pv[0] if len(pv) == 1 else None
         quantized = any(u.op_type == "QuantizeLinear" for u in gr.consumers.get(s.output[0], [])) or (
             mm1 is not None and any(gr.producer.get(i) is not None and gr.producer[i].op_type == "DequantizeLinear" for i in mm1.input))
@@ -177,7 +191,7 @@ def _find_cores(gr: _Graph) -> tuple[list[_Core], list[str]]:
         if not candidates:
             skipped.append(f"{s.name}: no layout ops after P.V to a [B, S, E] tensor")
             continue
-        nodes = {id(n): n for n in [s, mm1, mm2, *scale_path, *q_path, *k_path, *v_path]}
+        nodes = {id(n): n for n in [s, *cast_path, mm1, mm2, *scale_path, *q_path, *k_path, *v_path]}
         cores.append(_Core(s, logits, sources, list(nodes.values()), candidates))
     return cores, skipped
 
