@@ -235,8 +235,9 @@ def _random_input(model: Any) -> tuple[dict[str, np.ndarray], int]:
 
 def _capture(model: Any, tensors: list[str]) -> tuple[dict[str, np.ndarray], int]:
     import onnx
-    import onnxruntime as ort
     from onnx import TensorProto, helper
+
+    from vitedge.onnxutil import ort_session
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -245,10 +246,7 @@ def _capture(model: Any, tensors: list[str]) -> tuple[dict[str, np.ndarray], int
         if t not in existing:
             m.graph.output.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, None))
             existing.add(t)
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = ort_session(m.SerializeToString(), optimize=False)  # the graph as written, no ORT rewrites
     names = [o.name for o in sess.get_outputs()]
     feed, batch = _random_input(model)
     values = sess.run(None, feed)
