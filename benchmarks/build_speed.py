@@ -9,7 +9,7 @@ Side by side in one run, on the same machine and the same input, batch 1, all co
 rounds interleaved so machine load hits every graph alike. In each round every graph runs
 once untimed (the "settle" run: the previous graph's idle worker threads may still be
 spinning, which on 2 cores slows the next run; its time is recorded and reported
-separately) and then SETTLE_TIMED times timed; the round's figure is the median of those.
+separately) and then TIMED_PER_ROUND times timed (benchmarks/timing.py); the round's figure is the median of those.
 Ratios are reported both as a ratio of medians and as the median of per-round ratios
 (each round's INT8 over the same round's FP32), with the interquartile range, because this
 machine's speed drifts between a fast and a slow phase over seconds.
@@ -50,11 +50,11 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
+from timing import TIMED_PER_ROUND, interleaved_rounds  # noqa: E402 - the benchmarks folder is on the path now
 RESULTS = REPO / "benchmarks" / "results"
 warnings.filterwarnings("ignore")
 
 TARGET_RATIO = {"openvino": 0.35, "onnxruntime": 0.40}
-SETTLE_TIMED = 3  # timed runs per graph per round, after one untimed settle run
 ANCHOR_NOTE = {"openvino": "NNCF default measured ~0.47 on a 2-core AVX-512 VNNI Xeon (field notes)",
                "onnxruntime": "quantize_static defaults measured ~0.44 (field notes)"}
 
@@ -189,21 +189,8 @@ def latency_table(bundles: Path, anchors, variants: dict[str, Path], rounds: int
     for f in runs.values():
         for _ in range(3):
             f()
-    times = {k: [] for k in runs}  # per round: median of the timed runs
-    settle = {k: [] for k in runs}  # per round: the untimed first run after switching
     load = [os.getloadavg()[0]]
-    for r in range(rounds):
-        for k, f in runs.items():
-            t0 = time.perf_counter()
-            f()
-            settle[k].append((time.perf_counter() - t0) * 1000)
-            timed = []
-            for _ in range(SETTLE_TIMED):
-                t0 = time.perf_counter()
-                f()
-                timed.append((time.perf_counter() - t0) * 1000)
-            times[k].append(float(np.median(timed)))
-        log(f"   round {r + 1}/{rounds}")
+    times, settle = interleaved_rounds(runs, rounds, on_round=lambda r: log(f"   round {r + 1}/{rounds}"))
     load.append(os.getloadavg()[0])
     rows = []
     for (runtime, name), ts in times.items():
@@ -216,7 +203,7 @@ def latency_table(bundles: Path, anchors, variants: dict[str, Path], rounds: int
                      "round_ratio_q75": float(np.percentile(per_round, 75)),
                      "settle_median_ms": float(np.median(settle[(runtime, name)])), "rounds": len(ts),
                      "round_ms": [round(v, 2) for v in ts]})
-    return {"threads": threads, "rounds": rounds, "timed_per_round": SETTLE_TIMED, "load_average": load, "rows": rows,
+    return {"threads": threads, "rounds": rounds, "timed_per_round": TIMED_PER_ROUND, "load_average": load, "rows": rows,
             "openvino_float_precision": ov_used}
 
 

@@ -19,7 +19,8 @@ Everything is measured side by side in one run on the same data:
   on OpenVINO (and NNCF's ONNX backend with the same call, run in ONNX Runtime);
 * ViT-B/16 (timm, random weights) latency at batch 1, FP32 vs INT8 with and without
   the attention matmuls quantized, ONNX Runtime and OpenVINO on all cores; rounds
-  interleave the graphs so machine load hits them alike.
+  interleave the graphs so machine load hits them alike, with an untimed settle run per
+  graph per round (benchmarks/timing.py).
 
 Writes benchmarks/results/quant_accuracy.md and .json and prints the tables.
 """
@@ -44,6 +45,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+from timing import TIMED_PER_ROUND, interleaved_rounds  # noqa: E402 - the benchmarks folder is on the path now
 CALIB = REPO / "calibration" / "digits" / "calib"
 VAL = REPO / "calibration" / "digits" / "val"
 RESULTS = REPO / "benchmarks" / "results"
@@ -325,13 +328,8 @@ def latency(work: Path, rounds: int) -> dict[str, Any]:
     for f in runs.values():
         for _ in range(3):
             f()
-    times: dict[tuple[str, str], list[float]] = {k: [] for k in runs}
     load = [os.getloadavg()[0]]
-    for _ in range(rounds):
-        for k, f in runs.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append((time.perf_counter() - t0) * 1000)
+    times, _ = interleaved_rounds(runs, rounds)  # per round: median of its timed runs, after a settle run
     load.append(os.getloadavg()[0])
     rows = []
     for (runtime, name), ts in times.items():
@@ -340,7 +338,7 @@ def latency(work: Path, rounds: int) -> dict[str, Any]:
         rows.append({"runtime": runtime, "graph": name, "median_ms": float(np.median(ts)), "min_ms": float(np.min(ts)),
                      "p90_ms": float(np.percentile(ts, 90)), "ratio_to_fp32": float(np.median(ts) / base),
                      "ratio_to_fp32_f32": float(np.median(ts) / f32) if f32 else None, "runs": len(ts)})
-    return {"model": "timm vit_base_patch16_224 (random weights)", "batch": 1, "threads": threads, "rounds": rounds, "warmup": 3,
+    return {"model": "timm vit_base_patch16_224 (random weights)", "batch": 1, "threads": threads, "rounds": rounds, "warmup": 3, "timed_per_round": TIMED_PER_ROUND,
             "load_average": load, "calibration_images": len(src), "rows": rows}
 
 
@@ -412,7 +410,8 @@ def markdown(res: dict[str, Any]) -> str:
     lat = res.get("latency")
     if lat and "rows" in lat:
         out += [f"## Latency: {lat['model']}, batch {lat['batch']}, {lat['threads']} threads", "",
-                f"Median of {lat['rounds']} interleaved rounds after {lat['warmup']} warm-up runs; load average "
+                f"Median of {lat['rounds']} interleaved rounds after {lat['warmup']} warm-up runs (each round: one untimed "
+                f"settle run per graph, then the median of {lat.get('timed_per_round', 1)} timed runs; benchmarks/timing.py); load average "
                 f"{lat['load_average'][0]:.1f} -> {lat['load_average'][1]:.1f}. Calibrated on {lat['calibration_images']} images.", "",
                 "| runtime | graph | median ms | min ms | p90 ms | median / FP32 | median / FP32 (f32) |", "|---|---|---:|---:|---:|---:|---:|"]
         for r in lat["rows"]:
