@@ -13,7 +13,7 @@ from test_tensorrt_standin import make_fake_trt
 
 from vitedge.backends.tensorrt_build import apply_plan
 from vitedge.backends.tensorrt_plan import GraphFacts, TensorRtOptions, capabilities_from_module, plan_build, reference_plan
-from vitedge.errors import BundleError
+from vitedge.errors import BundleError, UsageError
 
 LN_NAMES = ("/blocks.0/norm1/LayerNormalization", "/norm/LayerNormalization")
 
@@ -106,14 +106,18 @@ def test_a_trt10_plan_fails_clearly_on_trt11(tiny):
         apply_plan(make_fake_trt("11.0.0"), plan10, path)
 
 
-def test_the_standin_rejects_precision_on_a_strongly_typed_network(tiny):
-    """Why the plan never mixes them: 10.x refuses layer precision once STRONGLY_TYPED is set."""
+def test_a_mixed_plan_fails_in_one_line_as_trt10_reports_it(tiny):
+    """Why the plan never mixes them: 10.x logs an error for layer precision on a STRONGLY_TYPED
+    network and build_serialized_network returns None; apply_plan turns that into one line."""
     path, graph = tiny
     trt = make_fake_trt("10.3.0")
     plan = plan_build(TensorRtOptions(opt_batch=4), (1, 4, 8), capabilities_from_module(trt), graph=graph)
     mixed = dataclasses.replace(plan, network_flags=("STRONGLY_TYPED",))
-    with pytest.raises(RuntimeError, match="strongly typed"):
+    with pytest.raises(BundleError) as err:
         apply_plan(trt, mixed, path)
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("TensorRT 10.3.0 could not build model.engine from model.int8.onnx: ")
+    assert "strongly typed" in msg
 
 
 def test_dla_core_with_gpu_fallback_reports_the_fallback_layers(tiny):
@@ -134,10 +138,12 @@ def test_dla_on_a_device_without_dla(tiny):
 
 
 def test_compatibility_modes(tiny):
-    trt, plan, _ = _run(tiny, "10.3.0", TensorRtOptions(opt_batch=4, hardware_compatibility="same_compute_capability",
+    trt, plan, _ = _run(tiny, "10.9.0", TensorRtOptions(opt_batch=4, hardware_compatibility="same_compute_capability",
                                                         version_compatible=True))
     assert ("config.hardware_compatibility_level", "SAME_COMPUTE_CAPABILITY") in trt.calls
     assert "VERSION_COMPATIBLE" in [c[1] for c in _named(trt.calls, "config.set_flag")]
+    with pytest.raises(UsageError, match="new in TensorRT 10.9"):  # JetPack 6's 10.3 has no SAME_COMPUTE_CAPABILITY
+        _run(tiny, "10.3.0", TensorRtOptions(opt_batch=4, hardware_compatibility="same_compute_capability"))
 
 
 def test_timing_cache_is_reused_and_a_stale_one_replaced(tiny):

@@ -25,7 +25,7 @@ from vitedge.profiles import load_profile, parse_profile
 
 LN = ("/blocks/blocks.0/norm1/LayerNormalization", "/blocks/blocks.0/norm2/LayerNormalization", "/norm/LayerNormalization")
 GRAPH = GraphFacts(input_name="input", input_shape=(3, 224, 224), layernorm_layers=LN)
-CAPS = {v: capabilities_from_module(make_fake_trt(v)) for v in ("8.6.1", "10.3.0", "11.0.0", "11.4.0")}
+CAPS = {v: capabilities_from_module(make_fake_trt(v)) for v in ("8.6.1", "10.3.0", "10.9.0", "11.0.0", "11.4.0")}
 
 
 def _plan(target: str, version: str, **changes) -> BuildPlan:
@@ -95,9 +95,10 @@ def test_dla_with_gpu_fallback_on_agx_orin():
 def test_compatibility_modes_follow_what_the_tensorrt_offers():
     plan = _plan("desktop-gpu", "10.3.0", hardware_compatibility="ampere_plus", version_compatible=True)
     assert plan.hardware_compatibility == "ampere_plus" and "VERSION_COMPATIBLE" in plan.builder_flags
-    assert _plan("desktop-gpu", "10.3.0", hardware_compatibility="same_compute_capability").hardware_compatibility == "same_compute_capability"
-    with pytest.raises(UsageError, match="not offered by TensorRT 8.6.1"):
-        _plan("desktop-gpu", "8.6.1", hardware_compatibility="same_compute_capability")
+    assert _plan("desktop-gpu", "10.9.0", hardware_compatibility="same_compute_capability").hardware_compatibility == "same_compute_capability"
+    for old in ("8.6.1", "10.3.0"):  # SAME_COMPUTE_CAPABILITY is new in 10.9.0 (release notes)
+        with pytest.raises(UsageError, match=f"not offered by TensorRT {old}.*new in TensorRT 10.9"):
+            _plan("desktop-gpu", old, hardware_compatibility="same_compute_capability")
 
 
 def test_bad_settings_are_refused():
@@ -133,13 +134,43 @@ def test_reference_plan_is_plain_fp32_on_the_gpu():
     assert ref.dla_core is None and ref.precision_constraints is None and ref.profile_max == (8, 3, 224, 224)
 
 
-def test_assumed_capabilities_match_the_detected_ones():
-    for major, version in ((8, "8.6.1"), (10, "10.3.0"), (11, "11.4.0")):
-        assumed, found = assumed_capabilities(major), CAPS[version]
-        for flag in ("int8_flag", "fp16_flag", "precision_constraints", "strongly_typed_flag", "explicit_batch_flag", "dla",
-                     "hardware_levels", "version_compatible"):
-            assert getattr(assumed, flag) == getattr(found, flag), (major, flag)
-        assert assumed.assumed and not found.assumed
+def test_assumed_capabilities_follow_nvidias_documents():
+    """What vitedge plans for where no TensorRT is installed, against NVIDIA's documents (the
+    sources are listed in vitedge/backends/tensorrt_versions.py and docs/tensorrt.md), written
+    out here by hand rather than compared with the stand-in."""
+    jp6 = assumed_capabilities(10)  # JetPack 6.x ships TensorRT 10.3
+    assert (jp6.major, jp6.minor) == (10, 3) and jp6.weakly_typed and jp6.strongly_typed_flag and not jp6.explicit_batch_flag
+    assert jp6.hardware_levels == ("ampere_plus",)  # SAME_COMPUTE_CAPABILITY: 10.9.0 release notes
+    assert jp6.version_compatible and jp6.dla and jp6.optimization_level
+    trt86 = assumed_capabilities(8)
+    assert (trt86.major, trt86.minor) == (8, 6) and trt86.explicit_batch_flag and not trt86.strongly_typed_flag
+    assert trt86.hardware_levels == ("ampere_plus",) and trt86.version_compatible  # both new in 8.6
+    trt11 = assumed_capabilities(11)  # 10.x -> 11.x migration guide: no INT8/FP16/constraint flags
+    assert not (trt11.int8_flag or trt11.fp16_flag or trt11.precision_constraints or trt11.explicit_batch_flag)
+    assert trt11.strongly_typed_flag and trt11.hardware_levels == ("ampere_plus", "same_compute_capability")
+    assert trt11.dla and (trt11.major, trt11.minor) == (11, 4)  # DLA is back in 11.4 (field notes)
+    with pytest.raises(UsageError, match="use 8, 10 or 11"):
+        assumed_capabilities(9)
+
+
+def test_the_plan_for_jetpack6_refuses_same_compute_capability():
+    options = dataclasses.replace(load_profile("jetson-orin").backend_options, hardware_compatibility="same_compute_capability")
+    with pytest.raises(UsageError, match="TensorRT 10.3 .*new in TensorRT 10.9"):
+        plan_build(options, (1, 4), assumed_capabilities(10), graph=GRAPH)
+
+
+def test_every_trtexec_flag_written_exists_in_that_version():
+    from vitedge.backends.tensorrt_versions import trtexec_flag_available
+
+    assert not trtexec_flag_available("--stronglyTyped", (8, 6)) and trtexec_flag_available("--stronglyTyped", (10, 3))
+    assert not trtexec_flag_available("--int8", (11, 0)) and not trtexec_flag_available("--precisionConstraints=obey", (11, 4))
+    assert not trtexec_flag_available("--hardwareCompatibilityLevel=sameComputeCapability", (10, 3))
+    assert trtexec_flag_available("--hardwareCompatibilityLevel=sameComputeCapability", (10, 9))
+    assert not trtexec_flag_available("--noSuchFlag", (10, 3))
+    # a plan whose trtexec line would carry a flag its TensorRT lacks is refused, not written
+    bad = dataclasses.replace(_plan("jetson-orin", "11.0.0"), builder_flags=("INT8",))
+    with pytest.raises(UsageError, match="trtexec of TensorRT 11.0.0 does not accept --int8"):
+        trtexec_command(bad)
 
 
 # -- trtexec ----------------------------------------------------------------------------------

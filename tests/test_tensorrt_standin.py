@@ -6,8 +6,21 @@ What it emulates, from TensorRT's Python API docs and the 10.x -> 11.x migration
   (using them raises AttributeError), no EXPLICIT_BATCH, and its layers have no
   precision / set_output_type; STRONGLY_TYPED is accepted (and ignored: always on);
 * 10.x has STRONGLY_TYPED; setting a layer's precision in a strongly typed network raises;
-* 8.6 needs EXPLICIT_BATCH, has no STRONGLY_TYPED and no SAME_COMPUTE_CAPABILITY;
-* DLA cores exist only when the flavour is given some (Jetson AGX Orin / Xavier).
+* 8.6 needs EXPLICIT_BATCH, has no STRONGLY_TYPED; SAME_COMPUTE_CAPABILITY exists from 10.9
+  only (10.9.0 release notes), so JetPack 6's 10.3 lacks it;
+* DLA cores exist only when the flavour is given some (Jetson AGX Orin / Xavier), and never
+  in 11.0-11.3.
+
+Failure is reported the way TensorRT reports it, never by raising: OnnxParser.parse_from_file
+returns False and leaves IParserError objects behind ``num_errors`` / ``get_error(i)`` (for a
+file that is not ONNX, and for an operator without an importer, e.g. com.microsoft ops);
+Builder.build_serialized_network returns None (precision flags on a strongly typed network,
+a DLA device type without DLA cores, a layer the DLA cannot run without GPU fallback, or an
+injected ``fail={"build"}``); IExecutionContext.set_input_shape returns False outside the
+profile; Runtime.deserialize_cuda_engine returns None for bytes of another version or not an
+engine. Each failure logs an ERROR through the ILogger the caller passed, as TensorRT does.
+``fail`` also takes "deserialize", "context" (create_execution_context returns None) and
+"execute" (execute_async_v3 returns False).
 
 Every builder/config/network/layer call and attribute set is appended to ``trt.calls``.
 The "engine" it serialises is a JSON note carrying the ONNX graph; its execution context
@@ -53,8 +66,12 @@ _NP = {_DataType.FLOAT: np.float32, _DataType.HALF: np.float16, _DataType.INT8: 
        _DataType.BOOL: np.bool_, _DataType.UINT8: np.uint8, _DataType.INT64: np.int64}
 
 
-def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, stale_cache: bytes = b"stale") -> types.ModuleType:
+def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, stale_cache: bytes = b"stale",
+                  fail=(), inspector_layers=None) -> types.ModuleType:
     major, minor = (int(p) for p in version.split(".")[:2])
+    fail = set(fail)
+    if major == 11 and minor < 4:
+        dla_cores = 0  # no DLA in TensorRT 11.0-11.3
     trt = types.ModuleType("tensorrt")
     trt.__version__ = version
     trt.calls = []
@@ -74,7 +91,7 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
     trt.MemoryPoolType = _enum("MemoryPoolType", ["WORKSPACE", "DLA_MANAGED_SRAM", "DLA_LOCAL_DRAM", "DLA_GLOBAL_DRAM", "TACTIC_DRAM"])
     trt.DeviceType = _enum("DeviceType", ["GPU", "DLA"])
     trt.HardwareCompatibilityLevel = _enum("HardwareCompatibilityLevel",
-                                           ["NONE", "AMPERE_PLUS"] + (["SAME_COMPUTE_CAPABILITY"] if major >= 10 else []))
+                                           ["NONE", "AMPERE_PLUS"] + (["SAME_COMPUTE_CAPABILITY"] if (major, minor) >= (10, 9) else []))
     trt.ProfilingVerbosity = _enum("ProfilingVerbosity", ["LAYER_NAMES_ONLY", "NONE", "DETAILED"])
     trt.LayerInformationFormat = _enum("LayerInformationFormat", ["ONELINE", "JSON"])
     trt.LayerType = _enum("LayerType", sorted(set(_OP_LAYER.values()) | {"CONSTANT", "SHAPE", "OTHER"}))
@@ -83,16 +100,70 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
     trt.float32, trt.float16, trt.int8, trt.int32 = _DataType.FLOAT, _DataType.HALF, _DataType.INT8, _DataType.INT32
     trt.nptype = lambda dt: _NP[dt]
 
-    class Logger:
-        INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = range(5)
+    class _Severity(enum.IntEnum):
+        INTERNAL_ERROR = 0
+        ERROR = 1
+        WARNING = 2
+        INFO = 3
+        VERBOSE = 4
 
-        def __init__(self, severity=2):
-            self.severity = severity
+    class ILogger:
+        Severity = _Severity
+        INTERNAL_ERROR, ERROR, WARNING, INFO, VERBOSE = _Severity
+
+        def __init__(self):
+            pass
+
+        def log(self, severity, msg):
+            raise NotImplementedError
+
+    class Logger(ILogger):
+        def __init__(self, min_severity=_Severity.WARNING):
+            self.min_severity = min_severity
+            self.messages = []
+
+        def log(self, severity, msg):
+            self.messages.append((severity, msg))
+
+    def _log(logger, severity, msg):
+        rec(("logger.log", severity.name, msg))
+        if logger is not None:
+            logger.log(severity, msg)
+
+    class IParserError:
+        """What get_error(i) returns; str() is its one-line description, as in the bindings."""
+
+        def __init__(self, code, desc, node=-1, name="", op=""):
+            self._code, self._desc, self._node, self._name, self._op = code, desc, node, name, op
+
+        def code(self):
+            return self._code
+
+        def desc(self):
+            return self._desc
+
+        def node(self):
+            return self._node
+
+        if major >= 10:
+            def node_name(self):
+                return self._name
+
+            def node_operator(self):
+                return self._op
+
+        def __str__(self):
+            if major >= 10 and self._node >= 0:
+                return f"In node {self._node} with name: {self._name} and operator: {self._op} (importFallback): {self._code}: {self._desc}"
+            if self._node >= 0:
+                return f"In node {self._node} (importFallback): {self._code}: {self._desc}"
+            return f"{self._code}: {self._desc}"
 
     strongly_typed_always = major >= 11
 
     class Layer:
-        def __init__(self, name, ltype, strongly):
+        def __init__(self, name, ltype, strongly, logger=None):
+            object.__setattr__(self, "_logger", logger)
             object.__setattr__(self, "name", name)
             object.__setattr__(self, "type", ltype)
             object.__setattr__(self, "num_outputs", 1)
@@ -102,8 +173,9 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             if key == "precision":
                 if strongly_typed_always:
                     raise AttributeError(f"'ILayer' object has no attribute 'precision' (TensorRT {version})")
-                if self._strongly:
-                    raise RuntimeError("setting layer precision is not allowed in a strongly typed network")
+                if self._strongly:  # TensorRT logs an API usage error and ignores the call
+                    _log(self._logger, _Severity.ERROR, "Error Code 3: API Usage Error (setting layer precision is not allowed in a strongly typed network)")
+                    return
                 rec(("layer.precision", self.name, value.name))
             object.__setattr__(self, key, value)
 
@@ -111,7 +183,8 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             if strongly_typed_always:
                 raise AttributeError(f"'ILayer' object has no attribute 'set_output_type' (TensorRT {version})")
             if self._strongly:
-                raise RuntimeError("setting layer output types is not allowed in a strongly typed network")
+                _log(self._logger, _Severity.ERROR, "Error Code 3: API Usage Error (setting layer output types is not allowed in a strongly typed network)")
+                return
             rec(("layer.set_output_type", self.name, index, dtype.name))
 
     class Network:
@@ -136,25 +209,45 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
     class OnnxParser:
         def __init__(self, network, logger):
             self.network = network
-            self.num_errors = 0
+            self.logger = logger
+            self.errors = []
+
+        @property
+        def num_errors(self):
+            return len(self.errors)
+
+        def get_error(self, i):
+            return self.errors[i]
+
+        def clear_errors(self):
+            self.errors = []
+
+        def _fail(self, error):
+            self.errors.append(error)
+            _log(self.logger, _Severity.ERROR, f"ModelImporter.cpp: ERROR: {error}")
+            return False
 
         def parse_from_file(self, path):
             import onnx
 
             rec(("parser.parse_from_file", Path(path).name))
-            model = onnx.load(str(path), load_external_data=False)
+            try:
+                model = onnx.load(str(path), load_external_data=False)
+            except Exception:
+                return self._fail(IParserError("MODEL_DESERIALIZE_FAILED", f"Failed to parse ONNX model from file: {path}"))
             layer_type = trt.LayerType
-            for node in model.graph.node:
+            for index, node in enumerate(model.graph.node):
+                if node.domain not in ("", "ai.onnx"):
+                    return self._fail(IParserError("UNSUPPORTED_NODE", f"No importer registered for op: {node.op_type}",
+                                                   index, node.name, node.op_type))
                 if node.op_type == "Constant":
                     continue
                 kind = _OP_LAYER.get(node.op_type, "OTHER")
-                self.network.layers.append(Layer(node.name or node.output[0], getattr(layer_type, kind), self.network.strongly_typed))
+                self.network.layers.append(Layer(node.name or node.output[0], getattr(layer_type, kind), self.network.strongly_typed,
+                                                 self.logger))
             self.network.onnx = str(path)
             self.network.input = model.graph.input[0].name
             return True
-
-        def get_error(self, i):
-            return "no error"
 
     class TimingCache:
         def __init__(self, blob):
@@ -241,6 +334,7 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
     class Builder:
         def __init__(self, logger):
             self.num_DLA_cores = dla_cores
+            self.logger = logger
 
         def create_network(self, flags=0):
             rec(("builder.create_network", int(flags)))
@@ -254,10 +348,23 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
 
         def build_serialized_network(self, network, config):
             rec(("builder.build_serialized_network",))
+
+            def failed(msg):
+                _log(self.logger, _Severity.ERROR, msg)
+                return None
+
+            if "build" in fail:
+                return failed("[defaultAllocator.cpp::allocate] Error Code 1: Cuda Runtime (out of memory)")
             if major < 11 and network.strongly_typed and config.flags & {"INT8", "FP16"}:
-                raise RuntimeError("precision flags are not allowed with a strongly typed network")
+                return failed("Error Code 4: API Usage Error (precision flags are not allowed with a strongly typed network)")
             lo, _opt, hi = config.profiles[0].shapes[network.input]
             dla = config.values.get("default_device_type") == trt.DeviceType.DLA
+            if dla and self.num_DLA_cores == 0:
+                return failed("Error Code 2: Internal Error (DLA requested but no DLA is available on this device)")
+            if dla and "GPU_FALLBACK" not in config.flags:
+                bad = [layer.name for layer in network.layers if not config.can_run_on_DLA(layer)]
+                if bad:
+                    return failed(f"Error Code 2: Internal Error ({bad[0]} cannot run on DLA and GPU fallback is off)")
             import base64
 
             onnx_bytes = base64.b64encode(Path(network.onnx).read_bytes()).decode()  # the "engine" carries its graph
@@ -272,6 +379,8 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
 
         def get_engine_information(self, fmt):
             rec(("inspector.get_engine_information", fmt.name))
+            if inspector_layers is not None:  # a recorded inspector output, as a real engine would give
+                return json.dumps({"Layers": inspector_layers, "Bindings": []})
             return json.dumps({"Layers": [{"Name": n, "LayerType": ("DLA" if on_dla else t)} for n, t, on_dla in self.note["layers"]]})
 
     class IExecutionContext:
@@ -283,7 +392,9 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
         def set_input_shape(self, name, shape):
             lo, hi = self.engine.note["min"], self.engine.note["max"]
             if not lo[0] <= shape[0] <= hi[0]:
-                raise RuntimeError(f"batch {shape[0]} outside the profile {lo[0]}-{hi[0]}")
+                _log(self.engine.logger, _Severity.ERROR, f"IExecutionContext::setInputShape: Error Code 3: API Usage Error "
+                     f"(batch {shape[0]} is outside the optimization profile {lo[0]}-{hi[0]})")
+                return False
             self.shapes[name] = tuple(shape)
             return True
 
@@ -297,6 +408,8 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             return True
 
         def execute_async_v3(self, stream):
+            if "execute" in fail:
+                return False
             e = self.engine
             shape = self.shapes[e.input]
             x = cudart.read(self.addresses[e.input], shape, e.in_dtype)
@@ -305,8 +418,9 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             return True
 
     class ICudaEngine:
-        def __init__(self, note):
+        def __init__(self, note, logger=None):
             self.note = note
+            self.logger = logger
             self._session = None
 
         @property
@@ -350,6 +464,9 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             return tuple(self.note["min"]), tuple(self.note["min"]), tuple(self.note["max"])
 
         def create_execution_context(self):
+            if "context" in fail:
+                _log(self.logger, _Severity.ERROR, "Error Code 1: Cuda Runtime (out of memory)")
+                return None
             return IExecutionContext(self)
 
         def create_engine_inspector(self):
@@ -357,17 +474,28 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
 
     class Runtime:
         def __init__(self, logger):
+            self.logger = logger
             self.engine_host_code_allowed = False
 
         def deserialize_cuda_engine(self, data):
-            note = json.loads(bytes(data).decode())
-            if note.get("fake_tensorrt_engine") != version:
-                return None  # TensorRT refuses engines of another version
-            if note.get("version_compatible") and not self.engine_host_code_allowed:
+            def failed(msg):
+                _log(self.logger, _Severity.ERROR, msg)
                 return None
-            return ICudaEngine(note)
 
-    for cls in (Logger, Builder, OnnxParser, Runtime, IBuilderConfig, IExecutionContext, ICudaEngine, EngineInspector):
+            if "deserialize" in fail:
+                return failed("1: [runtime.cpp::deserializeCudaEngine] Error Code 1: Serialization (engine plan is corrupt)")
+            try:
+                note = json.loads(bytes(data).decode())
+            except (ValueError, UnicodeDecodeError):
+                return failed("1: [stdArchiveReader.cpp] Error Code 1: Serialization (Magic tag does not match)")
+            if not isinstance(note, dict) or note.get("fake_tensorrt_engine") != version:
+                return failed("1: [stdArchiveReader.cpp] Error Code 1: Serialization (Version tag does not match)")
+            if note.get("version_compatible") and not self.engine_host_code_allowed:
+                return failed("1: [runtime.cpp] Error Code 1: version-compatible plan needs engine_host_code_allowed")
+            return ICudaEngine(note, self.logger)
+
+    for cls in (ILogger, Logger, IParserError, Builder, OnnxParser, Runtime, IBuilderConfig, IExecutionContext, ICudaEngine,
+                EngineInspector):
         setattr(trt, cls.__name__, cls)
     return trt
 

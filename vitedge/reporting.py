@@ -25,6 +25,7 @@ def build_report_markdown(manifest) -> str:
         f"- quantization: {m.quantization.get('summary_line', '')}",
         "",
     ]
+    lines += _backend_lines(m)
     v = m.validation
     if v and v.get("schema") == SCHEMA:
         lines += [validation_markdown(v), "",
@@ -36,6 +37,16 @@ def build_report_markdown(manifest) -> str:
     else:
         lines += ["Not validated here: " + str(m.backend_info.get("next_step", "the runtime is not available on the build machine")), ""]
     return "\n".join(lines)
+
+
+def _backend_lines(m) -> list[str]:
+    from vitedge.backends import get_backend
+
+    try:
+        backend = get_backend(str(m.target.get("backend")))
+    except Exception:  # an unknown backend name is reported elsewhere; the report still gets written
+        return []
+    return backend.report_lines(m.backend_info or {})
 
 
 def write_build_report(bundle: Path, manifest) -> Path:

@@ -106,6 +106,10 @@ class Backend(ABC):
     def versions(self) -> dict[str, str]:
         return {}
 
+    def report_lines(self, backend_info: dict[str, Any]) -> list[str]:
+        """Markdown lines about the built artifact for report.md (none by default)."""
+        return []
+
 
 # name -> "module:Class"; modules are imported on first use.
 _REGISTRY: dict[str, str] = {

@@ -72,6 +72,11 @@ class TensorRtBackend(Backend):
             return {}
         return {"tensorrt": str(getattr(trt, "__version__", "?"))}
 
+    def report_lines(self, backend_info: dict[str, Any]) -> list[str]:
+        from vitedge.backends.tensorrt_report import report_lines
+
+        return report_lines(backend_info)
+
     def build(self, ctx: BuildContext) -> BuiltArtifact:
         from vitedge.backends.tensorrt_bundle import build_on_device, load_checked_graph, offline_info, plan_bundle
 
@@ -87,6 +92,8 @@ class TensorRtBackend(Backend):
             return BuiltArtifact(model=ENGINE, reference=REFERENCE_ENGINE, extra_files=extra, built=True, info=info)
         caps = self._offline_capabilities(options)
         planned = plan_bundle(ctx.out_dir, options, tuple(ctx.batch_sizes), caps, model=model)
+        for w in planned.attention_warnings:
+            say("warning: " + w)
         assumed = " (assumed: set trt_major in the profile to plan for another)" if caps.assumed else ""
         say(f"TensorRT engine not built here ({env.detail}); wrote {', '.join(planned.files)} for TensorRT {caps.version}{assumed}")
         return BuiltArtifact(model=ENGINE, reference=REFERENCE_ENGINE, extra_files=list(planned.files), built=False,

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vitedge.backends.tensorrt_inspect import one_line, summarize_layers
 from vitedge.backends.tensorrt_plan import BuildPlan
 from vitedge.errors import BundleError
+
+__all__ = ["EngineBuild", "apply_plan", "make_logger", "summarize_layers", "write_engine"]
 
 
 @dataclass
@@ -53,22 +56,65 @@ def _enum(trt: Any, enum_name: str, member: str) -> Any:
                           "TensorRT (rebuild it with `vitedge engine BUNDLE`, which plans for the TensorRT it finds)") from None
 
 
+def _first_line(text: Any, limit: int = 200) -> str:
+    lines = str(text).strip().splitlines()
+    return lines[0][:limit] if lines else ""
+
+
+def make_logger(trt: Any) -> Any:
+    """An ILogger that keeps TensorRT's errors and warnings, so a failure can be reported in
+    one line with TensorRT's own reason (TensorRT reports failures through the logger and a
+    None/False return, not by raising)."""
+    base = getattr(trt, "ILogger", None)
+    if base is None:  # not seen in 8.6-11.x; keep the stock logger rather than fail here
+        return trt.Logger(trt.Logger.WARNING)
+
+    class CapturingLogger(base):  # type: ignore[misc, valid-type]
+        def __init__(self) -> None:
+            base.__init__(self)
+            self.errors: list[str] = []
+            self.warnings: list[str] = []
+
+        def log(self, severity: Any, msg: str) -> None:
+            level = int(severity)
+            if level <= int(base.Severity.ERROR):
+                self.errors.append(_first_line(msg, 300))
+            elif level == int(base.Severity.WARNING):
+                self.warnings.append(_first_line(msg, 300))
+
+    return CapturingLogger()
+
+
+def last_error(logger: Any) -> str:
+    errors = getattr(logger, "errors", None) or []
+    return errors[-1] if errors else ""
+
+
 def _parse_errors(parser: Any) -> list[str]:
     out = []
     for i in range(int(getattr(parser, "num_errors", 0) or 0)):
         try:
-            out.append(str(parser.get_error(i)).strip().splitlines()[0][:200])
+            err = parser.get_error(i)
         except Exception:
             break
+        text = _first_line(err)
+        if not text and hasattr(err, "desc"):
+            text = _first_line(err.desc())
+        if text:
+            out.append(text)
     return out
 
 
 def apply_plan(trt: Any, plan: BuildPlan, onnx_path: Path | str, *, timing_cache: bytes | None = None,
-               log: Callable[[str], None] | None = None, logger: Any = None) -> EngineBuild:
-    """Build the engine ``plan`` describes from ``onnx_path`` with the TensorRT module ``trt``."""
+               log: Callable[[str], None] | None = None, logger: Any = None,
+               attention: list[dict[str, Any]] | None = None) -> EngineBuild:
+    """Build the engine ``plan`` describes from ``onnx_path`` with the TensorRT module ``trt``.
+
+    Every failure TensorRT reports (parser False, builder None, engine that does not
+    deserialise) becomes one BundleError line carrying TensorRT's own first error."""
     say = log or (lambda _msg: None)
     warnings: list[str] = []
-    logger = logger if logger is not None else trt.Logger(trt.Logger.WARNING)
+    logger = logger if logger is not None else make_logger(trt)
     builder = trt.Builder(logger)
 
     flags = 0
@@ -79,8 +125,11 @@ def apply_plan(trt: Any, plan: BuildPlan, onnx_path: Path | str, *, timing_cache
     parser = trt.OnnxParser(network, logger)
     # parse_from_file resolves external weight files relative to the model (graphs > 2 GB).
     if not parser.parse_from_file(str(onnx_path)):
-        errors = _parse_errors(parser)
-        raise BundleError(f"TensorRT's ONNX parser rejected {Path(onnx_path).name}: " + ("; ".join(errors[:3]) or "no detail given"))
+        errors = _parse_errors(parser) or ([last_error(logger)] if last_error(logger) else [])
+        more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
+        raise BundleError(f"TensorRT {getattr(trt, '__version__', '?')}'s ONNX parser rejected {Path(onnx_path).name}: "
+                          + ("; ".join(errors[:3]) or "no detail given") + more
+                          + "; the graph uses something this TensorRT cannot import (rebuild the bundle with a supported opset/ops)")
 
     config = builder.create_builder_config()
     if hasattr(config, "set_memory_pool_limit"):
@@ -135,13 +184,16 @@ def apply_plan(trt: Any, plan: BuildPlan, onnx_path: Path | str, *, timing_cache
     say(f"building {plan.engine} with TensorRT {getattr(trt, '__version__', '?')} ({plan.role}); this takes a while")
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
-        raise BundleError(f"TensorRT could not build {plan.engine} from {Path(onnx_path).name} (see TensorRT's messages above)")
+        why = last_error(logger) or "TensorRT gave no reason"
+        raise BundleError(f"TensorRT {getattr(trt, '__version__', '?')} could not build {plan.engine} from {Path(onnx_path).name}: {why}")
     engine = bytes(serialized)
     cache_bytes = None
     if cache is not None:
         out_cache = config.get_timing_cache() if hasattr(config, "get_timing_cache") else cache
         cache_bytes = bytes(out_cache.serialize())
-    layers = _inspect(trt, logger, engine, plan, warnings)
+    layers = _inspect(trt, logger, engine, plan, warnings, attention)
+    if layers is not None:
+        say(f"{plan.engine}: " + one_line(layers))
     return EngineBuild(engine=engine, timing_cache=cache_bytes, timing_cache_reused=reused, fp32_layers=fp32_layers,
                        dla_fallback=dla_fallback, layers=layers, warnings=warnings)
 
@@ -166,41 +218,27 @@ def _constrain_fp32_layers(trt: Any, network: Any, plan: BuildPlan, warnings: li
     return done
 
 
-def _inspect(trt: Any, logger: Any, engine_bytes: bytes, plan: BuildPlan, warnings: list[str]) -> dict[str, Any] | None:
-    """Per-layer facts from the engine inspector (needs the engine to deserialise here)."""
+def _inspect(trt: Any, logger: Any, engine_bytes: bytes, plan: BuildPlan, warnings: list[str],
+             attention: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """Per-layer facts from the engine inspector. The engine just built must deserialise
+    here (same TensorRT, same GPU): when it does not, the build failed."""
+    runtime = trt.Runtime(logger)
+    if plan.version_compatible and hasattr(runtime, "engine_host_code_allowed"):
+        runtime.engine_host_code_allowed = True  # the plan embeds the lean runtime
+    engine = runtime.deserialize_cuda_engine(engine_bytes)
+    if engine is None:
+        raise BundleError(f"TensorRT {getattr(trt, '__version__', '?')} built {plan.engine} but cannot deserialise it: "
+                          + (last_error(logger) or "no reason given") + "; nothing was written")
+    if not hasattr(engine, "create_engine_inspector"):
+        warnings.append("this TensorRT has no engine inspector: per-layer precision and MHA fusion are not reported")
+        return None
     try:
-        runtime = trt.Runtime(logger)
-        if plan.version_compatible and hasattr(runtime, "engine_host_code_allowed"):
-            runtime.engine_host_code_allowed = True
-        engine = runtime.deserialize_cuda_engine(engine_bytes)
-        if engine is None or not hasattr(engine, "create_engine_inspector"):
-            return None
         inspector = engine.create_engine_inspector()
         text = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
-        return summarize_layers(json.loads(text))
+        return summarize_layers(json.loads(text), attention)
     except Exception as err:  # the engine is fine; only the report is missing
-        warnings.append(f"engine inspector unavailable: {type(err).__name__}")
+        warnings.append(f"engine inspector unavailable: {type(err).__name__}: {_first_line(err, 120)}")
         return None
-
-
-def summarize_layers(info: Any) -> dict[str, Any]:
-    """Count the inspector's layers and list those it places on a DLA.
-
-    With ProfilingVerbosity.DETAILED each layer is a dict; layers the DLA runs mention
-    "DLA" in their record. (GPU "ForeignNode" layers are Myelin-fused regions, not DLA.)"""
-    layers = info.get("Layers", []) if isinstance(info, dict) else []
-    names: list[str] = []
-    dla: list[str] = []
-    for layer in layers:
-        if isinstance(layer, str):
-            name, text = layer, layer
-        else:
-            name = str(layer.get("Name", "?"))
-            text = json.dumps(layer)
-        names.append(name)
-        if "DLA" in text:
-            dla.append(name)
-    return {"count": len(names), "dla_layers": dla, "gpu_layers": len(names) - len(dla)}
 
 
 def write_engine(path: Path, data: bytes) -> None:

@@ -12,7 +12,7 @@ import hashlib
 import json
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from vitedge.backends.tensorrt_plan import (
     write_plan_files,
 )
 from vitedge.errors import BundleError, UsageError
+from vitedge.fsutil import sha256_bytes
 
 NEXT_STEP = "build the engine on the device: vitedge engine BUNDLE"
 NOT_MEASURED = "no engine was built here, so no TensorRT accuracy or latency was measured"
@@ -49,6 +50,11 @@ class PlannedBuild:
     reference: BuildPlan
     typed_report: dict[str, Any] | None
     files: list[str]  # written into the bundle, relative
+    attention: list[dict[str, Any]] = field(default_factory=list)  # tensorrt_attention.AttentionBlock dicts
+    attention_warnings: list[str] = field(default_factory=list)  # why INT8 fused MHA cannot happen, before any build
+
+    def attention_info(self) -> dict[str, Any]:
+        return {"blocks": self.attention, "warnings": self.attention_warnings}
 
 
 def load_checked_graph(qdq_path: Path) -> Any:
@@ -71,6 +77,11 @@ def plan_bundle(out_dir: Path, options: TensorRtOptions, batch_sizes: tuple[int,
     graph = GraphFacts.from_model(model)
     plan = plan_build(options, batch_sizes, caps, graph=graph)
     ref = reference_plan(plan)
+    from vitedge.backends.tensorrt_attention import attention_blocks, fusion_warnings
+
+    blocks = attention_blocks(model)
+    attention = [b.to_dict() for b in blocks]
+    warnings = fusion_warnings(blocks)
     files = write_plan_files(out_dir, [plan, ref], caps, graph)
     typed_report = None
     if plan.typed_graph is not None:
@@ -81,7 +92,7 @@ def plan_bundle(out_dir: Path, options: TensorRtOptions, batch_sizes: tuple[int,
         save_onnx(typed, out_dir / TYPED_GRAPH)
         typed_report = report.to_dict()
         files.append(TYPED_GRAPH)
-    return PlannedBuild(graph, caps, plan, ref, typed_report, files)
+    return PlannedBuild(graph, caps, plan, ref, typed_report, files, attention, warnings)
 
 
 def offline_info(planned: PlannedBuild, reason: str, install_hint: str | None) -> dict[str, Any]:
@@ -97,18 +108,22 @@ def offline_info(planned: PlannedBuild, reason: str, install_hint: str | None) -
         "trtexec_file": TRTEXEC_FILE,
         "trtexec": trtexec_command(planned.plan, tf32_flag=planned.caps.tf32_flag),
         "typed_graph": planned.typed_report,
+        "attention": planned.attention_info(),
         "measured": NOT_MEASURED,
     }
 
 
 # -- timing cache ----------------------------------------------------------------------------
 
+def timing_cache_parts(facts: DeviceFacts, plan: BuildPlan) -> dict[str, Any]:
+    """What a timing cache is valid for: one GPU, CUDA, TensorRT version and set of builder flags."""
+    return {"tensorrt": facts.tensorrt, "gpu": facts.gpu_name, "cc": facts.compute_capability, "cuda": facts.cuda_runtime,
+            "machine": facts.machine, "l4t": facts.l4t, "flags": sorted(plan.builder_flags),
+            "hardware": plan.hardware_compatibility, "dla": plan.dla_core}
+
+
 def timing_cache_key(facts: DeviceFacts, plan: BuildPlan) -> str:
-    """A timing cache is valid for one GPU, CUDA, TensorRT version and set of builder flags."""
-    parts = {"tensorrt": facts.tensorrt, "gpu": facts.gpu_name, "cc": facts.compute_capability, "cuda": facts.cuda_runtime,
-             "machine": facts.machine, "l4t": facts.l4t, "flags": sorted(plan.builder_flags),
-             "hardware": plan.hardware_compatibility, "dla": plan.dla_core}
-    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+    return hashlib.sha256(json.dumps(timing_cache_parts(facts, plan), sort_keys=True).encode()).hexdigest()[:24]
 
 
 def _user_cache_path(key: str) -> Path:
@@ -117,26 +132,62 @@ def _user_cache_path(key: str) -> Path:
     return cache_dir() / "tensorrt" / f"timing-{key}.cache"
 
 
-def _load_timing_cache(bundle_dir: Path, previous: dict[str, Any] | None, key: str) -> tuple[bytes | None, str]:
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
+    diffs = [f"{k} {new.get(k)!r} here vs {old.get(k)!r}" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    return "; ".join(diffs[:3]) or "the recorded key differs"
+
+
+def _load_timing_cache(bundle_dir: Path, previous: dict[str, Any] | None, key: str,
+                       parts: dict[str, Any] | None = None) -> tuple[bytes | None, str]:
+    """(cache bytes or None, why). A cache is used only when its key (device, TensorRT, flags)
+    matches and its bytes hash to the sha256 recorded when it was written; otherwise the
+    reason the rebuild starts fresh is returned, so the report can say why it is not the
+    same build."""
+    from vitedge.fsutil import sha256_bytes
+
     prev = (previous or {}).get("timing_cache") or {}
     path = bundle_dir / TIMING_CACHE
-    if path.is_file() and prev.get("key") == key:
-        return path.read_bytes(), "the bundle's timing cache (same device, TensorRT and flags)"
+    notes: list[str] = []
+    if path.is_file():
+        data = path.read_bytes()
+        if prev.get("key") != key:
+            old_parts = prev.get("parts")
+            why = _differences(old_parts, parts) if isinstance(old_parts, dict) and parts else "another device/TensorRT/flags"
+            notes.append(f"the bundle's timing cache was made for {why}")
+        elif not prev.get("sha256"):
+            notes.append("the bundle's timing cache has no recorded sha256 to check it against")
+        elif sha256_bytes(data) != prev["sha256"]:
+            notes.append("the bundle's timing.cache does not match the sha256 recorded in manifest.json (modified or corrupt)")
+        else:
+            return data, f"the bundle's timing cache (same device, TensorRT and flags; sha256 {prev['sha256'][:12]} checked)"
     user = _user_cache_path(key)
     if user.is_file():
-        return user.read_bytes(), f"the timing cache in {user.parent}"
-    if path.is_file():
-        return None, "the bundle's timing cache was made on another device/TensorRT: started a fresh one"
-    return None, "no timing cache yet: started a fresh one"
+        data = user.read_bytes()
+        recorded = _read_sidecar(user)
+        if recorded and sha256_bytes(data) == recorded:
+            return data, "; ".join(notes + [f"the timing cache in {user.parent} (sha256 {recorded[:12]} checked)"])
+        notes.append(f"{user.name} does not match its recorded sha256: ignored")
+    if not notes:
+        return None, "no timing cache yet: started a fresh one"
+    return None, "; ".join(notes) + ": started a fresh one"
+
+
+def _read_sidecar(path: Path) -> str | None:
+    try:
+        return path.with_suffix(".sha256").read_text().strip() or None
+    except OSError:
+        return None
 
 
 def _store_user_cache(key: str, data: bytes) -> None:
-    from vitedge.fsutil import atomic_write_path
+    from vitedge.fsutil import atomic_write_path, sha256_bytes
 
     path = _user_cache_path(key)
     try:
         with atomic_write_path(path) as tmp:
             tmp.write_bytes(data)
+        with atomic_write_path(path.with_suffix(".sha256")) as tmp:
+            tmp.write_text(sha256_bytes(data) + "\n")
     except OSError:
         pass  # a cache we cannot write only costs build time
 
@@ -160,12 +211,17 @@ def build_on_device(trt: Any, out_dir: Path, options: TensorRtOptions, batch_siz
                              f"this one is compute {facts.compute_capability}")
     planned = plan_bundle(out_dir, options, batch_sizes, caps)
     plan, ref = planned.plan, planned.reference
+    for w in planned.attention_warnings:
+        say("warning: " + w)
+    parts = timing_cache_parts(facts, plan)
     key = timing_cache_key(facts, plan)
-    cache, cache_note = (None, "timing cache off") if not plan.timing_cache else _load_timing_cache(out_dir, previous, key)
+    cache, cache_note = (None, "timing cache off") if not plan.timing_cache else _load_timing_cache(out_dir, previous, key, parts)
+    input_sha = sha256_bytes(cache) if cache is not None else None
     say(f"TensorRT {caps.version} on {facts.describe()}; {cache_note}")
     builds: dict[str, EngineBuild] = {}
     for p in (plan, ref):
-        result = apply_plan(trt, p, out_dir / p.graph, timing_cache=cache, log=say)
+        attention = planned.attention if p.role == "int8" else None
+        result = apply_plan(trt, p, out_dir / p.graph, timing_cache=cache, log=say, attention=attention)
         write_engine(out_dir / p.engine, result.engine)
         if result.timing_cache is not None:
             cache = result.timing_cache  # the reference build extends the same cache
@@ -178,7 +234,8 @@ def build_on_device(trt: Any, out_dir: Path, options: TensorRtOptions, batch_siz
         write_engine(out_dir / TIMING_CACHE, cache)
         _store_user_cache(key, cache)
         extra.append(TIMING_CACHE)
-        timing = {"file": TIMING_CACHE, "key": key, "device": facts.to_dict(), "builder_flags": list(plan.builder_flags),
+        timing = {"file": TIMING_CACHE, "key": key, "parts": parts, "sha256": sha256_bytes(cache), "input_sha256": input_sha,
+                  "device": facts.to_dict(), "builder_flags": list(plan.builder_flags),
                   "reused": builds["int8"].timing_cache_reused, "source": cache_note,
                   "note": "valid only for this GPU, CUDA, TensorRT version and builder flags"}
     record = {
@@ -204,6 +261,7 @@ def build_on_device(trt: Any, out_dir: Path, options: TensorRtOptions, batch_siz
         "build": {role: b.info() for role, b in builds.items()},
         "timing_cache": timing,
         "typed_graph": planned.typed_report,
+        "attention": planned.attention_info(),
         "trtexec": trtexec_command(plan, tf32_flag=caps.tf32_flag),
     })
     if plan.dla_core is not None:

@@ -163,19 +163,25 @@ def capabilities_from_module(trt: Any) -> TrtCapabilities:
 
 
 def assumed_capabilities(major: int) -> TrtCapabilities:
-    """The documented features of a TensorRT major, for planning where none is installed."""
+    """The documented features of the TensorRT vitedge assumes for a major (tensorrt_versions:
+    8 -> 8.6, 10 -> 10.3 as in JetPack 6, 11 -> 11.4), for planning where none is installed."""
+    from vitedge.backends import tensorrt_versions as tv
+
     major = int(major or DEFAULT_ASSUMED_MAJOR)
-    if major == 8:
-        return TrtCapabilities(version="8.6", major=8, minor=6, assumed=True, explicit_batch_flag=True,
-                               hardware_levels=("ampere_plus",))
-    if major == 10:
-        return TrtCapabilities(version="10.x", major=10, minor=0, assumed=True, strongly_typed_flag=True,
-                               hardware_levels=("ampere_plus", "same_compute_capability"))
-    if major == 11:
-        return TrtCapabilities(version="11.x", major=11, minor=4, assumed=True, int8_flag=False, fp16_flag=False,
-                               precision_constraints=False, strongly_typed_flag=True,
-                               hardware_levels=("ampere_plus", "same_compute_capability"))
-    raise UsageError(f"no TensorRT {major} features are known to vitedge; use 8, 10 or 11")
+    if major not in tv.ASSUMED_VERSION:
+        raise UsageError(f"no TensorRT {major} features are known to vitedge; use 8, 10 or 11")
+    v, _why = tv.ASSUMED_VERSION[major]
+    return TrtCapabilities(
+        version=f"{v[0]}.{v[1]}", major=v[0], minor=v[1], assumed=True,
+        int8_flag=tv.has("BuilderFlag.INT8", v), fp16_flag=tv.has("BuilderFlag.FP16", v),
+        precision_constraints=tv.has("OBEY_PRECISION_CONSTRAINTS", v),
+        strongly_typed_flag=tv.has("STRONGLY_TYPED", v),
+        explicit_batch_flag=tv.has("EXPLICIT_BATCH", v) and v[0] < 10,  # deprecated (ignored) in 10
+        optimization_level=tv.has("builder_optimization_level", v),
+        hardware_levels=tuple(k for k, enum_name in _HW_ENUM.items() if tv.has(enum_name, v)),
+        version_compatible=tv.has("VERSION_COMPATIBLE", v),
+        dla=tv.dla_available(v),
+    )
 
 
 @dataclass(frozen=True)
@@ -338,8 +344,9 @@ def plan_build(profile_options: TensorRtOptions, batch_sizes: tuple[int, ...] | 
 
     # Compatibility modes.
     if o.hardware_compatibility != "none" and o.hardware_compatibility not in caps.hardware_levels:
+        since = " (SAME_COMPUTE_CAPABILITY is new in TensorRT 10.9)" if o.hardware_compatibility == "same_compute_capability" else ""
         raise UsageError(f"hardware_compatibility = \"{o.hardware_compatibility}\" is not offered by TensorRT {caps.version} "
-                         f"(it offers: {', '.join(('none',) + caps.hardware_levels)})")
+                         f"(it offers: {', '.join(('none',) + caps.hardware_levels)}){since}")
     if o.version_compatible:
         if not caps.version_compatible:
             raise UsageError(f"TensorRT {caps.version} cannot build version-compatible engines")
@@ -429,7 +436,19 @@ def trtexec_command(plan: BuildPlan, *, tf32_flag: bool = True) -> str:
     if plan.version_compatible:
         args.append("--versionCompatible")
     args += [f"--profilingVerbosity={plan.profiling_verbosity.lower()}", f"--saveEngine={plan.engine}", "--skipInference"]
+    _check_trtexec_flags(args[1:], plan)
     return " ".join(shlex.quote(a) for a in args)
+
+
+def _check_trtexec_flags(args: list[str], plan: BuildPlan) -> None:
+    """Every flag written must exist in the trtexec of the planned TensorRT (tensorrt_versions)."""
+    from vitedge.backends.tensorrt_versions import trtexec_flag_available
+
+    version = parse_version(plan.trt_version)
+    missing = [a for a in args if not trtexec_flag_available(a, version)]
+    if missing:
+        raise UsageError(f"trtexec of TensorRT {plan.trt_version} does not accept {', '.join(missing)}; "
+                         "plan for another TensorRT (trt_major in the profile) or change the profile")
 
 
 def write_plan_files(out_dir: Path, plans: list[BuildPlan], caps: TrtCapabilities, graph: GraphFacts) -> list[str]:

@@ -81,15 +81,21 @@ class TensorRtRunner(Runner):
             self.relaxed = check_engine_facts(record, current, engine=self.model_path.name)
         if not self.model_path.is_file():
             raise BundleError(f"{self.model_path} does not exist; build the engine on the device with `vitedge engine BUNDLE`")
-        logger = trt.Logger(trt.Logger.WARNING)
+        from vitedge.backends.tensorrt_build import make_logger
+
+        self._logger = logger = make_logger(trt)
         runtime = trt.Runtime(logger)
         if record and record.get("version_compatible") and hasattr(runtime, "engine_host_code_allowed"):
             runtime.engine_host_code_allowed = True  # version-compatible engines embed the lean runtime
         self.engine = runtime.deserialize_cuda_engine(self.model_path.read_bytes())
         if self.engine is None:
-            raise BundleError(f"TensorRT {getattr(trt, '__version__', '?')} could not deserialise {self.model_path.name} "
-                              "(built by another TensorRT version or for another GPU?); rebuild it with `vitedge engine BUNDLE --force`")
+            raise BundleError(f"TensorRT {getattr(trt, '__version__', '?')} could not deserialise {self.model_path.name}"
+                              f"{self._why()} (built by another TensorRT version or for another GPU?); "
+                              "rebuild it with `vitedge engine BUNDLE --force`")
         self.context = self.engine.create_execution_context()
+        if self.context is None:
+            raise BundleError(f"TensorRT could not create an execution context for {self.model_path.name}{self._why()} "
+                              "(usually out of GPU memory: close other GPU programs or lower workspace_mb and rebuild)")
         self._v3 = hasattr(self.engine, "num_io_tensors") and hasattr(self.context, "execute_async_v3")
         self.tensors = self._io_tensors(trt)
         inp = self._input()
@@ -103,6 +109,12 @@ class TensorRtRunner(Runner):
             hw = (dims[2], dims[3])
         self.input_hw = tuple(int(d) for d in hw) if all(int(d) > 0 for d in hw) else None
         self.stream = cuda_call(cudart.cudaStreamCreate(), "cudaStreamCreate")
+
+    def _why(self) -> str:
+        from vitedge.backends.tensorrt_build import last_error
+
+        why = last_error(getattr(self, "_logger", None))
+        return f": {why}" if why else ""
 
     def _io_tensors(self, trt: Any) -> list[_Tensor]:
         e = self.engine
@@ -165,10 +177,10 @@ class TensorRtRunner(Runner):
             chunk = np.concatenate([chunk, np.repeat(chunk[-1:], self.min_batch - n, axis=0)])
         inp = self._input()
         x = np.ascontiguousarray(chunk, dtype=inp.dtype)
-        if self._v3:
-            ctx.set_input_shape(inp.name, tuple(x.shape))
-        else:
-            ctx.set_binding_shape(inp.index, tuple(x.shape))
+        ok = ctx.set_input_shape(inp.name, tuple(x.shape)) if self._v3 else ctx.set_binding_shape(inp.index, tuple(x.shape))
+        if ok is False:  # TensorRT returns False (and logs why) for a shape outside the optimization profile
+            raise BundleError(f"TensorRT rejected input shape {tuple(x.shape)} for {self.model_path.name} (its profile takes "
+                              f"batch {self.min_batch}-{self.max_batch}){self._why()}; rebuild the engine for these batch sizes")
         self._ensure(inp, x.nbytes)
         h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
         d2h = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
@@ -184,12 +196,13 @@ class TensorRtRunner(Runner):
         stream = _handle(self.stream)
         if self._v3:
             for t in self.tensors:
-                ctx.set_tensor_address(t.name, t.ptr)
+                if ctx.set_tensor_address(t.name, t.ptr) is False:
+                    raise BundleError(f"TensorRT refused the device address of '{t.name}' in {self.model_path.name}{self._why()}")
             ok = ctx.execute_async_v3(stream)
         else:
             ok = ctx.execute_async_v2([t.ptr for t in sorted(self.tensors, key=lambda t: t.index)], stream)
         if ok is False:
-            raise BundleError(f"TensorRT failed to run {self.model_path.name} on a batch of {x.shape[0]}")
+            raise BundleError(f"TensorRT failed to run {self.model_path.name} on a batch of {x.shape[0]}{self._why()}")
         for t, host in outputs:
             cuda_call(cudart.cudaMemcpyAsync(host.ctypes.data, t.ptr, host.nbytes, d2h, self.stream), "cudaMemcpyAsync")
         cuda_call(cudart.cudaStreamSynchronize(self.stream), "cudaStreamSynchronize")

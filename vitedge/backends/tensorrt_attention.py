@@ -1,0 +1,123 @@
+"""Attention blocks of the Q/DQ graph, and whether TensorRT can fuse them into INT8 MHA kernels.
+
+INT8 is often no faster than FP16 on TensorRT because multi-head attention was not fused
+(field notes, "What users of the anchors struggle with"): TensorRT's INT8 fused MHA needs
+Q/DQ before both batched GEMMs (Q.K^T and P.V), a head size of 16, 32 or 64, and at most
+512 tokens (NVIDIA/TensorRT #3243, #2981, #4167, #3724; ViT-B/16 at 384 px has 577 tokens).
+``attention_blocks`` reads those facts from the graph (ONNX shape inference with data
+propagation, batch fixed to 1) and ``fusion_warnings`` says, before any build, which blocks
+cannot become INT8 fused MHA and why. After the build, tensorrt_inspect checks what happened.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+MHA_HEAD_SIZES = (16, 32, 64)
+MHA_MAX_TOKENS = 512
+SOURCE = "NVIDIA/TensorRT #3243, #2981, #4167, #3724 (field notes)"
+
+
+@dataclass(frozen=True)
+class AttentionBlock:
+    scope: str  # name prefix of the block's nodes, e.g. "/blocks/blocks.0/attn/"
+    softmax: str
+    qk_matmul: str
+    pv_matmul: str | None
+    heads: int | None
+    tokens: int | None
+    head_size: int | None
+    qk_quantized: bool  # both inputs of Q.K^T come from DequantizeLinear
+    pv_quantized: bool
+
+    def int8_mha_blockers(self) -> list[str]:
+        """Why TensorRT cannot fuse this block into an INT8 MHA kernel (empty: it may)."""
+        out = []
+        if not (self.qk_quantized and self.pv_quantized):
+            out.append("its attention matmuls have no Q/DQ on both inputs (they run in float)")
+        if self.head_size is not None and self.head_size not in MHA_HEAD_SIZES:
+            out.append(f"head size {self.head_size} is not 16, 32 or 64")
+        if self.tokens is not None and self.tokens > MHA_MAX_TOKENS:
+            out.append(f"{self.tokens} tokens is more than {MHA_MAX_TOKENS}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _scope(name: str) -> str:
+    return name.rsplit("/", 1)[0] + "/" if "/" in name else ""
+
+
+def attention_blocks(model: Any) -> list[AttentionBlock]:
+    """Each Softmax between two MatMuls is an attention core; its shapes come from shape
+    inference on a batch-1 copy of the graph (None where they cannot be inferred)."""
+    import onnx
+    from onnx import shape_inference
+
+    nodes = list(model.graph.node)
+    producer = {o: n for n in nodes for o in n.output}
+    consumers: dict[str, list[Any]] = {}
+    for n in nodes:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    cores = []
+    for sm in nodes:
+        if sm.op_type != "Softmax":
+            continue
+        qk = producer.get(sm.input[0])
+        if qk is None or qk.op_type != "MatMul":
+            continue
+        pv = next((c for c in consumers.get(sm.output[0], []) if c.op_type == "MatMul"), None)
+        cores.append((sm, qk, pv))
+    if not cores:
+        return []
+
+    shapes: dict[str, list[int | None]] = {}
+    try:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        graph_inputs = {i.name for i in m.graph.initializer}
+        for inp in m.graph.input:
+            dims = inp.type.tensor_type.shape.dim
+            if inp.name not in graph_inputs and dims and not dims[0].HasField("dim_value"):
+                dims[0].ClearField("dim_param")
+                dims[0].dim_value = 1
+        inferred = shape_inference.infer_shapes(m, data_prop=True)
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+            shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+    except Exception:  # shapes stay unknown; the quantization facts still hold
+        shapes = {}
+
+    def from_dq(name: str) -> bool:
+        p = producer.get(name)
+        return p is not None and p.op_type == "DequantizeLinear"
+
+    blocks = []
+    for sm, qk, pv in cores:
+        scores = shapes.get(sm.input[0]) or []
+        query = shapes.get(qk.input[0]) or []
+        heads = scores[1] if len(scores) == 4 else None
+        tokens = scores[-1] if len(scores) >= 2 else None
+        head_size = query[-1] if len(query) >= 2 else None
+        blocks.append(AttentionBlock(
+            scope=_scope(sm.name or sm.output[0]), softmax=sm.name or sm.output[0], qk_matmul=qk.name or qk.output[0],
+            pv_matmul=(pv.name or pv.output[0]) if pv is not None else None, heads=heads, tokens=tokens, head_size=head_size,
+            qk_quantized=all(from_dq(i) for i in qk.input[:2]),
+            pv_quantized=pv is not None and all(from_dq(i) for i in pv.input[:2]),
+        ))
+    return blocks
+
+
+def fusion_warnings(blocks: list[AttentionBlock] | list[dict[str, Any]]) -> list[str]:
+    """One line per distinct reason INT8 fused attention cannot happen, naming how many blocks."""
+    by_reason: dict[str, int] = {}
+    for b in blocks:
+        block = b if isinstance(b, AttentionBlock) else AttentionBlock(**b)
+        for reason in block.int8_mha_blockers():
+            by_reason[reason] = by_reason.get(reason, 0) + 1
+    total = len(blocks)
+    return [f"INT8 fused attention cannot happen in {n} of {total} attention block(s): {reason} "
+            f"(TensorRT fuses INT8 MHA only with Q/DQ before both batched GEMMs, head size 16/32/64 and <= 512 tokens; {SOURCE})"
+            for reason, n in by_reason.items()]
