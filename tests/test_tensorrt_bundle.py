@@ -192,6 +192,8 @@ def test_engine_completion_with_the_standin(planned, tmp_path, monkeypatch):
     again = read_manifest(bundle)
     assert again.backend_info["timing_cache"]["reused"] is True and again.validation is None
     assert "the bundle's timing cache" in again.backend_info["timing_cache"]["source"]
+    first_cache = manifest.backend_info["timing_cache"]
+    assert again.backend_info["timing_cache"]["input_sha256"] == first_cache["sha256"]  # the very cache recorded, checked
     assert list((tmp_path / "user-cache" / "tensorrt").glob("timing-*.cache"))  # kept for rebuilds of other bundles too
 
     # The runner refuses the engine on another device, naming the fact.
@@ -250,16 +252,117 @@ def test_a_failed_engine_build_leaves_the_bundle_untouched(planned, tmp_path):
 
     bundle = _copy(planned[0], tmp_path)
     before = {p.name: p.read_bytes() for p in bundle.iterdir()}
-    trt = make_fake_trt("10.3.0")
-
-    def broken(network, config):
-        raise BundleError("TensorRT could not build model.engine (stand-in failure)")
-
-    trt.Builder.build_serialized_network = lambda self, n, c: broken(n, c)
-    with pytest.raises(BundleError, match="stand-in failure"):
+    trt = make_fake_trt("10.3.0", fail={"build"})  # build_serialized_network returns None, as TensorRT does
+    with pytest.raises(BundleError, match="could not build model.engine from model.int8.onnx: .*out of memory"):
         complete_bundle(bundle, trt=trt, cudart=make_fake_cudart(), facts=STANDIN_GPU)
     assert {p.name: p.read_bytes() for p in bundle.iterdir()} == before
     assert not [p for p in tmp_path.iterdir() if p.name != bundle.name]
+
+
+# -- `vitedge engine` when TensorRT fails, through the CLI ---------------------------------------
+
+@pytest.fixture
+def standin_installed(monkeypatch):
+    """Install the stand-in as `tensorrt` (and cuda-python's runtime) for the CLI; returns a setter."""
+    import sys
+
+    from vitedge.backends import tensorrt_device, tensorrt_runner
+
+    def install(version="10.3.0", **fake):
+        cudart = make_fake_cudart()
+        trt = make_fake_trt(version, cudart=cudart, **fake)
+        monkeypatch.setitem(sys.modules, "tensorrt", trt)
+        monkeypatch.setattr(tensorrt_device, "cudart_module", lambda: cudart)
+        monkeypatch.setattr(tensorrt_runner, "cudart_module", lambda: cudart)
+        return trt
+
+    return install
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+
+
+@pytest.mark.parametrize("fake, val, match", [
+    ({"fail": {"parse"}}, False, "ONNX parser rejected model.int8.onnx: In node 0 with name: "),
+    ({"fail": {"build"}}, False, "could not build model.engine from model.int8.onnx: [defaultAllocator.cpp::allocate] Error Code 1"),
+    ({"fail": {"deserialize"}}, False, "built model.engine but cannot deserialise it: 1: [runtime.cpp::deserializeCudaEngine]"),
+    ({"fail": {"shape"}}, True, "TensorRT rejected input shape"),
+    ({"fail": {"context"}}, True, "could not create an execution context for"),
+    ({"dla": True}, False, "dla_core = 0 but this device has 0 DLA core(s)"),
+])
+def test_engine_cli_reports_each_tensorrt_failure_in_one_line(planned, tmp_path, monkeypatch, standin_installed, fake, val, match):
+    if val and not VAL_DIR.is_dir():
+        pytest.skip("calibration/digits/val is not in this checkout yet")
+    monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "user-cache"))
+    bundle = _copy(planned[0], tmp_path)
+    if fake.pop("dla", False):  # a profile asking for DLA core 0, on a device without DLA (Orin Nano)
+        data = json.loads((bundle / "manifest.json").read_text())
+        data["target"]["profile"]["backend_options"]["dla_core"] = 0
+        (bundle / "manifest.json").write_text(json.dumps(data))
+    before = _snapshot(bundle)
+    standin_installed(**fake)
+    code, text = _cli(["engine", str(bundle), "-q"] + (["--val", str(VAL_DIR), "--no-latency"] if val else []))
+    errors = [line for line in text.splitlines() if line.startswith("vitedge: error:")]
+    assert code == 2 and len(errors) == 1 and match in errors[0], text
+    assert "Traceback" not in text
+    assert _snapshot(bundle) == before  # nothing half-written
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != "user-cache") == [bundle.name]  # no leftovers
+    caches = list((tmp_path / "user-cache").glob("tensorrt/*.cache"))
+    if not val:
+        assert not caches  # the build itself failed: no timing cache entry
+    for cache in caches:  # the engines were built, the run failed: a complete entry, checked by its hash
+        from vitedge.fsutil import sha256_file
+
+        assert cache.with_suffix(".sha256").read_text().strip() == sha256_file(cache)
+
+
+def test_engine_cli_completes_the_bundle_with_the_standin(planned, tmp_path, monkeypatch, standin_installed):
+    """The success path through the CLI, for contrast with the failures above."""
+    monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "user-cache"))
+    bundle = _copy(planned[0], tmp_path)
+    standin_installed()
+    code, text = _cli(["engine", str(bundle)])
+    assert code == 0 and "built " in text, text
+    info = verify_bundle(bundle).backend_info
+    assert info["attention"]["warnings"] and "INT8 fused attention cannot happen in 6 of 6" in info["attention"]["warnings"][0]
+    assert "warning: INT8 fused attention cannot happen" in text  # said before the build
+    layers = info["build"]["int8"]["engine_layers"]
+    assert len(layers["attention"]["blocks"]) == 6 and layers["layer_precision"]
+    report = (bundle / "report.md").read_text()
+    assert "## TensorRT" in report and "INT8 fused attention cannot happen" in report and "fused MHA kernel" in report
+
+
+# -- the timing cache is keyed and checked by hash -----------------------------------------------
+
+def test_timing_cache_is_reused_only_when_key_and_hash_match(tmp_path, monkeypatch):
+    from vitedge.backends.tensorrt_bundle import _load_timing_cache, _store_user_cache, timing_cache_key, timing_cache_parts
+    from vitedge.backends.tensorrt_plan import TensorRtOptions, assumed_capabilities, plan_build
+    from vitedge.fsutil import sha256_bytes
+
+    monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "user-cache"))
+    plan = plan_build(TensorRtOptions(), (1, 4), assumed_capabilities(10))
+    parts, key = timing_cache_parts(STANDIN_GPU, plan), timing_cache_key(STANDIN_GPU, plan)
+    (tmp_path / "timing.cache").write_bytes(b"cache-bytes")
+    recorded = {"timing_cache": {"key": key, "parts": parts, "sha256": sha256_bytes(b"cache-bytes")}}
+    data, why = _load_timing_cache(tmp_path, recorded, key, parts)
+    assert data == b"cache-bytes" and "checked" in why
+
+    (tmp_path / "timing.cache").write_bytes(b"cache-bytes, edited")
+    data, why = _load_timing_cache(tmp_path, recorded, key, parts)
+    assert data is None and "does not match the sha256 recorded" in why and why.endswith("started a fresh one")
+
+    newer = DeviceFacts(**{**STANDIN_GPU.to_dict(), "tensorrt": "10.4.0"})
+    data, why = _load_timing_cache(tmp_path, recorded, timing_cache_key(newer, plan), timing_cache_parts(newer, plan))
+    assert data is None and "tensorrt '10.4.0' here vs '10.3.0'" in why
+
+    _store_user_cache(key, b"user-cache-bytes")  # the copy kept for other bundles, with its sha256 beside it
+    (tmp_path / "timing.cache").unlink()
+    assert _load_timing_cache(tmp_path, None, key, parts)[0] == b"user-cache-bytes"
+    user = next((tmp_path / "user-cache" / "tensorrt").glob("timing-*.cache"))
+    user.write_bytes(b"corrupted")
+    data, why = _load_timing_cache(tmp_path, None, key, parts)
+    assert data is None and "does not match its recorded sha256" in why
 
 
 # -- with TensorRT and a GPU ------------------------------------------------------------------

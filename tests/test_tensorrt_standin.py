@@ -19,7 +19,8 @@ a DLA device type without DLA cores, a layer the DLA cannot run without GPU fall
 injected ``fail={"build"}``); IExecutionContext.set_input_shape returns False outside the
 profile; Runtime.deserialize_cuda_engine returns None for bytes of another version or not an
 engine. Each failure logs an ERROR through the ILogger the caller passed, as TensorRT does.
-``fail`` also takes "deserialize", "context" (create_execution_context returns None) and
+``fail`` also takes "parse" (the first node has no importer), "deserialize", "shape"
+(set_input_shape returns False), "context" (create_execution_context returns None) and
 "execute" (execute_async_v3 returns False).
 
 Every builder/config/network/layer call and attribute set is appended to ``trt.calls``.
@@ -236,6 +237,10 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             except Exception:
                 return self._fail(IParserError("MODEL_DESERIALIZE_FAILED", f"Failed to parse ONNX model from file: {path}"))
             layer_type = trt.LayerType
+            if "parse" in fail and model.graph.node:  # an op this TensorRT has no importer for
+                node = model.graph.node[0]
+                return self._fail(IParserError("UNSUPPORTED_NODE", f"No importer registered for op: {node.op_type}", 0,
+                                               node.name, node.op_type))
             for index, node in enumerate(model.graph.node):
                 if node.domain not in ("", "ai.onnx"):
                     return self._fail(IParserError("UNSUPPORTED_NODE", f"No importer registered for op: {node.op_type}",
@@ -369,9 +374,18 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
 
             onnx_bytes = base64.b64encode(Path(network.onnx).read_bytes()).decode()  # the "engine" carries its graph
             note = {"fake_tensorrt_engine": version, "onnx": onnx_bytes, "input": network.input, "min": lo, "max": hi,
-                    "layers": [[layer.name, layer.type.name, bool(dla and config.can_run_on_DLA(layer))] for layer in network.layers],
+                    "layers": [[layer.name, layer.type.name, bool(dla and config.can_run_on_DLA(layer)), _dtypes(layer, config)]
+                               for layer in network.layers],
                     "version_compatible": "VERSION_COMPATIBLE" in config.flags}
             return json.dumps(note).encode()
+
+    def _dtypes(layer, config):
+        """(input, output) "Format/Datatype" texts: INT8 around Q/DQ, the float precision elsewhere."""
+        pinned = getattr(layer, "precision", None) == _DataType.FLOAT
+        flt = "FP32" if pinned or "FP16" not in config.flags else "FP16"
+        kind = layer.type.name
+        return ({"QUANTIZE": flt, "DEQUANTIZE": "Int8"}.get(kind, flt),
+                {"QUANTIZE": "Int8", "DEQUANTIZE": flt}.get(kind, flt))
 
     class EngineInspector:
         def __init__(self, note):
@@ -381,7 +395,10 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             rec(("inspector.get_engine_information", fmt.name))
             if inspector_layers is not None:  # a recorded inspector output, as a real engine would give
                 return json.dumps({"Layers": inspector_layers, "Bindings": []})
-            return json.dumps({"Layers": [{"Name": n, "LayerType": ("DLA" if on_dla else t)} for n, t, on_dla in self.note["layers"]]})
+            return json.dumps({"Layers": [
+                {"Name": n, "LayerType": ("DLA" if on_dla else t), "Inputs": [{"Format/Datatype": f"Row major linear {din}"}],
+                 "Outputs": [{"Format/Datatype": f"Row major linear {dout}"}]}
+                for n, t, on_dla, (din, dout) in self.note["layers"]]})
 
     class IExecutionContext:
         def __init__(self, engine):
@@ -391,7 +408,7 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
 
         def set_input_shape(self, name, shape):
             lo, hi = self.engine.note["min"], self.engine.note["max"]
-            if not lo[0] <= shape[0] <= hi[0]:
+            if "shape" in fail or not lo[0] <= shape[0] <= hi[0]:
                 _log(self.engine.logger, _Severity.ERROR, f"IExecutionContext::setInputShape: Error Code 3: API Usage Error "
                      f"(batch {shape[0]} is outside the optimization profile {lo[0]}-{hi[0]})")
                 return False

@@ -50,6 +50,20 @@ def _scope(name: str) -> str:
     return name.rsplit("/", 1)[0] + "/" if "/" in name else ""
 
 
+def _matmul_after(tensor: str, consumers: dict[str, list[Any]]) -> Any:
+    """The MatMul reading ``tensor`` directly or through one QuantizeLinear -> DequantizeLinear pair."""
+    for c in consumers.get(tensor, []):
+        if c.op_type == "MatMul":
+            return c
+        if c.op_type == "QuantizeLinear":
+            for dq in consumers.get(c.output[0], []):
+                if dq.op_type == "DequantizeLinear":
+                    found = next((m for m in consumers.get(dq.output[0], []) if m.op_type == "MatMul"), None)
+                    if found is not None:
+                        return found
+    return None
+
+
 def attention_blocks(model: Any) -> list[AttentionBlock]:
     """Each Softmax between two MatMuls is an attention core; its shapes come from shape
     inference on a batch-1 copy of the graph (None where they cannot be inferred)."""
@@ -69,8 +83,7 @@ def attention_blocks(model: Any) -> list[AttentionBlock]:
         qk = producer.get(sm.input[0])
         if qk is None or qk.op_type != "MatMul":
             continue
-        pv = next((c for c in consumers.get(sm.output[0], []) if c.op_type == "MatMul"), None)
-        cores.append((sm, qk, pv))
+        cores.append((sm, qk, _matmul_after(sm.output[0], consumers)))
     if not cores:
         return []
 
@@ -85,7 +98,7 @@ def attention_blocks(model: Any) -> list[AttentionBlock]:
                 dims[0].ClearField("dim_param")
                 dims[0].dim_value = 1
         inferred = shape_inference.infer_shapes(m, data_prop=True)
-        for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
             shapes[vi.name] = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
     except Exception:  # shapes stay unknown; the quantization facts still hold
         shapes = {}

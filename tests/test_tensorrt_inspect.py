@@ -1,0 +1,109 @@
+"""What the report says about a built engine: the inspector's per-layer precision and whether
+each attention block became a fused MHA kernel, and the warning the plan gives before any
+build when INT8 fused attention cannot happen. The inspector records below follow the JSON
+TensorRT writes with ProfilingVerbosity.DETAILED ("Name", "LayerType", "Inputs"/"Outputs"
+with "Format/Datatype", "TacticName"); they are written by hand, not captured from a GPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+from test_tensorrt_apply import tiny  # noqa: F401
+from test_tensorrt_standin import make_fake_trt
+
+from vitedge.backends.tensorrt_attention import attention_blocks, fusion_warnings
+from vitedge.backends.tensorrt_build import apply_plan
+from vitedge.backends.tensorrt_inspect import one_line, summarize_layers
+from vitedge.backends.tensorrt_plan import TensorRtOptions, capabilities_from_module, plan_build
+
+
+def _io(dtype):
+    return [{"Name": "t", "Location": "Device", "Dimensions": [1, 65, 192], "Format/Datatype": f"Row major linear {dtype}"}]
+
+
+def _layer(name, ltype, din, dout, tactic=""):
+    return {"Name": name, "LayerType": ltype, "Inputs": _io(din), "Outputs": _io(dout), "TacticName": tactic}
+
+
+BLOCKS = [{"scope": f"/blocks/blocks.{i}/attn/", "qk_matmul": f"/blocks/blocks.{i}/attn/MatMul",
+           "pv_matmul": f"/blocks/blocks.{i}/attn/MatMul_1"} for i in range(3)]
+LAYERS = [
+    _layer("/blocks/blocks.0/attn/qkv/MatMul", "CaskGemmMatrixMultiply", "Int8", "FP16 format", "sm87_xmma_gemm_i8i8"),
+    _layer("{ForeignNode[/blocks/blocks.0/attn/MatMul.../blocks/blocks.0/attn/MatMul_1]}", "Myelin", "Int8", "Half",
+           "_gemm_mha_v2_myl0_3"),
+    _layer("/blocks/blocks.1/attn/MatMul", "CaskGemmMatrixMultiply", "Half", "Half"),
+    _layer("/blocks/blocks.1/attn/Softmax", "CaskSoftMax", "Half", "Half"),
+    _layer("/blocks/blocks.1/attn/MatMul_1", "CaskGemmMatrixMultiply", "Half", "Half"),
+    _layer("{ForeignNode[/blocks/blocks.2/norm1/LayerNormalization.../head/Gemm]}", "Myelin", "FP32", "FP32"),
+]
+
+
+def test_per_layer_precision_and_mha_fusion_per_block():
+    s = summarize_layers({"Layers": LAYERS, "Bindings": []}, BLOCKS)
+    assert s["layer_precision"]["/blocks/blocks.0/attn/qkv/MatMul"] == "int8"
+    assert s["layer_precision"]["/blocks/blocks.1/attn/Softmax"] == "fp16"
+    assert s["precision_counts"] == {"int8": 2, "fp16": 3, "fp32": 1}
+    assert [b["mha"] for b in s["attention"]["blocks"]] == ["fused", "not fused", "unknown"]
+    assert (s["attention"]["fused"], s["attention"]["not_fused"], s["attention"]["unknown"]) == (1, 1, 1)
+    assert one_line(s) == ("6 engine layers: 3 fp16, 2 int8, 1 fp32; attention: 1 of 3 block(s) fused into MHA kernels, "
+                           "1 not fused, 1 not visible in the inspector")
+
+
+def test_layer_names_only_give_a_count():
+    s = summarize_layers({"Layers": ["a", "b"]}, BLOCKS[:1])
+    assert s["count"] == 2 and s["precision_counts"] == {} and s["attention"]["unknown"] == 1
+
+
+def test_the_build_reports_what_the_inspector_says(tiny):
+    path, graph = tiny
+    trt = make_fake_trt("10.3.0", inspector_layers=LAYERS)
+    plan = plan_build(TensorRtOptions(opt_batch=4), (1, 4, 8), capabilities_from_module(trt), graph=graph)
+    said = []
+    built = apply_plan(trt, plan, path, attention=BLOCKS, log=said.append)
+    layers = built.info()["engine_layers"]
+    assert layers["attention"]["fused"] == 1 and layers["layer_precision"]["/blocks/blocks.1/attn/MatMul"] == "fp16"
+    assert ("inspector.get_engine_information", "JSON") in trt.calls
+    assert any(line.startswith("model.engine: 6 engine layers") for line in said)
+
+
+def _attention_graph(tokens: int, heads: int, head_size: int, quantized: bool):
+    """One attention core: (B, heads, T, d) @ (B, heads, d, T) -> Softmax -> @ V."""
+    shape_q = ["batch", heads, tokens, head_size]
+    q = helper.make_tensor_value_info("q", TensorProto.FLOAT, shape_q)
+    kt = helper.make_tensor_value_info("kt", TensorProto.FLOAT, ["batch", heads, head_size, tokens])
+    v = helper.make_tensor_value_info("v", TensorProto.FLOAT, shape_q)
+    out = helper.make_tensor_value_info("o", TensorProto.FLOAT, shape_q)
+    inits = [numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.int8(0), "z")]
+    nodes, names = [], {}
+    for t in ("q", "kt", "v", "p"):
+        src = t if t != "p" else "probs"
+        if quantized:
+            nodes += [helper.make_node("QuantizeLinear", [src, "s", "z"], [f"{t}_q"], name=f"/attn/{t}_q"),
+                      helper.make_node("DequantizeLinear", [f"{t}_q", "s", "z"], [f"{t}_dq"], name=f"/attn/{t}_dq")]
+            names[t] = f"{t}_dq"
+        else:
+            names[t] = src
+    qk = helper.make_node("MatMul", [names["q"], names["kt"]], ["scores"], name="/blocks.0/attn/MatMul")
+    sm = helper.make_node("Softmax", ["scores"], ["probs"], name="/blocks.0/attn/Softmax", axis=-1)
+    pv = helper.make_node("MatMul", [names["p"], names["v"]], ["o"], name="/blocks.0/attn/MatMul_1")
+    p_nodes = [n for n in nodes if n.input[0] == "probs" or n.input[0] == "p_q"]
+    other = [n for n in nodes if n not in p_nodes]
+    graph = helper.make_graph(other + [qk, sm] + p_nodes + [pv], "attn", [q, kt, v], [out], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("tokens, head_size, quantized, expected", [
+    (197, 64, True, []),  # ViT-B/16 at 224 px: fusable
+    (577, 64, True, ["577 tokens is more than 512"]),  # ViT-B/16 at 384 px
+    (65, 48, True, ["head size 48 is not 16, 32 or 64"]),
+    (65, 32, False, ["no Q/DQ on both inputs"]),
+])
+def test_the_plan_warns_before_building_when_int8_mha_cannot_fuse(tokens, head_size, quantized, expected):
+    blocks = attention_blocks(_attention_graph(tokens, 3, head_size, quantized))
+    assert len(blocks) == 1 and (blocks[0].tokens, blocks[0].heads, blocks[0].head_size) == (tokens, 3, head_size)
+    assert blocks[0].qk_quantized == blocks[0].pv_quantized == quantized
+    warnings = fusion_warnings(blocks)
+    assert len(warnings) == len(expected)
+    for w, e in zip(warnings, expected):
+        assert e in w and w.startswith("INT8 fused attention cannot happen in 1 of 1 attention block(s)")
