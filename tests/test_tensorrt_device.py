@@ -118,3 +118,83 @@ def test_environment_report_here_is_plain():
         return
     if not env.can_build:
         assert env.detail.startswith("no CUDA GPU") or "cuda-python" in env.detail
+
+
+# -- cuda-python's two module layouts ------------------------------------------------------------
+
+def _cuda_package(monkeypatch, *, bindings=None, cudart=None):
+    """Install a `cuda` package with `cuda.bindings.runtime` and/or `cuda.cudart` (None: absent)."""
+    import sys
+    import types
+
+    cuda = types.ModuleType("cuda")
+    cuda.__path__ = []
+    monkeypatch.setitem(sys.modules, "cuda", cuda)
+    if bindings is not None:
+        pkg = types.ModuleType("cuda.bindings")
+        pkg.__path__ = []
+        pkg.runtime = bindings
+        cuda.bindings = pkg
+        monkeypatch.setitem(sys.modules, "cuda.bindings", pkg)
+        monkeypatch.setitem(sys.modules, "cuda.bindings.runtime", bindings)
+    else:
+        monkeypatch.setitem(sys.modules, "cuda.bindings", None)  # import fails, as where it is not installed
+    if cudart is not None:
+        cuda.cudart = cudart
+        monkeypatch.setitem(sys.modules, "cuda.cudart", cudart)
+    else:
+        monkeypatch.setitem(sys.modules, "cuda.cudart", None)
+
+
+def _runtime_module(name):
+    import types
+
+    mod = types.ModuleType(name)
+    for key, value in vars(make_fake_cudart()).items():
+        setattr(mod, key, value)
+    return mod
+
+
+def test_cudart_from_either_cuda_python_layout(monkeypatch):
+    from vitedge.backends.tensorrt_device import cudart_module
+
+    new = _runtime_module("cuda.bindings.runtime")  # cuda-python 12.6+ and 13.x
+    _cuda_package(monkeypatch, bindings=new)
+    assert cudart_module() is new
+    old = _runtime_module("cuda.cudart")  # cuda-python 12.0-12.5
+    _cuda_package(monkeypatch, cudart=old)
+    assert cudart_module() is old
+
+
+def test_cuda_python_missing_or_incomplete_is_reported(monkeypatch):
+    from vitedge.backends.tensorrt import TensorRtBackend
+    from vitedge.backends.tensorrt_device import cudart_module
+    from vitedge.errors import MissingDependencyError
+
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tensorrt", make_fake_trt("10.3.0"))
+    _cuda_package(monkeypatch)
+    with pytest.raises(ImportError):
+        cudart_module()
+    env = TensorRtBackend().check_environment()
+    assert not env.can_build and "cuda-python is not" in env.detail and "cuda-python>=12.0,<14" in env.install_hint
+    partial = _runtime_module("cuda.bindings.runtime")
+    del partial.cudaMemcpyAsync
+    _cuda_package(monkeypatch, bindings=partial)
+    with pytest.raises(MissingDependencyError, match="cudaMemcpyAsync"):
+        cudart_module()
+    env = TensorRtBackend().check_environment()
+    assert not env.can_build and "cudaMemcpyAsync" in env.detail
+
+
+def test_the_tensorrt_extra_pins_the_cuda_python_range_the_runner_handles():
+    import tomllib
+    from pathlib import Path
+
+    from vitedge.backends.tensorrt_device import CUDA_PYTHON_RANGE
+
+    root = Path(__file__).resolve().parents[1]
+    for pyproject in (root / "pyproject.toml", root / "packaging" / "runtime" / "pyproject.toml"):
+        extra = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["tensorrt"]
+        assert f"cuda-python{CUDA_PYTHON_RANGE}" in extra, pyproject

@@ -26,6 +26,7 @@ from typing import Any
 
 from vitedge.backends.base import Backend, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
 from vitedge.backends.tensorrt_plan import ENGINE, REFERENCE_ENGINE, TensorRtOptions, assumed_capabilities, capabilities_from_module
+from vitedge.errors import MissingDependencyError
 
 INSTALL_HINT = ("on the device: pip install 'vitedge[tensorrt]' --extra-index-url https://pypi.nvidia.com "
                 "(desktop GPUs), or JetPack's python3-libnvinfer on a Jetson (sudo apt install python3-libnvinfer)")
@@ -51,7 +52,9 @@ class TensorRtBackend(Backend):
             cudart = cudart_module()
         except ImportError:
             return EnvironmentStatus(False, False, f"TensorRT {version} is installed but cuda-python is not",
-                                     "pip install cuda-python (vitedge uses it for device memory and streams)")
+                                     "pip install 'cuda-python>=12.0,<14' (vitedge uses it for device memory and streams)")
+        except MissingDependencyError as err:
+            return EnvironmentStatus(False, False, f"TensorRT {version} is installed but {err}", None)
         try:
             result = cudart.cudaGetDeviceCount()
             err, count = int(result[0]), int(result[1] or 0)

@@ -87,12 +87,28 @@ def read_jetson_release() -> tuple[str | None, str | None]:
     return l4t, jetpack
 
 
+# The cuda-python range whose layouts this module handles (pyproject's [tensorrt] extra pins it):
+# 12.0-12.5 have only ``cuda.cudart``; 12.6+ add ``cuda.bindings.runtime``; 13.x has only the
+# latter (checked against cuda-bindings 13.5). Both expose the same (error, value...) calls.
+CUDA_PYTHON_RANGE = ">=12.0,<14"
+REQUIRED_CALLS = ("cudaGetDeviceCount", "cudaGetDeviceProperties", "cudaRuntimeGetVersion", "cudaDriverGetVersion",
+                  "cudaStreamCreate", "cudaStreamSynchronize", "cudaStreamDestroy", "cudaMalloc", "cudaFree",
+                  "cudaMemcpyAsync", "cudaMemcpyKind")
+
+
 def cudart_module() -> Any:
-    """cuda-python's runtime API: ``cuda.bindings.runtime`` (12.x+), or the older ``cuda.cudart``."""
+    """cuda-python's runtime API: ``cuda.bindings.runtime`` (12.6+), or the older ``cuda.cudart``.
+    ImportError when neither exists; MissingDependencyError when the module lacks a call vitedge makes."""
     try:
         from cuda.bindings import runtime
     except ImportError:
-        from cuda import cudart as runtime  # cuda-python < 12.6
+        from cuda import cudart as runtime  # cuda-python 12.0-12.5
+    missing = [name for name in REQUIRED_CALLS if not hasattr(runtime, name)]
+    if missing:
+        from vitedge.errors import MissingDependencyError
+
+        raise MissingDependencyError(f"a cuda-python whose {runtime.__name__} has {', '.join(missing[:3])}",
+                                     f"pip install 'cuda-python{CUDA_PYTHON_RANGE}'")
     return runtime
 
 
