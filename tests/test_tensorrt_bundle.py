@@ -80,6 +80,11 @@ def test_gpu_less_build_writes_the_planned_bundle(planned):
     assert "no engine was built here" in info["measured"]
     assert manifest.validation is None  # nothing was measured, so nothing is reported
     assert "not built here" in (out / "report.md").read_text()
+    # said before any engine exists: the digits ViT keeps its attention matmuls in float, so no INT8 fused MHA
+    assert len(info["attention"]["blocks"]) == 6 and info["attention"]["blocks"][0]["head_size"] == 32
+    assert "INT8 fused attention cannot happen in 6 of 6" in (out / "report.md").read_text()
+    assert "# warning: INT8 fused attention cannot happen" in (out / "trtexec.txt").read_text()
+    assert json.loads((out / "build_plan.json").read_text())["attention"]["warnings"] == info["attention"]["warnings"]
 
 
 def test_gpu_less_build_says_so_in_one_line(planned):
@@ -315,6 +320,24 @@ def test_engine_cli_reports_each_tensorrt_failure_in_one_line(planned, tmp_path,
         from vitedge.fsutil import sha256_file
 
         assert cache.with_suffix(".sha256").read_text().strip() == sha256_file(cache)
+
+
+def test_a_bug_is_exit_code_3_in_one_line_and_debug_shows_the_traceback(planned, tmp_path, monkeypatch, standin_installed):
+    """Exit code 3 is documented for internal errors: a call TensorRT's bindings reject (TypeError)."""
+    monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "user-cache"))
+    bundle = _copy(planned[0], tmp_path)
+    before = _snapshot(bundle)
+    standin_installed(fail={"api"})
+    code, text = _cli(["engine", str(bundle), "-q"])
+    lines = [line for line in text.splitlines() if line.startswith("vitedge: ")]
+    assert code == 3 and len(lines) == 1, text
+    assert lines[0].startswith("vitedge: internal error: TypeError: build_serialized_network(): incompatible function arguments")
+    assert lines[0].endswith("(re-run with --debug for the traceback)") and "Traceback" not in text
+    assert _snapshot(bundle) == before and sorted(p.name for p in tmp_path.iterdir() if p.name != "user-cache") == [bundle.name]
+    with pytest.raises(TypeError, match="incompatible function arguments"):  # --debug lets the traceback through
+        from vitedge.cli import main
+
+        main(["--debug", "engine", str(bundle), "-q"])
 
 
 def test_engine_cli_completes_the_bundle_with_the_standin(planned, tmp_path, monkeypatch, standin_installed):

@@ -19,7 +19,8 @@ a DLA device type without DLA cores, a layer the DLA cannot run without GPU fall
 injected ``fail={"build"}``); IExecutionContext.set_input_shape returns False outside the
 profile; Runtime.deserialize_cuda_engine returns None for bytes of another version or not an
 engine. Each failure logs an ERROR through the ILogger the caller passed, as TensorRT does.
-``fail`` also takes "parse" (the first node has no importer), "deserialize", "shape"
+``fail`` also takes "api" (the binding raises TypeError, as pybind11 does for a call with
+wrong argument types: a bug on the caller's side), "parse" (the first node has no importer), "deserialize", "shape"
 (set_input_shape returns False), "context" (create_execution_context returns None) and
 "execute" (execute_async_v3 returns False).
 
@@ -360,6 +361,9 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
 
             if "build" in fail:
                 return failed("[defaultAllocator.cpp::allocate] Error Code 1: Cuda Runtime (out of memory)")
+            if "api" in fail:  # what pybind11 raises when a binding is called with the wrong types: a vitedge bug
+                raise TypeError("build_serialized_network(): incompatible function arguments. The following argument types are supported:\n"
+                                "    1. (self: tensorrt.Builder, network: tensorrt.INetworkDefinition, config: tensorrt.IBuilderConfig)")
             if major < 11 and network.strongly_typed and config.flags & {"INT8", "FP16"}:
                 return failed("Error Code 4: API Usage Error (precision flags are not allowed with a strongly typed network)")
             lo, _opt, hi = config.profiles[0].shapes[network.input]

@@ -82,7 +82,7 @@ def plan_bundle(out_dir: Path, options: TensorRtOptions, batch_sizes: tuple[int,
     blocks = attention_blocks(model)
     attention = [b.to_dict() for b in blocks]
     warnings = fusion_warnings(blocks)
-    files = write_plan_files(out_dir, [plan, ref], caps, graph)
+    files = write_plan_files(out_dir, [plan, ref], caps, graph, {"blocks": attention, "warnings": warnings})
     typed_report = None
     if plan.typed_graph is not None:
         from vitedge.backends.tensorrt_typed import make_strongly_typed

@@ -451,8 +451,10 @@ def _check_trtexec_flags(args: list[str], plan: BuildPlan) -> None:
                          "plan for another TensorRT (trt_major in the profile) or change the profile")
 
 
-def write_plan_files(out_dir: Path, plans: list[BuildPlan], caps: TrtCapabilities, graph: GraphFacts) -> list[str]:
-    """build_plan.json and trtexec.txt; returns the file names written."""
+def write_plan_files(out_dir: Path, plans: list[BuildPlan], caps: TrtCapabilities, graph: GraphFacts,
+                     attention: dict[str, Any] | None = None) -> list[str]:
+    """build_plan.json and trtexec.txt; returns the file names written. ``attention`` (blocks and
+    the warnings of tensorrt_attention) goes into both, so a trtexec-only user reads it too."""
     from vitedge.fsutil import atomic_write_path
 
     payload = {
@@ -461,6 +463,8 @@ def write_plan_files(out_dir: Path, plans: list[BuildPlan], caps: TrtCapabilitie
         "graph": graph.to_dict(),
         "engines": [p.to_dict() for p in plans],
     }
+    if attention is not None:
+        payload["attention"] = attention
     with atomic_write_path(out_dir / PLAN_FILE) as tmp:
         tmp.write_text(json.dumps(payload, indent=2) + "\n")
     source = ("features detected on the machine that wrote it" if not caps.assumed
@@ -471,6 +475,7 @@ def write_plan_files(out_dir: Path, plans: list[BuildPlan], caps: TrtCapabilitie
         "# the Python API and also validates the engine and records the device in manifest.json.",
         "# Engines and timing caches are specific to the GPU, TensorRT version and platform they are built on.",
     ]
+    lines += [f"# warning: {w}" for w in (attention or {}).get("warnings", [])]
     for p in plans:
         lines += ["", f"# {p.role}: {p.engine} from {p.graph}", trtexec_command(p, tf32_flag=caps.tf32_flag)]
     with atomic_write_path(out_dir / TRTEXEC_FILE) as tmp:

@@ -28,7 +28,6 @@ SRC_RUNTIME_86 = f"{DOCS}/archives/tensorrt-860-ea/api/python_api/infer/Core/Run
 SRC_TRTEXEC_8_10 = f"{DOCS}/10.16.1/api/tensorrt-8x-to-10x-trtexec.html"
 SRC_SAMPLE_OPTIONS = "https://github.com/NVIDIA/TensorRT/blob/release/10.3/samples/common/sampleOptions.cpp"
 SRC_DLA = f"{DOCS}/latest/inference-library/dla-build-and-run.html"
-SRC_SUPPORT_MATRIX_10_1 = f"{DOCS}/archives/tensorrt-1010/support-matrix/index.html"
 SRC_FIELD_NOTES = "shared/reference/field-notes.md (TensorRT section)"
 
 
@@ -77,11 +76,8 @@ ASSUMED_VERSION: dict[int, tuple[Version, str]] = {
     11: ((11, 4), "JetPack 7 ships 11.x; 11.4 is the first 11.x with DLA again"),
 }
 
-# DLA cores per Jetson module (profile target -> cores). Source: the TensorRT support matrix's
-# DLA column (compute capability 8.7: Jetson AGX Orin and Orin NX have DLA) and the field notes
-# (Orin Nano and Thor have none).
-DLA_CORES = {"jetson-orin": 2, "jetson-orin-nano": 0, "desktop-gpu": 0}
-DLA_SOURCE = f"{SRC_SUPPORT_MATRIX_10_1}; {SRC_FIELD_NOTES}"
+# DLA per module (docs/tensorrt.md): Jetson AGX Orin 2 cores, Orin Nano / Thor / desktop GPUs none. The
+# device's Builder.num_DLA_cores is what the on-device build checks (tensorrt_build.apply_plan).
 
 
 @dataclass(frozen=True)
