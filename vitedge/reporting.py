@@ -41,10 +41,11 @@ def build_report_markdown(manifest) -> str:
 
 def _backend_lines(m) -> list[str]:
     from vitedge.backends import get_backend
+    from vitedge.errors import UsageError
 
     try:
         backend = get_backend(str(m.target.get("backend")))
-    except Exception:  # an unknown backend name is reported elsewhere; the report still gets written
+    except (UsageError, ImportError):  # unknown or not importable here: the report is still written, without it
         return []
     return backend.report_lines(m.backend_info or {})
 

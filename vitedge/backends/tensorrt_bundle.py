@@ -143,8 +143,6 @@ def _load_timing_cache(bundle_dir: Path, previous: dict[str, Any] | None, key: s
     matches and its bytes hash to the sha256 recorded when it was written; otherwise the
     reason the rebuild starts fresh is returned, so the report can say why it is not the
     same build."""
-    from vitedge.fsutil import sha256_bytes
-
     prev = (previous or {}).get("timing_cache") or {}
     path = bundle_dir / TIMING_CACHE
     notes: list[str] = []
@@ -166,7 +164,7 @@ def _load_timing_cache(bundle_dir: Path, previous: dict[str, Any] | None, key: s
         recorded = _read_sidecar(user)
         if recorded and sha256_bytes(data) == recorded:
             return data, "; ".join(notes + [f"the timing cache in {user.parent} (sha256 {recorded[:12]} checked)"])
-        notes.append(f"{user.name} does not match its recorded sha256: ignored")
+        notes.append(f"{user.name} " + ("does not match its recorded sha256" if recorded else "has no recorded sha256") + ": ignored")
     if not notes:
         return None, "no timing cache yet: started a fresh one"
     return None, "; ".join(notes) + ": started a fresh one"
@@ -180,7 +178,7 @@ def _read_sidecar(path: Path) -> str | None:
 
 
 def _store_user_cache(key: str, data: bytes) -> None:
-    from vitedge.fsutil import atomic_write_path, sha256_bytes
+    from vitedge.fsutil import atomic_write_path
 
     path = _user_cache_path(key)
     try:
