@@ -149,3 +149,16 @@ def test_runner_failures_are_one_line(engine_file, fake, match):
 def test_a_file_that_is_not_an_engine(engine_file):
     engine_file.write_bytes(b"garbage")
     _one_line_error(lambda: _runner(engine_file).open(), "Magic tag does not match")
+
+
+def test_cuda_out_of_memory_is_one_line(engine_file):
+    """cuda-python returns (error, value) tuples; a failed cudaMalloc names the call and the error."""
+    cudart = make_fake_cudart()
+    cudart.cudaMalloc = lambda n: (cudart.cudaError_t.cudaErrorMemoryAllocation, None)
+    runner = TensorRtRunner(engine_file, trt=make_fake_trt("10.3.0", cudart=cudart), cudart=cudart, check_device=False)
+
+    def run():
+        with runner as r:
+            r.infer(np.zeros((1, 3, 8, 8), np.float32))
+
+    _one_line_error(run, "CUDA call cudaMalloc failed: cudaErrorMemoryAllocation")
