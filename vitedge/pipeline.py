@@ -14,6 +14,7 @@ from vitedge.errors import BundleError, UsageError
 from vitedge.fsutil import atomic_output_dir, sha256_file
 from vitedge.models.intake import IntakeOptions
 from vitedge.profiles import TargetProfile, Thresholds, load_profile
+from vitedge.quantize.weight_range import CPU_REQUIREMENT
 from vitedge.ui import StageLog
 
 
@@ -157,8 +158,7 @@ def _quant_config(cls, profile: TargetProfile, overrides: dict[str, Any]):
 
 
 def _thresholds(base: Thresholds, overrides: dict[str, Any]) -> Thresholds:
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    return dataclasses.replace(base, **changes) if changes else base
+    return base.with_overrides(overrides)
 
 
 def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, calibration, graph, loaded, val, thresholds,
@@ -296,6 +296,9 @@ def quantization_record(graph, budget=None) -> dict[str, Any]:
         "kept_float": list(graph.kept_float),
         "layer_kinds": {k: {"int8": a, "total": b} for k, (a, b) in graph.layer_kinds().items()},
         "summary_line": graph.one_line(),
+        # which CPUs give correct INT8 results with these weights (vitedge.cpu, checked at load)
+        "weight_range": graph.calibration.config.weight_range,
+        "cpu_requirement": CPU_REQUIREMENT[graph.calibration.config.weight_range],
     }
     if budget is not None:
         rec = budget.to_dict()

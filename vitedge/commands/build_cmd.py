@@ -26,6 +26,8 @@ from vitedge.cli_options import with_intake
 @click.option("--smoothquant-alpha", type=float, default=None, help="SmoothQuant migration strength.")
 @click.option("--no-smoothquant", is_flag=True, help="Switch SmoothQuant off.")
 @click.option("--quantize-attention/--no-quantize-attention", default=None, help="Quantize the Q.K^T and P.V matmuls.")
+@click.option("--weight-range", type=click.Choice(["pairwise", "7bit", "full"]), default=None,
+              help="INT8 weight range (default: the profile's, else pairwise: correct on every x86 CPU; full: VNNI/AMX CPUs and GPUs only).")
 @click.option("--keep-float", multiple=True, metavar="PATTERN", help="Keep layers matching PATTERN (node name or kind, fnmatch) in float.")
 @click.option("--bake-preprocess", is_flag=True, help="Artifacts take uint8 NHWC RGB frames and normalise them in the graph.")
 @click.option("--max-top1-drop", type=float, default=None, help="Gate: most top-1 points lost vs FP32 (overrides the profile).")
@@ -40,7 +42,7 @@ from vitedge.cli_options import with_intake
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Calibration cache (default $VITEDGE_CACHE_DIR or ~/.cache/vitedge).")
 @click.option("-q", "--quiet", is_flag=True, help="Only the summary.")
 def command(model, targets, calib, val, out, force, intake, calib_size, seed, method, percentile, smoothquant_alpha, no_smoothquant,
-            quantize_attention, keep_float, bake_preprocess, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
+            quantize_attention, weight_range, keep_float, bake_preprocess, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
             no_fallback, fallback_max_evals, cache_dir, quiet) -> None:
     """Quantize MODEL to INT8 once and build it for each --target, validated against FP32.
 
@@ -60,7 +62,7 @@ def command(model, targets, calib, val, out, force, intake, calib_size, seed, me
         raise UsageError("--no-smoothquant and --smoothquant-alpha contradict each other; pass one")
     if percentile is not None and method is None:
         method = "percentile"  # as `vitedge calibrate` does: --percentile alone means the percentile method
-    quant = {"method": method, "percentile": percentile, "quantize_attention": quantize_attention}
+    quant = {"method": method, "percentile": percentile, "quantize_attention": quantize_attention, "weight_range": weight_range}
     if smoothquant_alpha is not None:
         quant["smoothquant_alpha"] = smoothquant_alpha
     if no_smoothquant:

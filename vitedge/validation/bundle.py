@@ -56,8 +56,7 @@ def bundle_profile(manifest, bundle: Path) -> TargetProfile:
 
 
 def resolve_thresholds(base: Thresholds, overrides: dict[str, Any]) -> Thresholds:
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    return dataclasses.replace(base, **changes) if changes else base
+    return base.with_overrides(overrides)
 
 
 def artifact_bytes(bundle: Path, rel: str | None, extra: list[str] | None = None) -> int | None:
