@@ -14,10 +14,11 @@ The rules (``QuantConfig.weight_range``):
   VNNI/AMX CPUs and TensorRT; wrong on pre-VNNI x86.
 * ``pairwise`` (the default for CPU targets): per output channel, the smallest scale with
   ``|q| <= 127`` and ``|q_2k| + |q_2k+1| <= 128`` for every adjacent pair along K of a
-  MatMul/Gemm weight, so no pair can saturate whichever kernel runs it. Convolutions
-  (the patch embedding), whose kernels pair input channels in a layout of their own,
-  get the pair-free bound ``|q| <= 64``. Costs under a bit of weight resolution on the
-  layers that need it, nothing where no pair is large.
+  MatMul/Gemm weight, so no pair can saturate whichever kernel runs it. A convolution
+  (the patch embedding) is bounded in both layouts its kernels pair weights in: adjacent
+  input channels at one kernel position (oneDNN's ``...4i`` blocked weights) and adjacent
+  positions of the flattened (in, kh, kw) row (im2col GEMM). Costs under a bit of weight
+  resolution on the channels that need it, nothing where no pair is large.
 * ``7bit``: ``|q| <= 64`` everywhere (NNCF's ``overflow_fix``, ONNX Runtime's
   ``reduce_range``), kept for comparison.
 
@@ -57,17 +58,12 @@ def weight_scales(w: np.ndarray, axis: int, op_type: str, rule: str) -> np.ndarr
     amax = np.max(np.abs(w), axis=reduce).astype(np.float64)
     if rule == "full":
         scale = amax / QMAX
-    elif rule == "7bit" or op_type not in ("MatMul", "Gemm") or w.ndim != 2:
+    elif rule == "7bit":
         scale = amax / SEVEN_BIT
     else:
-        rows = np.abs(np.moveaxis(w, axis, 0)).astype(np.float64)  # [channels, K]
-        k = rows.shape[1]
-        if k % 2:
-            rows = np.concatenate([rows, np.zeros((rows.shape[0], 1))], axis=1)
-        pair = rows[:, 0::2] + rows[:, 1::2]
-        # the pair bound holds after rounding too: |rint(a)| + |rint(b)| <= rint-safe when
+        # the pair bound holds after rounding too: |rint(a)| + |rint(b)| <= PAIR_LIMIT when
         # a + b <= PAIR_LIMIT - 1 (each rint adds at most 0.5)
-        scale = np.maximum(amax / QMAX, pair.max(axis=1) / (PAIR_LIMIT - 1))
+        scale = np.maximum(amax / QMAX, _max_pairs(np.abs(w).astype(np.float64), axis) / (PAIR_LIMIT - 1))
     return np.where(amax > 0, scale, 1.0).astype(np.float32)
 
 
@@ -76,14 +72,31 @@ def quantize_weight(w: np.ndarray, axis: int, op_type: str, rule: str) -> tuple[
     scale = weight_scales(w, axis, op_type, rule)
     shape = [1] * np.ndim(w)
     shape[axis] = -1
-    limit = QMAX if rule != "7bit" and not (rule == "pairwise" and (op_type not in ("MatMul", "Gemm") or np.ndim(w) != 2)) else SEVEN_BIT
+    limit = SEVEN_BIT if rule == "7bit" else QMAX
     q = np.clip(np.rint(np.asarray(w, dtype=np.float32) / scale.reshape(shape)), -limit, limit).astype(np.int8)
     return q, scale
 
 
-def max_pair_sum(q: np.ndarray, axis: int) -> int:
-    """The largest |q_2k| + |q_2k+1| along K of a 2-D int8 weight (for checks and tests)."""
-    rows = np.abs(np.moveaxis(np.asarray(q, dtype=np.int32), axis, 0))
+def _pair_sums(rows: np.ndarray) -> np.ndarray:
+    """[channels, K] -> [channels, ceil(K/2)] sums of adjacent pairs (0,1), (2,3), ..."""
     if rows.shape[1] % 2:
-        rows = np.concatenate([rows, np.zeros((rows.shape[0], 1), dtype=np.int32)], axis=1)
-    return int((rows[:, 0::2] + rows[:, 1::2]).max()) if rows.size else 0
+        rows = np.concatenate([rows, np.zeros((rows.shape[0], 1), dtype=rows.dtype)], axis=1)
+    return rows[:, 0::2] + rows[:, 1::2]
+
+
+def _max_pairs(absw: np.ndarray, axis: int) -> np.ndarray:
+    """Per output channel, the largest pair sum in every layout a CPU kernel may pair weights in."""
+    w = np.moveaxis(absw, axis, 0)  # [channels, ...]
+    if w.ndim == 2:  # MatMul / Gemm: pairs along K
+        return _pair_sums(w).max(axis=1) if w.shape[1] else np.zeros(w.shape[0])
+    channels = w.shape[0]
+    flat = _pair_sums(w.reshape(channels, -1)).max(axis=1)  # im2col order (in, kh, kw)
+    by_input = np.moveaxis(w, 1, -1).reshape(-1, w.shape[1])  # [channels * positions, in]
+    per_position = _pair_sums(by_input).max(axis=1).reshape(channels, -1).max(axis=1)
+    return np.maximum(flat, per_position)
+
+
+def max_pair_sum(q: np.ndarray, axis: int) -> int:
+    """The largest |q_a| + |q_b| over the pairs ``weight_scales`` bounds (for checks and tests)."""
+    absq = np.abs(np.asarray(q, dtype=np.int64))
+    return int(_max_pairs(absq, axis).max()) if absq.size else 0
