@@ -313,6 +313,9 @@ def complete_bundle(bundle: Path, *, val: Path | None = None, force: bool = Fals
             manifest.target.update(profile=profile, family=family)
         manifest.validation = validation  # a previous validation was of another engine (or none)
         manifest.toolchain = dict(manifest.toolchain, tensorrt=str(getattr(trt, "__version__", "?")))
+        from vitedge.camera_apps.exports import write_bundle_exports
+
+        write_bundle_exports(tmp, manifest)  # camera/triton/ now that the engine exists
         manifest.hash_files(tmp)
         write_build_report(tmp, manifest)
         manifest.write(tmp)
