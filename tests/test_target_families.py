@@ -9,7 +9,6 @@ import json
 import shutil
 
 import pytest
-from conftest import CALIB_DIR, EXAMPLES
 from test_tensorrt_bundle import _cli
 from test_tensorrt_standin import make_fake_cudart, make_fake_trt
 
@@ -18,7 +17,6 @@ from vitedge.errors import BundleError, UsageError
 from vitedge.families import family_profile, list_families, select_member
 from vitedge.manifest import read_manifest, verify_bundle
 
-EXAMPLE = EXAMPLES / "digits_vit.pt"
 JETSON_MEMBERS = ["jetson-orin", "jetson-orin-nx", "jetson-orin-nano"]
 
 
@@ -101,20 +99,10 @@ def test_device_tree_strings_are_read_from_the_files(tmp_path):
 # -- the bundle -----------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def jetson_bundle(tmp_path_factory):
-    """`vitedge build --target jetson examples/digits_vit.pt --calib calibration/digits/calib -o OUT`."""
-    if not (EXAMPLE.is_file() and CALIB_DIR.is_dir()):
-        pytest.skip("the bundled example is not in this checkout")
-    try:
-        import tensorrt  # noqa: F401
-
-        pytest.skip("TensorRT is installed here: this test is about the GPU-less family bundle")
-    except ImportError:
-        pass
-    out = tmp_path_factory.mktemp("families") / "digits-jetson"
-    code, text = _cli(["build", "--target", "jetson", str(EXAMPLE), "--calib", str(CALIB_DIR), "-o", str(out), "--no-latency"])
-    assert code == 0, text
-    return out, text
+def jetson_bundle(example_bundles):
+    """`vitedge build --target jetson examples/digits_vit.pt --calib calibration/digits/calib -o OUT` (with two CPU targets)."""
+    out, text = example_bundles
+    return out / "jetson", text
 
 
 def test_build_target_jetson_writes_one_bundle_with_a_plan_per_profile(jetson_bundle):
