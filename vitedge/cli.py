@@ -19,6 +19,7 @@ from vitedge.errors import VitedgeError
 COMMANDS = {
     "inspect": "inspect_cmd",
     "export": "export_cmd",
+    "export-config": "export_config_cmd",
     "build": "build_cmd",
     "engine": "engine_cmd",
     "calibrate": "calibrate_cmd",

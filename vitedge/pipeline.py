@@ -209,6 +209,9 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                     for row in checked.result.gate:
                         log.info(row.status.upper() + " " + row.detail)
             budget_failure = _budget_speed_verdict(manifest, validation, thresholds, profile, log)
+            from vitedge.camera_apps.exports import write_bundle_exports
+
+            write_bundle_exports(tmp, manifest)  # camera/: DeepStream and Triton configs in NVIDIA bundles
             manifest.hash_files(tmp)
             if checked is not None:
                 checked.write(tmp / "report")

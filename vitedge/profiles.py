@@ -109,12 +109,18 @@ def resolve_profile_path(name_or_path: str) -> Path:
         return candidate
     path = targets_dir() / f"{name_or_path}.toml"
     if not path.is_file():
-        known = ", ".join(p.stem for p in list_profiles())
+        from vitedge.families import list_families
+
+        known = ", ".join([p.stem for p in list_profiles()] + [p.stem for p in list_families()])
         raise ProfileError(f"unknown target '{name_or_path}'; known targets: {known} (or pass a path to your own .toml)")
     return path
 
 
 def load_profile(name_or_path: str) -> TargetProfile:
+    from vitedge.families import family_profile, is_family
+
+    if is_family(name_or_path):  # jetson, nvidia-gpu: one bundle for several device profiles
+        return family_profile(name_or_path)
     path = resolve_profile_path(name_or_path)
     try:
         data = tomllib.loads(path.read_text())
