@@ -119,8 +119,10 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
                 graph = build_qdq(calibration, keep_float=req.keep_float)
                 log.info(graph.one_line())
             settings = req.budget or BudgetSettings(measure_cost=req.measure_speed)
-            sharing = [thresholds[q.name] for q in profiles if QuantConfigKey.of(configs[q.name]) == key]
-            budgets[key] = budget = _meet_budget(calibration, graph, fp32, val, sharing, settings, spec, req, log)
+            consumers = [q for q in profiles if QuantConfigKey.of(configs[q.name]) == key]
+            sharing = [thresholds[q.name] for q in consumers]
+            runtimes = budget_runtimes(consumers, backends, settings.threads, log)
+            budgets[key] = budget = _meet_budget(calibration, graph, fp32, val, sharing, settings, spec, req, log, runtimes)
             graph = budget.graph
             qdq = work / f"model.int8.{len(qdq_paths)}.onnx"
             graph.save(qdq)
@@ -230,9 +232,32 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
     return TargetResult(profile, bundle_dir, artifact.built, passed, summary)
 
 
-def _meet_budget(calibration, graph, fp32: Path, val, sharing: list[Thresholds], settings, spec, req: BuildRequest, log: StageLog):
+def budget_runtimes(profiles: list[TargetProfile], backends: dict[str, Any], threads: int | None, log: StageLog) -> list[tuple[str, Any]]:
+    """The runtimes the accuracy budget must hold on: each target's own that runs here (once per
+    backend and options). TensorRT runs on the device: its plan is checked there, and the budget
+    stands in with ONNX Runtime when no other target runs here."""
+    runtimes: list[tuple[str, Any]] = []
+    seen: set[str] = set()
+    for p in profiles:
+        backend = backends[p.name]
+        env = backend.check_environment()
+        if not env.can_run or p.backend == "tensorrt":
+            continue
+        key = f"{p.backend} {p.backend_options!r}"
+        if key in seen:
+            continue
+        seen.add(key)
+        name = p.backend if all(q.backend != p.backend or q is p for q in profiles) else f"{p.backend} ({p.name})"
+        runtimes.append((name, lambda path, b=backend, o=p.backend_options: b.open_runner(path, o, threads=threads)))
+    if not runtimes:
+        log.info("accuracy budget: no target runtime runs here; evaluating in ONNX Runtime (CPU) as a stand-in")
+    return runtimes
+
+
+def _meet_budget(calibration, graph, fp32: Path, val, sharing: list[Thresholds], settings, spec, req: BuildRequest, log: StageLog,
+                 runtimes: list[tuple[str, Any]] | None = None):
     """The accuracy budget (vitedge.budget) for the Q/DQ graph these targets share: the strictest of
-    their thresholds, evaluated in ONNX Runtime against FP32 on the validation data."""
+    their thresholds, evaluated against FP32 on the validation data on every target runtime that runs here."""
     from vitedge.budget import BudgetNotMet, float_layers, measure_costs, meet_budget, strictest
 
     budget_thresholds = strictest(sharing)
@@ -240,7 +265,8 @@ def _meet_budget(calibration, graph, fp32: Path, val, sharing: list[Thresholds],
             if settings.enabled else "off (--no-fallback)")
     with log.stage("budget", f"accuracy budget: {what}"):
         result = meet_budget(calibration, val, budget_thresholds, fp32=fp32, full=graph, keep_float=req.keep_float, settings=settings,
-                             output_kind=spec.output_kind, preprocess=spec.preprocess, cache_dir=req.cache_dir, log=log.info)
+                             output_kind=spec.output_kind, preprocess=spec.preprocess, cache_dir=req.cache_dir, log=log.info,
+                             runtimes=runtimes or None)
         if result.status == "fallback" and settings.measure_cost:
             measure_costs(result, fp32, next(iter(val.batches(1))).images, threads=settings.threads)
         else:
