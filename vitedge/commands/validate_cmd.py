@@ -51,7 +51,9 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     from vitedge.manifest import verify_bundle
     from vitedge.profiles import Thresholds
     from vitedge.ui import StageLog
-    from vitedge.validation.bundle import ValidateOptions, default_data, validate_bundle
+    from vitedge.calibration.split import validation_part
+    from vitedge.validation.bundle import ValidateOptions, validate_bundle
+    from vitedge.validation.data_record import DataRecord, open_recorded
     from vitedge.validation.latency import LatencySettings
     from vitedge.validation.report import append_step_summary, check_report_dir
 
@@ -69,24 +71,31 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
         log.info(f"{len(manifest.files)} files match manifest.json; target {manifest.target.get('name')} "
                  f"({manifest.target.get('backend')}), model {manifest.model.get('source')}")
     spec = manifest.spec
-    recorded = None
+    role = "validation"
     if data is None:
-        data = default_data(manifest, bundle)
-        if data is None:
+        record = DataRecord.from_manifest(manifest)
+        if record is None:
             raise UsageError("pass --data LABELLED_SET (an image folder with one subfolder per class, or a .npz with images "
-                             "and labels); the bundle records no validation set that still exists here")
-        recorded = (manifest.validation or {}).get("data", {}).get("data_hash")
-        log.info(f"no --data given: using the set recorded at build time, {data}")
-    with log.stage("data", str(data)):
-        try:
-            source = open_source_for(data, spec, data_size, seed, progress=not quiet)
-        except CalibrationError as err:
-            raise DataError(f"--data: {err}") from None
-        if recorded is not None and data_size is None and source.summary.data_hash != recorded:
-            raise UsageError(f"{data} changed since the build (its data hash differs from the one in manifest.json); pass --data explicitly")
-        log.info(source.summary.one_line())
+                             "and labels); the bundle records no validation set")
+        if data_size is not None:
+            raise UsageError("--data-size takes a subset of --data; without --data the build's own set is used as it was")
+        role = record.role
+        log.info(f"no --data given: re-validating on {record.describe()}")
+        with log.stage("data", record.path):
+            source = open_recorded(record, spec, progress=not quiet)
+            log.info(source.summary.one_line())
+    else:
+        with log.stage("data", str(data)):
+            data, split = validation_part(data, spec.class_names)
+            if split:
+                log.info(split.one_line())
+            try:
+                source = open_source_for(data, spec, data_size, seed, progress=not quiet)
+            except CalibrationError as err:
+                raise DataError(f"--data: {err}") from None
+            log.info(source.summary.one_line())
     options = ValidateOptions(
-        threshold_overrides=overrides, measure_speed=not no_latency,
+        data_role=role, threshold_overrides=overrides, measure_speed=not no_latency,
         latency=LatencySettings.for_budget(latency_seconds),
         sensitivity=sensitivity, sensitivity_samples=sensitivity_samples, threads=threads, producer="vitedge validate",
     )
@@ -99,6 +108,8 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     if warning:
         log.info(warning)
     print_validation(result, written, quiet)
+    if role == "calibration":
+        click.echo("note: validated on the build's calibration images, not held-out data (pass --data for a real accuracy figure)")
     if not result.passed:
         raise GateFailure(result.failure_line())
 
