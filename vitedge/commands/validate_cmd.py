@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from vitedge.project_config import config_bundles, with_project_config
+
 
 def _threshold_flags(func):
     for deco in reversed([
@@ -19,7 +21,8 @@ def _threshold_flags(func):
 
 
 @click.command("validate")
-@click.argument("bundle", type=click.Path(path_type=Path))
+@with_project_config()
+@click.argument("bundle", type=click.Path(path_type=Path), required=False)
 @click.option("--data", type=click.Path(path_type=Path), default=None,
               help="Labelled validation data: image folder (one subfolder per class), .npy/.npz, or video. "
                    "Default: the set recorded at build time, if it still exists unchanged.")
@@ -47,23 +50,44 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     with the threshold flags) and writes the reports.
 
     Exit code 0 when every threshold holds, 1 when one fails, 2 for bad input."""
-    from vitedge.errors import CalibrationError, DataError, GateFailure, UsageError
-    from vitedge.manifest import verify_bundle
+    from click.core import ParameterSource
+
+    from vitedge.errors import GateFailure, UsageError
     from vitedge.profiles import Thresholds
-    from vitedge.ui import StageLog
+    from vitedge.validation.report import check_report_dir
+
+    ctx = click.get_current_context()
+    overrides = {"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms}
+    Thresholds(**{k: v for k, v in overrides.items() if v is not None})  # bad values: exit 2 before any work
+    speed_flags = [k for k in ("min_speedup", "max_p99_ms") if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]
+    if no_latency and speed_flags:
+        raise UsageError("--no-latency cannot check --min-speedup or --max-p99-ms; drop one")
+    # no BUNDLE: every bundle the project config's build writes
+    bundles = [Path(bundle)] if bundle is not None else config_bundles(ctx.meta.get("vitedge.project_config"))
+    dirs = {b: (b / "report" if report_dir is None else Path(report_dir) / (b.name if len(bundles) > 1 else "")) for b in bundles}
+    for d in dirs.values():
+        check_report_dir(d)
+    failed = []
+    for b in bundles:
+        result = validate_one(b, dirs[b], data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
+                              sensitivity_samples, threads, quiet)
+        if not result.passed:
+            failed.append(result.failure_line())
+    if failed:
+        raise GateFailure("; ".join(failed))
+
+
+def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
+                 sensitivity_samples, threads, quiet):
+    """Validate one bundle, write its reports and print its verdict; the BundleValidation."""
     from vitedge.calibration.split import validation_part
+    from vitedge.errors import CalibrationError, DataError, UsageError
+    from vitedge.manifest import verify_bundle
+    from vitedge.ui import StageLog
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
     from vitedge.validation.data_record import DataRecord, open_recorded
     from vitedge.validation.latency import LatencySettings
-    from vitedge.validation.report import append_step_summary, check_report_dir
-
-    overrides = {"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms}
-    Thresholds(**{k: v for k, v in overrides.items() if v is not None})  # bad values: exit 2 before any work
-    if no_latency and (min_speedup is not None or max_p99_ms is not None):
-        raise UsageError("--no-latency cannot check --min-speedup or --max-p99-ms; drop one")
-    bundle = Path(bundle)
-    report_dir = Path(report_dir) if report_dir is not None else bundle / "report"
-    check_report_dir(report_dir)
+    from vitedge.validation.report import append_step_summary
 
     log = StageLog(quiet=quiet)
     with log.stage("verify", str(bundle)):
@@ -110,8 +134,7 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     print_validation(result, written, quiet)
     if role == "calibration":
         click.echo("note: validated on the build's calibration images, not held-out data (pass --data for a real accuracy figure)")
-    if not result.passed:
-        raise GateFailure(result.failure_line())
+    return result
 
 
 def open_source_for(data: Path, spec, data_size, seed, *, progress: bool):
