@@ -343,6 +343,9 @@ def with_project_config(require: Callable[[dict[str, Any], ProjectConfig | None]
                 require(kwargs, config)
             if dry:
                 return None
+            used = [s for s in settings if s.source not in ("flag", "default")]
+            if used and not kwargs.get("quiet"):
+                click.echo(f"vitedge: {len(used)} setting(s) from {config.label}", err=True)
             ctx.meta["vitedge.project_config"] = config
             return func(*args, **kwargs)
 
