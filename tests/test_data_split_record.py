@@ -142,3 +142,10 @@ def test_a_build_without_val_is_revalidated_on_its_calibration_subset_and_says_s
     doc = json.loads((out / "report" / "validation.json").read_text())
     assert doc["data"]["role"] == "calibration" and doc["data"]["items"] == 24 and doc["data"]["data_hash"] == rec["data_hash"]
     assert "the calibration images, not held-out data" in (out / "report" / "summary.md").read_text()
+
+
+def test_calibrate_on_a_split_parent_uses_its_calib_part(split_dir, capsys):
+    code, out, err = run_cli(capsys, "calibrate", EXAMPLES / "digits_vit.pt", "--calib", split_dir, "-q")
+    assert code == 0, err
+    assert f"{split_dir} is a split: calibration calib/, validation val/" in flat(out)
+    assert "calibration data: 30 images from" in flat(out)
