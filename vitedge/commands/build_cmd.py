@@ -52,6 +52,10 @@ def command(model, targets, calib, val, out, force, intake, calib_size, seed, me
     harm it most go back to float (a few at a time, ranked by per-layer sensitivity) until it
     meets them; every target is built from that one graph (--no-fallback: off).
 
+    MODEL, --target, --calib and every other flag can come from the project config
+    (vitedge.toml or [tool.vitedge], from the working directory upward); flags override it,
+    --dry-run shows each setting and where it came from.
+
     Exit code 0 when every target's gate holds, 1 when a gate fails (or the accuracy budget
     cannot be met with any layer left in INT8), 2 for bad input."""
     from vitedge.budget import BudgetSettings

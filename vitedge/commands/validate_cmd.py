@@ -25,7 +25,8 @@ def _threshold_flags(func):
 @click.argument("bundle", type=click.Path(path_type=Path), required=False)
 @click.option("--data", type=click.Path(path_type=Path), default=None,
               help="Labelled validation data: image folder (one subfolder per class), .npy/.npz, or video. "
-                   "Default: the set recorded at build time, if it still exists unchanged.")
+                   "Default: exactly what the build validated on, if it still exists unchanged. "
+                   "A folder holding calib/ + val/ means its val/.")
 @click.option("--data-size", type=click.IntRange(min=1), default=None, help="Use a seeded subset of N items of --data.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the --data-size subset.")
 @click.option("--report-dir", type=click.Path(path_type=Path), default=None,
@@ -48,6 +49,9 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     agreement, logit error, KL; embedding cosine for encoders), latency (p50/p90/p99,
     throughput, speedup) and memory, applies the gate of the bundle's profile (overridable
     with the threshold flags) and writes the reports.
+
+    Without --data: exactly the data the build validated on (recorded in manifest.json).
+    Without BUNDLE: every bundle the project config's build writes (vitedge.toml).
 
     Exit code 0 when every threshold holds, 1 when one fails, 2 for bad input."""
     from click.core import ParameterSource
