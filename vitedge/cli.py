@@ -26,6 +26,8 @@ COMMANDS = {
     "targets": "targets_cmd",
     "validate": "validate_cmd",
     "compare": "compare_cmd",
+    "init": "init_cmd",
+    "config": "config_cmd",
 }
 
 

@@ -16,6 +16,8 @@ from vitedge.models.intake import IntakeOptions
 from vitedge.profiles import TargetProfile, Thresholds, load_profile
 from vitedge.quantize.weight_range import CPU_REQUIREMENT
 from vitedge.ui import StageLog
+from vitedge.calibration.split import resolve_data
+from vitedge.validation.data_record import DataRecord
 
 
 @dataclass(frozen=True)
@@ -97,15 +99,19 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             result = export_onnx(loaded, fp32, ExportOptions())
             log.info(result.one_line())
         with log.stage("data", f"calibration set {req.calib}"):
-            calib = open_source(req.calib, spec.preprocess, limit=req.calib_size, seed=req.seed,
+            calib_path, val_path, notes = resolve_data(req.calib, req.val, spec.class_names)
+            for note in notes:
+                log.info(note)
+            calib = open_source(calib_path, spec.preprocess, limit=req.calib_size, seed=req.seed,
                                 min_count=req.min_calib, class_names=spec.class_names, progress=not log.quiet)
             log.info(calib.summary.one_line())
-            if req.val is not None:
-                val = open_source(req.val, spec.preprocess, class_names=spec.class_names, progress=not log.quiet)
+            if val_path is not None:
+                val = open_source(val_path, spec.preprocess, class_names=spec.class_names, progress=not log.quiet)
                 log.info("validation: " + val.summary.one_line())
             else:
                 val = calib
                 log.info("validation: no --val given; validating on the calibration set (pass held-out labelled data for a real accuracy figure)")
+            val_record = DataRecord.of(val, "validation" if val_path is not None else "calibration").to_dict()
         qdq_paths: dict[QuantConfigKey, tuple[Path, Any, Any]] = {}
         budgets: dict[QuantConfigKey, Any] = {}
         for p in profiles:
@@ -140,7 +146,8 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
         for p in profiles:
             qdq, calibration, graph = qdq_paths[QuantConfigKey.of(configs[p.name])]
             results.append(_build_target(p, backends[p.name], dirs[p.name], fp32, qdq, calibration, graph, loaded, val,
-                                         thresholds[p.name], req, log, budget=budgets[QuantConfigKey.of(configs[p.name])]))
+                                         thresholds[p.name], req, log, budget=budgets[QuantConfigKey.of(configs[p.name])],
+                                         val_record=val_record))
     return results
 
 
@@ -164,7 +171,7 @@ def _thresholds(base: Thresholds, overrides: dict[str, Any]) -> Thresholds:
 
 
 def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, calibration, graph, loaded, val, thresholds,
-                  req: BuildRequest, log: StageLog, budget=None) -> TargetResult:
+                  req: BuildRequest, log: StageLog, budget=None, val_record=None) -> TargetResult:
     from vitedge.backends.base import BuildContext
     from vitedge.manifest import Manifest, toolchain_versions
     from vitedge.reporting import write_build_report
@@ -201,11 +208,13 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                 toolchain=toolchain_versions(_safe_versions(backend)),
                 backend_info=artifact.info,
                 validation=validation,
+                validation_data=val_record,
             )
             if artifact.built and env.can_run:  # the same validation, gate and reports as `vitedge validate`
                 with log.stage("validate", f"{profile.name}: INT8 vs FP32 on {len(val)} inputs, same runtime"):
                     checked = validate_bundle(tmp, manifest, val, ValidateOptions(
-                        threshold_overrides=req.threshold_overrides, measure_speed=req.measure_speed, producer="vitedge build"),
+                        threshold_overrides=req.threshold_overrides, measure_speed=req.measure_speed, producer="vitedge build",
+                        data_role=(val_record or {}).get("role")),
                         log=log, bundle_label=str(bundle_dir))
                     validation = manifest.validation = checked.document
                     for row in checked.result.gate:

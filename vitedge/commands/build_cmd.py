@@ -1,4 +1,5 @@
-"""`vitedge build --target NAME MODEL --calib DATA -o OUT`: the command our users type."""
+"""`vitedge build --target NAME MODEL --calib DATA -o OUT`: the command our users type.
+Every flag can come from the project config (vitedge.toml); flags override it."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ from pathlib import Path
 import click
 
 from vitedge.cli_options import with_intake
+from vitedge.project_config import require_build, with_project_config
 
 
 @click.command("build")
-@click.argument("model", type=click.Path(path_type=Path))
-@click.option("-t", "--target", "targets", multiple=True, required=True, metavar="NAME|FILE.toml",
+@with_project_config(require_build, dry_run=True)
+@click.argument("model", type=click.Path(path_type=Path), required=False)
+@click.option("-t", "--target", "targets", multiple=True, metavar="NAME|FILE.toml",
               help="Target profile (see `vitedge targets`) or your own profile file. Repeat for several targets: they share one calibration.")
-@click.option("--calib", type=click.Path(path_type=Path), required=True, help="Calibration data: image folder, .npy/.npz, or a video file.")
+@click.option("--calib", type=click.Path(path_type=Path), help="Calibration data: image folder, .npy/.npz, or a video file; "
+              "a folder holding calib/ + val/ (or train/ + val/) is a split.")
 @click.option("--val", type=click.Path(path_type=Path), default=None, help="Labelled validation data for the parity check (default: the calibration data).")
 @click.option("-o", "--out", type=click.Path(path_type=Path), default=None,
               help="Bundle folder (one target) or parent of one folder per target. Default: MODEL-TARGET.")
@@ -49,6 +53,10 @@ def command(model, targets, calib, val, out, force, intake, calib_size, seed, me
     When the INT8 graph misses the accuracy thresholds on the validation data, the layers that
     harm it most go back to float (a few at a time, ranked by per-layer sensitivity) until it
     meets them; every target is built from that one graph (--no-fallback: off).
+
+    MODEL, --target, --calib and every other flag can come from the project config
+    (vitedge.toml or [tool.vitedge], from the working directory upward); flags override it,
+    --dry-run shows each setting and where it came from.
 
     Exit code 0 when every target's gate holds, 1 when a gate fails (or the accuracy budget
     cannot be met with any layer left in INT8), 2 for bad input."""

@@ -39,6 +39,7 @@ def command(model: str, calib: str, out: Path | None, force: bool, intake, calib
     import tempfile
 
     from vitedge.calibration.sources import open_source
+    from vitedge.calibration.split import calibration_part
     from vitedge.errors import UsageError
     from vitedge.export import ExportOptions, export_onnx
     from vitedge.models.intake import load_model
@@ -73,7 +74,10 @@ def command(model: str, calib: str, out: Path | None, force: bool, intake, calib
 
     loaded = load_model(model, intake)
     spec = loaded.spec
-    source = open_source(calib, spec.preprocess, limit=calib_size, seed=seed, class_names=spec.class_names, progress=not quiet)
+    calib_part, split = calibration_part(Path(calib), spec.class_names)
+    if split:
+        click.echo(split.one_line())
+    source = open_source(calib_part, spec.preprocess, limit=calib_size, seed=seed, class_names=spec.class_names, progress=not quiet)
     click.echo(f"calibration data: {source.summary.one_line()}")
     with tempfile.TemporaryDirectory(prefix="vitedge-calibrate-") as work:
         fp32 = Path(work) / "model.fp32.onnx"
