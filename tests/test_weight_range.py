@@ -179,3 +179,51 @@ def _assert_kernel_verdict(rule: str, err: float, runtime: str) -> None:
         assert err < 2e-3, f"{rule} weights: relative error {err:.4f} in {where}"
     elif CPU.int8_dot_product is False:  # the cause, seen on this very machine
         assert err > 0.05, f"full-range weights did not saturate in {where} (error {err:.4f}): revisit vitedge.cpu"
+
+
+# OpenVINO's CPU plugin honours oneDNN's ISA cap, so the pre-VNNI kernels of every x86 level can
+# be forced on whatever machine runs the tests (the cap never raises the ISA: on a CPU below the
+# asked level, the machine's own kernels run). ONNX Runtime has no such switch.
+_FORCED_PROBE = """
+import sys, json, numpy as np, openvino as ov, tempfile
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from test_weight_range import _probe_graph, _rel_error
+from vitedge.backends.openvino import _int8_layer_share
+out = {{}}
+for rule in ("pairwise", "full"):
+    for op in ("MatMul", "Conv"):
+        d = Path(tempfile.mkdtemp()); x, exact = _probe_graph(d / "p.onnx", rule, op)
+        core = ov.Core()
+        c = core.compile_model(core.read_model(str(d / "p.onnx")), "CPU", {{"INFERENCE_PRECISION_HINT": "f32"}})
+        y = np.asarray(next(iter(c.create_infer_request().infer({{0: x}}).values())))
+        out[rule + " " + op] = [_rel_error(y, exact), _int8_layer_share(c)["by_type"]]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("isa", ["SSE41", "AVX2", "AVX512_CORE", "AVX512_CORE_VNNI"])
+def test_openvino_forced_isa_paths(isa):
+    """Each forced oneDNN ISA level: pairwise weights exact; full-range weights exact only on a
+    VNNI level the machine really has."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("openvino")
+    code = _FORCED_PROBE.format(tests=str(Path(__file__).parent))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "ONEDNN_MAX_CPU_ISA": isa})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    vnni_here = isa == "AVX512_CORE_VNNI" and bool({"avx512_vnni", "avx_vnni"} & CPU.flags)
+    for case, (err, kernels) in result.items():
+        assert all(k.endswith(("i8", "u8")) for k in kernels), (case, kernels)  # an INT8 kernel ran
+        if case.startswith("pairwise") or vnni_here:
+            assert err < 2e-3, f"{case} at {isa}: relative error {err:.4f} ({kernels})"
+        elif isa in ("SSE41", "AVX2") or "avx512f" not in CPU.flags:
+            # measured on an AVX2-only EPYC; AVX512_CORE without VNNI forced on an AVX-512 machine
+            # is expected to saturate the same way (VPMADDUBSW) but is only printed here
+            assert err > 0.05, f"{case} at {isa} did not saturate ({err:.4f}, {kernels})"
+        print(f"{isa} {case}: relative error {err:.4f} {kernels}")
