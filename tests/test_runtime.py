@@ -459,3 +459,22 @@ def test_runtime_refuses_a_full_range_bundle_where_it_would_be_wrong(runtime_bun
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         runtime.load(bundle, verify=False, warmup=0).close()
+
+
+def test_int8_layer_counts_come_from_each_runtime(runtime_bundles):
+    """backend_info.int8_layers is read from what the runtime executes (issue 13: OpenVINO's
+    count said 0 of 26 while its runtime model ran 25 FullyConnected in i8 and the conv in u8)."""
+    from vitedge.manifest import read_manifest
+
+    ov = read_manifest(runtime_bundles["plain"]["intel-cpu"])
+    counts = ov.backend_info["int8_layers"]
+    assert counts["source"] == "openvino runtime model"
+    assert counts["int8"] == ov.quantization["layers_int8"] > 0 and counts["other"] == 0, counts
+    assert sum(row["count"] for key, row in counts["by_type"].items() if key.endswith((" i8", " u8"))) == counts["int8"]
+    report = (runtime_bundles["plain"]["intel-cpu"] / "report.md").read_text()
+    assert f"INT8 layers executed by openvino (its openvino runtime model): {counts['int8']} of {counts['int8']}" in report
+    ort = read_manifest(runtime_bundles["plain"]["onnx"])
+    counts = ort.backend_info["int8_layers"]
+    assert counts["source"] == "onnxruntime optimized graph"
+    assert 0 < counts["int8"] <= ort.quantization["layers_int8"] and counts["by_type"].get("MatMulIntegerToFloat", 0) > 0
+    assert counts["by_type"].get("MultiHeadAttention") == 6  # the fused float attention cores, counted as float
