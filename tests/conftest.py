@@ -82,3 +82,12 @@ def deit_distilled(model_dir):
     path = model_dir / "deit_distilled.pt"
     torch.save(m.state_dict(), path)
     return m, path
+
+
+@pytest.fixture(scope="session")
+def example_bundles(tmp_path_factory):
+    """One GPU-less build of the bundled example for onnx, intel-cpu and the jetson family (the
+    accuracy gate loosened: these bundles serve family and camera-app tests, not accuracy ones)."""
+    from camera_support import build_example_bundles
+
+    return build_example_bundles(tmp_path_factory.mktemp("example-bundles") / "digits")

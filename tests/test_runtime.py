@@ -429,3 +429,52 @@ def test_camera_loop_example_annotates_the_demo_video(runtime_bundles, tmp_path)
     bad = subprocess.run([sys.executable, str(EXAMPLES / "camera_loop.py"), str(tmp_path / "nope")],
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "does not exist" in bad.stderr
+
+
+def test_runtime_refuses_a_full_range_bundle_where_it_would_be_wrong(runtime_bundles, tmp_path, monkeypatch):
+    """A bundle that records weight_range=full opens on VNNI CPUs and is refused on pre-VNNI
+    x86 (or opened with a warning when allowed)."""
+    import warnings
+
+    import vitedge.cpu as cpu_mod
+    from vitedge import runtime
+    from vitedge.cpu import ANY_X86, VNNI, CpuInfo
+    from vitedge.manifest import read_manifest
+
+    avx2_only = CpuInfo(machine="x86_64", model="AMD EPYC", flags=frozenset({"avx2"}), known=True)
+    vnni = CpuInfo(machine="x86_64", model="Intel Xeon", flags=frozenset({"avx2", "avx512_vnni"}), known=True)
+    bundle = tmp_path / "onnx"
+    shutil.copytree(runtime_bundles["plain"]["onnx"], bundle)
+    doc = json.loads((bundle / "manifest.json").read_text())
+    assert doc["quantization"]["cpu_requirement"] == ANY_X86 and doc["quantization"]["weight_range"] == "pairwise"
+    doc["quantization"]["cpu_requirement"] = VNNI
+    (bundle / "manifest.json").write_text(json.dumps(doc))
+    assert read_manifest(bundle).quantization["cpu_requirement"] == VNNI
+    monkeypatch.setattr(cpu_mod, "read_cpu", lambda *a, **k: avx2_only)
+    with pytest.raises(BundleError, match="saturate.*VITEDGE_ALLOW_CPU_MISMATCH"):
+        runtime.load(bundle, verify=False, warmup=0)
+    with pytest.warns(RuntimeWarning, match="saturate"):
+        runtime.load(bundle, verify=False, warmup=0, allow_cpu_mismatch=True).close()
+    monkeypatch.setattr(cpu_mod, "read_cpu", lambda *a, **k: vnni)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        runtime.load(bundle, verify=False, warmup=0).close()
+
+
+def test_int8_layer_counts_come_from_each_runtime(runtime_bundles):
+    """backend_info.int8_layers is read from what the runtime executes (issue 13: OpenVINO's
+    count said 0 of 26 while its runtime model ran 25 FullyConnected in i8 and the conv in u8)."""
+    from vitedge.manifest import read_manifest
+
+    ov = read_manifest(runtime_bundles["plain"]["intel-cpu"])
+    counts = ov.backend_info["int8_layers"]
+    assert counts["source"] == "openvino runtime model"
+    assert counts["int8"] == ov.quantization["layers_int8"] > 0 and counts["other"] == 0, counts
+    assert sum(row["count"] for key, row in counts["by_type"].items() if key.endswith((" i8", " u8"))) == counts["int8"]
+    report = (runtime_bundles["plain"]["intel-cpu"] / "report.md").read_text()
+    assert f"INT8 layers executed by openvino (its openvino runtime model): {counts['int8']} of {counts['int8']}" in report
+    ort = read_manifest(runtime_bundles["plain"]["onnx"])
+    counts = ort.backend_info["int8_layers"]
+    assert counts["source"] == "onnxruntime optimized graph"
+    assert 0 < counts["int8"] <= ort.quantization["layers_int8"] and counts["by_type"].get("MatMulIntegerToFloat", 0) > 0
+    assert counts["by_type"].get("MultiHeadAttention") == 6  # the fused float attention cores, counted as float

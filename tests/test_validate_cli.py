@@ -151,9 +151,9 @@ def test_build_runs_the_same_validation_and_reports(built_bundle):
 def test_default_data_is_the_set_recorded_at_build_time(bundle, capsys):
     code, out, err = run_cli(capsys, "validate", bundle, "--no-latency", "--no-sensitivity", *LENIENT)
     assert code == 0, err
-    assert "using the set recorded at build time" in err
+    assert "re-validating on the validation set the build validated on" in " ".join(err.split())
     doc = json.loads((bundle / "report" / "validation.json").read_text())
-    assert doc["data"]["path"] == str(VAL_DIR)
+    assert doc["data"]["path"] == str(VAL_DIR) and doc["data"]["role"] == "validation"
 
 
 def test_sensitivity_api_ranks_a_chosen_subset(built_bundle):

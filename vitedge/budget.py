@@ -8,8 +8,9 @@ the build's accuracy thresholds, then let every target consume that one graph.
             meets the budget, then bisect back to the fewest top-ranked layers that meet it
             and try re-quantizing each of those, least harmful first (fewest float layers)
 
-Every evaluation runs the candidate Q/DQ graph and the FP32 graph in ONNX Runtime (CPU,
-full graph optimizations) on the validation data and applies the build gate's own
+Every evaluation runs the candidate Q/DQ graph and the FP32 graph on the runtime of every
+target that consumes the graph (ONNX Runtime for onnx, OpenVINO for intel-cpu: their INT8
+kernels differ) on the validation data and applies the build gate's own
 accuracy rows (``vitedge.validation.run.evaluate_gate``): top-1 drop in points when the
 data has labels, top-1 agreement with FP32 always. Layers the user pins with
 ``--keep-float`` are float from the start, never candidates, never re-quantized.
@@ -116,6 +117,7 @@ class Evaluation:
                 "stopped_early")
         return {"index": self.index, "step": self.step, "float_layers": len(self.returned), "returned": list(self.returned),
                 "passed": self.passed, "accuracy": {k: self.accuracy[k] for k in keys if k in self.accuracy},
+                "runtimes": {name: {k: acc[k] for k in keys if k in acc} for name, acc in self.accuracy.get("runtimes", {}).items()},
                 "failures": list(self.failures), "seconds": round(self.seconds, 3)}
 
     def describe(self) -> str:
@@ -178,6 +180,7 @@ class BudgetResult:
     seconds: float = 0.0
     reason: str = ""  # why not met
     cache_path: str | None = None
+    runtimes: list[str] = field(default_factory=lambda: ["onnxruntime"])  # every candidate ran on each
 
     @property
     def met(self) -> bool:
@@ -195,7 +198,8 @@ class BudgetResult:
             "reason": self.reason or None,
             "thresholds": self.thresholds,
             "evaluated_on": self.data,
-            "runtime": RUNTIME,
+            "runtime": RUNTIME if self.runtimes == ["onnxruntime"] else " + ".join(self.runtimes),
+            "runtimes": list(self.runtimes),
             "search": self.settings.describe(),
             "settings": self.settings.to_dict(),
             "candidates": self.candidates,
@@ -355,14 +359,23 @@ class SensitivityCache:
 # --------------------------------------------------------------------------- evaluation
 
 
-class Evaluator:
-    """Runs a graph on the validation data in ONNX Runtime and compares it with FP32's outputs."""
+# A runtime the budget evaluates candidates on: (name, open(path) -> a Runner with .infer(batch)).
+# None opens ONNX Runtime's CPU provider, as the onnx target runs it.
+RuntimeOpener = tuple[str, Callable[[Path], Any]]
 
-    def __init__(self, fp32: Any, source: Any, output_kind: str, thresholds: Any, *, threads: int | None = None):
+
+class Evaluator:
+    """Runs a graph on the validation data in every target runtime that will run it, and
+    compares each with FP32's outputs on that same runtime. A candidate passes only when it
+    passes on all of them: the build gate of each target is what the budget must predict."""
+
+    def __init__(self, fp32: Any, source: Any, output_kind: str, thresholds: Any, *, threads: int | None = None,
+                 runtimes: Sequence[RuntimeOpener] | None = None):
         self.source = source
         self.output_kind = output_kind
         self.thresholds = thresholds
         self.threads = threads
+        self.runtimes: list[RuntimeOpener] = list(runtimes) if runtimes else [("onnxruntime", None)]
         self._memo: list[Any] | None = None
         memo, size = [], 0
         for batch in source.batches(_EVAL_BATCH):
@@ -373,31 +386,53 @@ class Evaluator:
             memo.append(batch)
         self._memo = memo
         self.labels = None
-        self.ref, _ = self._outputs(fp32)
+        self.refs = {name: self._outputs(fp32, opener)[0] for name, opener in self.runtimes}
+        self.ref = self.refs[self.runtimes[0][0]]
         self.runs = 0
 
     def _batches(self):
         return iter(self._memo) if self._memo is not None else self.source.batches(_EVAL_BATCH)
 
-    def _outputs(self, model: Any, stop: Callable[[np.ndarray], str | None] | None = None) -> tuple[np.ndarray, str | None]:
-        from vitedge.onnxutil import ort_session
+    def _infer_fn(self, model: Any, opener: Callable[[Path], Any] | None, tmp: Path) -> tuple[Callable[[np.ndarray], np.ndarray], Any]:
+        if opener is None:
+            from vitedge.onnxutil import ort_session
 
-        src = model.SerializeToString() if hasattr(model, "SerializeToString") else model
-        sess = ort_session(src if not isinstance(src, str) else Path(src), threads=self.threads)
-        name = sess.get_inputs()[0].name
+            src = model.SerializeToString() if hasattr(model, "SerializeToString") else model
+            sess = ort_session(src if not isinstance(src, str) else Path(src), threads=self.threads)
+            name = sess.get_inputs()[0].name
+            return (lambda x: sess.run(None, {name: x})[0]), None
+        path = Path(model) if isinstance(model, (str, Path)) else tmp / "candidate.onnx"
+        if not isinstance(model, (str, Path)):
+            from vitedge.onnxutil import save_onnx
+
+            save_onnx(model, path)
+        runner = opener(path)
+        runner.open()
+        return runner.infer, runner
+
+    def _outputs(self, model: Any, opener: Callable[[Path], Any] | None = None,
+                 stop: Callable[[np.ndarray], str | None] | None = None, ref: np.ndarray | None = None) -> tuple[np.ndarray, str | None]:
+        import tempfile
+
         outs, labels, labelled = [], [], True
         reason = None
-        for batch in self._batches():
-            y = np.asarray(sess.run(None, {name: np.ascontiguousarray(batch.images, dtype=np.float32)})[0], dtype=np.float32)
-            outs.append(y.reshape(y.shape[0], -1))
-            if batch.labels is None:
-                labelled = False
-            else:
-                labels.append(batch.labels)
-            if stop is not None:
-                reason = stop(np.concatenate(outs))
-                if reason:
-                    break
+        with tempfile.TemporaryDirectory(prefix="vitedge-budget-") as tmp:
+            infer, runner = self._infer_fn(model, opener, Path(tmp))
+            try:
+                for batch in self._batches():
+                    y = np.asarray(infer(np.ascontiguousarray(batch.images, dtype=np.float32)), dtype=np.float32)
+                    outs.append(y.reshape(y.shape[0], -1))
+                    if batch.labels is None:
+                        labelled = False
+                    else:
+                        labels.append(batch.labels)
+                    if stop is not None:
+                        reason = stop(np.concatenate(outs), ref)
+                        if reason:
+                            break
+            finally:
+                if runner is not None:
+                    runner.close()
         if self.labels is None and labelled and labels and reason is None:
             self.labels = np.concatenate(labels)
         return np.concatenate(outs), reason
@@ -408,15 +443,16 @@ class Evaluator:
             return None  # the validation gate reports this as a data error; the budget uses agreement
         return labels
 
-    def _certain_miss(self, got: np.ndarray) -> str | None:
+    def _certain_miss(self, got: np.ndarray, ref: np.ndarray | None = None) -> str | None:
         """Why this candidate already misses the budget whatever the remaining items give, or None.
 
         Exact bounds, so stopping early never changes a verdict: top-1 disagreements with FP32
         only grow, and each remaining item can win back at most one correct prediction."""
-        total, n = len(self.ref), len(got)
+        full_ref = self.ref if ref is None else ref
+        total, n = len(full_ref), len(got)
         if n >= total:
             return None
-        ref = self.ref[:n].argmax(1)
+        ref = full_ref[:n].argmax(1)
         pred = got.argmax(1)
         t = self.thresholds
         allowed = math.floor((1.0 - t.min_agreement) * total + 1e-9)
@@ -440,18 +476,39 @@ class Evaluator:
         from vitedge.validation.accuracy import compare_embeddings, compare_logits
 
         stop = self._certain_miss if early_stop and self.output_kind != "embedding" else None
-        got, reason = self._outputs(model, stop)
+        per_runtime: dict[str, dict[str, Any]] = {}
+        worst: dict[str, Any] | None = None
+        for name, opener in self.runtimes:
+            full_ref = self.refs[name]
+            got, reason = self._outputs(model, opener, stop, full_ref)
+            ref = full_ref[: len(got)]
+            if self.output_kind == "embedding":
+                acc = compare_embeddings(ref, got)
+            else:
+                labels = self._usable_labels()
+                acc = compare_logits(ref, got, None if labels is None else labels[: len(got)])
+            acc["output_kind"] = self.output_kind
+            acc["runtime"] = name
+            if reason:
+                acc["stopped_early"] = f"{name}: {reason}" if len(self.runtimes) > 1 else reason
+            per_runtime[name] = acc
+            if worst is None or self._worse(acc, worst):
+                worst = acc
+            if reason:  # a certain miss on one runtime is a miss: the others need not run
+                break
         self.runs += 1
-        ref = self.ref[: len(got)]
-        if self.output_kind == "embedding":
-            acc = compare_embeddings(ref, got)
-        else:
-            labels = self._usable_labels()
-            acc = compare_logits(ref, got, None if labels is None else labels[: len(got)])
-        acc["output_kind"] = self.output_kind
-        if reason:
-            acc["stopped_early"] = reason
-        return acc
+        result = dict(worst)
+        if len(self.runtimes) > 1:
+            result["runtimes"] = per_runtime
+        return result
+
+    def _worse(self, a: dict[str, Any], b: dict[str, Any]) -> bool:
+        """Whether accuracy ``a`` is further from the budget than ``b`` (a miss beats a pass)."""
+        fail_a, fail_b = not self.verdict(a)[0], not self.verdict(b)[0]
+        if fail_a != fail_b:
+            return fail_a
+        key = "embedding_cosine_mean" if self.output_kind == "embedding" else "top1_agreement"
+        return (a.get(key) if a.get(key) is not None else 1.0) < (b.get(key) if b.get(key) is not None else 1.0)
 
     def verdict(self, accuracy: dict[str, Any]) -> tuple[bool, list[str]]:
         """The build gate's own accuracy rows (speed rows are not the budget's)."""
@@ -486,6 +543,7 @@ def meet_budget(
     preprocess: Any = None,
     cache_dir: str | Path | None = None,
     log: Callable[[str], None] | None = None,
+    runtimes: Sequence[RuntimeOpener] | None = None,
 ) -> BudgetResult:
     """Build the Q/DQ graph that meets ``thresholds`` on ``source`` with the fewest layers in float.
 
@@ -495,6 +553,8 @@ def meet_budget(
     fp32         the FP32 reference graph (path or ModelProto); default: the calibrated copy
     full         ``build_qdq(calibration, keep_float=keep_float)`` when the caller has it already
     keep_float   the user's pins (node names, kinds, op types, fnmatch patterns): float, never touched
+    runtimes     the runtimes of the targets that will consume the graph, each as (name, open(path));
+                 a candidate must pass on every one (default: ONNX Runtime's CPU provider)
     """
     from vitedge.quantize.qdq import build_qdq, resolve_keep_float
 
@@ -513,7 +573,9 @@ def meet_budget(
         result.seconds = time.perf_counter() - start
         return result
 
-    ev = Evaluator(fp32 if fp32 is not None else calibration.model, source, output_kind, thresholds, threads=settings.threads)
+    ev = Evaluator(fp32 if fp32 is not None else calibration.model, source, output_kind, thresholds, threads=settings.threads,
+                   runtimes=runtimes)
+    result.runtimes = [name for name, _ in ev.runtimes]
     graphs: dict[tuple[str, ...], Any] = {}  # the passing candidates only (a ViT-B graph is ~100 MB)
 
     def evaluate(returned: tuple[str, ...], step: str) -> Evaluation:

@@ -19,12 +19,15 @@ from vitedge.errors import VitedgeError
 COMMANDS = {
     "inspect": "inspect_cmd",
     "export": "export_cmd",
+    "export-config": "export_config_cmd",
     "build": "build_cmd",
     "engine": "engine_cmd",
     "calibrate": "calibrate_cmd",
     "targets": "targets_cmd",
     "validate": "validate_cmd",
     "compare": "compare_cmd",
+    "init": "init_cmd",
+    "config": "config_cmd",
 }
 
 

@@ -35,6 +35,7 @@ class Manifest:
     toolchain: dict[str, str]
     backend_info: dict[str, Any] = field(default_factory=dict)
     validation: dict[str, Any] | None = None
+    validation_data: dict[str, Any] | None = None  # what the build validated on (vitedge.validation.data_record)
     files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
     schema: str = SCHEMA
     vitedge_version: str = __version__
@@ -59,6 +60,7 @@ class Manifest:
             "backend_info": self.backend_info,
             "toolchain": self.toolchain,
             "validation": self.validation,
+            "validation_data": self.validation_data,
             "files": self.files,
         }
 
@@ -72,6 +74,7 @@ class Manifest:
             **{k: d[k] for k in keys},
             backend_info=d.get("backend_info", {}),
             validation=d.get("validation"),
+            validation_data=d.get("validation_data"),
             files=d.get("files", {}),
             schema=d.get("schema", SCHEMA),
             vitedge_version=d.get("vitedge_version", "?"),

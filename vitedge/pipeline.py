@@ -14,7 +14,10 @@ from vitedge.errors import BundleError, UsageError
 from vitedge.fsutil import atomic_output_dir, sha256_file
 from vitedge.models.intake import IntakeOptions
 from vitedge.profiles import TargetProfile, Thresholds, load_profile
+from vitedge.quantize.weight_range import CPU_REQUIREMENT
 from vitedge.ui import StageLog
+from vitedge.calibration.split import resolve_data
+from vitedge.validation.data_record import DataRecord
 
 
 @dataclass(frozen=True)
@@ -96,15 +99,19 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             result = export_onnx(loaded, fp32, ExportOptions())
             log.info(result.one_line())
         with log.stage("data", f"calibration set {req.calib}"):
-            calib = open_source(req.calib, spec.preprocess, limit=req.calib_size, seed=req.seed,
+            calib_path, val_path, notes = resolve_data(req.calib, req.val, spec.class_names)
+            for note in notes:
+                log.info(note)
+            calib = open_source(calib_path, spec.preprocess, limit=req.calib_size, seed=req.seed,
                                 min_count=req.min_calib, class_names=spec.class_names, progress=not log.quiet)
             log.info(calib.summary.one_line())
-            if req.val is not None:
-                val = open_source(req.val, spec.preprocess, class_names=spec.class_names, progress=not log.quiet)
+            if val_path is not None:
+                val = open_source(val_path, spec.preprocess, class_names=spec.class_names, progress=not log.quiet)
                 log.info("validation: " + val.summary.one_line())
             else:
                 val = calib
                 log.info("validation: no --val given; validating on the calibration set (pass held-out labelled data for a real accuracy figure)")
+            val_record = DataRecord.of(val, "validation" if val_path is not None else "calibration").to_dict()
         qdq_paths: dict[QuantConfigKey, tuple[Path, Any, Any]] = {}
         budgets: dict[QuantConfigKey, Any] = {}
         for p in profiles:
@@ -118,8 +125,10 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
                 graph = build_qdq(calibration, keep_float=req.keep_float)
                 log.info(graph.one_line())
             settings = req.budget or BudgetSettings(measure_cost=req.measure_speed)
-            sharing = [thresholds[q.name] for q in profiles if QuantConfigKey.of(configs[q.name]) == key]
-            budgets[key] = budget = _meet_budget(calibration, graph, fp32, val, sharing, settings, spec, req, log)
+            consumers = [q for q in profiles if QuantConfigKey.of(configs[q.name]) == key]
+            sharing = [thresholds[q.name] for q in consumers]
+            runtimes = budget_runtimes(consumers, backends, settings.threads, log)
+            budgets[key] = budget = _meet_budget(calibration, graph, fp32, val, sharing, settings, spec, req, log, runtimes)
             graph = budget.graph
             qdq = work / f"model.int8.{len(qdq_paths)}.onnx"
             graph.save(qdq)
@@ -137,7 +146,8 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
         for p in profiles:
             qdq, calibration, graph = qdq_paths[QuantConfigKey.of(configs[p.name])]
             results.append(_build_target(p, backends[p.name], dirs[p.name], fp32, qdq, calibration, graph, loaded, val,
-                                         thresholds[p.name], req, log, budget=budgets[QuantConfigKey.of(configs[p.name])]))
+                                         thresholds[p.name], req, log, budget=budgets[QuantConfigKey.of(configs[p.name])],
+                                         val_record=val_record))
     return results
 
 
@@ -157,12 +167,11 @@ def _quant_config(cls, profile: TargetProfile, overrides: dict[str, Any]):
 
 
 def _thresholds(base: Thresholds, overrides: dict[str, Any]) -> Thresholds:
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    return dataclasses.replace(base, **changes) if changes else base
+    return base.with_overrides(overrides)
 
 
 def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, calibration, graph, loaded, val, thresholds,
-                  req: BuildRequest, log: StageLog, budget=None) -> TargetResult:
+                  req: BuildRequest, log: StageLog, budget=None, val_record=None) -> TargetResult:
     from vitedge.backends.base import BuildContext
     from vitedge.manifest import Manifest, toolchain_versions
     from vitedge.reporting import write_build_report
@@ -199,16 +208,21 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                 toolchain=toolchain_versions(_safe_versions(backend)),
                 backend_info=artifact.info,
                 validation=validation,
+                validation_data=val_record,
             )
             if artifact.built and env.can_run:  # the same validation, gate and reports as `vitedge validate`
                 with log.stage("validate", f"{profile.name}: INT8 vs FP32 on {len(val)} inputs, same runtime"):
                     checked = validate_bundle(tmp, manifest, val, ValidateOptions(
-                        threshold_overrides=req.threshold_overrides, measure_speed=req.measure_speed, producer="vitedge build"),
+                        threshold_overrides=req.threshold_overrides, measure_speed=req.measure_speed, producer="vitedge build",
+                        data_role=(val_record or {}).get("role")),
                         log=log, bundle_label=str(bundle_dir))
                     validation = manifest.validation = checked.document
                     for row in checked.result.gate:
                         log.info(row.status.upper() + " " + row.detail)
             budget_failure = _budget_speed_verdict(manifest, validation, thresholds, profile, log)
+            from vitedge.camera_apps.exports import write_bundle_exports
+
+            write_bundle_exports(tmp, manifest)  # camera/: DeepStream and Triton configs in NVIDIA bundles
             manifest.hash_files(tmp)
             if checked is not None:
                 checked.write(tmp / "report")
@@ -227,9 +241,32 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
     return TargetResult(profile, bundle_dir, artifact.built, passed, summary)
 
 
-def _meet_budget(calibration, graph, fp32: Path, val, sharing: list[Thresholds], settings, spec, req: BuildRequest, log: StageLog):
+def budget_runtimes(profiles: list[TargetProfile], backends: dict[str, Any], threads: int | None, log: StageLog) -> list[tuple[str, Any]]:
+    """The runtimes the accuracy budget must hold on: each target's own that runs here (once per
+    backend and options). TensorRT runs on the device: its plan is checked there, and the budget
+    stands in with ONNX Runtime when no other target runs here."""
+    runtimes: list[tuple[str, Any]] = []
+    seen: set[str] = set()
+    for p in profiles:
+        backend = backends[p.name]
+        env = backend.check_environment()
+        if not env.can_run or p.backend == "tensorrt":
+            continue
+        key = f"{p.backend} {p.backend_options!r}"
+        if key in seen:
+            continue
+        seen.add(key)
+        name = p.backend if all(q.backend != p.backend or q is p for q in profiles) else f"{p.backend} ({p.name})"
+        runtimes.append((name, lambda path, b=backend, o=p.backend_options: b.open_runner(path, o, threads=threads)))
+    if not runtimes:
+        log.info("accuracy budget: no target runtime runs here; evaluating in ONNX Runtime (CPU) as a stand-in")
+    return runtimes
+
+
+def _meet_budget(calibration, graph, fp32: Path, val, sharing: list[Thresholds], settings, spec, req: BuildRequest, log: StageLog,
+                 runtimes: list[tuple[str, Any]] | None = None):
     """The accuracy budget (vitedge.budget) for the Q/DQ graph these targets share: the strictest of
-    their thresholds, evaluated in ONNX Runtime against FP32 on the validation data."""
+    their thresholds, evaluated against FP32 on the validation data on every target runtime that runs here."""
     from vitedge.budget import BudgetNotMet, float_layers, measure_costs, meet_budget, strictest
 
     budget_thresholds = strictest(sharing)
@@ -237,7 +274,8 @@ def _meet_budget(calibration, graph, fp32: Path, val, sharing: list[Thresholds],
             if settings.enabled else "off (--no-fallback)")
     with log.stage("budget", f"accuracy budget: {what}"):
         result = meet_budget(calibration, val, budget_thresholds, fp32=fp32, full=graph, keep_float=req.keep_float, settings=settings,
-                             output_kind=spec.output_kind, preprocess=spec.preprocess, cache_dir=req.cache_dir, log=log.info)
+                             output_kind=spec.output_kind, preprocess=spec.preprocess, cache_dir=req.cache_dir, log=log.info,
+                             runtimes=runtimes or None)
         if result.status == "fallback" and settings.measure_cost:
             measure_costs(result, fp32, next(iter(val.batches(1))).images, threads=settings.threads)
         else:
@@ -296,6 +334,9 @@ def quantization_record(graph, budget=None) -> dict[str, Any]:
         "kept_float": list(graph.kept_float),
         "layer_kinds": {k: {"int8": a, "total": b} for k, (a, b) in graph.layer_kinds().items()},
         "summary_line": graph.one_line(),
+        # which CPUs give correct INT8 results with these weights (vitedge.cpu, checked at load)
+        "weight_range": graph.calibration.config.weight_range,
+        "cpu_requirement": CPU_REQUIREMENT[graph.calibration.config.weight_range],
     }
     if budget is not None:
         rec = budget.to_dict()

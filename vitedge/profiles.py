@@ -27,6 +27,10 @@ class Thresholds:
     min_agreement: float = 0.99
     min_speedup: float = 1.0
     max_p99_ms: float | None = None
+    # The speed floor on x86 CPUs without VNNI/AMX, where a runtime may have no INT8 kernel
+    # faster than its FP32 one (OpenVINO's pre-VNNI int8 GEMM: docs/cpu-targets.md). None:
+    # min_speedup everywhere. Passing --min-speedup overrides both.
+    min_speedup_without_vnni: float | None = None
 
     def __post_init__(self) -> None:
         if self.max_top1_drop < 0:
@@ -35,11 +39,32 @@ class Thresholds:
             raise UsageError(f"min_agreement must be a fraction in [0, 1], got {self.min_agreement}")
         if self.min_speedup < 0:
             raise UsageError(f"min_speedup must be >= 0, got {self.min_speedup}")
+        if self.min_speedup_without_vnni is not None and self.min_speedup_without_vnni < 0:
+            raise UsageError(f"min_speedup_without_vnni must be >= 0, got {self.min_speedup_without_vnni}")
         if self.max_p99_ms is not None and self.max_p99_ms <= 0:
             raise UsageError(f"max_p99_ms must be positive, got {self.max_p99_ms}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def speedup_floor(self, cpu: Any = None) -> tuple[float, str]:
+        """(the least speedup the gate accepts on ``cpu``, why): min_speedup, or the profile's
+        min_speedup_without_vnni on an x86 CPU without VNNI/AMX."""
+        if self.min_speedup_without_vnni is None:
+            return self.min_speedup, ""
+        from vitedge.cpu import read_cpu
+
+        cpu = cpu or read_cpu()
+        if cpu.is_x86 and cpu.int8_dot_product is False:
+            return self.min_speedup_without_vnni, f" on this {cpu.isa} CPU (profile min_speedup_without_vnni)"
+        return self.min_speedup, ""
+
+    def with_overrides(self, overrides: dict[str, Any]) -> "Thresholds":
+        """These thresholds with the CLI's (non-None) values; --min-speedup replaces the CPU-dependent floor too."""
+        changes = {k: v for k, v in overrides.items() if v is not None}
+        if "min_speedup" in changes:
+            changes.setdefault("min_speedup_without_vnni", None)
+        return dataclasses.replace(self, **changes) if changes else self
 
 
 @dataclass(frozen=True)
@@ -84,12 +109,18 @@ def resolve_profile_path(name_or_path: str) -> Path:
         return candidate
     path = targets_dir() / f"{name_or_path}.toml"
     if not path.is_file():
-        known = ", ".join(p.stem for p in list_profiles())
+        from vitedge.families import list_families
+
+        known = ", ".join([p.stem for p in list_profiles()] + [p.stem for p in list_families()])
         raise ProfileError(f"unknown target '{name_or_path}'; known targets: {known} (or pass a path to your own .toml)")
     return path
 
 
 def load_profile(name_or_path: str) -> TargetProfile:
+    from vitedge.families import family_profile, is_family
+
+    if is_family(name_or_path):  # jetson, nvidia-gpu: one bundle for several device profiles
+        return family_profile(name_or_path)
     path = resolve_profile_path(name_or_path)
     try:
         data = tomllib.loads(path.read_text())

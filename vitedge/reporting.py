@@ -23,8 +23,14 @@ def build_report_markdown(manifest) -> str:
         f"- input: `{m.input['name']}` {m.input['format']} {m.input['shape']}",
         f"- calibration: {m.calibration.get('summary_line', '')}",
         f"- quantization: {m.quantization.get('summary_line', '')}",
-        "",
     ]
+    executed = executed_int8_line(m.backend_info.get("int8_layers"), m.target.get("backend", ""))
+    if executed:
+        lines.append(f"- {executed}")
+    if m.quantization.get("weight_range"):
+        lines.append(f"- INT8 weight range: {m.quantization['weight_range']} (correct on: "
+                     f"{'every CPU' if m.quantization.get('cpu_requirement') == 'any-x86' else 'x86 CPUs with VNNI/AMX, Arm, GPUs'})")
+    lines.append("")
     lines += _backend_lines(m)
     v = m.validation
     if v and v.get("schema") == SCHEMA:
@@ -48,6 +54,19 @@ def _backend_lines(m) -> list[str]:
     except (UsageError, ImportError):  # unknown or not importable here: the report is still written, without it
         return []
     return backend.report_lines(m.backend_info or {})
+
+
+def executed_int8_line(counts, backend: str) -> str | None:
+    """What the runtime itself reports running in INT8 (backend_info.int8_layers), in one line."""
+    if not isinstance(counts, dict) or "int8" not in counts:
+        return None
+    if counts.get("int8") is None:
+        return f"INT8 layers executed by {backend}: not known ({counts.get('source', 'no account')})"
+    total = (counts.get("int8") or 0) + (counts.get("other") or 0)
+    kinds = counts.get("by_type") or {}
+    detail = ", ".join(f"{k} {v['count'] if isinstance(v, dict) else v}" for k, v in sorted(kinds.items()))
+    return (f"INT8 layers executed by {backend} (its {counts.get('source', 'own account')}): {counts['int8']} of {total} "
+            f"matrix layers" + (f" ({detail})" if detail else ""))
 
 
 def write_build_report(bundle: Path, manifest) -> Path:

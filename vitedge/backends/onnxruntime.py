@@ -112,6 +112,7 @@ class OnnxRuntimeBackend(Backend):
             shutil.copyfile(ctx.fp32_path, reference)
         with OnnxRuntimeRunner(model, options):  # proves the stock CPU provider loads it
             pass
+        info["int8_layers"] = int8_layer_share(model, options)
         return BuiltArtifact(model=model.name, reference=reference.name, info=info)
 
     @staticmethod
@@ -131,3 +132,45 @@ class OnnxRuntimeBackend(Backend):
 
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
         return OnnxRuntimeRunner(model_path, options or OnnxRuntimeOptions(), threads)
+
+
+# Optimized-graph op types that do matrix work, by what they compute in.
+_INT8_OPS = ("QLinearMatMul", "MatMulIntegerToFloat", "MatMulInteger", "QLinearConv", "ConvInteger", "QGemm",
+             "DynamicQuantizeMatMul", "QAttention", "QOrderedMatMul")
+_FLOAT_OPS = ("MatMul", "Gemm", "Conv", "FusedMatMul", "FusedGemm", "FusedConv", "NhwcFusedConv", "MultiHeadAttention",
+              "Attention", "MatMulNBits")
+
+
+def int8_layer_share(model_path: Path, options: OnnxRuntimeOptions) -> dict[str, Any]:
+    """How many matrix ops run in INT8, read from the graph ONNX Runtime itself optimized for
+    this CPU (``SessionOptions.optimized_model_filepath``), not from the Q/DQ pattern."""
+    import tempfile
+
+    import onnx
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = {
+        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[options.graph_optimization]
+    with tempfile.TemporaryDirectory(prefix="vitedge-ort-opt-") as tmp:
+        out = Path(tmp) / "optimized.onnx"
+        so.optimized_model_filepath = str(out)
+        try:
+            ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+            graph = onnx.load(str(out), load_external_data=False)
+        except Exception as err:
+            return {"int8": None, "other": None, "source": f"unavailable: {str(err).splitlines()[0][:120] if str(err) else type(err).__name__}"}
+    by_type: dict[str, int] = {}
+    counts: dict[str, Any] = {"int8": 0, "other": 0}
+    for node in graph.graph.node:
+        if node.op_type in _INT8_OPS or node.op_type in _FLOAT_OPS:
+            counts["int8" if node.op_type in _INT8_OPS else "other"] += 1
+            by_type[node.op_type] = by_type.get(node.op_type, 0) + 1
+    counts["by_type"] = by_type
+    counts["source"] = "onnxruntime optimized graph"
+    return counts

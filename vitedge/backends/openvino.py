@@ -178,16 +178,28 @@ class OpenVinoBackend(Backend):
         return OpenVinoRunner(model_path, options or OpenVinoOptions(), threads)
 
 
-def _int8_layer_share(compiled) -> dict[str, int]:
-    """How many executed layers run in INT8 (u8/i8), read from the runtime graph."""
-    counts = {"int8": 0, "other": 0}
+# Runtime-graph layer types that do the matrix work (OpenVINO renames FullyConnected by version).
+_COMPUTE_LAYERS = ("FullyConnected", "FullyConnectedQuantizedLegacy", "FullyConnectedQuantized", "MatMul", "Convolution")
+
+
+def _int8_layer_share(compiled) -> dict[str, Any]:
+    """How many executed matrix layers run in INT8 (u8/i8), read from OpenVINO's runtime graph:
+    what the CPU plugin actually executes, not what the IR asked for."""
+    counts: dict[str, Any] = {"int8": 0, "other": 0, "by_type": {}, "source": "openvino runtime model"}
     try:
-        for op in compiled.get_runtime_model().get_ordered_ops():
-            info = op.get_rt_info()
-            prec = str(info["runtimePrecision"].astype(str)) if "runtimePrecision" in info else ""
-            layer_type = str(info["layerType"].astype(str)) if "layerType" in info else ""
-            if layer_type in ("FullyConnected", "MatMul", "Convolution"):
-                counts["int8" if prec in ("I8", "U8") else "other"] += 1
-    except Exception:
-        pass
+        ops = compiled.get_runtime_model().get_ordered_ops()
+    except Exception as err:  # a plugin without a runtime model: say so rather than report zeros
+        return {"int8": None, "other": None, "source": f"unavailable: {str(err).splitlines()[0][:120] if str(err) else type(err).__name__}"}
+    for op in ops:
+        info = op.get_rt_info()
+        prec = str(info["runtimePrecision"].astype(str)) if "runtimePrecision" in info else ""
+        layer_type = str(info["layerType"].astype(str)) if "layerType" in info else ""
+        if layer_type in _COMPUTE_LAYERS:
+            key = "int8" if prec.lower() in ("i8", "u8") else "other"
+            counts[key] += 1
+            kernel = str(info["primitiveType"].astype(str)) if "primitiveType" in info else "?"
+            row = counts["by_type"].setdefault(f"{layer_type} {prec.lower() or '?'}", {"count": 0, "kernels": []})
+            row["count"] += 1
+            if kernel not in row["kernels"]:
+                row["kernels"].append(kernel)
     return counts

@@ -83,6 +83,12 @@ class TensorRtBackend(Backend):
     def build(self, ctx: BuildContext) -> BuiltArtifact:
         from vitedge.backends.tensorrt_bundle import build_on_device, load_checked_graph, offline_info, plan_bundle
 
+        from vitedge.families import FamilyOptions
+
+        if isinstance(ctx.options, FamilyOptions):  # --target jetson / nvidia-gpu: plans for every member
+            from vitedge.backends.tensorrt_family import build_family
+
+            return build_family(ctx, self._offline_capabilities)
         say = ctx.log or (lambda _m: None)
         options: TensorRtOptions = ctx.options or TensorRtOptions()
         model = load_checked_graph(ctx.qdq_path)  # fails loudly if the graph breaks a TensorRT Q/DQ rule

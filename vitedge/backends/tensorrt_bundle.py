@@ -303,7 +303,7 @@ class EngineResult:
 
 def complete_bundle(bundle: Path, *, val: Path | None = None, force: bool = False, measure_speed: bool = True,
                     log: Callable[[str], None] | None = None, trt: Any = None, cudart: Any = None,
-                    facts: DeviceFacts | None = None) -> EngineResult:
+                    facts: DeviceFacts | None = None, profile_name: str | None = None) -> EngineResult:
     """Build the bundle's engines on this device, validate them when ``val`` is given, and
     replace the bundle atomically with the completed one (manifest rewritten with hashes)."""
     from vitedge.fsutil import atomic_output_dir
@@ -326,7 +326,12 @@ def complete_bundle(bundle: Path, *, val: Path | None = None, force: bool = Fals
             raise BundleError(f"cannot build the TensorRT engine here: {env.detail}"
                               + (f"; {env.install_hint}" if env.install_hint else "") + "; the bundle is unchanged")
         import tensorrt as trt  # noqa: F811 - checked above
-    profile = manifest.target.get("profile") or {}
+    from vitedge.backends.tensorrt_family import choose_member
+
+    facts = facts if facts is not None else read_device_facts(trt, cudart)
+    profile, family = choose_member(manifest.target, facts, profile_name, bundle)
+    if family is not None:
+        say(f"{family['name']} bundle: building with profile {family['selected']} ({family['why']})")
     try:
         options = TensorRtOptions(**(profile.get("backend_options") or {}))
     except TypeError as err:
@@ -360,8 +365,13 @@ def complete_bundle(bundle: Path, *, val: Path | None = None, force: bool = Fals
         manifest.artifacts.update(model=ENGINE, reference=REFERENCE_ENGINE, built=True,
                                   extra=sorted(set(previous_extra) | set(extra)))
         manifest.backend_info = info
+        if family is not None:  # the chosen member is the bundle's profile now; the family stays for rebuilds
+            manifest.target.update(profile=profile, family=family)
         manifest.validation = validation  # a previous validation was of another engine (or none)
         manifest.toolchain = dict(manifest.toolchain, tensorrt=str(getattr(trt, "__version__", "?")))
+        from vitedge.camera_apps.exports import write_bundle_exports
+
+        write_bundle_exports(tmp, manifest)  # camera/triton/ now that the engine exists
         manifest.hash_files(tmp)
         write_build_report(tmp, manifest)
         manifest.write(tmp)

@@ -25,6 +25,7 @@ from vitedge.errors import BundleError, IncompatibleEngineError
 
 FACTS_FILE = "engine_facts.json"
 NV_TEGRA_RELEASE = Path("/etc/nv_tegra_release")
+DEVICE_TREE = Path("/proc/device-tree")
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,8 @@ class DeviceFacts:
     cuda_driver: str | None = None
     l4t: str | None = None  # Jetson Linux release, "36.3.0"
     jetpack: str | None = None  # nvidia-jetpack package version, "6.0+b106"
+    module: str | None = None  # device-tree model, "NVIDIA Jetson AGX Orin Developer Kit"
+    compatible: str | None = None  # device-tree compatible, "nvidia,p3737-0000+p3701-0005 nvidia,tegra234"
     machine: str = dataclasses.field(default_factory=platform.machine)
 
     def to_dict(self) -> dict[str, Any]:
@@ -85,6 +88,20 @@ def read_jetson_release() -> tuple[str | None, str | None]:
         except (OSError, subprocess.SubprocessError):
             jetpack = None
     return l4t, jetpack
+
+
+def read_device_tree(root: Path = DEVICE_TREE) -> tuple[str | None, str | None]:
+    """(model, compatible) from the device tree (NUL-separated strings), (None, None) without one."""
+    out: list[str | None] = []
+    for name in ("model", "compatible"):
+        try:
+            raw = (root / name).read_bytes()
+        except OSError:
+            out.append(None)
+            continue
+        text = " ".join(p.decode(errors="replace").strip() for p in raw.split(b"\0") if p.strip())
+        out.append(text or None)
+    return out[0], out[1]
 
 
 # The cuda-python range whose layouts this module handles (pyproject's [tensorrt] extra pins it):
@@ -140,9 +157,10 @@ def read_device_facts(trt: Any = None, cudart: Any = None, *, device: int = 0) -
     except Exception:
         pass
     l4t, jetpack = read_jetson_release()
+    module, compatible = read_device_tree()
     version = getattr(trt, "__version__", None) if trt is not None else None
     return DeviceFacts(tensorrt=version, gpu_name=gpu, compute_capability=cc, cuda_runtime=runtime, cuda_driver=driver,
-                       l4t=l4t, jetpack=jetpack)
+                       l4t=l4t, jetpack=jetpack, module=module, compatible=compatible)
 
 
 def _version_tuple(text: str | None) -> tuple[int, ...]:

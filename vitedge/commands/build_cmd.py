@@ -1,4 +1,5 @@
-"""`vitedge build --target NAME MODEL --calib DATA -o OUT`: the command our users type."""
+"""`vitedge build --target NAME MODEL --calib DATA -o OUT`: the command our users type.
+Every flag can come from the project config (vitedge.toml); flags override it."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ from pathlib import Path
 import click
 
 from vitedge.cli_options import with_intake
+from vitedge.project_config import require_build, with_project_config
 
 
 @click.command("build")
-@click.argument("model", type=click.Path(path_type=Path))
-@click.option("-t", "--target", "targets", multiple=True, required=True, metavar="NAME|FILE.toml",
+@with_project_config(require_build, dry_run=True)
+@click.argument("model", type=click.Path(path_type=Path), required=False)
+@click.option("-t", "--target", "targets", multiple=True, metavar="NAME|FILE.toml",
               help="Target profile (see `vitedge targets`) or your own profile file. Repeat for several targets: they share one calibration.")
-@click.option("--calib", type=click.Path(path_type=Path), required=True, help="Calibration data: image folder, .npy/.npz, or a video file.")
+@click.option("--calib", type=click.Path(path_type=Path), help="Calibration data: image folder, .npy/.npz, or a video file; "
+              "a folder holding calib/ + val/ (or train/ + val/) is a split.")
 @click.option("--val", type=click.Path(path_type=Path), default=None, help="Labelled validation data for the parity check (default: the calibration data).")
 @click.option("-o", "--out", type=click.Path(path_type=Path), default=None,
               help="Bundle folder (one target) or parent of one folder per target. Default: MODEL-TARGET.")
@@ -26,6 +30,8 @@ from vitedge.cli_options import with_intake
 @click.option("--smoothquant-alpha", type=float, default=None, help="SmoothQuant migration strength.")
 @click.option("--no-smoothquant", is_flag=True, help="Switch SmoothQuant off.")
 @click.option("--quantize-attention/--no-quantize-attention", default=None, help="Quantize the Q.K^T and P.V matmuls.")
+@click.option("--weight-range", type=click.Choice(["pairwise", "7bit", "full"]), default=None,
+              help="INT8 weight range (default: the profile's, else pairwise: correct on every x86 CPU; full: VNNI/AMX CPUs and GPUs only).")
 @click.option("--keep-float", multiple=True, metavar="PATTERN", help="Keep layers matching PATTERN (node name or kind, fnmatch) in float.")
 @click.option("--bake-preprocess", is_flag=True, help="Artifacts take uint8 NHWC RGB frames and normalise them in the graph.")
 @click.option("--max-top1-drop", type=float, default=None, help="Gate: most top-1 points lost vs FP32 (overrides the profile).")
@@ -40,13 +46,17 @@ from vitedge.cli_options import with_intake
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Calibration cache (default $VITEDGE_CACHE_DIR or ~/.cache/vitedge).")
 @click.option("-q", "--quiet", is_flag=True, help="Only the summary.")
 def command(model, targets, calib, val, out, force, intake, calib_size, seed, method, percentile, smoothquant_alpha, no_smoothquant,
-            quantize_attention, keep_float, bake_preprocess, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
+            quantize_attention, weight_range, keep_float, bake_preprocess, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
             no_fallback, fallback_max_evals, cache_dir, quiet) -> None:
     """Quantize MODEL to INT8 once and build it for each --target, validated against FP32.
 
     When the INT8 graph misses the accuracy thresholds on the validation data, the layers that
     harm it most go back to float (a few at a time, ranked by per-layer sensitivity) until it
     meets them; every target is built from that one graph (--no-fallback: off).
+
+    MODEL, --target, --calib and every other flag can come from the project config
+    (vitedge.toml or [tool.vitedge], from the working directory upward); flags override it,
+    --dry-run shows each setting and where it came from.
 
     Exit code 0 when every target's gate holds, 1 when a gate fails (or the accuracy budget
     cannot be met with any layer left in INT8), 2 for bad input."""
@@ -60,7 +70,7 @@ def command(model, targets, calib, val, out, force, intake, calib_size, seed, me
         raise UsageError("--no-smoothquant and --smoothquant-alpha contradict each other; pass one")
     if percentile is not None and method is None:
         method = "percentile"  # as `vitedge calibrate` does: --percentile alone means the percentile method
-    quant = {"method": method, "percentile": percentile, "quantize_attention": quantize_attention}
+    quant = {"method": method, "percentile": percentile, "quantize_attention": quantize_attention, "weight_range": weight_range}
     if smoothquant_alpha is not None:
         quant["smoothquant_alpha"] = smoothquant_alpha
     if no_smoothquant:

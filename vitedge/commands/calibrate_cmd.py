@@ -24,12 +24,14 @@ from vitedge.cli_options import with_intake
 @click.option("--no-smoothquant", is_flag=True, help="Switch SmoothQuant off.")
 @click.option("--quantize-attention/--no-quantize-attention", default=None,
               help="Quantize the Q.K^T and P.V matmuls [default: no].")
+@click.option("--weight-range", type=click.Choice(["pairwise", "7bit", "full"]), default=None,
+              help="INT8 weight range [default: pairwise, correct on every x86 CPU; full: VNNI/AMX CPUs and GPUs only].")
 @click.option("--keep-float", multiple=True, metavar="PATTERN", help="Keep layers in float: node name, kind (linear, head, ...) or fnmatch pattern. Repeatable.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Calibration cache [default: $VITEDGE_CACHE_DIR or ~/.cache/vitedge].")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def command(model: str, calib: str, out: Path | None, force: bool, intake, calib_size: int | None, seed: int, method: str | None,
             percentile: float | None, smoothquant_alpha: float | None, no_smoothquant: bool, quantize_attention: bool | None,
-            keep_float: tuple[str, ...], cache_dir: Path | None, quiet: bool) -> None:
+            weight_range: str | None, keep_float: tuple[str, ...], cache_dir: Path | None, quiet: bool) -> None:
     """Calibrate MODEL on real images and, with -o, write its INT8 Q/DQ ONNX graph.
 
     Statistics are cached (keyed by the FP32 graph, the data, preprocessing and
@@ -37,6 +39,7 @@ def command(model: str, calib: str, out: Path | None, force: bool, intake, calib
     import tempfile
 
     from vitedge.calibration.sources import open_source
+    from vitedge.calibration.split import calibration_part
     from vitedge.errors import UsageError
     from vitedge.export import ExportOptions, export_onnx
     from vitedge.models.intake import load_model
@@ -65,11 +68,16 @@ def command(model: str, calib: str, out: Path | None, force: bool, intake, calib
         settings["smoothquant_alpha"] = None
     if quantize_attention is not None:
         settings["quantize_attention"] = quantize_attention
+    if weight_range is not None:
+        settings["weight_range"] = weight_range
     config = QuantConfig(**settings)  # validates: UsageError with the flag's name
 
     loaded = load_model(model, intake)
     spec = loaded.spec
-    source = open_source(calib, spec.preprocess, limit=calib_size, seed=seed, class_names=spec.class_names, progress=not quiet)
+    calib_part, split = calibration_part(Path(calib), spec.class_names)
+    if split:
+        click.echo(split.one_line())
+    source = open_source(calib_part, spec.preprocess, limit=calib_size, seed=seed, class_names=spec.class_names, progress=not quiet)
     click.echo(f"calibration data: {source.summary.one_line()}")
     with tempfile.TemporaryDirectory(prefix="vitedge-calibrate-") as work:
         fp32 = Path(work) / "model.fp32.onnx"

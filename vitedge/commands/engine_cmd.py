@@ -13,8 +13,10 @@ import click
               help="Labelled validation data: validate the engine against its FP32 reference engine here.")
 @click.option("--force", is_flag=True, help="Rebuild an engine the bundle already holds (e.g. for this device).")
 @click.option("--no-latency", is_flag=True, help="Skip latency measurement (and the speed gate).")
+@click.option("--profile", "profile_name", metavar="NAME", default=None,
+              help="For a family bundle (--target jetson / nvidia-gpu): the profile to build with, when the device is not recognised.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the result line.")
-def command(bundle: Path, val: Path | None, force: bool, no_latency: bool, quiet: bool) -> None:
+def command(bundle: Path, val: Path | None, force: bool, no_latency: bool, profile_name: str | None, quiet: bool) -> None:
     """Build the TensorRT engine of BUNDLE (written by `vitedge build --target jetson-orin ...`
     where no GPU was) on this device, validate it when --val is given, and complete the
     bundle atomically: the manifest records this device and every file's hash.
@@ -26,10 +28,14 @@ def command(bundle: Path, val: Path | None, force: bool, no_latency: bool, quiet
 
     log = StageLog(quiet=quiet)
     with log.stage("engine", f"TensorRT engine for {bundle}"):
-        result = complete_bundle(bundle, val=val, force=force, measure_speed=not no_latency, log=log.info)
+        result = complete_bundle(bundle, val=val, force=force, measure_speed=not no_latency, log=log.info,
+                                 profile_name=profile_name)
     info = result.manifest.backend_info
     device = info.get("device") or {}
     where = f"{device.get('gpu_name')} (compute {device.get('compute_capability')}), TensorRT {device.get('tensorrt')}"
+    family = result.manifest.target.get("family")
+    if family:
+        where += f", profile {family['selected']} of the {family['name']} family"
     if result.passed is None:
         click.echo(f"built {bundle}/model.engine on {where}; not validated (pass --val DATA to check it against FP32)")
     elif result.passed:

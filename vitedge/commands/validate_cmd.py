@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from vitedge.project_config import config_bundles, with_project_config
+
 
 def _threshold_flags(func):
     for deco in reversed([
@@ -19,10 +21,12 @@ def _threshold_flags(func):
 
 
 @click.command("validate")
-@click.argument("bundle", type=click.Path(path_type=Path))
+@with_project_config()
+@click.argument("bundle", type=click.Path(path_type=Path), required=False)
 @click.option("--data", type=click.Path(path_type=Path), default=None,
               help="Labelled validation data: image folder (one subfolder per class), .npy/.npz, or video. "
-                   "Default: the set recorded at build time, if it still exists unchanged.")
+                   "Default: exactly what the build validated on, if it still exists unchanged. "
+                   "A folder holding calib/ + val/ means its val/.")
 @click.option("--data-size", type=click.IntRange(min=1), default=None, help="Use a seeded subset of N items of --data.")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the --data-size subset.")
 @click.option("--report-dir", type=click.Path(path_type=Path), default=None,
@@ -46,22 +50,48 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     throughput, speedup) and memory, applies the gate of the bundle's profile (overridable
     with the threshold flags) and writes the reports.
 
-    Exit code 0 when every threshold holds, 1 when one fails, 2 for bad input."""
-    from vitedge.errors import CalibrationError, DataError, GateFailure, UsageError
-    from vitedge.manifest import verify_bundle
-    from vitedge.profiles import Thresholds
-    from vitedge.ui import StageLog
-    from vitedge.validation.bundle import ValidateOptions, default_data, validate_bundle
-    from vitedge.validation.latency import LatencySettings
-    from vitedge.validation.report import append_step_summary, check_report_dir
+    Without --data: exactly the data the build validated on (recorded in manifest.json).
+    Without BUNDLE: every bundle the project config's build writes (vitedge.toml).
 
+    Exit code 0 when every threshold holds, 1 when one fails, 2 for bad input."""
+    from click.core import ParameterSource
+
+    from vitedge.errors import GateFailure, UsageError
+    from vitedge.profiles import Thresholds
+    from vitedge.validation.report import check_report_dir
+
+    ctx = click.get_current_context()
     overrides = {"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms}
     Thresholds(**{k: v for k, v in overrides.items() if v is not None})  # bad values: exit 2 before any work
-    if no_latency and (min_speedup is not None or max_p99_ms is not None):
+    speed_flags = [k for k in ("min_speedup", "max_p99_ms") if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]
+    if no_latency and speed_flags:
         raise UsageError("--no-latency cannot check --min-speedup or --max-p99-ms; drop one")
-    bundle = Path(bundle)
-    report_dir = Path(report_dir) if report_dir is not None else bundle / "report"
-    check_report_dir(report_dir)
+    # no BUNDLE: every bundle the project config's build writes
+    bundles = [Path(bundle)] if bundle is not None else config_bundles(ctx.meta.get("vitedge.project_config"))
+    dirs = {b: (b / "report" if report_dir is None else Path(report_dir) / (b.name if len(bundles) > 1 else "")) for b in bundles}
+    for d in dirs.values():
+        check_report_dir(d)
+    failed = []
+    for b in bundles:
+        result = validate_one(b, dirs[b], data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
+                              sensitivity_samples, threads, quiet)
+        if not result.passed:
+            failed.append(result.failure_line())
+    if failed:
+        raise GateFailure("; ".join(failed))
+
+
+def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
+                 sensitivity_samples, threads, quiet):
+    """Validate one bundle, write its reports and print its verdict; the BundleValidation."""
+    from vitedge.calibration.split import validation_part
+    from vitedge.errors import CalibrationError, DataError, UsageError
+    from vitedge.manifest import verify_bundle
+    from vitedge.ui import StageLog
+    from vitedge.validation.bundle import ValidateOptions, validate_bundle
+    from vitedge.validation.data_record import DataRecord, open_recorded
+    from vitedge.validation.latency import LatencySettings
+    from vitedge.validation.report import append_step_summary
 
     log = StageLog(quiet=quiet)
     with log.stage("verify", str(bundle)):
@@ -69,24 +99,31 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
         log.info(f"{len(manifest.files)} files match manifest.json; target {manifest.target.get('name')} "
                  f"({manifest.target.get('backend')}), model {manifest.model.get('source')}")
     spec = manifest.spec
-    recorded = None
+    role = "validation"
     if data is None:
-        data = default_data(manifest, bundle)
-        if data is None:
+        record = DataRecord.from_manifest(manifest)
+        if record is None:
             raise UsageError("pass --data LABELLED_SET (an image folder with one subfolder per class, or a .npz with images "
-                             "and labels); the bundle records no validation set that still exists here")
-        recorded = (manifest.validation or {}).get("data", {}).get("data_hash")
-        log.info(f"no --data given: using the set recorded at build time, {data}")
-    with log.stage("data", str(data)):
-        try:
-            source = open_source_for(data, spec, data_size, seed, progress=not quiet)
-        except CalibrationError as err:
-            raise DataError(f"--data: {err}") from None
-        if recorded is not None and data_size is None and source.summary.data_hash != recorded:
-            raise UsageError(f"{data} changed since the build (its data hash differs from the one in manifest.json); pass --data explicitly")
-        log.info(source.summary.one_line())
+                             "and labels); the bundle records no validation set")
+        if data_size is not None:
+            raise UsageError("--data-size takes a subset of --data; without --data the build's own set is used as it was")
+        role = record.role
+        log.info(f"no --data given: re-validating on {record.describe()}")
+        with log.stage("data", record.path):
+            source = open_recorded(record, spec, progress=not quiet)
+            log.info(source.summary.one_line())
+    else:
+        with log.stage("data", str(data)):
+            data, split = validation_part(data, spec.class_names)
+            if split:
+                log.info(split.one_line())
+            try:
+                source = open_source_for(data, spec, data_size, seed, progress=not quiet)
+            except CalibrationError as err:
+                raise DataError(f"--data: {err}") from None
+            log.info(source.summary.one_line())
     options = ValidateOptions(
-        threshold_overrides=overrides, measure_speed=not no_latency,
+        data_role=role, threshold_overrides=overrides, measure_speed=not no_latency,
         latency=LatencySettings.for_budget(latency_seconds),
         sensitivity=sensitivity, sensitivity_samples=sensitivity_samples, threads=threads, producer="vitedge validate",
     )
@@ -99,8 +136,9 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     if warning:
         log.info(warning)
     print_validation(result, written, quiet)
-    if not result.passed:
-        raise GateFailure(result.failure_line())
+    if role == "calibration":
+        click.echo("note: validated on the build's calibration images, not held-out data (pass --data for a real accuracy figure)")
+    return result
 
 
 def open_source_for(data: Path, spec, data_size, seed, *, progress: bool):

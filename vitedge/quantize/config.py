@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from vitedge.errors import UsageError
+from vitedge.quantize.weight_range import WEIGHT_RANGES
 
 # Bump when a change would make cached statistics or the Q/DQ graph differ for the same
 # inputs (placement, statistics, threshold search, SmoothQuant rewrite).
@@ -24,6 +25,8 @@ DEFAULT_SMOOTHQUANT_ALPHA: float | None = 0.5
 DEFAULT_QUANTIZE_ATTENTION = False
 DEFAULT_SMOOTHQUANT_SHARED = False
 DEFAULT_NUM_BINS = 2048
+# Safe on every x86 CPU (no int16 saturation in pre-VNNI kernels): vitedge.quantize.weight_range
+DEFAULT_WEIGHT_RANGE = "pairwise"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +44,9 @@ class QuantConfig:
                        something else too (post-norm residuals), through an explicit
                        per-channel Mul in front of them; otherwise they are left unsmoothed
     num_bins           histogram bins over [0, max|x|] (histogram methods)
+    weight_range       how far INT8 weights reach: pairwise (no adjacent weight pair can
+                       saturate a pre-VNNI x86 kernel; safe on every CPU), 7bit (|q| <= 64),
+                       full (|q| <= 127: VNNI/AMX CPUs and GPUs only); see weight_range.py
     """
 
     method: str = DEFAULT_METHOD
@@ -49,6 +55,7 @@ class QuantConfig:
     quantize_attention: bool = DEFAULT_QUANTIZE_ATTENTION
     smoothquant_shared: bool = DEFAULT_SMOOTHQUANT_SHARED
     num_bins: int = DEFAULT_NUM_BINS
+    weight_range: str = DEFAULT_WEIGHT_RANGE
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -66,6 +73,8 @@ class QuantConfig:
         for name in ("quantize_attention", "smoothquant_shared"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.weight_range not in WEIGHT_RANGES:
+            raise UsageError(f"--weight-range must be one of {', '.join(WEIGHT_RANGES)}, got {self.weight_range!r}")
         if isinstance(self.num_bins, bool) or not isinstance(self.num_bins, int) or not 256 <= self.num_bins <= 65536:
             raise UsageError(f"num_bins must be an integer between 256 and 65536, got {self.num_bins!r}")
 

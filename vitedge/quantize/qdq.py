@@ -26,6 +26,7 @@ from vitedge.quantize.checker import Violation, check_qdq_graph
 from vitedge.quantize.config import LAYER_KINDS, QUANTIZER_VERSION, QuantConfig
 from vitedge.quantize.graph import GraphIndex, NameScope, QuantLayer, cleanup
 from vitedge.quantize.stats import QMAX
+from vitedge.quantize.weight_range import CPU_REQUIREMENT, quantize_weight
 
 METADATA_KEY = "vitedge.quantization"
 
@@ -102,6 +103,7 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
     if not quantize_attention:
         floats |= {l.name for l in layers if l.kind == "attention_matmul"}
     chosen = [l for l in layers if l.name not in floats]
+    weight_range = calibration.config.weight_range
 
     m = onnx.ModelProto()
     m.CopyFrom(calibration.model)
@@ -137,12 +139,7 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
             return weight_dq[key]
         w = np.asarray(gi.value(layer.weight), dtype=np.float32)
         axis = int(layer.weight_axis)
-        reduce = tuple(i for i in range(w.ndim) if i != axis)
-        amax = np.max(np.abs(w), axis=reduce).astype(np.float64)
-        scale = np.where(amax > 0, amax / QMAX, 1.0).astype(np.float32)
-        shape = [1] * w.ndim
-        shape[axis] = -1
-        q = np.clip(np.rint(w / scale.reshape(shape)), -QMAX, QMAX).astype(np.int8)
+        q, scale = quantize_weight(w, axis, layer.op_type, weight_range)
         base = layer.weight
         q_name, s_name, z_name = names(f"{base}_quantized"), names(f"{base}_scale"), names(f"{base}_zero_point")
         dq_out = names(f"{base}_dequantized")
@@ -182,6 +179,8 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
         "layers": len(layers),
         "activation_dtype": TensorProto.DataType.Name(TensorProto.INT8),
         "weights": "int8 symmetric per-output-channel",
+        "weight_range": weight_range,
+        "cpu_requirement": CPU_REQUIREMENT[weight_range],
         "activations": "int8 symmetric per-tensor",
     })
     set_metadata(m, {METADATA_KEY: json.dumps(info, sort_keys=True)})

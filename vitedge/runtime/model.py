@@ -25,6 +25,8 @@ from vitedge.runtime.frames import as_frame_list, check_color, prepare_batch
 from vitedge.runtime.results import SMALL_HEAD, Prediction, Predictions, top_k as _top_k, top_k_one
 from vitedge.spec import Preprocess
 
+CPU_BACKENDS = ("onnxruntime", "openvino")
+
 # backend -> (Python module it needs, what it is, how to install it on a runtime-only box)
 _NEEDS: dict[str, tuple[str, str, str]] = {
     "onnxruntime": ("onnxruntime", "ONNX Runtime", "pip install onnxruntime (or: pip install 'vitedge-runtime[onnxruntime]')"),
@@ -36,7 +38,7 @@ _NEEDS: dict[str, tuple[str, str, str]] = {
 
 
 def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: int | None = None,
-         runners: int = 1, max_batch: int | None = None) -> "Model":
+         runners: int = 1, max_batch: int | None = None, allow_cpu_mismatch: bool | None = None) -> "Model":
     """Open a built bundle folder for inference.
 
     verify:    check every file against the sha256 in manifest.json first (default); pass
@@ -48,6 +50,9 @@ def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: i
                them; with 1 (default) inference is serialised by the runner pool.
     max_batch: largest batch sent to a runner at once; longer batches are split
                (default: the largest batch size of the bundle's target profile).
+    allow_cpu_mismatch: open a CPU bundle whose INT8 graph needs what this CPU lacks (a
+               ``weight_range = "full"`` bundle on x86 without VNNI/AMX gives wrong results
+               there); default False, or the VITEDGE_ALLOW_CPU_MISMATCH environment variable.
     """
     bundle = Path(bundle)
     manifest = verify_bundle(bundle) if verify else read_manifest(bundle)
@@ -59,6 +64,7 @@ def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: i
     if warmup < 0:
         raise UsageError(f"warmup must be >= 0, got {warmup}")
     backend_name = str(manifest.target.get("backend", ""))
+    _check_cpu(bundle, manifest, backend_name, allow_cpu_mismatch)
     backend = _backend(backend_name, manifest)
     options = _options(backend, manifest, bundle)
     model_path = bundle / manifest.artifacts["model"]
@@ -78,6 +84,23 @@ def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: i
             runner.close()
         raise
     return model
+
+
+def _check_cpu(bundle: Path, manifest: Manifest, backend_name: str, allow: bool | None) -> None:
+    """Refuse (or, when allowed, warn about) a CPU bundle whose INT8 kernels would saturate here."""
+    import warnings
+
+    from vitedge.cpu import check_requirement, mismatch_allowed
+
+    if backend_name not in CPU_BACKENDS:
+        return
+    check = check_requirement((manifest.quantization or {}).get("cpu_requirement"))
+    if check.ok and check.message is None:
+        return
+    if check.ok or (allow if allow is not None else mismatch_allowed()):
+        warnings.warn(f"{bundle}: {check.message}", RuntimeWarning, stacklevel=3)
+        return
+    raise BundleError(f"{bundle}: {check.message}")
 
 
 def _missing(backend_name: str, manifest: Manifest) -> MissingDependencyError:

@@ -40,6 +40,7 @@ class ValidateOptions:
     sensitivity_samples: int = DEFAULT_SENSITIVITY_SAMPLES
     threads: int | None = None
     producer: str = "vitedge validate"
+    data_role: str | None = None  # "validation" | "calibration" (the build's calibration images), when known
 
 
 def bundle_profile(manifest, bundle: Path) -> TargetProfile:
@@ -56,8 +57,7 @@ def bundle_profile(manifest, bundle: Path) -> TargetProfile:
 
 
 def resolve_thresholds(base: Thresholds, overrides: dict[str, Any]) -> Thresholds:
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    return dataclasses.replace(base, **changes) if changes else base
+    return base.with_overrides(overrides)
 
 
 def artifact_bytes(bundle: Path, rel: str | None, extra: list[str] | None = None) -> int | None:
@@ -71,16 +71,6 @@ def artifact_bytes(bundle: Path, rel: str | None, extra: list[str] | None = None
         if name != rel and Path(name).stem == stem and p.is_file():
             total += p.stat().st_size
     return total
-
-
-def default_data(manifest, bundle: Path) -> Path | None:
-    """The labelled set the bundle was validated on at build time, if its path still exists."""
-    v = manifest.validation or {}
-    path = (v.get("data") or {}).get("path")
-    if not path:
-        return None
-    p = Path(path)
-    return p if p.is_absolute() and p.exists() else None
 
 
 @dataclass
@@ -227,7 +217,7 @@ def _document(bundle: Path, manifest, profile: TargetProfile, thresholds: Thresh
                      "size_ratio": (ref_size / size) if size and ref_size else None},
         "runtime": {"backend": manifest.target.get("backend"), "versions": versions, "threads": options.threads,
                     "platform": platform.platform(), "machine": platform.machine(), "cpu_count": os.cpu_count()},
-        "data": r["data"],
+        "data": dict(r["data"], role=options.data_role) if options.data_role else r["data"],
         "thresholds": dict(thresholds.to_dict(), overridden=overridden),
         "accuracy": r["accuracy"],
         "latency": r["latency"],

@@ -193,7 +193,8 @@ def validation_markdown(doc: dict[str, Any], *, heading: str = "##", plots: Iter
         "",
         f"`{model['source']}` ({model['family']} {model['variant']}, {model['image_size'][0]}x{model['image_size'][1]}, "
         f"{model['output_kind']}) as `{art['model']}` on {rt['backend']} {rt['versions'].get(rt['backend'], '')}".rstrip()
-        + f"; {data['items']} {'labelled ' if data['labeled'] else ''}inputs from `{data['path']}`.",
+        + f"; {data['items']} {'labelled ' if data['labeled'] else ''}inputs from `{data['path']}`"
+        + (" (the calibration images, not held-out data)." if data.get("role") == "calibration" else "."),
         "",
     ]
     if not doc["passed"]:

@@ -1,0 +1,25 @@
+"""Builds the example bundles the family and camera-app tests share (see conftest.example_bundles)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import CALIB_DIR, EXAMPLES
+
+
+def build_example_bundles(out):
+    from test_tensorrt_bundle import _cli
+
+    example = EXAMPLES / "digits_vit.pt"
+    if not (example.is_file() and CALIB_DIR.is_dir()):
+        pytest.skip("the bundled example is not in this checkout")
+    try:
+        import tensorrt  # noqa: F401
+
+        pytest.skip("TensorRT is installed here: these tests use the GPU-less jetson bundle")
+    except ImportError:
+        pass
+    code, text = _cli(["build", str(example), "--target", "onnx", "--target", "intel-cpu", "--target", "jetson",
+                       "--calib", str(CALIB_DIR), "-o", str(out), "--no-latency", "--min-agreement", "0.9",
+                       "--max-top1-drop", "5"])
+    assert code == 0, text
+    return out, text

@@ -1,0 +1,66 @@
+"""Where camera-app configs go: `camera/` inside each NVIDIA bundle, or a folder of the user's
+choice (`vitedge export-config --for deepstream|triton BUNDLE -o OUT`) for any bundle."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from vitedge.camera_apps.deepstream import write_deepstream
+from vitedge.camera_apps.triton import BACKENDS, model_name, write_triton
+from vitedge.errors import BundleError
+
+CAMERA_DIR = "camera"
+
+# --for NAME -> writer(bundle, manifest, folder being written, its final place) -> files written
+WRITERS: dict[str, Callable[[Path, Any, Path, Path], list[str]]] = {
+    "deepstream": lambda bundle, manifest, tmp, final: write_deepstream(bundle, manifest, tmp, rel=os.path.relpath(bundle, final)),
+    "triton": lambda bundle, manifest, tmp, final: write_triton(bundle, manifest, tmp),
+}
+
+
+def export_config(kind: str, bundle: Path, out: Path, *, force: bool = False) -> list[str]:
+    """Write the ``kind`` config for ``bundle`` into a new folder ``out`` (atomically)."""
+    from vitedge.errors import UsageError
+    from vitedge.fsutil import atomic_output_dir
+    from vitedge.manifest import verify_bundle
+
+    if kind not in WRITERS:
+        raise UsageError(f"unknown camera app '{kind}'; known: {', '.join(WRITERS)}")
+    manifest = verify_bundle(bundle)
+    bundle, final = bundle.resolve(), out.resolve()
+    if final == bundle or bundle in final.parents:
+        raise UsageError(f"-o {out} is inside the bundle, whose files are hashed in manifest.json; pick a folder outside it")
+    if final.exists() and not force:
+        raise UsageError(f"output folder {out} exists; pass --force to replace it")
+    with atomic_output_dir(final, force=force) as tmp:
+        return WRITERS[kind](bundle, manifest, tmp, final)
+
+
+def write_bundle_exports(bundle: Path, manifest: Any) -> list[str]:
+    """camera/deepstream/ in an NVIDIA bundle, and camera/triton/<name>/ once its engine exists
+    (the model file there is a relative link to the bundle's engine). Paths relative to the bundle."""
+    if manifest.target.get("backend") != "tensorrt":
+        return []
+    root = bundle / CAMERA_DIR
+    shutil.rmtree(root, ignore_errors=True)
+    ds = root / "deepstream"
+    ds.mkdir(parents=True)
+    written = [f"{CAMERA_DIR}/deepstream/{f}" for f in write_deepstream(bundle, manifest, ds, rel="../..")]
+    if manifest.artifacts.get("built"):
+        from vitedge.camera_apps.triton import config_text
+
+        name = model_name(manifest)
+        folder = root / "triton" / name
+        (folder / "1").mkdir(parents=True)
+        (folder / "config.pbtxt").write_text(config_text(manifest, bundle, name))
+        link = folder / "1" / BACKENDS["tensorrt"].files[0][1]
+        link.symlink_to(os.path.join("..", "..", "..", "..", manifest.artifacts["model"]))
+        written += [f"{CAMERA_DIR}/triton/{name}/config.pbtxt", f"{CAMERA_DIR}/triton/{name}/1/{link.name}"]
+        if manifest.output.get("kind") != "embedding" and manifest.output.get("class_names"):
+            (folder / "labels.txt").write_text("\n".join(manifest.output["class_names"]) + "\n")
+            written.append(f"{CAMERA_DIR}/triton/{name}/labels.txt")
+    return written

@@ -1,0 +1,101 @@
+"""A Triton Inference Server model repository for a bundle: <name>/config.pbtxt and
+<name>/1/<artifact>, for the bundle's backend (TensorRT plan, ONNX Runtime, OpenVINO)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vitedge.errors import BundleError
+
+
+@dataclass(frozen=True)
+class TritonBackend:
+    config_lines: tuple[str, ...]  # platform / backend lines of config.pbtxt
+    files: tuple[tuple[str, str], ...]  # (bundle artifact key or file, name in <name>/1/)
+    instance_kind: str
+
+
+# vitedge backend -> how Triton serves its artifact (Triton's default model file names)
+BACKENDS: dict[str, TritonBackend] = {
+    "tensorrt": TritonBackend(('platform: "tensorrt_plan"',), (("model", "model.plan"),), "KIND_GPU"),
+    "onnxruntime": TritonBackend(('platform: "onnxruntime_onnx"',), (("model", "model.onnx"),), "KIND_CPU"),
+    "openvino": TritonBackend(('backend: "openvino"',), (("model", "model.xml"), ("model.bin", "model.bin")), "KIND_CPU"),
+}
+MAX_QUEUE_DELAY_US = 100
+
+
+def model_name(manifest: Any) -> str:
+    stem = Path(str(manifest.model.get("source") or "model")).stem
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{stem}_{manifest.target.get('name')}")
+
+
+def _tensor_facts(onnx_path: Path) -> tuple[tuple[str, str, list[int]], tuple[str, str, list[int]]]:
+    import onnx
+
+    graph = onnx.load(str(onnx_path), load_external_data=False).graph
+    types = {onnx.TensorProto.FLOAT: "TYPE_FP32", onnx.TensorProto.UINT8: "TYPE_UINT8", onnx.TensorProto.FLOAT16: "TYPE_FP16"}
+    inits = {t.name for t in graph.initializer}
+
+    def facts(v):
+        t = v.type.tensor_type
+        return v.name, types[t.elem_type], [int(d.dim_value) for d in t.shape.dim[1:]]
+
+    return facts([i for i in graph.input if i.name not in inits][0]), facts(graph.output[0])
+
+
+def config_text(manifest: Any, bundle: Path, name: str) -> str:
+    backend = manifest.target.get("backend")
+    if backend not in BACKENDS:
+        raise BundleError(f"no Triton backend for a {backend} bundle (known: {', '.join(BACKENDS)})")
+    spec = BACKENDS[backend]
+    profile = manifest.target.get("profile") or {}
+    sizes = sorted(int(b) for b in profile.get("batch_sizes") or [1])
+    (in_name, in_type, in_dims), (out_name, out_type, out_dims) = _tensor_facts(bundle / manifest.artifacts["qdq"])
+    fmt = "FORMAT_NHWC" if manifest.input.get("preprocess_baked") else "FORMAT_NCHW"
+    labels = manifest.output.get("kind") != "embedding"
+    lines = [f"# Triton model configuration written by vitedge for {manifest.target.get('name')} "
+             f"({manifest.model.get('source')}); not run on a server by vitedge (docs/camera-apps.md).",
+             f'name: "{name}"', *spec.config_lines, f"max_batch_size: {sizes[-1]}",
+             "input [", "  {", f'    name: "{in_name}"', f"    data_type: {in_type}", f"    format: {fmt}",
+             f"    dims: [ {', '.join(map(str, in_dims))} ]", "  }", "]",
+             "output [", "  {", f'    name: "{out_name}"', f"    data_type: {out_type}", f"    dims: [ {', '.join(map(str, out_dims))} ]"]
+    if labels:
+        lines.append('    label_filename: "labels.txt"')
+    lines += ["  }", "]", "dynamic_batching {"]
+    if len(sizes) > 1:
+        lines.append(f"  preferred_batch_size: [ {', '.join(map(str, sizes))} ]")
+    lines += [f"  max_queue_delay_microseconds: {MAX_QUEUE_DELAY_US}", "}",
+              f"instance_group [ {{ count: 1, kind: {spec.instance_kind} }} ]"]
+    return "\n".join(lines) + "\n"
+
+
+def write_triton(bundle: Path, manifest: Any, out: Path) -> list[str]:
+    """Write the repository <out>/<name>/ (config.pbtxt, labels.txt, 1/<artifact>); files relative to ``out``."""
+    backend = manifest.target.get("backend")
+    if not manifest.artifacts.get("built", True):
+        raise BundleError(f"{bundle} holds no {manifest.artifacts.get('model')} yet: build the engine on the device "
+                          "(vitedge engine BUNDLE), then export the Triton repository there")
+    name = model_name(manifest)
+    text = config_text(manifest, bundle, name)
+    folder = out / name
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    written = []
+    for key, dst in BACKENDS[backend].files:
+        src = bundle / (manifest.artifacts.get(key) or key) if key == "model" else bundle / (Path(manifest.artifacts["model"]).with_suffix(".bin").name)
+        if not src.is_file():
+            raise BundleError(f"{src} is missing; rebuild the bundle")
+        shutil.copyfile(src, folder / "1" / dst)
+        written.append(f"{name}/1/{dst}")
+    (folder / "config.pbtxt").write_text(text)
+    written.append(f"{name}/config.pbtxt")
+    if manifest.output.get("kind") != "embedding":
+        classes = manifest.output.get("class_names") or []
+        if not classes:
+            classes = [str(i) for i in range(_tensor_facts(bundle / manifest.artifacts["qdq"])[1][2][-1])]
+        (folder / "labels.txt").write_text("\n".join(classes) + "\n")
+        written.append(f"{name}/labels.txt")
+    return written

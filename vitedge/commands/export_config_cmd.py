@@ -1,0 +1,26 @@
+"""`vitedge export-config --for deepstream|triton BUNDLE [-o OUT]`: camera-app configs for any bundle."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("export-config")
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.option("--for", "kind", type=click.Choice(["deepstream", "triton"]), required=True,
+              help="deepstream: an nvinfer config (config_infer.txt, labels); triton: a model repository (<name>/config.pbtxt, <name>/1/<artifact>).")
+@click.option("-o", "--out", type=click.Path(path_type=Path), default=None,
+              help="Folder to write (outside the bundle). Default: BUNDLE-deepstream or BUNDLE-triton beside the bundle.")
+@click.option("--force", is_flag=True, help="Replace an existing output folder.")
+def command(bundle: Path, kind: str, out: Path | None, force: bool) -> None:
+    """Write the config a camera app needs to run BUNDLE with the preprocessing it was validated with:
+    DeepStream's nvinfer (a primary classifier, or tensor output for embedding models) or a Triton
+    model repository for the bundle's backend (TensorRT plan, ONNX Runtime, OpenVINO).
+    See docs/camera-apps.md; neither is run on a device by vitedge."""
+    from vitedge.camera_apps.exports import export_config
+
+    out = out or bundle.with_name(f"{bundle.name}-{kind}")
+    files = export_config(kind, bundle, out, force=force)
+    click.echo(f"wrote {out}/: " + ", ".join(files))

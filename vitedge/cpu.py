@@ -1,0 +1,113 @@
+"""What this CPU's INT8 kernels can do, and whether a bundle's INT8 graph is safe on it.
+
+The one fact that changes INT8 *results* (not only speed) on x86: without VNNI
+(AVX512_VNNI, AVX_VNNI) or AMX, ONNX Runtime and OpenVINO multiply u8 x s8 with
+VPMADDUBSW, which saturates pairs of products in int16. A graph whose weights use the
+full INT8 range is then silently wrong; vitedge's default weight range ("pairwise", see
+vitedge.quantize.weight_range) cannot saturate and is safe everywhere. A bundle records
+what it needs (``quantization.cpu_requirement``); ``vitedge.runtime.load`` checks it here.
+
+Reads /proc/cpuinfo (Linux). Elsewhere the flags are unknown and the check says so rather
+than guessing. Nothing heavy is imported: the runtime uses this on camera boxes.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+
+VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
+ALLOW_ENV = "VITEDGE_ALLOW_CPU_MISMATCH"
+
+# cpu_requirement values written by the quantizer
+ANY_X86 = "any-x86"
+VNNI = "vnni"
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    machine: str  # platform.machine(): x86_64, aarch64, ...
+    model: str  # the model name, or "" when unknown
+    flags: frozenset[str] = field(default_factory=frozenset)
+    known: bool = False  # False when the flags could not be read
+
+    @property
+    def is_x86(self) -> bool:
+        return self.machine.lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+
+    @property
+    def int8_dot_product(self) -> bool | None:
+        """True with VNNI/AMX (int32 accumulation), False on x86 without them, None when unknown."""
+        if not self.is_x86:
+            return True  # Arm's SDOT/UDOT and its widening multiplies do not saturate int16 pairs
+        if not self.known:
+            return None
+        return any(f in self.flags for f in VNNI_FLAGS)
+
+    @property
+    def isa(self) -> str:
+        """A short label for reports and benchmark records: amx, avx512-vnni, avx-vnni, avx512, avx2, ..."""
+        if not self.is_x86:
+            return self.machine or "unknown"
+        if not self.known:
+            return "x86 (flags unknown)"
+        for flag, label in (("amx_int8", "amx"), ("avx512_vnni", "avx512-vnni"), ("avx_vnni", "avx-vnni"),
+                            ("avx512f", "avx512 (no vnni)"), ("avx2", "avx2 (no vnni)")):
+            if flag in self.flags:
+                return label
+        return "x86 (no avx2)"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"machine": self.machine, "model": self.model, "isa": self.isa,
+                "int8_dot_product": self.int8_dot_product,
+                "flags": sorted(f for f in self.flags if f.startswith(("avx", "amx", "sse4", "fma", "f16c")))}
+
+
+def read_cpu(cpuinfo: str | Path = "/proc/cpuinfo", machine: str | None = None) -> CpuInfo:
+    """This machine's CPU (``cpuinfo`` and ``machine`` are for tests with recorded facts)."""
+    machine = machine if machine is not None else platform.machine()
+    try:
+        text = Path(cpuinfo).read_text(errors="replace")
+    except OSError:
+        return CpuInfo(machine=machine, model=platform.processor() or "", known=False)
+    flags: set[str] = set()
+    model = ""
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "flags" and not flags:
+            flags = set(value.split())
+        elif key == "model name" and not model:
+            model = value.strip()
+    return CpuInfo(machine=machine, model=model, flags=frozenset(flags), known=bool(flags))
+
+
+@dataclass(frozen=True)
+class CpuCheck:
+    ok: bool
+    message: str | None  # None when nothing needs saying
+
+
+def check_requirement(requirement: str | None, cpu: CpuInfo | None = None) -> CpuCheck:
+    """Whether a graph that needs ``requirement`` gives correct INT8 results on ``cpu``."""
+    cpu = cpu or read_cpu()
+    if requirement in (None, ANY_X86):
+        return CpuCheck(True, None)
+    if requirement != VNNI:
+        return CpuCheck(True, f"the bundle names an unknown CPU requirement {requirement!r}; not checked")
+    has = cpu.int8_dot_product
+    if has:
+        return CpuCheck(True, None)
+    what = f"this CPU ({cpu.model or cpu.machine}, {cpu.isa})"
+    if has is None:
+        return CpuCheck(True, f"the bundle's INT8 weights use the full 8-bit range, which needs VNNI/AMX on x86; "
+                              f"could not read {what}'s flags, so this was not checked")
+    return CpuCheck(False, f"the bundle's INT8 weights use the full 8-bit range (weight_range = \"full\"), which pre-VNNI x86 "
+                           f"kernels saturate, giving wrong results on {what}: rebuild with the default weight range "
+                           f"(weight_range = \"pairwise\"), or set {ALLOW_ENV}=1 (runtime: allow_cpu_mismatch=True) to run it anyway")
+
+
+def mismatch_allowed() -> bool:
+    return os.environ.get(ALLOW_ENV, "").strip().lower() in ("1", "true", "yes")

@@ -1,0 +1,128 @@
+"""What `vitedge targets` shows: one row per profile and per family, fitted to 80 columns, with
+each install hint written once below the table (rows point at it), or the same as JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any
+
+WIDTH = 80
+STATUS_TEXT = {"ready": "builds, runs", "bundle-only": "bundle only", "unavailable": "cannot build", "invalid": "invalid"}
+
+
+@dataclass
+class TargetRow:
+    name: str
+    kind: str  # "profile" or "family"
+    backend: str
+    batch_sizes: list[int]
+    gate: dict[str, Any]
+    status: str  # a key of STATUS_TEXT
+    detail: str  # versions found, or what is missing
+    note: int | None = None  # index into TargetListing.notes
+    members: list[str] = field(default_factory=list)  # a family's profiles
+    description: str = ""
+
+
+@dataclass
+class TargetListing:
+    rows: list[TargetRow]
+    notes: list[str]  # install hints and errors, each once
+
+    def to_dict(self) -> dict[str, Any]:
+        def row(r: TargetRow) -> dict[str, Any]:
+            d = dataclasses.asdict(r)
+            d["note"] = self.notes[r.note] if r.note is not None else None
+            return d
+
+        return {"schema": "vitedge.targets/1",
+                "targets": [row(r) for r in self.rows if r.kind == "profile"],
+                "families": [row(r) for r in self.rows if r.kind == "family"],
+                "notes": list(self.notes)}
+
+
+def _note(notes: list[str], text: str | None) -> int | None:
+    if not text:
+        return None
+    if text not in notes:
+        notes.append(text)
+    return notes.index(text)
+
+
+def _status(backend_name: str, notes: list[str]) -> tuple[str, str, int | None]:
+    from vitedge.backends import get_backend
+
+    backend = get_backend(backend_name)
+    env = backend.check_environment()
+    if env.can_build and env.can_run:
+        return "ready", env.detail, None
+    if env.can_build or getattr(backend, "builds_without_runtime", False):
+        hint = f"{backend_name}: {env.detail} here, so the bundle holds a build plan and the engine is built" + (
+            f" {env.install_hint}" if env.install_hint else " on the device")
+        return "bundle-only", env.detail, _note(notes, hint)
+    hint = f"{backend_name}: {env.detail}" + (f"; install: {env.install_hint}" if env.install_hint else "")
+    return "unavailable", env.detail, _note(notes, hint)
+
+
+def collect() -> TargetListing:
+    from vitedge.errors import VitedgeError
+    from vitedge.families import family_profile, list_families
+    from vitedge.profiles import list_profiles, load_profile
+
+    rows: list[TargetRow] = []
+    notes: list[str] = []
+    for kind, paths, load in (("profile", list_profiles(), lambda p: load_profile(str(p))),
+                              ("family", list_families(), lambda p: family_profile(p.stem))):
+        for path in paths:
+            try:
+                prof = load(path)
+            except VitedgeError as err:
+                rows.append(TargetRow(path.stem, kind, "?", [], {}, "invalid", str(err), _note(notes, f"{path.stem}: {err}")))
+                continue
+            status, detail, note = _status(prof.backend, notes)
+            members = list(getattr(prof.backend_options, "members", {}) or {})
+            rows.append(TargetRow(prof.name, kind, prof.backend, list(prof.batch_sizes), prof.thresholds.to_dict(), status,
+                                  detail, note, members, prof.description))
+    return TargetListing(rows, notes)
+
+
+def _gate(gate: dict[str, Any]) -> str:
+    if not gate:
+        return ""
+    text = f"{gate['max_top1_drop']:g}pt {100 * gate['min_agreement']:g}% {gate['min_speedup']:g}x"
+    return text + (f" {gate['max_p99_ms']:g}ms" if gate.get("max_p99_ms") else "")
+
+
+def _table(header: list[str], rows: list[list[str]], last_min: int = 12) -> list[str]:
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+    room = WIDTH - sum(widths[:-1]) - 2 * (len(widths) - 1)
+    widths[-1] = max(last_min, min(widths[-1], room))
+    out = []
+    for r in [header] + rows:
+        cells = [c if len(c) <= w else c[: w - 1] + "~" for c, w in zip(r, widths)]
+        out.append("  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip())
+    return out
+
+
+def render_text(listing: TargetListing) -> str:
+    def here(r: TargetRow) -> str:
+        return STATUS_TEXT[r.status] + (f" [{r.note + 1}]" if r.note is not None else "")
+
+    profiles = [r for r in listing.rows if r.kind == "profile"]
+    families = [r for r in listing.rows if r.kind == "family"]
+    lines = _table(["target", "backend", "batch", "gate: drop agree speedup", "here"],
+                   [[r.name, r.backend, ",".join(map(str, r.batch_sizes)), _gate(r.gate), here(r)] for r in profiles])
+    if families:
+        lines += [""] + textwrap.wrap("families: one bundle with a plan per profile; `vitedge engine BUNDLE` on the device "
+                                      "picks the profile for the module it finds (--profile NAME to choose)", WIDTH)
+        lines += _table(["family", "backend", "profiles"], [[r.name, r.backend, ", ".join(r.members) or here(r)] for r in families])
+    if listing.notes:
+        lines.append("")
+        for i, note in enumerate(listing.notes):
+            lines += textwrap.wrap(note, WIDTH, initial_indent=f"[{i + 1}] ", subsequent_indent="    ", break_on_hyphens=False,
+                                   break_long_words=True)
+    lines += [""] + textwrap.wrap("gate: most top-1 points lost, least top-1 agreement with FP32, least INT8 speedup over "
+                                  "FP32 (per profile; `--json` for scripts)", WIDTH)
+    return "\n".join(lines)
