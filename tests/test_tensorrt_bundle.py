@@ -256,11 +256,11 @@ def test_a_failed_engine_build_leaves_the_bundle_untouched(planned, tmp_path):
     from vitedge.backends.tensorrt_bundle import complete_bundle
 
     bundle = _copy(planned[0], tmp_path)
-    before = {p.name: p.read_bytes() for p in bundle.iterdir()}
+    before = _snapshot(bundle)
     trt = make_fake_trt("10.3.0", fail={"build"})  # build_serialized_network returns None, as TensorRT does
     with pytest.raises(BundleError, match="could not build model.engine from model.int8.onnx: .*out of memory"):
         complete_bundle(bundle, trt=trt, cudart=make_fake_cudart(), facts=STANDIN_GPU)
-    assert {p.name: p.read_bytes() for p in bundle.iterdir()} == before
+    assert _snapshot(bundle) == before
     assert not [p for p in tmp_path.iterdir() if p.name != bundle.name]
 
 
@@ -285,7 +285,8 @@ def standin_installed(monkeypatch):
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in folder.iterdir() if p.is_file()}
+    """Every file under ``folder`` (subfolders such as camera/ too), by relative path."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("fake, val, match", [
