@@ -76,7 +76,7 @@ ASSUMED_VERSION: dict[int, tuple[Version, str]] = {
     11: ((11, 4), "JetPack 7 ships 11.x; 11.4 is the first 11.x with DLA again"),
 }
 
-# DLA per module (docs/tensorrt.md): Jetson AGX Orin 2 cores, Orin Nano / Thor / desktop GPUs none. The
+# DLA per module (docs/tensorrt.md): Jetson AGX Orin 2 cores, Orin NX 1-2, Orin Nano / Thor / desktop GPUs none. The
 # device's Builder.num_DLA_cores is what the on-device build checks (tensorrt_build.apply_plan).
 
 
