@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.errors import MissingDependencyError, ModelLoadError, UnsafePickleError
+from vitedge.models import archive_safety
 from vitedge.models.checkpoint import META_KEY, STATE_DICT_KEYS
 
 # Prefixes added by DataParallel / DDP and torch.compile.
@@ -49,9 +50,13 @@ def read_model_file(path: Path, *, trust_pickle: bool = False) -> RawModel:
     if suffix == ".safetensors":
         return _read_safetensors(path)
     if suffix == ".pt2":
+        if not trust_pickle:
+            archive_safety.check_exported_program(path)
         return _read_exported_program(path)
     if suffix in (".pt", ".pth", ".bin", ".ckpt", ".tar", ".jit", ".ts"):
         if _is_torchscript(path):
+            if not trust_pickle:
+                archive_safety.check_torchscript(path)
             return _read_torchscript(path)
         return _read_checkpoint(path, trust_pickle=trust_pickle)
     raise ModelLoadError(
