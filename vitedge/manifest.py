@@ -18,6 +18,7 @@ from vitedge import __version__
 from vitedge.errors import BundleError
 from vitedge.fsutil import sha256_file
 from vitedge.spec import ModelSpec
+from vitedge.swap import recover_swap
 
 SCHEMA = "vitedge.manifest/1"
 MANIFEST = "manifest.json"
@@ -97,6 +98,7 @@ class Manifest:
 
 def read_manifest(bundle: Path) -> Manifest:
     bundle = Path(bundle)
+    recover_swap(bundle)  # a --force rebuild killed mid-swap: finish or roll back first
     if not bundle.is_dir():
         raise BundleError(f"bundle {bundle} does not exist or is not a folder")
     path = bundle / MANIFEST
