@@ -159,3 +159,56 @@ def test_debris_of_killed_runs_is_cleaned_and_live_runs_are_left_alone(tmp_path,
     prepare_outputs([final], force=True)
     assert not any(p.exists() for p in stale) and live.exists() and final.exists()
     assert sorted(p.name for p in work.iterdir()) == sorted([f"vitedge-build-{alive}-abc", "unrelated-123.partial"])
+
+
+# Runs `vitedge build` in a child that signals itself inside the Nth bundle write: deterministic, and the
+# partial bundle folder and the temporary build folder exist when the signal arrives.
+_SIGNAL_IN_BUILD = textwrap.dedent("""
+    import contextlib, os, signal, sys
+    from vitedge import cli, pipeline
+    sig, nth = getattr(signal, sys.argv[1]), int(sys.argv[2])
+    real, calls = pipeline.atomic_output_dir, []
+    @contextlib.contextmanager
+    def signalling(final, **kw):
+        with real(final, **kw) as tmp:
+            calls.append(final)
+            if len(calls) == nth:
+                os.kill(os.getpid(), sig)
+            yield tmp
+    pipeline.atomic_output_dir = signalling
+    cli.main(sys.argv[3:])
+""")
+
+
+def _build_signalled(tmp_path: Path, sig: str, nth: int, *args) -> subprocess.CompletedProcess:
+    work = tmp_path / "tmp"
+    work.mkdir()
+    env = dict(os.environ, TMPDIR=str(work))
+    return subprocess.run([sys.executable, "-c", _SIGNAL_IN_BUILD, sig, str(nth), "build", str(DIGITS), "--calib", str(CALIB),
+                           "--no-latency", "--no-fallback", "--calib-size", "16", *map(str, args)],
+                          capture_output=True, text=True, timeout=600, env=env)
+
+
+def _leftovers(tmp_path: Path) -> list[str]:
+    found = [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("vitedge-")]
+    return found + [str(p) for p in tmp_path.rglob("*.partial")] + [str(p) for p in tmp_path.rglob("*.old-*")]
+
+
+def test_sigterm_cleans_up_like_ctrl_c_and_exits_143(tmp_path):
+    out = tmp_path / "bundle"
+    r = _build_signalled(tmp_path, "SIGTERM", 1, "--target", "onnx", "-o", out)
+    assert r.returncode == 143, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("vitedge: terminated (SIGTERM)") and "Traceback" not in r.stderr
+    assert not out.exists() and _leftovers(tmp_path) == []
+
+
+def test_ctrl_c_during_the_second_target_says_what_was_kept(tmp_path):
+    profile = tmp_path / "edge-box.toml"
+    profile.write_text('backend = "onnxruntime"\nprecision = "int8"\nbatch_sizes = [1]\n[backend_options]\ngraph_optimization = "basic"\n')
+    out = tmp_path / "out"
+    r = _build_signalled(tmp_path, "SIGINT", 2, "--target", "onnx", "--target", profile, "-o", out)
+    assert r.returncode == 130, r.stderr
+    last = r.stderr.strip().splitlines()[-1]
+    assert "complete bundles kept: onnx" in last and "--target edge-box -o" in last and "Traceback" not in r.stderr
+    assert (out / "onnx" / "manifest.json").is_file() and not (out / "edge-box").exists() and _leftovers(tmp_path) == []
