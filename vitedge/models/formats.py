@@ -18,6 +18,7 @@ from typing import Any
 from vitedge.errors import MissingDependencyError, ModelLoadError, UnsafePickleError
 from vitedge.models import archive_safety
 from vitedge.models.checkpoint import META_KEY, STATE_DICT_KEYS
+from vitedge.safefile import check_regular
 
 # Prefixes added by DataParallel / DDP and torch.compile.
 _STRIP_PREFIXES = ("module.", "_orig_mod.")
@@ -42,6 +43,10 @@ def read_model_file(path: Path, *, trust_pickle: bool = False) -> RawModel:
         if (path / "config.json").is_file():
             return RawModel(kind="huggingface", path=path)
         raise ModelLoadError(f"{path} is a folder without config.json; pass a checkpoint file or a Hugging Face model folder")
+    try:
+        check_regular(path)
+    except OSError as err:
+        raise ModelLoadError(f"{err}; pass a model file or a Hugging Face model folder") from None
     if path.stat().st_size == 0:
         raise ModelLoadError(f"{path} is empty (0 bytes)")
     suffix = path.suffix.lower()
