@@ -212,3 +212,24 @@ def test_ctrl_c_during_the_second_target_says_what_was_kept(tmp_path):
     last = r.stderr.strip().splitlines()[-1]
     assert "complete bundles kept: onnx" in last and "--target edge-box -o" in last and "Traceback" not in r.stderr
     assert (out / "onnx" / "manifest.json").is_file() and not (out / "edge-box").exists() and _leftovers(tmp_path) == []
+
+
+def test_force_refuses_a_bundle_holding_an_input_of_the_run(tmp_path):
+    out = _bundle(tmp_path / "bundle", "old")
+    model = out / "digits_vit.pt"
+    model.write_bytes(DIGITS.read_bytes())
+    with pytest.raises(UsageError, match="an input of this run"):
+        prepare_outputs([out], force=True, inputs=(model, CALIB, None))
+    assert model.is_file()
+    prepare_outputs([out], force=True, inputs=(DIGITS, CALIB, None))  # inputs elsewhere: fine
+
+
+def test_export_force_never_overwrites_its_own_model(tmp_path):
+    import onnx
+
+    src = tmp_path / "m.onnx"
+    onnx.save(onnx.helper.make_model(onnx.helper.make_graph([], "g", [], [])), str(src))
+    before = src.read_bytes()
+    r = subprocess.run([sys.executable, "-m", "vitedge", "export", str(src), "-o", str(src), "--force"], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2 and "is the model being exported" in r.stderr and src.read_bytes() == before

@@ -60,9 +60,9 @@ def check_replaceable(path: Path) -> None:
                      "replaces only bundles: choose a new -o folder, or move its contents away yourself")
 
 
-def prepare_outputs(folders: Iterable[Path], *, force: bool) -> None:
+def prepare_outputs(folders: Iterable[Path], *, force: bool, inputs: Iterable[Path | None] = ()) -> None:
     """Before any work: finish swaps killed runs left half-done, then refuse folders that exist
-    (without --force) or that are not vitedge's to replace (with it)."""
+    (without --force), that are not vitedge's to replace, or that hold one of the run's ``inputs``."""
     clean_work_folders()
     for folder in folders:
         recover_swap(Path(folder))
@@ -71,6 +71,17 @@ def prepare_outputs(folders: Iterable[Path], *, force: bool) -> None:
             if not force:
                 raise UsageError(f"output folder {folder} exists; pass --force to replace it")
             check_replaceable(folder)
+            _check_holds_no_input(Path(folder), inputs)
+
+
+def _check_holds_no_input(folder: Path, inputs: Iterable[Path | None]) -> None:
+    root = folder.resolve()
+    for item in inputs:
+        if item is None or not os.path.lexists(item):
+            continue
+        where = Path(item).resolve()
+        if where == root or root in where.parents:
+            raise UsageError(f"-o {folder} holds {item}, an input of this run; --force would delete it: choose another -o")
 
 
 def interrupted_after(done: list[tuple[str, Path]], left: list[tuple[str, Path]], err: BaseException) -> BaseException:

@@ -78,7 +78,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
     if len(set(names)) != len(names):
         raise UsageError(f"two --target profiles share the name '{next(n for n in names if names.count(n) > 1)}'; rename one")
     dirs = {p.name: d for p, d in zip(profiles, bundle_dirs(req).values())}
-    prepare_outputs(dirs.values(), force=req.force)
+    prepare_outputs(dirs.values(), force=req.force, inputs=(req.model, req.calib, req.val))
     backends = {p.name: get_backend(p.backend) for p in profiles}
     configs = {p.name: _quant_config(QuantConfig, p, req.quant_overrides) for p in profiles}
     thresholds = {p.name: _thresholds(p.thresholds, req.threshold_overrides) for p in profiles}
