@@ -233,3 +233,13 @@ def test_export_force_never_overwrites_its_own_model(tmp_path):
     r = subprocess.run([sys.executable, "-m", "vitedge", "export", str(src), "-o", str(src), "--force"], capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 2 and "is the model being exported" in r.stderr and src.read_bytes() == before
+
+
+def test_a_forged_journal_cannot_make_recovery_delete_other_folders(tmp_path):
+    final = _bundle(tmp_path / "bundle", "old")
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    journal_path(final).write_text(json.dumps({"pid": _dead_pid(), "new": "precious", "old": "precious"}))
+    messages: list[str] = []
+    recover_swap(final, say=messages.append)
+    assert precious.is_dir() and _tag(final) == "old" and "unreadable swap journal" in messages[0]

@@ -20,7 +20,8 @@ def _raise_terminated(signum, frame):
 
 
 def install() -> None:
-    if threading.current_thread() is threading.main_thread():
+    """Raise Terminated on SIGTERM, unless the program embedding vitedge set its own handler."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, _raise_terminated):
         signal.signal(signal.SIGTERM, _raise_terminated)
 
 

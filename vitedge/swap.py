@@ -94,6 +94,8 @@ def recover_swap(final: Path, say: Callable[[str], None] = notice) -> None:
     try:
         record = json.loads(journal.read_text())
         pid, new, old = int(record["pid"]), final.with_name(record["new"]), final.with_name(record["old"])
+        if not (new.name.startswith(f".{final.name}.") and _PARTIAL.match(new.name) and old.name == f".{final.name}.old-{pid}"):
+            raise ValueError("names vitedge did not write")
     except FileNotFoundError:
         return
     except (ValueError, KeyError, TypeError, OSError):
@@ -101,6 +103,14 @@ def recover_swap(final: Path, say: Callable[[str], None] = notice) -> None:
         return
     if pid_alive(pid):
         return  # a live run is mid-swap
+    try:
+        _repair(final, journal, new, old, say)
+    except OSError as err:
+        say(f"a --force rebuild of {final} was killed while swapping folders and cannot be repaired here ({err.strerror or err}); "
+            f"its previous result is {old}, the new one {new}: move one to {final} and remove {journal}")
+
+
+def _repair(final: Path, journal: Path, new: Path, old: Path, say: Callable[[str], None]) -> None:
     have_final, have_new, have_old = os.path.lexists(final), new.is_dir(), os.path.lexists(old)
     if not have_final and have_new:
         os.replace(new, final)
