@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from vitedge.errors import UsageError
+from vitedge.errors import Interrupted, UsageError
 from vitedge.swap import clean_debris, recover_swap
 
 WORK_PREFIXES = ("vitedge-build-", "vitedge-calibrate-", "vitedge-profile-")
@@ -84,18 +84,15 @@ def _check_holds_no_input(folder: Path, inputs: Iterable[Path | None]) -> None:
             raise UsageError(f"-o {folder} holds {item}, an input of this run; --force would delete it: choose another -o")
 
 
-def interrupted_after(done: list[tuple[str, Path]], left: list[tuple[str, Path]], err: BaseException) -> BaseException:
-    """Ctrl-C or SIGTERM during a multi-target build: when some bundles are already complete, an error
-    that names them and says how to finish the rest; otherwise ``err`` itself (nothing was written)."""
-    from vitedge.errors import Interrupted
+def interrupted_after(done: list[tuple[str, Path]], left: list[tuple[str, Path]], err: BaseException) -> Interrupted:
+    """Ctrl-C or SIGTERM during a multi-target build after some bundles were completed: an error that
+    names them and says how to finish the rest."""
     from vitedge.signals import exit_for
 
-    if not done:
-        return err
     what, code = exit_for(err)
     kept = ", ".join(f"{name} ({path})" for name, path in done)
     todo = " ".join(f"--target {name}" for name, _ in left)
     out = left[0][1] if len(left) == 1 else left[0][1].parent
     return Interrupted(f"{what.split(';')[0]} while building {left[0][0]}; complete bundles kept: {kept}; not written: "
-                       f"{', '.join(str(p) for _, p in left)}. Finish with the same command and {todo} -o {out}, "
+                       f"{', '.join(str(p) for _, p in left)}. Finish with the same command, its targets reduced to {todo} -o {out}, "
                        "or rerun every target with --force", exit_code=code)

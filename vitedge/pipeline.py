@@ -139,8 +139,10 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
                 results.append(_build_target(p, backends[p.name], dirs[p.name], fp32, qdq, calibration, graph, loaded, val,
                                              thresholds[p.name], req, log, budget=budgets[QuantConfigKey.of(configs[p.name])]))
             except KeyboardInterrupt as err:
-                raise interrupted_after([(r.profile.name, r.bundle) for r in results], [(q.name, dirs[q.name]) for q in profiles[len(results):]],
-                                        err) from err
+                if not results:
+                    raise  # nothing was written: the plain interrupt
+                done, left = [(r.profile.name, r.bundle) for r in results], [(q.name, dirs[q.name]) for q in profiles[len(results):]]
+                raise interrupted_after(done, left, err) from err
     return results
 
 
