@@ -781,7 +781,9 @@ def _node_times(model_bytes: bytes, x: np.ndarray, runs: int, threads: int | Non
     import os
     import tempfile
 
-    with tempfile.TemporaryDirectory(prefix="vitedge-profile-") as tmp:
+    from vitedge.outputs import work_prefix
+
+    with tempfile.TemporaryDirectory(prefix=work_prefix("profile")) as tmp:
         sess = timing_session(model_bytes, threads=threads, profile_prefix=os.path.join(tmp, "ort"))
         feed = {sess.get_inputs()[0].name: x}
         for _ in range(5):

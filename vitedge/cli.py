@@ -12,7 +12,7 @@ import sys
 
 import click
 
-from vitedge import __version__
+from vitedge import __version__, signals
 from vitedge.errors import VitedgeError
 
 # command name -> module under vitedge.commands exposing `command`
@@ -56,11 +56,13 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    signals.install()
     try:
         cli.main(args=args, prog_name="vitedge", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("vitedge: interrupted", err=True)
-        sys.exit(130)
+    except click.exceptions.Abort as err:
+        message, code = signals.exit_for(err)
+        click.echo(f"vitedge: {message}", err=True)
+        sys.exit(code)
     except click.ClickException as err:
         # Usage errors: one line plus the usage hint click would print.
         click.echo(f"vitedge: {err.format_message()}", err=True)
@@ -70,11 +72,12 @@ def main(argv: list[str] | None = None) -> None:
             raise
         click.echo(f"vitedge: error: {err}", err=True)
         sys.exit(err.exit_code)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         if debug:
             raise
-        click.echo("vitedge: interrupted; nothing partial was left behind", err=True)
-        sys.exit(130)
+        message, code = signals.exit_for(err)
+        click.echo(f"vitedge: {message}", err=True)
+        sys.exit(code)
     except Exception as err:  # a bug: keep it to one line unless --debug
         if debug:
             raise

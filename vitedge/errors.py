@@ -6,6 +6,7 @@ Exit codes (documented in the README):
   2  bad input or usage: the message says what was wrong and what to do
   3  an internal error (a bug in vitedge); ``--debug`` shows the traceback
 130  interrupted (Ctrl-C)
+143  terminated (SIGTERM: `timeout`, CI cancellation, `docker stop`); cleaned up as for Ctrl-C
 """
 
 from __future__ import annotations
@@ -73,3 +74,11 @@ class GateFailure(VitedgeError):
     """A build or validation that ran but missed one of its parity thresholds."""
 
     exit_code = 1
+
+
+class Interrupted(VitedgeError):
+    """Ctrl-C (exit 130) or SIGTERM (exit 143) after part of a multi-target build was written: says what was kept."""
+
+    def __init__(self, message: str, exit_code: int = 130):
+        super().__init__(message)
+        self.exit_code = exit_code

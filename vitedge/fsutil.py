@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+from vitedge.swap import _remove, clean_debris, recover_swap, swap_into_place
 
 
 @contextlib.contextmanager
@@ -16,7 +17,8 @@ def atomic_write_path(final: Path) -> Iterator[Path]:
     """Yield a temporary path beside ``final``; rename it into place only on success."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent)
+    clean_debris(final.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".partial", dir=final.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -32,25 +34,24 @@ def atomic_write_path(final: Path) -> Iterator[Path]:
 def atomic_output_dir(final: Path, *, force: bool = False) -> Iterator[Path]:
     """Yield a temporary folder beside ``final``; it becomes ``final`` only on success.
 
-    An existing ``final`` is replaced only with ``force``; it stays untouched until the
-    new folder is complete, so an interrupted run leaves the old result, never a mix.
-    """
+    An existing ``final`` is replaced only with ``force``, by one exchange rename where the OS has
+    one (Linux renameat2), else by two renames under a journal that the next run completes or
+    rolls back (see vitedge.swap). ``final`` never stops holding a complete result."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=final.parent))
+    recover_swap(final)
+    clean_debris(final.parent)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".partial", dir=final.parent))
     try:
         yield tmp
-        if final.exists():
+        if os.path.lexists(final):
             if not force:
                 raise FileExistsError(final)
-            trash = final.with_name(f".{final.name}.old-{os.getpid()}")
-            os.replace(final, trash)
-            os.replace(tmp, final)
-            shutil.rmtree(trash, ignore_errors=True)
+            swap_into_place(tmp, final)
         else:
             os.replace(tmp, final)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
         raise
 
 

@@ -14,10 +14,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from vitedge import __version__
+from vitedge import __version__, bundle_trust
 from vitedge.errors import BundleError
 from vitedge.fsutil import sha256_file
 from vitedge.spec import ModelSpec
+from vitedge.swap import recover_swap
 
 SCHEMA = "vitedge.manifest/1"
 MANIFEST = "manifest.json"
@@ -86,7 +87,7 @@ class Manifest:
         self.files = {
             str(p.relative_to(bundle)): sha256_file(p)
             for p in sorted(bundle.rglob("*"))
-            if p.is_file() and p.name != MANIFEST and not p.relative_to(bundle).parts[0] == "report"
+            if p.is_file() and p.name not in (MANIFEST, bundle_trust.SIGNATURE) and not p.relative_to(bundle).parts[0] == "report"
         }
 
     def write(self, bundle: Path) -> Path:
@@ -95,11 +96,13 @@ class Manifest:
         path = bundle / MANIFEST
         with atomic_write_path(path) as tmp:
             tmp.write_text(json.dumps(self.to_dict(), indent=2, sort_keys=False) + "\n")
+        bundle_trust.sign(bundle)
         return path
 
 
 def read_manifest(bundle: Path) -> Manifest:
     bundle = Path(bundle)
+    recover_swap(bundle)  # a --force rebuild killed mid-swap: finish or roll back first
     if not bundle.is_dir():
         raise BundleError(f"bundle {bundle} does not exist or is not a folder")
     path = bundle / MANIFEST
@@ -111,13 +114,16 @@ def read_manifest(bundle: Path) -> Manifest:
         raise BundleError(f"{path} is not valid JSON ({err})") from None
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("vitedge.manifest/"):
         raise BundleError(f"{path} is not a vitedge manifest (no 'schema': '{SCHEMA}')")
-    return Manifest.from_dict(data)
+    manifest = Manifest.from_dict(data)
+    bundle_trust.check_contained(bundle, manifest)
+    return manifest
 
 
 def verify_bundle(bundle: Path) -> Manifest:
     """Read the manifest and check every listed file's hash; a one-line BundleError otherwise."""
     bundle = Path(bundle)
     manifest = read_manifest(bundle)
+    bundle_trust.check_signature(bundle)
     for rel, digest in manifest.files.items():
         path = bundle / rel
         if not path.is_file():

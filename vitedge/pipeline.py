@@ -13,6 +13,7 @@ from typing import Any
 from vitedge.errors import BundleError, UsageError
 from vitedge.fsutil import atomic_output_dir, sha256_file
 from vitedge.models.intake import IntakeOptions
+from vitedge.outputs import interrupted_after, prepare_outputs, work_prefix
 from vitedge.profiles import TargetProfile, Thresholds, load_profile
 from vitedge.quantize.weight_range import CPU_REQUIREMENT
 from vitedge.ui import StageLog
@@ -80,14 +81,12 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
     if len(set(names)) != len(names):
         raise UsageError(f"two --target profiles share the name '{next(n for n in names if names.count(n) > 1)}'; rename one")
     dirs = {p.name: d for p, d in zip(profiles, bundle_dirs(req).values())}
-    for t, d in dirs.items():
-        if d.exists() and not req.force:
-            raise UsageError(f"output folder {d} exists; pass --force to replace it")
+    prepare_outputs(dirs.values(), force=req.force, inputs=(req.model, req.calib, req.val))
     backends = {p.name: get_backend(p.backend) for p in profiles}
     configs = {p.name: _quant_config(QuantConfig, p, req.quant_overrides) for p in profiles}
     thresholds = {p.name: _thresholds(p.thresholds, req.threshold_overrides) for p in profiles}
 
-    with tempfile.TemporaryDirectory(prefix="vitedge-build-") as work_str:
+    with tempfile.TemporaryDirectory(prefix=work_prefix("build")) as work_str:
         work = Path(work_str)
         with log.stage("load", str(req.model)):
             loaded = load_model(req.model, req.intake)
@@ -145,9 +144,15 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
         results = []
         for p in profiles:
             qdq, calibration, graph = qdq_paths[QuantConfigKey.of(configs[p.name])]
-            results.append(_build_target(p, backends[p.name], dirs[p.name], fp32, qdq, calibration, graph, loaded, val,
-                                         thresholds[p.name], req, log, budget=budgets[QuantConfigKey.of(configs[p.name])],
-                                         val_record=val_record))
+            try:
+                results.append(_build_target(p, backends[p.name], dirs[p.name], fp32, qdq, calibration, graph, loaded, val,
+                                             thresholds[p.name], req, log, budget=budgets[QuantConfigKey.of(configs[p.name])],
+                                             val_record=val_record))
+            except KeyboardInterrupt as err:
+                if not results:
+                    raise  # nothing was written: the plain interrupt
+                done, left = [(r.profile.name, r.bundle) for r in results], [(q.name, dirs[q.name]) for q in profiles[len(results):]]
+                raise interrupted_after(done, left, err) from err
     return results
 
 

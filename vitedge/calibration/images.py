@@ -29,6 +29,7 @@ from vitedge.calibration._common import (
 from vitedge.errors import CalibrationError
 from vitedge.fsutil import sha256_bytes
 from vitedge.preprocess import preprocess_image
+from vitedge.safefile import MAX_IMAGE_BYTES, FileTooLarge, NotRegularFile, read_bounded
 from vitedge.spec import Preprocess
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
@@ -160,7 +161,11 @@ def _check_one(path: Path, pre: Preprocess) -> tuple[str, str | None, np.ndarray
     """sha256 of the file, its colour-mode label, the preprocessed array; or why it is unusable."""
     try:
         try:
-            data = path.read_bytes()
+            data = read_bounded(path, MAX_IMAGE_BYTES)
+        except NotRegularFile:
+            raise _Skip("not a regular file (FIFO, device or socket)") from None
+        except FileTooLarge:
+            raise _Skip(f"larger than {MAX_IMAGE_BYTES >> 20} MB") from None
         except OSError:
             raise _Skip("unreadable") from None
         image = _decode(data)

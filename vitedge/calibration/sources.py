@@ -25,6 +25,7 @@ from vitedge.calibration.images import (
     open_image_folder,
 )
 from vitedge.errors import CalibrationError, UsageError
+from vitedge.safefile import check_regular
 from vitedge.spec import Preprocess
 
 __all__ = [
@@ -74,6 +75,10 @@ def open_source(
             raise CalibrationError(f"{path_text} cannot be read (permission denied): fix its permissions")
         return open_image_folder(file, path_text, preprocess, class_names=class_names, **common)
 
+    try:
+        check_regular(file)
+    except OSError as err:
+        raise CalibrationError(f"{path_text} is not a regular file ({err.strerror or err}): pass {_WHAT}") from None
     suffix = file.suffix.lower()
     if suffix in ARRAY_EXTENSIONS:
         from vitedge.calibration.arrays import open_array_file

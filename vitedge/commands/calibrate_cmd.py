@@ -79,7 +79,9 @@ def command(model: str, calib: str, out: Path | None, force: bool, intake, calib
         click.echo(split.one_line())
     source = open_source(calib_part, spec.preprocess, limit=calib_size, seed=seed, class_names=spec.class_names, progress=not quiet)
     click.echo(f"calibration data: {source.summary.one_line()}")
-    with tempfile.TemporaryDirectory(prefix="vitedge-calibrate-") as work:
+    from vitedge.outputs import work_prefix
+
+    with tempfile.TemporaryDirectory(prefix=work_prefix("calibrate")) as work:
         fp32 = Path(work) / "model.fp32.onnx"
         export_onnx(loaded, fp32, ExportOptions())
         cal = calibrate(fp32, source, config, cache_dir=cache_dir, progress=not quiet)

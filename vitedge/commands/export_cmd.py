@@ -26,6 +26,8 @@ def command(model: str, out: Path, intake, opset: int, bake_preprocess: bool, fo
 
     if out.exists() and not force:
         raise UsageError(f"{out} exists; pass --force to overwrite it")
+    if out.exists() and Path(model).exists() and out.resolve() == Path(model).resolve():
+        raise UsageError(f"-o {out} is the model being exported; --force would overwrite it: choose another -o")
     if out.suffix.lower() != ".onnx":
         raise UsageError(f"-o/--out should name an .onnx file, got {out}")
     options = ExportOptions(opset=opset, bake_preprocess=bake_preprocess)

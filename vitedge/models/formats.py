@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.errors import MissingDependencyError, ModelLoadError, UnsafePickleError
+from vitedge.models import archive_safety
 from vitedge.models.checkpoint import META_KEY, STATE_DICT_KEYS
+from vitedge.safefile import check_regular
 
 # Prefixes added by DataParallel / DDP and torch.compile.
 _STRIP_PREFIXES = ("module.", "_orig_mod.")
@@ -41,6 +43,10 @@ def read_model_file(path: Path, *, trust_pickle: bool = False) -> RawModel:
         if (path / "config.json").is_file():
             return RawModel(kind="huggingface", path=path)
         raise ModelLoadError(f"{path} is a folder without config.json; pass a checkpoint file or a Hugging Face model folder")
+    try:
+        check_regular(path)
+    except OSError as err:
+        raise ModelLoadError(f"{err}; pass a model file or a Hugging Face model folder") from None
     if path.stat().st_size == 0:
         raise ModelLoadError(f"{path} is empty (0 bytes)")
     suffix = path.suffix.lower()
@@ -49,9 +55,13 @@ def read_model_file(path: Path, *, trust_pickle: bool = False) -> RawModel:
     if suffix == ".safetensors":
         return _read_safetensors(path)
     if suffix == ".pt2":
+        if not trust_pickle:
+            archive_safety.check_exported_program(path)
         return _read_exported_program(path)
     if suffix in (".pt", ".pth", ".bin", ".ckpt", ".tar", ".jit", ".ts"):
         if _is_torchscript(path):
+            if not trust_pickle:
+                archive_safety.check_torchscript(path)
             return _read_torchscript(path)
         return _read_checkpoint(path, trust_pickle=trust_pickle)
     raise ModelLoadError(

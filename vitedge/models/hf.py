@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vitedge.errors import MissingDependencyError, ModelLoadError, UsageError
+from vitedge.errors import MissingDependencyError, ModelLoadError, UnsafePickleError, UsageError
 from vitedge.spec import IMAGENET_MEAN, IMAGENET_STD, SOURCE_DEFAULT, SOURCE_FILE, Preprocess
 
 # PIL resample codes used in preprocessor_config.json
@@ -69,6 +69,9 @@ def load_hf_folder(folder: Path, *, input_size: tuple[int, int] | None) -> tuple
     try:
         model = auto.from_pretrained(str(folder), local_files_only=True, attn_implementation="eager")
     except Exception as err:
+        if "Weights only load failed" in str(err):
+            raise UnsafePickleError(f"{folder}: the weights file holds pickled Python objects, and unpickling can run arbitrary code; "
+                                    "vitedge loads Hugging Face .bin weights as tensors only: save them as safetensors from a source you trust") from None
         raise ModelLoadError(f"{folder}: the weights cannot be loaded ({str(err).splitlines()[0][:160]})") from err
     trained = int(config.image_size)
     if input_size is not None and tuple(input_size) != (trained, trained):

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge import __version__
+from vitedge.bundle_trust import locked_thresholds
 from vitedge.errors import BundleError, VitedgeError
 from vitedge.profiles import TargetProfile, Thresholds, parse_profile
 from vitedge.validation import report as rpt
@@ -132,7 +133,10 @@ def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = V
     bundle = Path(bundle)
     info = getattr(log, "info", None) or (lambda _m: None)
     profile = bundle_profile(manifest, bundle)
-    thresholds = resolve_thresholds(profile.thresholds, options.threshold_overrides)
+    locked, threshold_notes = locked_thresholds(manifest, profile.thresholds)
+    for note in threshold_notes:
+        info("NOTE " + note)
+    thresholds = resolve_thresholds(locked, options.threshold_overrides)
     backend_name = manifest.target.get("backend", profile.backend)
     backend = get_backend(backend_name)
     env = backend.check_environment()
@@ -157,6 +161,7 @@ def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = V
         sens, sens_doc = _sensitivity(bundle, manifest, source, kind, spec, options, info)
     doc = _document(bundle, manifest, profile, thresholds, options, result, sens_doc, backend, bundle_label)
     doc["seconds"] = time.perf_counter() - start
+    doc["thresholds"]["notes"] = threshold_notes
     return BundleValidation(manifest, thresholds, result, doc, sens)
 
 

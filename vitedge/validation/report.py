@@ -200,6 +200,7 @@ def validation_markdown(doc: dict[str, Any], *, heading: str = "##", plots: Iter
     if not doc["passed"]:
         lines += ["**Failed:** " + "; ".join(doc["failures"]), ""]
     lines += gate_table(doc["gate"]) + [""]
+    lines += [f"**Note:** {note}" for note in (doc["thresholds"].get("notes") or [])] + ([""] if doc["thresholds"].get("notes") else [])
     acc = doc["accuracy"]
     lines += [f"{heading}# Accuracy (INT8 vs FP32, same runtime, same inputs)", "", "| metric | FP32 | INT8 |", "|---|---|---|"]
     if acc.get("output_kind") == "embedding":

@@ -1,0 +1,116 @@
+"""How far a bundle's manifest.json is trusted (see docs/reliability.md, "What the manifest protects").
+
+* Paths: every artifact and file the manifest names must be a relative path that stays inside the
+  bundle, symlinks resolved; a manifest naming ``../other/model.int8.onnx`` is refused.
+* Gate thresholds: `validate` gates with the thresholds the build gated with (its validation record),
+  not with a profile edited afterwards, and says so when the two differ.
+* Signature hook: with ``VITEDGE_SIGNING_KEY`` set, every manifest written is signed
+  (``manifest.sig``, HMAC-SHA256 of manifest.json) and every bundle read must carry a valid signature.
+  Without a key the sha256 hashes catch corruption and edits of artifact files, not an editor who
+  also rewrites manifest.json.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import posixpath
+from pathlib import Path
+from typing import Any
+
+from vitedge.errors import BundleError
+
+SIGNATURE = "manifest.sig"
+KEY_ENV = "VITEDGE_SIGNING_KEY"
+_GATE_KEYS = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms")
+
+
+def named_paths(manifest) -> list[tuple[str, Any]]:
+    """(what, path) for every path manifest.json names."""
+    arts = manifest.artifacts if isinstance(manifest.artifacts, dict) else {}
+    named = [(f"artifacts.{role}", arts.get(role)) for role in ("model", "reference", "qdq", "fp32_onnx") if arts.get(role) is not None]
+    extra = arts.get("extra") or []
+    named += [("artifacts.extra", p) for p in (extra if isinstance(extra, list) else [extra])]
+    files = manifest.files if isinstance(manifest.files, dict) else {}
+    named += [("files", p) for p in files]
+    return named
+
+
+def check_contained(bundle: Path, manifest) -> None:
+    """A one-line BundleError when manifest.json names a path outside the bundle."""
+    root = Path(bundle).resolve()
+    for what, rel in named_paths(manifest):
+        if not isinstance(rel, str) or not rel or "\\" in rel or "\x00" in rel:
+            raise BundleError(f"{bundle}: manifest.json {what} names {rel!r}, not a relative file path; rebuild the bundle")
+        norm = posixpath.normpath(rel)
+        if posixpath.isabs(rel) or norm == ".." or norm.startswith("../"):
+            raise BundleError(f"{bundle}: manifest.json {what} names '{rel}', outside the bundle; vitedge loads only files inside "
+                              "the bundle folder: rebuild the bundle")
+        resolved = (root / rel).resolve()
+        if resolved != root and root not in resolved.parents:
+            raise BundleError(f"{bundle}: '{rel}' (manifest.json {what}) leads outside the bundle (a symlink?); vitedge loads only "
+                              "files inside the bundle folder: rebuild the bundle")
+
+
+def _key() -> bytes | None:
+    key = os.environ.get(KEY_ENV)
+    return key.encode() if key else None
+
+
+def signature_of(manifest_bytes: bytes, key: bytes) -> str:
+    return "hmac-sha256:" + hmac.new(key, manifest_bytes, hashlib.sha256).hexdigest()
+
+
+def sign(bundle: Path) -> Path | None:
+    """Sign manifest.json with $VITEDGE_SIGNING_KEY (no key: nothing, and any stale signature goes)."""
+    from vitedge.fsutil import atomic_write_path
+
+    sig = Path(bundle) / SIGNATURE
+    key = _key()
+    if key is None:
+        sig.unlink(missing_ok=True)
+        return None
+    with atomic_write_path(sig) as tmp:
+        tmp.write_text(signature_of((Path(bundle) / "manifest.json").read_bytes(), key) + "\n")
+    return sig
+
+
+def check_signature(bundle: Path) -> None:
+    """With $VITEDGE_SIGNING_KEY set, refuse a bundle whose manifest.json is unsigned or signed otherwise."""
+    key = _key()
+    if key is None:
+        return
+    sig = Path(bundle) / SIGNATURE
+    if not sig.is_file():
+        raise BundleError(f"{bundle} has no {SIGNATURE} and {KEY_ENV} is set: a bundle built without the key, or its signature "
+                          "was removed; rebuild it with the key")
+    expected = signature_of((Path(bundle) / "manifest.json").read_bytes(), key)
+    if not hmac.compare_digest(sig.read_text().strip(), expected):
+        raise BundleError(f"{bundle}: manifest.json does not match {SIGNATURE} (edited after the build, or signed with another "
+                          f"key); rebuild the bundle")
+
+
+def locked_thresholds(manifest, profile_thresholds):
+    """The gate's thresholds: those the build gated with, when it recorded them. Returns (thresholds, notes),
+    a note for every threshold of manifest.json's profile that differs from the build's."""
+    import dataclasses
+
+    recorded = ((manifest.validation or {}).get("thresholds") or {}) if isinstance(manifest.validation, dict) else {}
+    if not isinstance(recorded, dict) or not recorded:
+        return profile_thresholds, []
+    overridden = set(recorded.get("overridden") or ())
+    changes, notes = {}, []
+    for key in _GATE_KEYS:
+        if key not in recorded:
+            continue
+        built, now = recorded[key], getattr(profile_thresholds, key)
+        if built != now:
+            changes[key] = built
+            how = " (a build flag)" if key in overridden else ""
+            notes.append(f"manifest.json's profile sets {key} = {now}, but the build gated with {built}{how}: "
+                         f"gating with the build's {built} (pass --{key.replace('_', '-')} to choose another)")
+    try:
+        return (dataclasses.replace(profile_thresholds, **changes) if changes else profile_thresholds), notes
+    except (TypeError, ValueError) as err:
+        raise BundleError(f"manifest.json's recorded build thresholds are malformed ({err}); rebuild the bundle") from None

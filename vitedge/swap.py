@@ -1,0 +1,160 @@
+"""Replace an output folder without a moment where its path holds nothing, and clean up after runs
+that were killed.
+
+* :func:`swap_into_place` exchanges the new folder with the old one in one ``renameat2(RENAME_EXCHANGE)``
+  where Linux has it; elsewhere it writes a journal (``.NAME.swap.json``), renames the old folder
+  aside, renames the new one in and removes the journal. A run killed between those steps leaves the
+  journal, and :func:`recover_swap` (called by the next run writing there, and by every bundle reader)
+  completes the swap when the new folder is whole or rolls it back, and says which.
+* :func:`clean_debris` removes what killed runs leave: ``.NAME.PID.*.partial`` temporaries and
+  ``.NAME.old-PID`` folders whose process is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+# Called between the steps of a swap; tests replace it with a hook that kills the process there.
+between_steps: Callable[[str], None] = lambda step: None  # noqa: E731
+
+_PARTIAL = re.compile(r"^\..+\.(\d+)\.[A-Za-z0-9_]+\.partial$")
+_OLD = re.compile(r"^\..+\.old-(\d+)$")
+_AT_FDCWD = -100
+_RENAME_EXCHANGE = 2
+
+
+def notice(message: str) -> None:
+    print(f"vitedge: {message}", file=sys.stderr)
+
+
+def pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Atomically exchange two paths (Linux renameat2). False where the OS or filesystem has no such call."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).renameat2
+    except (AttributeError, OSError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if fn(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.ENOTSUP):
+        return False
+    raise OSError(err, os.strerror(err), str(b))
+
+
+def journal_path(final: Path) -> Path:
+    return final.with_name(f".{final.name}.swap.json")
+
+
+def swap_into_place(new: Path, final: Path) -> None:
+    """Put the complete folder ``new`` at ``final`` (which exists); the old one is removed."""
+    if exchange(new, final):
+        between_steps("exchanged")
+        _remove(new)  # now the old result; a kill here leaves debris clean_debris removes
+        return
+    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    journal = journal_path(final)
+    journal.write_text(json.dumps({"pid": os.getpid(), "new": new.name, "old": old.name}))
+    between_steps("journal written")
+    os.replace(final, old)
+    between_steps("old moved aside")
+    os.replace(new, final)
+    between_steps("new moved in")
+    _remove(old)
+    journal.unlink()
+
+
+def recover_swap(final: Path, say: Callable[[str], None] = notice) -> None:
+    """Finish or undo a swap into ``final`` that a killed run left half-done (its journal remains)."""
+    final = Path(final)
+    journal = journal_path(final)
+    try:
+        record = json.loads(journal.read_text())
+        pid, new, old = int(record["pid"]), final.with_name(record["new"]), final.with_name(record["old"])
+        if not (new.name.startswith(f".{final.name}.") and _PARTIAL.match(new.name) and old.name == f".{final.name}.old-{pid}"):
+            raise ValueError("names vitedge did not write")
+    except FileNotFoundError:
+        return
+    except (ValueError, KeyError, TypeError, OSError):
+        say(f"ignoring unreadable swap journal {journal}; remove it")
+        return
+    if pid_alive(pid):
+        return  # a live run is mid-swap
+    try:
+        _repair(final, journal, new, old, say)
+    except OSError as err:
+        say(f"a --force rebuild of {final} was killed while swapping folders and cannot be repaired here ({err.strerror or err}); "
+            f"its previous result is {old}, the new one {new}: move one to {final} and remove {journal}")
+
+
+def _repair(final: Path, journal: Path, new: Path, old: Path, say: Callable[[str], None]) -> None:
+    have_final, have_new, have_old = os.path.lexists(final), new.is_dir(), os.path.lexists(old)
+    if not have_final and have_new:
+        os.replace(new, final)
+        say(f"a --force rebuild of {final} was killed while swapping folders; finished the swap: {final} holds the new result")
+    elif not have_final and have_old:
+        os.replace(old, final)
+        say(f"a --force rebuild of {final} was killed while swapping folders; rolled back: {final} holds the previous result")
+    if os.path.lexists(final):
+        for leftover in (new, old):
+            if os.path.lexists(leftover):
+                _remove(leftover)
+    journal.unlink(missing_ok=True)
+
+
+def clean_debris(folder: Path, patterns: tuple[re.Pattern, ...] = (_PARTIAL, _OLD)) -> list[Path]:
+    """Remove temporaries and set-aside folders in ``folder`` left by vitedge runs that are no longer alive
+    (each pattern's first group is the PID of the run that made the entry)."""
+    removed = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        match = next((m for m in (p.match(entry.name) for p in patterns) if m), None)
+        if not match or pid_alive(int(match.group(1))):
+            continue
+        if _journal_names(folder, entry.name):
+            continue  # part of a half-done swap: recover_swap decides what happens to it
+        _remove(Path(entry.path))
+        removed.append(Path(entry.path))
+    return removed
+
+
+def _journal_names(folder: Path, name: str) -> bool:
+    for journal in Path(folder).glob(".*.swap.json"):
+        with contextlib.suppress(OSError, ValueError):
+            if name in json.loads(journal.read_text()).values():
+                return True
+    return False
+
+
+def _remove(path: Path) -> None:
+    if os.path.islink(path) or os.path.isfile(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
