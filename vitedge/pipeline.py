@@ -63,6 +63,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
     from vitedge.budget import BudgetSettings
     from vitedge.export import ExportOptions, bake_file, export_onnx
     from vitedge.models.intake import load_model
+    from vitedge.preflight import preflight
     from vitedge.quantize.calibrate import calibrate
     from vitedge.quantize.qdq import build_qdq
     from vitedge.quantize.config import QuantConfig
@@ -81,6 +82,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
         if d.exists() and not req.force:
             raise UsageError(f"output folder {d} exists; pass --force to replace it")
     backends = {p.name: get_backend(p.backend) for p in profiles}
+    preflight(req, profiles, backends, dirs)
     configs = {p.name: _quant_config(QuantConfig, p, req.quant_overrides) for p in profiles}
     thresholds = {p.name: _thresholds(p.thresholds, req.threshold_overrides) for p in profiles}
 
@@ -158,6 +160,11 @@ def _quant_config(cls, profile: TargetProfile, overrides: dict[str, Any]):
 
 def _thresholds(base: Thresholds, overrides: dict[str, Any]) -> Thresholds:
     changes = {k: v for k, v in overrides.items() if v is not None}
+    for k, v in changes.items():  # name the flag, not the profile key
+        try:
+            dataclasses.replace(Thresholds(), **{k: v})
+        except UsageError as err:
+            raise UsageError(f"--{k.replace('_', '-')}: {err}") from None
     return dataclasses.replace(base, **changes) if changes else base
 
 
@@ -341,5 +348,6 @@ def _summary(bundle: Path, artifact, validation) -> dict[str, Any]:
             "fp32_ms": validation["latency"].get("fp32", {}).get("1", {}).get("p50_ms"),
             "int8_ms": validation["latency"].get("int8", {}).get("1", {}).get("p50_ms"),
             "failures": [r["detail"] for r in validation["gate"] if not r["passed"]],
+            "warnings": list(acc.get("warnings") or ()),
         })
     return out

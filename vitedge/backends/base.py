@@ -106,6 +106,9 @@ class Backend(ABC):
     def versions(self) -> dict[str, str]:
         return {}
 
+    def check_options(self, options: Any) -> None:
+        """Before any work: refuse [backend_options] this machine cannot honour (a one-line VitedgeError)."""
+
 
 # name -> "module:Class"; modules are imported on first use.
 _REGISTRY: dict[str, str] = {
