@@ -317,6 +317,7 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
         layout = infer_layout(sd, where) if sd else None
     except ModelLoadError:
         layout = None
+    checks.check_meta(meta, where)
     checks.check_finite_weights(sd, where)
     facts = _describe_module(module, sd, layout)
     checks.check_heads_agree(opt.num_heads, facts.get("num_heads"), f"the attention layers of {where} have")
@@ -440,6 +441,7 @@ def _load_huggingface(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     from vitedge.models.hf import load_hf_folder, read_preprocess
 
     module, facts = load_hf_folder(raw.path, input_size=opt.input_size)
+    checks.check_finite_weights(module.state_dict(), str(raw.path))
     image_size = facts["image_size"]
     file_pre, source = read_preprocess(raw.path, image_size)
     preprocess, pre_source = _apply_preprocess_flags(file_pre, source, opt)
