@@ -63,7 +63,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
     from vitedge.budget import BudgetSettings
     from vitedge.export import ExportOptions, bake_file, export_onnx
     from vitedge.models.intake import load_model
-    from vitedge.preflight import preflight
+    from vitedge.preflight import check_data_labels, preflight
     from vitedge.quantize.calibrate import calibrate
     from vitedge.quantize.qdq import build_qdq
     from vitedge.quantize.config import QuantConfig
@@ -107,6 +107,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             else:
                 val = calib
                 log.info("validation: no --val given; validating on the calibration set (pass held-out labelled data for a real accuracy figure)")
+            check_data_labels(val, spec)
         qdq_paths: dict[QuantConfigKey, tuple[Path, Any, Any]] = {}
         budgets: dict[QuantConfigKey, Any] = {}
         for p in profiles:

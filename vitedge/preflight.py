@@ -57,3 +57,14 @@ def preflight(req: Any, profiles: list[Any], backends: dict[str, Any], dirs: dic
     if req.cache_dir is not None:
         check_writable(Path(req.cache_dir) / "x", "--cache-dir")
     check_targets(profiles, backends)
+
+
+def check_data_labels(source: Any, spec: Any) -> None:
+    """Labels beyond the model's classes, found when the data is opened rather than after calibration."""
+    labels = source.labels
+    if labels and spec.output_kind == "logits" and spec.num_classes:
+        import numpy as np
+
+        from vitedge.validation.run import check_labels
+
+        check_labels(np.asarray(labels), int(spec.num_classes), source.summary.path)
