@@ -105,11 +105,11 @@ def test_images_in_the_root_are_unlabeled(tmp_path):
     assert out.ids == ["img00.png", "img01.png", "img02.png"]
 
 
-def test_images_both_in_root_and_subfolders_are_unlabeled_with_a_note(tmp_path):
+def test_images_both_in_root_and_subfolders_are_refused(tmp_path):
+    """One stray image beside class folders used to switch the labels (and the top-1 check) off silently."""
     root = _folder(tmp_path / "calib", {"": 1, "a": 2})
-    src = open_source(root, PRE)
-    assert not src.summary.labeled and _all(src).labels is None
-    assert "beside class folders" in src.summary.one_line()
+    with pytest.raises(CalibrationError, match=r"img00.png.*beside class folders"):
+        open_source(root, PRE)
 
 
 def test_nested_folders_take_the_top_level_class(tmp_path):

@@ -79,7 +79,8 @@ def test_onnx_input_skips_export_and_keeps_spec(timm_vit, tmp_path):
 def test_foreign_onnx_gets_default_preprocess(timm_vit, tmp_path):
     module, _ = timm_vit
     foreign = tmp_path / "foreign.onnx"
-    torch.onnx.export(module, (torch.randn(1, 3, 32, 32),), str(foreign), opset_version=17, dynamo=False)
+    torch.onnx.export(module, (torch.randn(1, 3, 32, 32),), str(foreign), opset_version=17, dynamo=False,
+                      input_names=["x"], dynamic_axes={"x": {0: "batch"}})  # a fixed batch is refused (tests/reliability)
     spec = load_model(foreign).spec
     assert spec.family == "onnx" and spec.image_size == (32, 32) and spec.patch_size == 8 and spec.depth == 2
     assert spec.sources["preprocess"] == "default"

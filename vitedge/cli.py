@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import importlib
 import sys
+import traceback
 
 import click
 
 from vitedge import __version__, signals
-from vitedge.errors import VitedgeError
+from vitedge.errors import VitedgeError, environment_error
 
 # command name -> module under vitedge.commands exposing `command`
 COMMANDS = {
@@ -68,20 +69,29 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"vitedge: {err.format_message()}", err=True)
         sys.exit(2)
     except VitedgeError as err:
-        if debug:
-            raise
-        click.echo(f"vitedge: error: {err}", err=True)
-        sys.exit(err.exit_code)
+        _fail(err, debug)
     except KeyboardInterrupt as err:
         if debug:
-            raise
+            traceback.print_exc()
         message, code = signals.exit_for(err)
         click.echo(f"vitedge: {message}", err=True)
         sys.exit(code)
-    except Exception as err:  # a bug: keep it to one line unless --debug
+    except Exception as err:  # the environment (disk full, ...) or a bug: one line unless --debug
+        known = environment_error(err)
+        if known is not None:
+            _fail(known, debug)
         if debug:
-            raise
+            traceback.print_exc()
+            sys.exit(3)
         first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
         click.echo(f"vitedge: internal error: {type(err).__name__}: {first} (re-run with --debug for the traceback)", err=True)
         sys.exit(3)
     sys.exit(0)
+
+
+def _fail(err: VitedgeError, debug: bool) -> None:
+    """One line and the error's documented exit code; --debug adds the traceback, never changes the code."""
+    if debug:
+        traceback.print_exc()
+    click.echo(f"vitedge: error: {err}", err=True)
+    sys.exit(err.exit_code)

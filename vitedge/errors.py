@@ -82,3 +82,27 @@ class Interrupted(VitedgeError):
     def __init__(self, message: str, exit_code: int = 130):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+class EnvironmentFault(VitedgeError):
+    """The machine, not the input or vitedge: a full disk, a read-only or forbidden folder."""
+
+
+# errno -> what to tell the user; these are not bugs, so they exit 2 (bad input or environment)
+_OS_ERRORS = {
+    28: "no space left on the device",  # ENOSPC
+    122: "disk quota exceeded",  # EDQUOT
+    27: "file too large for this file system or the process's size limit",  # EFBIG
+    30: "the file system is read-only",  # EROFS
+    13: "permission denied",  # EACCES
+    1: "operation not permitted",  # EPERM
+}
+
+
+def environment_error(err: BaseException) -> VitedgeError | None:
+    """A one-line EnvironmentFault for an OSError the machine caused (full disk, read-only, no permission),
+    else None (then it is a bug)."""
+    if isinstance(err, OSError) and err.errno in _OS_ERRORS:
+        where = f" writing {err.filename}" if getattr(err, "filename", None) else ""
+        return EnvironmentFault(f"{_OS_ERRORS[err.errno]}{where}; free space, fix the permissions or choose another -o, then run again")
+    return None

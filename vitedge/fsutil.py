@@ -23,6 +23,7 @@ def atomic_write_path(final: Path) -> Iterator[Path]:
     tmp = Path(tmp_name)
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~current_umask())  # mkstemp makes 0600; a file of ours reads like any other
         os.replace(tmp, final)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -42,6 +43,7 @@ def atomic_output_dir(final: Path, *, force: bool = False) -> Iterator[Path]:
     recover_swap(final)
     clean_debris(final.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".partial", dir=final.parent))
+    os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes 0700: a service account must read a bundle another user built
     try:
         yield tmp
         if os.path.lexists(final):
@@ -53,6 +55,13 @@ def atomic_output_dir(final: Path, *, force: bool = False) -> Iterator[Path]:
     except BaseException:
         _remove(tmp)
         raise
+
+
+def current_umask() -> int:
+    """The process umask (read by setting and restoring it)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from vitedge import __version__, bundle_trust
 from vitedge.errors import BundleError
 from vitedge.fsutil import sha256_file
+from vitedge.manifest_types import check_field_types
 from vitedge.spec import ModelSpec
 from vitedge.swap import recover_swap
 
@@ -71,6 +72,7 @@ class Manifest:
         missing = [k for k in keys if k not in d]
         if missing:
             raise BundleError(f"manifest.json lacks '{missing[0]}'; the bundle was not written by this vitedge or is damaged")
+        check_field_types(d, keys)
         return cls(
             **{k: d[k] for k in keys},
             backend_info=d.get("backend_info", {}),

@@ -67,6 +67,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
     from vitedge.budget import BudgetSettings
     from vitedge.export import ExportOptions, bake_file, export_onnx
     from vitedge.models.intake import load_model
+    from vitedge.preflight import check_data_labels, preflight
     from vitedge.quantize.calibrate import calibrate
     from vitedge.quantize.qdq import build_qdq
     from vitedge.quantize.config import QuantConfig
@@ -83,6 +84,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
     dirs = {p.name: d for p, d in zip(profiles, bundle_dirs(req).values())}
     prepare_outputs(dirs.values(), force=req.force, inputs=(req.model, req.calib, req.val))
     backends = {p.name: get_backend(p.backend) for p in profiles}
+    preflight(req, profiles, backends, dirs)
     configs = {p.name: _quant_config(QuantConfig, p, req.quant_overrides) for p in profiles}
     thresholds = {p.name: _thresholds(p.thresholds, req.threshold_overrides) for p in profiles}
 
@@ -111,6 +113,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
                 val = calib
                 log.info("validation: no --val given; validating on the calibration set (pass held-out labelled data for a real accuracy figure)")
             val_record = DataRecord.of(val, "validation" if val_path is not None else "calibration").to_dict()
+            check_data_labels(val, spec)
         qdq_paths: dict[QuantConfigKey, tuple[Path, Any, Any]] = {}
         budgets: dict[QuantConfigKey, Any] = {}
         for p in profiles:
@@ -172,6 +175,12 @@ def _quant_config(cls, profile: TargetProfile, overrides: dict[str, Any]):
 
 
 def _thresholds(base: Thresholds, overrides: dict[str, Any]) -> Thresholds:
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    for k, v in changes.items():  # name the flag, not the profile key
+        try:
+            dataclasses.replace(Thresholds(), **{k: v})
+        except UsageError as err:
+            raise UsageError(f"--{k.replace('_', '-')}: {err}") from None
     return base.with_overrides(overrides)
 
 
@@ -387,5 +396,6 @@ def _summary(bundle: Path, artifact, validation) -> dict[str, Any]:
             "fp32_ms": validation["latency"].get("fp32", {}).get("1", {}).get("p50_ms"),
             "int8_ms": validation["latency"].get("int8", {}).get("1", {}).get("p50_ms"),
             "failures": [r["detail"] for r in validation["gate"] if not r["passed"]],
+            "warnings": list(acc.get("warnings") or ()),
         })
     return out

@@ -8,6 +8,8 @@ error naming the file and the key, never silently ignored.
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +35,10 @@ class Thresholds:
     min_speedup_without_vnni: float | None = None
 
     def __post_init__(self) -> None:
+        for name in ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)):
+                raise UsageError(f"{name} must be a finite number, got {value!r}")
         if self.max_top1_drop < 0:
             raise UsageError(f"max_top1_drop must be >= 0 points, got {self.max_top1_drop}")
         if not 0 <= self.min_agreement <= 1:
@@ -213,3 +219,9 @@ def _check_quantization_keys(quant: dict[str, Any], path: Path) -> None:
     for key in quant:
         if key not in allowed:
             raise ProfileError(f"{path}: unknown key 'quantization.{key}' (allowed: {', '.join(sorted(allowed))})")
+    try:
+        QuantConfig(**quant)
+    except (UsageError, TypeError) as err:
+        # QuantConfig names CLI flags; here the value came from the profile, so name its key
+        text = re.sub(r"--([a-z-]+)", lambda m: "quantization." + m.group(1).replace("-", "_"), str(err))
+        raise ProfileError(f"{path}: [quantization] {text}") from None

@@ -110,6 +110,9 @@ class Backend(ABC):
         """Markdown lines about the built artifact for report.md (none by default)."""
         return []
 
+    def check_options(self, options: Any) -> None:
+        """Before any work: refuse [backend_options] this machine cannot honour (a one-line VitedgeError)."""
+
 
 # name -> "module:Class"; modules are imported on first use.
 _REGISTRY: dict[str, str] = {

@@ -142,6 +142,16 @@ class OpenVinoBackend(Backend):
         return EnvironmentStatus(ok, ok, f"openvino {ov.__version__}, devices {', '.join(devices) or 'none'}",
                                  None if ok else "OpenVINO found no CPU device")
 
+    def check_options(self, options: OpenVinoOptions) -> None:
+        """A plain device name (CPU, GPU, NPU) must be one OpenVINO finds here; AUTO/MULTI/HETERO choose for themselves."""
+        device = options.device.split(".")[0].upper()
+        if device in ("AUTO", "MULTI", "HETERO") or ":" in options.device:
+            return
+        devices = _ov().Core().available_devices
+        if options.device not in devices and device not in {d.split(".")[0].upper() for d in devices}:
+            raise BundleError(f"OpenVINO device '{options.device}' (backend_options.device) is not available on this machine "
+                              f"(found: {', '.join(devices) or 'none'}); use device = \"CPU\" or build on a machine with that device")
+
     def versions(self) -> dict[str, str]:
         ov = _ov()
         return {"openvino": ov.__version__}

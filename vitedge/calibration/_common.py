@@ -131,6 +131,11 @@ class CalibrationSource:
     def ids(self) -> list[str]:
         return [it.id for it in self._items]
 
+    @property
+    def labels(self) -> list[int] | None:
+        """Each item's class index, in order; None for unlabeled data."""
+        return [int(it.label) for it in self._items] if self.summary.labeled else None
+
     def batches(self, batch_size: int) -> Iterator[Batch]:
         """Yield the items in order; every call starts again from the first item."""
         if int(batch_size) < 1:

@@ -102,10 +102,13 @@ def _label_map(
     if tops == {None}:
         return None, None, []
     if None in tops:
-        loose = sum(1 for rel in rels if "/" not in rel)
-        return None, None, [
-            f"unlabeled: {loose} images sit directly in {path_text} beside class folders"
-        ]
+        # one stray file would otherwise switch every label (and the top-1 check) off without a word
+        loose = [rel for rel in rels if "/" not in rel]
+        shown = ", ".join(loose[:3]) + (", ..." if len(loose) > 3 else "")
+        raise CalibrationError(
+            f"{len(loose)} image(s) ({shown}) sit directly in {path_text} beside class folders; move them into their class "
+            "folder or out of it (labels come from the folder names; a folder of only loose images is unlabeled data)"
+        )
     folders = sorted(t for t in tops if t is not None)
     notes: list[str] = []
     if class_names is not None:

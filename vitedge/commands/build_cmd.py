@@ -87,6 +87,8 @@ def command(model, targets, calib, val, out, force, intake, calib_size, seed, me
     print_build_summary(results, log.timings)
     for line, names in dict.fromkeys((r.summary["budget"], tuple(r.summary.get("budget_float", ()))) for r in results if r.summary.get("budget")):
         click.echo("  " + line + ("".join(f"\n    float: {n}" for n in names)))
+    for w in dict.fromkeys(w for r in results for w in r.summary.get("warnings", ())):
+        click.echo(f"vitedge: WARNING: {w}", err=True)
     failed = [r for r in results if r.passed is False]
     if failed:
         raise GateFailure(f"{len(failed)} of {len(results)} target(s) failed the parity gate: "

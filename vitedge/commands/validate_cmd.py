@@ -130,6 +130,8 @@ def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, override
     with log.stage("validate", f"{manifest.target.get('name')}: INT8 vs FP32 on {len(source)} inputs, same runtime"):
         result = validate_bundle(bundle, manifest, source, options, log=log, bundle_label=str(bundle))
     written, notes = result.write(report_dir)
+    for w in (result.document.get("accuracy") or {}).get("warnings") or ():
+        click.echo(f"vitedge: WARNING: {w}", err=True)
     for note in notes:
         log.info(note)
     warning = append_step_summary(result.markdown([p.name for p in written if p.suffix == ".png"]))

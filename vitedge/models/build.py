@@ -137,15 +137,16 @@ def build_custom(spec: str, kwargs: dict[str, Any], sd: dict[str, Any] | None, w
         raise UsageError(f"--model-class: cannot import {path} as Python")
     module_obj = importlib.util.module_from_spec(loader_spec)
     sys.modules[mod_name] = module_obj
-    try:
-        loader_spec.loader.exec_module(module_obj)
-    except Exception as err:
-        raise UsageError(f"--model-class: importing {path} failed: {type(err).__name__}: {err}") from err
+    from vitedge.models.user_code import import_user_file
+
+    import_user_file(loader_spec.loader, module_obj, path)
     cls = getattr(module_obj, class_name, None)
     if cls is None:
         raise UsageError(f"--model-class: {path} defines no '{class_name}'")
     try:
         model = cls(**kwargs)
+    except SystemExit as err:
+        raise UsageError(f"--model-class: {class_name}(...) in {path} called sys.exit({err.code!r}); a model class must not exit") from None
     except TypeError as err:
         raise UsageError(f"--model-class: {class_name}(**{json.dumps(kwargs)}) failed: {err}; fix --model-kwargs") from err
     if not isinstance(model, torch.nn.Module):

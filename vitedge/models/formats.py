@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,10 +137,13 @@ def _read_checkpoint(path: Path, *, trust_pickle: bool) -> RawModel:
         # Neither torch's zip format nor a pickle stream (legacy torch.save starts with PROTO).
         raise ModelLoadError(f"{path} is truncated or corrupt and cannot be read (not a PyTorch checkpoint archive)")
     try:
-        obj = torch.load(str(path), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's pickle-protocol notes on a damaged file are noise: the error says it
+            warnings.simplefilter("ignore")
+            obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        if "Weights only load failed" not in str(err):
-            raise _corrupt(path, err) from err
+        if "Weights only load failed" not in str(err) or "Unsupported global" not in str(err):
+            # not a pickled Python object the safe loader refused (e.g. a damaged stream: "Unsupported operand")
+            raise ModelLoadError(f"{path} is truncated or corrupt and cannot be read (not a valid PyTorch checkpoint)") from err
         if not trust_pickle:
             raise UnsafePickleError(
                 f"{path} holds pickled Python objects (e.g. a whole saved nn.Module), and unpickling can run arbitrary code; "

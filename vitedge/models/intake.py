@@ -6,12 +6,13 @@ a flag, or a default. `vitedge inspect` prints them.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from vitedge.errors import ModelLoadError, UsageError
-from vitedge.models import build
+from vitedge.models import build, checks
 from vitedge.models.formats import RawModel, read_model_file
 from vitedge.models.layouts import Layout, infer_layout
 from vitedge.models.presets import HEADS_BY_WIDTH, ArchPreset, get_preset, match_preset
@@ -53,6 +54,10 @@ class IntakeOptions:
             raise UsageError(f"--crop-pct must be in (0, 1], got {self.crop_pct}")
         if self.interpolation is not None and self.interpolation not in INTERPOLATIONS:
             raise UsageError(f"--interpolation must be one of {', '.join(INTERPOLATIONS)}, got '{self.interpolation}'")
+        for name in ("mean", "std"):
+            values = getattr(self, name)
+            if values is not None and not all(math.isfinite(v) for v in values):
+                raise UsageError(f"--{name} values must be finite numbers, got {' '.join(map(str, values))}")
         if self.std is not None and any(s <= 0 for s in self.std):
             raise UsageError(f"--std values must be positive, got {self.std}")
         if self.output_kind not in (None, "logits", "embedding"):
@@ -92,6 +97,8 @@ def _load_state_dict(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     assert sd is not None
     where = str(raw.path)
     meta = raw.meta or {}
+    checks.check_meta(meta, where)
+    checks.check_finite_weights(sd, where)
     if opt.model_class:
         kwargs = dict(meta.get("model_kwargs", {}), **opt.model_kwargs)
         module = build.build_custom(opt.model_class, kwargs, sd, where)
@@ -164,6 +171,9 @@ def _check_preset_fits(p: ArchPreset, layout: Layout, where: str) -> None:
 
 
 def _resolve_heads(opt, meta, preset, matched, layout: Layout, where: str) -> tuple[int, str]:
+    checks.check_heads_agree(opt.num_heads, meta.get("model_kwargs", {}).get("num_heads"), f"{where} records in its metadata")
+    if preset is not None:
+        checks.check_heads_agree(opt.num_heads, preset.num_heads, f"--arch {preset.name} has")
     if opt.num_heads:
         heads, source = int(opt.num_heads), SOURCE_FLAG
     elif meta.get("model_kwargs", {}).get("num_heads"):
@@ -262,10 +272,26 @@ def _load_torchscript(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
 
 def _load_exported(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     program = raw.module
+    _refuse_fixed_batch(program, str(raw.path))
     loaded = _from_module(raw, opt, program.module(), family="torch.export", meta={}, kwargs={}, example_shape=_program_input_shape(program))
     loaded.module = program
     loaded.exporter = "dynamo"
     return loaded
+
+
+def _refuse_fixed_batch(program, where: str) -> None:
+    """A program exported with torch.export's defaults has its batch fixed (usually at 1); its ONNX graph
+    would too, and validation (and a runtime batch) would fail at the end. Refuse it at once."""
+    for spec in program.graph_signature.input_specs:
+        if spec.kind.name == "USER_INPUT":
+            node = next((n for n in program.graph.nodes if n.op == "placeholder" and n.name == spec.arg.name), None)
+            val = node.meta.get("val") if node is not None else None
+            if val is not None and len(val.shape) == 4 and isinstance(val.shape[0], int):
+                raise ModelLoadError(
+                    f"{where} was exported with a fixed batch of {val.shape[0]}; vitedge validates and serves any batch size: "
+                    "re-export with torch.export.export(model, (x,), dynamic_shapes=({0: torch.export.Dim('batch')},))"
+                )
+            return
 
 
 def _program_input_shape(program) -> tuple[int, ...] | None:
@@ -291,7 +317,10 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
         layout = infer_layout(sd, where) if sd else None
     except ModelLoadError:
         layout = None
+    checks.check_meta(meta, where)
+    checks.check_finite_weights(sd, where)
     facts = _describe_module(module, sd, layout)
+    checks.check_heads_agree(opt.num_heads, facts.get("num_heads"), f"the attention layers of {where} have")
     if not facts.get("is_vit") and layout is None:
         raise ModelLoadError(f"{where}: found a {type(module).__name__} with no patch embedding or attention layers, not a Vision Transformer")
     cfg = getattr(module, "pretrained_cfg", None) or getattr(module, "default_cfg", None) or {}
@@ -412,6 +441,7 @@ def _load_huggingface(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     from vitedge.models.hf import load_hf_folder, read_preprocess
 
     module, facts = load_hf_folder(raw.path, input_size=opt.input_size)
+    checks.check_finite_weights(module.state_dict(), str(raw.path))
     image_size = facts["image_size"]
     file_pre, source = read_preprocess(raw.path, image_size)
     preprocess, pre_source = _apply_preprocess_flags(file_pre, source, opt)
@@ -462,6 +492,8 @@ def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     dims = [d.dim_value if d.HasField("dim_value") else None for d in inputs[0].type.tensor_type.shape.dim]
     if len(dims) != 4 or dims[1] != 3:
         raise ModelLoadError(f"{raw.path}: the ONNX input has shape {dims}; vitedge needs (batch, 3, height, width)")
+    checks.check_onnx_is_vit(graph, str(raw.path))
+    checks.check_finite_onnx_weights(graph, str(raw.path))
     sources: dict[str, str] = {}
     if dims[2] and dims[3]:
         image_size, sources["image_size"] = (dims[2], dims[3]), SOURCE_FILE

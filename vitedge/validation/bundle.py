@@ -143,6 +143,7 @@ def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = V
     if not env.can_run:
         raise BundleError(f"target {manifest.target.get('name')} runs on {backend_name}, which is not usable here: {env.detail}"
                           + (f"; {env.install_hint}" if env.install_hint else ""))
+    backend.check_options(profile.backend_options)  # e.g. an OpenVINO device this machine lacks: exit 2, not a crash
     arts = manifest.artifacts
     if not arts.get("built", True):
         raise BundleError(f"{bundle}: the artifact was not built here ({arts.get('model')}); "

@@ -103,7 +103,24 @@ def check_validation_document(doc: Any) -> list[str]:
                 need(section, doc[section], keys)
         else:
             need("", doc, keys)
+    def numbers(where: str, obj: Any, keys: tuple[str, ...]) -> None:
+        if isinstance(obj, dict):
+            problems.extend(f"{where}.{k} is {obj[k]!r}, not a number" for k in keys
+                            if obj.get(k) is not None and (isinstance(obj[k], bool) or not isinstance(obj[k], (int, float))))
+
     acc = doc.get("accuracy")
+    numbers("accuracy", acc, LOGIT_KEYS + LABEL_KEYS + EMBEDDING_KEYS + ("top1_agreement",))
+    numbers("document", doc, ("speedup",))
+    for name in ("fp32", "int8"):
+        lat_side = (doc.get("latency") or {}).get(name) if isinstance(doc.get("latency"), dict) else None
+        if isinstance(lat_side, dict):
+            for b, stats in lat_side.items():
+                numbers(f"latency.{name}.{b}", stats, LATENCY_STATS_KEYS[:-1])
+        elif lat_side is not None:
+            problems.append(f"latency.{name} is not an object")
+    for section in ("data", "target", "latency", "accuracy", "thresholds"):
+        if section in doc and not isinstance(doc[section], dict):
+            problems.append(f"{section} is not an object")
     if isinstance(acc, dict):
         if acc.get("output_kind") == "embedding":
             need("accuracy", acc, EMBEDDING_KEYS[:2])
@@ -197,6 +214,7 @@ def validation_markdown(doc: dict[str, Any], *, heading: str = "##", plots: Iter
         + (" (the calibration images, not held-out data)." if data.get("role") == "calibration" else "."),
         "",
     ]
+    lines += [f"> **WARNING:** {w}\n" for w in (doc.get("accuracy") or {}).get("warnings") or ()]
     if not doc["passed"]:
         lines += ["**Failed:** " + "; ".join(doc["failures"]), ""]
     lines += gate_table(doc["gate"]) + [""]

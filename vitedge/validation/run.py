@@ -18,6 +18,7 @@ from vitedge.errors import DataError
 from vitedge.profiles import Thresholds
 from vitedge.validation.accuracy import collect_outputs, compare_embeddings, compare_logits
 from vitedge.validation.inputs import feed_for
+from vitedge.validation.sanity import fp32_warnings
 from vitedge.validation.latency import LatencySettings, LatencyStats, current_rss, measure_interleaved, peak_rss
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -188,6 +189,11 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
             else:
                 check_labels(ref.labels, int(ref.values.shape[1]), source.summary.path)
                 accuracy = compare_logits(ref.values, got.values, ref.labels)
+                warnings = fp32_warnings(accuracy, int(ref.values.shape[1]), len(ref.values))
+                if warnings:
+                    accuracy["warnings"] = warnings
+                    for w in warnings:
+                        info("WARNING " + w)
             accuracy["output_kind"] = kind
             accuracy["labeled"] = ref.labels is not None and kind != "embedding"
             stats: dict[str, dict[str, LatencyStats]] = {"fp32": {}, "int8": {}}

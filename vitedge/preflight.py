@@ -1,0 +1,70 @@
+"""What `build` checks before any work, so a mistake found at the last stage never costs a whole run:
+paths that are not UTF-8, output folders that cannot be written, targets this machine cannot build."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from vitedge.errors import BundleError, UsageError
+
+
+def check_utf8(paths: dict[str, Path | None]) -> None:
+    """Every path vitedge records (manifest, reports) must be text: refuse one with undecodable bytes."""
+    for flag, path in paths.items():
+        if path is None:
+            continue
+        try:
+            os.fspath(path).encode("utf-8")
+        except UnicodeEncodeError:
+            shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+            raise UsageError(f"{flag} path {shown} is not valid UTF-8; the manifest and reports record it as text: rename it") from None
+
+
+def check_writable(folder: Path, flag: str = "-o") -> None:
+    """The nearest existing ancestor of ``folder`` must be a folder we can create entries in."""
+    folder = Path(folder)
+    probe = folder.parent if folder.parent != folder else folder
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise UsageError(f"{flag} {folder} cannot be created: {probe} is a file, not a folder; choose another {flag}")
+    try:
+        Path(tempfile.mkdtemp(prefix=".vitedge-probe-", dir=probe)).rmdir()
+    except OSError as err:
+        raise UsageError(f"{flag} {folder} cannot be written: {probe}: {err.strerror or err}; choose another {flag} or fix its permissions") from None
+
+
+def check_targets(profiles: list[Any], backends: dict[str, Any]) -> None:
+    """Each target's backend usable here (or able to plan without its runtime) and its options honourable."""
+    for p in profiles:
+        backend = backends[p.name]
+        env = backend.check_environment()
+        if not env.can_build and not getattr(backend, "builds_without_runtime", False):
+            raise BundleError(f"target {p.name} needs {p.backend}, which is not usable here: {env.detail}"
+                              + (f"; {env.install_hint}" if env.install_hint else ""))
+        if env.can_build:
+            backend.check_options(p.backend_options)
+
+
+def preflight(req: Any, profiles: list[Any], backends: dict[str, Any], dirs: dict[str, Path]) -> None:
+    check_utf8({"MODEL": req.model, "--calib": req.calib, "--val": req.val, "-o": req.out, "--cache-dir": req.cache_dir,
+                **{f"-o ({name})": d for name, d in dirs.items()}})
+    for d in dirs.values():
+        check_writable(d)
+    if req.cache_dir is not None:
+        check_writable(Path(req.cache_dir) / "x", "--cache-dir")
+    check_targets(profiles, backends)
+
+
+def check_data_labels(source: Any, spec: Any) -> None:
+    """Labels beyond the model's classes, found when the data is opened rather than after calibration."""
+    labels = source.labels
+    if labels and spec.output_kind == "logits" and spec.num_classes:
+        import numpy as np
+
+        from vitedge.validation.run import check_labels
+
+        check_labels(np.asarray(labels), int(spec.num_classes), source.summary.path)

@@ -1,0 +1,26 @@
+"""Checks of the FP32 reference itself. The gate compares INT8 with FP32, so a broken FP32 (all-zero
+inputs from a bad --std, a wrong head count, mislabelled class folders) would pass it: say so loudly."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def chance_level(classes: int, items: int) -> float:
+    """Top-1 a model guessing at random stays under (with ~3 sigma of sampling noise), at least twice chance."""
+    p = 1.0 / max(classes, 1)
+    return max(2.0 * p, p + 3.0 * math.sqrt(p * (1.0 - p) / max(items, 1)))
+
+
+def fp32_warnings(accuracy: dict[str, Any], classes: int, items: int) -> list[str]:
+    """Warnings about the FP32 reference on labelled data (empty when it looks like a trained model)."""
+    top1 = accuracy.get("fp32_top1")
+    if top1 is None or classes < 2 or items < 1:
+        return []
+    limit = chance_level(classes, items)
+    if top1 > limit:
+        return []
+    return [f"FP32 itself is at chance: top-1 {100 * top1:.1f}% on {items} labelled inputs of {classes} classes "
+            f"(chance {100 / classes:.1f}%), so the INT8 gate proves nothing; check the preprocessing (--mean/--std), "
+            "--num-heads/--arch, and that the class folders map to the model's classes"]
