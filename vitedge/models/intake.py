@@ -26,6 +26,7 @@ from vitedge.spec import (
     SOURCE_PRESET,
     ModelSpec,
     Preprocess,
+    default_stats,
 )
 
 ONNX_SPEC_KEY = "vitedge.spec"
@@ -217,7 +218,10 @@ def _class_names(meta: dict[str, Any], num_classes: int | None) -> tuple[str, ..
 def _resolve_preprocess(opt: IntakeOptions, image_size, file_pre: dict | None, preset: ArchPreset | None, *, family: str,
                         channels: int = 3) -> tuple[Preprocess, str]:
     if file_pre:
-        base, source = Preprocess.from_dict(dict(file_pre, crop_size=list(image_size))), SOURCE_FILE
+        try:
+            base, source = Preprocess.from_dict(dict(file_pre, crop_size=list(image_size))), SOURCE_FILE
+        except ValueError as err:
+            raise UsageError(f"the model file's preprocessing is inconsistent: {err}; pass --mean/--std") from None
     elif preset is not None:
         base, source = preset.preprocess, SOURCE_PRESET
     elif family == "torchvision":
@@ -237,8 +241,6 @@ def _fit_channels(pre: Preprocess, channels: int, source: str) -> Preprocess:
     if pre.channels == channels:
         return pre
     if source == SOURCE_DEFAULT:
-        from vitedge.spec import default_stats
-
         mean, std = default_stats(channels)
         return replace(pre, mean=mean, std=std, channels=channels)
     try:
@@ -273,7 +275,7 @@ def _preprocess_from_cfg(cfg: dict[str, Any], image_size) -> Preprocess:
         crop_pct=float(cfg.get("crop_pct", 1.0)),
         interpolation=str(cfg.get("interpolation", "bicubic")),
         mean=mean,
-        std=tuple(cfg.get("std", IMAGENET_STD)),
+        std=tuple(cfg["std"]) if cfg.get("std") else default_stats(len(mean))[1],
     )
 
 
@@ -462,7 +464,8 @@ def _load_huggingface(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     module, facts = load_hf_folder(raw.path, input_size=opt.input_size)
     image_size = facts["image_size"]
     file_pre, source = read_preprocess(raw.path, image_size)
-    preprocess, pre_source = _apply_preprocess_flags(file_pre, source, opt)
+    channels = int(getattr(getattr(getattr(module, "model", module), "config", None), "num_channels", 3) or 3)
+    preprocess, pre_source = _apply_preprocess_flags(_fit_channels(file_pre, channels, source), source, opt)
     sources = {k: SOURCE_FILE for k in ("patch_size", "embed_dim", "depth", "num_heads", "num_classes", "image_size")}
     if opt.input_size is not None:
         sources["image_size"] = SOURCE_FLAG
