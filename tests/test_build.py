@@ -98,7 +98,7 @@ def test_bundles_hold_what_the_manifest_says(two_target_build):
         assert (bundle / "report.md").is_file() and (bundle / "manifest.json").is_file()
         assert m.artifacts["built"] is True and (bundle / m.artifacts["model"]).is_file()
         assert m.input == {"name": "input", "format": "float32-nchw", "shape": [None, 3, 32, 32], "dtype": "float32",
-                           "preprocess": m.spec.preprocess.to_dict(), "preprocess_baked": False}
+                           "channels": 3, "color_mode": "RGB", "preprocess": m.spec.preprocess.to_dict(), "preprocess_baked": False}
         assert m.output["class_names"] == [str(i) for i in range(10)]
         cal = m.calibration["calibration"]
         assert cal["used"] == 200 and cal["seed"] == 0 and len(cal["data_hash"]) == 64

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from vitedge.cli_stats import stats_option
 from vitedge.errors import UsageError
 from vitedge.spec import INTERPOLATIONS
 
@@ -25,8 +26,8 @@ def model_options(func: Callable) -> Callable:
                      help="Export at another resolution; position embeddings are interpolated in 2D."),
         click.option("--output-kind", type=click.Choice(["logits", "embedding"]), default=None,
                      help="What the model outputs, when vitedge cannot tell (custom and ONNX models)."),
-        click.option("--mean", nargs=3, type=float, metavar="R G B", default=None, help="Override normalisation mean."),
-        click.option("--std", nargs=3, type=float, metavar="R G B", default=None, help="Override normalisation std."),
+        stats_option("--mean", "mean"),
+        stats_option("--std", "std"),
         click.option("--crop-pct", type=float, default=None, help="Override centre-crop fraction (1.0 = no crop)."),
         click.option("--interpolation", type=click.Choice(INTERPOLATIONS), default=None, help="Override resize interpolation."),
     ]

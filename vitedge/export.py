@@ -104,7 +104,8 @@ def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str
     import torch
 
     h, w = loaded.spec.image_size
-    example = torch.randn(2, 3, h, w, generator=torch.Generator().manual_seed(options.seed))
+    c = loaded.spec.preprocess.channels
+    example = torch.randn(2, c, h, w, generator=torch.Generator().manual_seed(options.seed))
     buf = io.BytesIO()
     sink = io.StringIO()
     try:
@@ -156,7 +157,8 @@ def _program_batch(loaded: LoadedModel) -> int:
 
 
 def bake_preprocess(model, pre: Preprocess):
-    """Prepend uint8 NHWC RGB -> normalised float NCHW to the graph's single image input."""
+    """Prepend uint8 NHWC frames (RGB, or the model's channel count: 1 = grey) -> normalised
+    float NCHW to the graph's single image input."""
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -167,9 +169,10 @@ def bake_preprocess(model, pre: Preprocess):
     h = dims[2].dim_value or pre.crop_size[0]
     w = dims[3].dim_value or pre.crop_size[1]
     batch = dims[0].dim_param or (dims[0].dim_value if dims[0].dim_value else "batch")
-    frames = helper.make_tensor_value_info("frames", TensorProto.UINT8, [batch, h, w, 3])
-    scale = (1.0 / (255.0 * np.asarray(pre.std, dtype=np.float64))).astype(np.float32).reshape(1, 3, 1, 1)
-    shift = (-np.asarray(pre.mean, dtype=np.float64) / np.asarray(pre.std, dtype=np.float64)).astype(np.float32).reshape(1, 3, 1, 1)
+    c = pre.channels
+    frames = helper.make_tensor_value_info("frames", TensorProto.UINT8, [batch, h, w, c])
+    scale = (1.0 / (255.0 * np.asarray(pre.std, dtype=np.float64))).astype(np.float32).reshape(1, c, 1, 1)
+    shift = (-np.asarray(pre.mean, dtype=np.float64) / np.asarray(pre.std, dtype=np.float64)).astype(np.float32).reshape(1, c, 1, 1)
     nodes = [
         helper.make_node("Cast", ["frames"], ["vitedge_pre/float"], to=TensorProto.FLOAT, name="vitedge_pre/Cast"),
         helper.make_node("Transpose", ["vitedge_pre/float"], ["vitedge_pre/nchw"], perm=[0, 3, 1, 2], name="vitedge_pre/Transpose"),
@@ -195,11 +198,12 @@ def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str
     rng = np.random.default_rng(options.seed)
     batch = options.check_batch if loaded.exporter != "dynamo" else _program_batch(loaded)
     if input_format == UINT8_NHWC_RGB:
-        frames = rng.integers(0, 256, size=(batch, h, w, 3), dtype=np.uint8)
+        c = loaded.spec.preprocess.channels
+        frames = rng.integers(0, 256, size=(batch, h, w, c), dtype=np.uint8)
         x = np.stack([normalize(f, loaded.spec.preprocess) for f in frames])
         feed = frames
     else:
-        x = rng.standard_normal((batch, 3, h, w)).astype(np.float32)
+        x = rng.standard_normal((batch, loaded.spec.preprocess.channels, h, w)).astype(np.float32)
         feed = x
     module = loaded.module.module() if loaded.exporter == "dynamo" else loaded.module
     with torch.no_grad():

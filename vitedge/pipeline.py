@@ -377,8 +377,10 @@ def _input_record(qdq: Path, spec) -> dict[str, Any]:
     fmt = get_metadata(model).get(INPUT_FORMAT_KEY, "float32-nchw")
     name = model.graph.input[0].name
     h, w = spec.image_size
-    shape = [None, h, w, 3] if fmt.startswith("uint8") else [None, 3, h, w]
+    c = spec.preprocess.channels
+    shape = [None, h, w, c] if fmt.startswith("uint8") else [None, c, h, w]
     return {"name": name, "format": fmt, "shape": shape, "dtype": "uint8" if fmt.startswith("uint8") else "float32",
+            "channels": c, "color_mode": spec.preprocess.color_mode,
             "preprocess": spec.preprocess.to_dict(), "preprocess_baked": fmt.startswith("uint8")}
 
 

@@ -37,6 +37,25 @@ def to_rgb_image(image: Image.Image) -> Image.Image:
     return image.convert("RGB")
 
 
+def to_model_image(image: Image.Image, pre: Preprocess) -> Image.Image:
+    """Any Pillow image in the model's colour mode: RGB for 3 channels, 8-bit grey "L" for 1
+    (colour converts with ITU-R 601 luma, L = 0.299 R + 0.587 G + 0.114 B, as Pillow does).
+    Other channel counts have no image mode: they take arrays (ImageModeError)."""
+    rgb = to_rgb_image(image)
+    if pre.channels == 3:
+        return rgb
+    if pre.channels == 1:
+        return image if image.mode == "L" else rgb.convert("L")
+    raise ImageModeError(
+        f"this model takes {pre.channels}-channel input and an image file has at most RGB; "
+        f"give it arrays with {pre.channels} channels instead (.npy/.npz, shaped (N, H, W, {pre.channels}))"
+    )
+
+
+class ImageModeError(ValueError):
+    """An image cannot be turned into the model's channel count."""
+
+
 def resize_and_crop(image: Image.Image, pre: Preprocess) -> Image.Image:
     """Resize keeping aspect ratio to cover crop/crop_pct, then centre-crop to crop_size."""
     crop_h, crop_w = pre.crop_size
@@ -52,7 +71,9 @@ def resize_and_crop(image: Image.Image, pre: Preprocess) -> Image.Image:
 
 
 def normalize(rgb_uint8_hwc: np.ndarray, pre: Preprocess) -> np.ndarray:
-    """uint8 HxWx3 RGB -> float32 3xHxW, scaled to [0, 1] and normalised."""
+    """uint8 HxWxC (RGB, grey HxW or HxWx1, or C channels) -> float32 CxHxW, scaled to [0, 1] and normalised."""
+    if rgb_uint8_hwc.ndim == 2:
+        rgb_uint8_hwc = rgb_uint8_hwc[..., None]
     x = rgb_uint8_hwc.astype(np.float32) * np.float32(1.0 / 255.0)
     x -= np.asarray(pre.mean, dtype=np.float32)
     x /= np.asarray(pre.std, dtype=np.float32)
@@ -60,17 +81,44 @@ def normalize(rgb_uint8_hwc: np.ndarray, pre: Preprocess) -> np.ndarray:
 
 
 def image_to_uint8(image: Image.Image, pre: Preprocess) -> np.ndarray:
-    """A Pillow image -> the resized, cropped uint8 HxWx3 RGB frame the model expects."""
-    return np.asarray(resize_and_crop(to_rgb_image(image), pre), dtype=np.uint8)
+    """A Pillow image -> the resized, cropped uint8 HxWxC frame the model expects
+    (HxWx3 RGB, or HxWx1 grey for a 1-channel model)."""
+    out = np.asarray(resize_and_crop(to_model_image(image, pre), pre), dtype=np.uint8)
+    return out[..., None] if out.ndim == 2 else out
 
 
 def preprocess_image(image: Image.Image, pre: Preprocess) -> np.ndarray:
-    """A Pillow image -> float32 3xHxW model input."""
+    """A Pillow image -> float32 CxHxW model input."""
     return normalize(image_to_uint8(image, pre), pre)
 
 
-def preprocess_array(frame: np.ndarray, pre: Preprocess, *, bgr: bool = False) -> np.ndarray:
-    """A uint8 HxWx3 frame (RGB, or BGR as OpenCV delivers) -> float32 3xHxW model input."""
+def frame_to_image(frame: np.ndarray, *, bgr: bool = False) -> Image.Image:
+    """A uint8 frame -> a Pillow image: HxW / HxWx1 as grey "L", HxWx3 as RGB (BGR swapped)."""
+    if frame.ndim == 2 or frame.shape[2] == 1:
+        return Image.fromarray(np.ascontiguousarray(frame.reshape(frame.shape[:2])), mode="L")
     if bgr:
         frame = frame[..., ::-1]
-    return preprocess_image(Image.fromarray(np.ascontiguousarray(frame), mode="RGB"), pre)
+    return Image.fromarray(np.ascontiguousarray(frame), mode="RGB")
+
+
+def crop_channels(frame: np.ndarray, pre: Preprocess) -> np.ndarray:
+    """A uint8 HxWxC frame of a model with C channels that are not an image mode (C = 2, 4...)
+    -> the resized, cropped uint8 HxWxC: each channel goes through the same resize and
+    crop as a grey image (Pillow resamples channels independently)."""
+    if frame.ndim != 3 or frame.shape[2] != pre.channels:
+        raise ImageModeError(f"the model takes {pre.channels}-channel frames, got shape {frame.shape}")
+    planes = [np.asarray(resize_and_crop(Image.fromarray(np.ascontiguousarray(frame[..., i]), mode="L"), pre)) for i in range(pre.channels)]
+    return np.stack(planes, axis=-1)
+
+
+def frame_to_uint8(frame: np.ndarray, pre: Preprocess, *, bgr: bool = False) -> np.ndarray:
+    """A uint8 frame -> the resized, cropped uint8 HxWxC the model takes."""
+    if pre.channels not in (1, 3):
+        return crop_channels(frame, pre)
+    return image_to_uint8(frame_to_image(frame, bgr=bgr), pre)
+
+
+def preprocess_array(frame: np.ndarray, pre: Preprocess, *, bgr: bool = False) -> np.ndarray:
+    """A uint8 HxWx3 frame (RGB, or BGR as OpenCV delivers), HxW / HxWx1 grey for a
+    1-channel model, or HxWxC for a C-channel model -> float32 CxHxW model input."""
+    return normalize(frame_to_uint8(frame, pre, bgr=bgr), pre)

@@ -13,6 +13,40 @@ from typing import Any
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "lanczos")
+# One-channel models: ImageNet's statistics averaged over R, G and B.
+GRAY_MEAN = (0.449,)
+GRAY_STD = (0.226,)
+
+
+def color_mode(channels: int) -> str:
+    """The Pillow mode frames are converted to for a model with this many input channels:
+    "L" (8-bit grey, ITU-R 601 luma) for 1, "RGB" for 3; other counts have no image mode
+    and take arrays only ("4-channel" and so on)."""
+    return {1: "L", 3: "RGB"}.get(int(channels), f"{int(channels)}-channel")
+
+
+def default_stats(channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Mean/std for a model that says nothing about its normalisation: ImageNet's for RGB,
+    their average for grey, ImageNet's RGB followed by the average for extra channels."""
+    if channels == 3:
+        return IMAGENET_MEAN, IMAGENET_STD
+    if channels < 3:
+        return GRAY_MEAN * channels, GRAY_STD * channels
+    extra = channels - 3
+    return IMAGENET_MEAN + GRAY_MEAN * extra, IMAGENET_STD + GRAY_STD * extra
+
+
+def fit_stats(values: tuple[float, ...], channels: int, what: str) -> tuple[float, ...]:
+    """One value per channel: a single value broadcasts; a 3-value RGB statistic on a
+    1-channel model becomes its average; any other count mismatch is an error."""
+    values = tuple(float(v) for v in values)
+    if len(values) == channels:
+        return values
+    if len(values) == 1:
+        return values * channels
+    if channels == 1 and len(values) == 3:
+        return (round(sum(values) / 3.0, 6),)
+    raise ValueError(f"{what} has {len(values)} values but the model takes {channels} channel(s); give {channels} values or one to broadcast")
 
 # Where a value came from, printed by `vitedge inspect`.
 SOURCE_FILE = "file"
@@ -27,16 +61,32 @@ class Preprocess:
 
     The frame is resized, keeping its aspect ratio, so that it covers
     ``crop_size / crop_pct``, then centre-cropped to ``crop_size`` (H, W), scaled to
-    [0, 1] and normalised with ``mean``/``std`` per RGB channel. For a square crop
+    [0, 1] and normalised with ``mean``/``std`` per channel. For a square crop
     this is timm's and torchvision's "resize the shorter side to crop/crop_pct, then
-    centre crop".
+    centre crop". ``channels`` is the model's input channel count: images are converted
+    to ``color_mode`` ("L" for 1 channel, "RGB" for 3) before anything else.
     """
 
     crop_size: tuple[int, int] = (224, 224)
     crop_pct: float = 0.875
     interpolation: str = "bicubic"
-    mean: tuple[float, float, float] = IMAGENET_MEAN
-    std: tuple[float, float, float] = IMAGENET_STD
+    mean: tuple[float, ...] = IMAGENET_MEAN
+    std: tuple[float, ...] = IMAGENET_STD
+    channels: int = 3
+
+    def __post_init__(self) -> None:
+        if len(self.mean) != self.channels or len(self.std) != self.channels:
+            raise ValueError(f"mean {tuple(self.mean)} and std {tuple(self.std)} need one value per channel ({self.channels})")
+
+    @property
+    def color_mode(self) -> str:
+        return color_mode(self.channels)
+
+    def with_channels(self, channels: int) -> "Preprocess":
+        """The same preprocessing for a model with `channels` inputs (statistics fitted by `fit_stats`)."""
+        if channels == self.channels:
+            return self
+        return replace(self, channels=int(channels), mean=fit_stats(self.mean, channels, "mean"), std=fit_stats(self.std, channels, "std"))
 
     @property
     def resize_size(self) -> tuple[int, int]:
@@ -48,16 +98,19 @@ class Preprocess:
         d["crop_size"] = list(self.crop_size)
         d["mean"] = list(self.mean)
         d["std"] = list(self.std)
+        d["color_mode"] = self.color_mode
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Preprocess":
+        channels = int(d.get("channels", len(d["mean"])))
         return cls(
+            channels=channels,
             crop_size=tuple(int(v) for v in d["crop_size"]),  # type: ignore[arg-type]
             crop_pct=float(d.get("crop_pct", 1.0)),
             interpolation=str(d.get("interpolation", "bilinear")),
-            mean=tuple(float(v) for v in d["mean"]),  # type: ignore[arg-type]
-            std=tuple(float(v) for v in d["std"]),  # type: ignore[arg-type]
+            mean=fit_stats(tuple(d["mean"]), channels, "mean"),
+            std=fit_stats(tuple(d["std"]), channels, "std"),
         )
 
 

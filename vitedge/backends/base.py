@@ -56,6 +56,7 @@ class Runner(ABC):
     input_name: str = "input"
     input_format: str = FLOAT_NCHW
     input_hw: tuple[int, int] | None = None
+    input_channels: int = 3  # the graph's channel axis (1 for grayscale models)
     backend_name: str = "?"
 
     def __enter__(self) -> "Runner":
@@ -80,8 +81,8 @@ class Runner(ABC):
         if self.input_hw is not None:
             hw = batch.shape[1:3] if self.input_format == UINT8_NHWC_RGB else batch.shape[2:4]
             channels = batch.shape[3] if self.input_format == UINT8_NHWC_RGB else batch.shape[1]
-            if tuple(hw) != tuple(self.input_hw) or channels != 3:
-                raise UsageError(f"{self.backend_name} runner expects {self.input_hw[0]}x{self.input_hw[1]}x3 inputs ({self.input_format}), got shape {batch.shape}")
+            if tuple(hw) != tuple(self.input_hw) or channels != self.input_channels:
+                raise UsageError(f"{self.backend_name} runner expects {self.input_hw[0]}x{self.input_hw[1]}x{self.input_channels} inputs ({self.input_format}), got shape {batch.shape}")
         return self._infer_impl(np.ascontiguousarray(batch))
 
     @abstractmethod

@@ -73,6 +73,8 @@ class OnnxRuntimeRunner(Runner):
         dims = inp.shape
         hw = (dims[1], dims[2]) if self.input_format != FLOAT_NCHW else (dims[2], dims[3])
         self.input_hw = tuple(hw) if all(isinstance(d, int) for d in hw) else None
+        c = dims[3] if self.input_format != FLOAT_NCHW else dims[1]
+        self.input_channels = c if isinstance(c, int) else 3
 
     def close(self) -> None:
         self.session = None

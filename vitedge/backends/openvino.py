@@ -116,6 +116,8 @@ class OpenVinoRunner(Runner):
         dims = [d.get_length() if d.is_static else None for d in shape]
         hw = (dims[1], dims[2]) if self.input_format == UINT8_NHWC_RGB else (dims[2], dims[3])
         self.input_hw = tuple(hw) if all(h is not None for h in hw) else None
+        c = dims[3] if self.input_format == UINT8_NHWC_RGB else dims[1]
+        self.input_channels = c if c is not None else 3
 
     def close(self) -> None:
         self.request = None

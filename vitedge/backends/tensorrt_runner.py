@@ -108,6 +108,8 @@ class TensorRtRunner(Runner):
             self.input_format = FLOAT_NCHW
             hw = (dims[2], dims[3])
         self.input_hw = tuple(int(d) for d in hw) if all(int(d) > 0 for d in hw) else None
+        c = int(dims[3] if self.input_format == UINT8_NHWC_RGB else dims[1])
+        self.input_channels = c if c > 0 else 3
         self.stream = cuda_call(cudart.cudaStreamCreate(), "cudaStreamCreate")
 
     def _why(self) -> str:

@@ -77,10 +77,11 @@ def _load(file: Path, path_text: str) -> tuple[np.ndarray, np.ndarray | None]:
 
 def _expected(pre: Preprocess) -> str:
     h, w = pre.crop_size
-    return (
-        f"uint8 RGB frames of any size shaped (N, H, W, 3), or float32 model-ready inputs "
-        f"shaped (N, 3, {h}, {w})"
-    )
+    c = pre.channels
+    frames = "uint8 RGB frames of any size shaped (N, H, W, 3)" if c == 3 else (
+        "uint8 grayscale frames of any size shaped (N, H, W, 1) or (N, H, W, 3) (converted to grey)" if c == 1 else
+        f"uint8 frames of any size shaped (N, H, W, {c})")
+    return f"{frames}, or float32 model-ready inputs shaped (N, {c}, {h}, {w})"
 
 
 def _check_images(images: np.ndarray, path_text: str, pre: Preprocess) -> str:
@@ -90,16 +91,18 @@ def _check_images(images: np.ndarray, path_text: str, pre: Preprocess) -> str:
     if images.ndim != 4:
         hint = ": add a leading batch axis" if images.ndim == 3 else ""
         raise CalibrationError(found + hint)
+    c = pre.channels
+    frame_channels = (1, 3) if c == 1 else (c,)
     if dtype == np.uint8:
-        if shape[-1] == 3 and shape[1] > 0 and shape[2] > 0:
+        if shape[-1] in frame_channels and shape[1] > 0 and shape[2] > 0:
             return "uint8"
-        if shape[1] == 3:
-            raise CalibrationError(found + ": these look channels-first; transpose to (N, H, W, 3)")
-        raise CalibrationError(found + ": convert the frames to 3-channel RGB")
+        if shape[1] in frame_channels:
+            raise CalibrationError(found + f": these look channels-first; transpose to (N, H, W, {shape[1]})")
+        raise CalibrationError(found + (": convert the frames to 3-channel RGB" if c == 3 else f": the model takes {c} channel(s)"))
     if dtype == np.float32:
-        if shape[1] == 3 and shape[2:] == tuple(pre.crop_size):
+        if shape[1] == c and shape[2:] == tuple(pre.crop_size):
             return "float"
-        if shape[-1] == 3:
+        if shape[-1] == c:
             raise CalibrationError(found + ": float inputs must already be preprocessed and channels-first")
         raise CalibrationError(
             found + ": float inputs are used as-is, so they must match the model's input; "

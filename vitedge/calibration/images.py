@@ -172,7 +172,8 @@ def _check_one(path: Path, pre: Preprocess) -> tuple[str, str | None, np.ndarray
         except OSError:
             raise _Skip("unreadable") from None
         image = _decode(data)
-        return sha256_bytes(data), mode_label(image.mode), _preprocess(image, pre)
+        label = None if image.mode == pre.color_mode else (mode_label(image.mode) or image.mode)
+        return sha256_bytes(data), label, _preprocess(image, pre)
     except _Skip as skip:
         return skip
 

@@ -69,6 +69,14 @@ def open_source(
     if not file.exists():
         raise CalibrationError(f"{path_text} does not exist: pass {_WHAT}")
     common = dict(limit=limit, seed=seed, min_count=int(min_count), progress=progress)
+    suffix = file.suffix.lower()
+    if preprocess.channels not in (1, 3) and (file.is_dir() or suffix in VIDEO_EXTENSIONS):
+        c, (h, w) = preprocess.channels, preprocess.crop_size
+        raise CalibrationError(
+            f"{path_text} holds {'a video' if suffix in VIDEO_EXTENSIONS else 'images'} with at most 3 colour channels, but this model "
+            f"takes {c}-channel input: save the data as a .npy/.npz of uint8 frames shaped (N, H, W, {c}) "
+            f"or float32 model-ready inputs shaped (N, {c}, {h}, {w})"
+        )
 
     if file.is_dir():
         if not os.access(file, os.R_OK | os.X_OK):
@@ -79,7 +87,6 @@ def open_source(
         check_regular(file)
     except OSError as err:
         raise CalibrationError(f"{path_text} is not a regular file ({err.strerror or err}): pass {_WHAT}") from None
-    suffix = file.suffix.lower()
     if suffix in ARRAY_EXTENSIONS:
         from vitedge.calibration.arrays import open_array_file
 

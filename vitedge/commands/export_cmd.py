@@ -14,7 +14,7 @@ from vitedge.cli_options import with_intake
 @click.option("-o", "--out", "out", type=click.Path(path_type=Path), required=True, help="Where to write the FP32 ONNX graph.")
 @with_intake
 @click.option("--opset", type=int, default=17, show_default=True, help="ONNX opset (17 or newer).")
-@click.option("--bake-preprocess", is_flag=True, help="The graph takes uint8 NHWC RGB frames and normalises them itself.")
+@click.option("--bake-preprocess", is_flag=True, help="The graph takes uint8 NHWC frames (RGB; grey for a 1-channel model) and normalises them itself.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 def command(model: str, out: Path, intake, opset: int, bake_preprocess: bool, force: bool) -> None:
     """Export MODEL to an FP32 ONNX graph (dynamic batch) and prove ONNX Runtime

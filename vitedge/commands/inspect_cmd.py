@@ -57,6 +57,7 @@ def print_spec(loaded) -> None:
     rows = [
         ("family", f"{spec.family} ({spec.variant})" + (f", {spec.arch_name}" if spec.arch_name else ""), "file"),
         ("image size", f"{h} x {w}", src.get("image_size", "file")),
+        ("channels", f"{pre.channels} ({pre.color_mode})", src.get("channels", "default")),
         ("patch size", val(spec.patch_size), src.get("patch_size", "file")),
         ("tokens", val(spec.num_tokens) + (f" ({spec.grid[0]}x{spec.grid[1]} patches + {spec.num_prefix_tokens} prefix)" if spec.num_tokens else ""), src.get("patch_size", "file")),
         ("embedding width", val(spec.embed_dim), src.get("embed_dim", "file")),

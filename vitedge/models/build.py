@@ -116,6 +116,9 @@ def build_torchvision(layout: Layout, sd: dict[str, Any], *, num_heads: int, ima
         num_classes=max(layout.num_classes, 1),
         representation_size=layout.representation_size,
     )
+    conv = sd.get("conv_proj.weight")
+    if conv is not None and int(conv.shape[1]) != 3:  # torchvision builds RGB only: re-make the patch embedding
+        module.conv_proj = torch.nn.Conv2d(int(conv.shape[1]), layout.embed_dim, kernel_size=layout.patch_size, stride=layout.patch_size)
     if layout.num_classes == 0:
         module.heads = torch.nn.Identity()  # encoder: the class-token embedding is the output
     return _load_strict(module, sd, where)

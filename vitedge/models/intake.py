@@ -7,12 +7,13 @@ a flag, or a default. `vitedge inspect` prints them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from vitedge.errors import ModelLoadError, UsageError
 from vitedge.models import build, checks
+from vitedge.models import channels as chan
 from vitedge.models.formats import RawModel, read_model_file
 from vitedge.models.layouts import Layout, infer_layout
 from vitedge.models.presets import HEADS_BY_WIDTH, ArchPreset, get_preset, match_preset
@@ -26,6 +27,7 @@ from vitedge.spec import (
     SOURCE_PRESET,
     ModelSpec,
     Preprocess,
+    default_stats,
 )
 
 ONNX_SPEC_KEY = "vitedge.spec"
@@ -42,8 +44,8 @@ class IntakeOptions:
     trust_pickle: bool = False
     input_size: tuple[int, int] | None = None
     output_kind: str | None = None  # logits / embedding, for models vitedge cannot tell
-    mean: tuple[float, float, float] | None = None
-    std: tuple[float, float, float] | None = None
+    mean: tuple[float, ...] | None = None  # one value per channel, or one that broadcasts
+    std: tuple[float, ...] | None = None
     crop_pct: float | None = None
     interpolation: str | None = None
 
@@ -130,8 +132,10 @@ def _load_state_dict(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     module = builder(layout, sd, num_heads=num_heads, image_size=image_size, where=where, **kwargs)
     file_pre = meta.get("preprocess")
     pre_preset = matched if (matched and (opt.arch or _same_shape(matched, layout))) else None
-    preprocess, pre_source = _resolve_preprocess(opt, image_size, file_pre, pre_preset, family=layout.family)
+    channels = chan.channels_from_weights(sd) or 3
+    preprocess, pre_source = _resolve_preprocess(opt, image_size, file_pre, pre_preset, family=layout.family, channels=channels)
     sources["preprocess"] = pre_source
+    sources["channels"] = SOURCE_FILE
     variant = "encoder" if layout.num_classes == 0 else layout.variant
     spec = ModelSpec(
         family=layout.family,
@@ -221,9 +225,13 @@ def _class_names(meta: dict[str, Any], num_classes: int | None) -> tuple[str, ..
 # --------------------------------------------------------------------------- preprocessing
 
 
-def _resolve_preprocess(opt: IntakeOptions, image_size, file_pre: dict | None, preset: ArchPreset | None, *, family: str) -> tuple[Preprocess, str]:
+def _resolve_preprocess(opt: IntakeOptions, image_size, file_pre: dict | None, preset: ArchPreset | None, *, family: str,
+                        channels: int = 3) -> tuple[Preprocess, str]:
     if file_pre:
-        base, source = Preprocess.from_dict(dict(file_pre, crop_size=list(image_size))), SOURCE_FILE
+        try:
+            base, source = Preprocess.from_dict(dict(file_pre, crop_size=list(image_size))), SOURCE_FILE
+        except ValueError as err:
+            raise UsageError(f"the model file's preprocessing is inconsistent: {err}; pass --mean/--std") from None
     elif preset is not None:
         base, source = preset.preprocess, SOURCE_PRESET
     elif family == "torchvision":
@@ -231,29 +239,53 @@ def _resolve_preprocess(opt: IntakeOptions, image_size, file_pre: dict | None, p
         source = SOURCE_DEFAULT
     else:
         base, source = Preprocess(crop_pct=0.875, interpolation="bicubic", mean=IMAGENET_MEAN, std=IMAGENET_STD), SOURCE_DEFAULT
-    return _apply_preprocess_flags(base.__class__(crop_size=tuple(image_size), crop_pct=base.crop_pct, interpolation=base.interpolation, mean=base.mean, std=base.std), source, opt)
+    base = _fit_channels(base, channels, source)
+    return _apply_preprocess_flags(Preprocess(crop_size=tuple(image_size), crop_pct=base.crop_pct, interpolation=base.interpolation,
+                                              mean=base.mean, std=base.std, channels=base.channels), source, opt)
+
+
+def _fit_channels(pre: Preprocess, channels: int, source: str) -> Preprocess:
+    """The preprocessing for a `channels`-input model: a default's statistics are the
+    channel count's defaults; a file's or preset's must fit (one value broadcasts, RGB
+    averages to grey)."""
+    if pre.channels == channels:
+        return pre
+    if source == SOURCE_DEFAULT:
+        mean, std = default_stats(channels)
+        return replace(pre, mean=mean, std=std, channels=channels)
+    try:
+        return pre.with_channels(channels)
+    except ValueError as err:
+        raise UsageError(f"the model takes {channels} channel(s) but its {source} preprocessing does not fit: {err}; pass --mean/--std") from None
 
 
 def _apply_preprocess_flags(pre: Preprocess, source: str, opt: IntakeOptions) -> tuple[Preprocess, str]:
+    from vitedge.spec import fit_stats
+
     changes: dict[str, Any] = {}
     for name in ("mean", "std", "crop_pct", "interpolation"):
         value = getattr(opt, name)
-        if value is not None:
+        if value is not None and name in ("mean", "std"):
+            try:
+                changes[name] = fit_stats(tuple(value), pre.channels, f"--{name}")
+            except ValueError as err:
+                raise UsageError(str(err)) from None
+        elif value is not None:
             changes[name] = tuple(value) if isinstance(value, (list, tuple)) else value
     if not changes:
         return pre, source
-    from dataclasses import replace
-
     return replace(pre, **changes), f"{source} + flags ({', '.join(sorted(changes))})"
 
 
 def _preprocess_from_cfg(cfg: dict[str, Any], image_size) -> Preprocess:
+    mean = tuple(cfg.get("mean", IMAGENET_MEAN))
     return Preprocess(
+        channels=len(mean),
         crop_size=tuple(image_size),
         crop_pct=float(cfg.get("crop_pct", 1.0)),
         interpolation=str(cfg.get("interpolation", "bicubic")),
-        mean=tuple(cfg.get("mean", IMAGENET_MEAN)),
-        std=tuple(cfg.get("std", IMAGENET_STD)),
+        mean=mean,
+        std=tuple(cfg["std"]) if cfg.get("std") else default_stats(len(mean))[1],
     )
 
 
@@ -338,6 +370,10 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
                 v = kwargs[key]
                 image_size, sources["image_size"] = ((int(v), int(v)) if isinstance(v, int) else tuple(int(x) for x in v[-2:])), SOURCE_FILE
                 break
+    if image_size is None and opt.input_size is None:
+        image_size = chan.input_size_from_weights(sd, facts.get("num_prefix_tokens"))
+        if image_size is not None:
+            sources["image_size"] = f"{SOURCE_FILE} (patch kernel x position-embedding grid)"
     if opt.input_size is not None:
         if image_size is not None and tuple(opt.input_size) != tuple(image_size):
             raise UsageError(
@@ -346,8 +382,11 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
             )
         image_size, sources["image_size"] = tuple(opt.input_size), SOURCE_FLAG
     if image_size is None:
-        raise ModelLoadError(f"{where}: cannot tell the input size of this {family} model; pass --input-size H W")
-    output = _probe_output(module, image_size, where)
+        raise ModelLoadError(f"{where}: cannot tell the input size of this {family} model from its weights "
+                             "(no convolutional patch embedding with a square position-embedding grid); pass --input-size H W")
+    channels, _ = chan.module_channels(module, sd, cfg, kwargs, example_shape)
+    output, channels = _probe_output(module, image_size, where, channels)
+    sources["channels"] = SOURCE_FILE
     output_kind = opt.output_kind or ("embedding" if (layout is not None and layout.num_classes == 0) else "logits")
     sources["num_classes"] = SOURCE_FLAG if opt.output_kind else SOURCE_FILE
     patch = layout.patch_size if layout else facts.get("patch_size")
@@ -358,7 +397,7 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
     file_pre = meta.get("preprocess") or (cfg if isinstance(cfg, dict) and cfg.get("mean") else None)
     if file_pre and "crop_size" not in file_pre:
         file_pre = _preprocess_from_cfg(file_pre, image_size).to_dict()
-    preprocess, sources["preprocess"] = _resolve_preprocess(opt, image_size, file_pre, None, family=family)
+    preprocess, sources["preprocess"] = _resolve_preprocess(opt, image_size, file_pre, None, family=family, channels=channels)
     spec = ModelSpec(
         family=family,
         image_size=tuple(image_size),  # type: ignore[arg-type]
@@ -391,7 +430,7 @@ def _describe_module(module, sd: dict[str, Any], layout: Layout | None) -> dict[
     except Exception:
         named = []
     for _, m in named:
-        if isinstance(m, torch.nn.Conv2d) and "patch_size" not in facts and m.in_channels == 3 and tuple(m.kernel_size) == tuple(m.stride):
+        if isinstance(m, torch.nn.Conv2d) and "patch_size" not in facts and tuple(m.kernel_size) == tuple(m.stride):
             facts["patch_size"], facts["embed_dim"] = int(m.kernel_size[0]), int(m.out_channels)
         heads = getattr(m, "num_heads", None)
         if isinstance(heads, int):
@@ -413,23 +452,34 @@ def _describe_module(module, sd: dict[str, Any], layout: Layout | None) -> dict[
     return facts
 
 
-def _probe_output(module, image_size, where: str) -> int:
+def _probe_output(module, image_size, where: str, channels: int | None = None) -> tuple[int, int]:
+    """(output width, input channels) from a forward pass on zeros; with `channels`
+    unknown, the common counts are tried in turn (RGB first)."""
     import torch
 
-    x = torch.zeros(1, 3, int(image_size[0]), int(image_size[1]))
-    try:
-        with torch.no_grad():
-            y = module(x)
-    except Exception as err:
+    tries = (channels,) if channels else chan.PROBE_CHANNELS
+    first_err: Exception | None = None
+    for c in tries:
+        x = torch.zeros(1, c, int(image_size[0]), int(image_size[1]))
+        try:
+            with torch.no_grad():
+                y = module(x)
+            channels = c
+            break
+        except Exception as err:
+            first_err = first_err or err
+    else:
+        err = first_err
+        shape = f"1x{tries[0]}x{image_size[0]}x{image_size[1]}" if len(tries) == 1 else f"1xCx{image_size[0]}x{image_size[1]} (C = {', '.join(map(str, tries))})"
         raise ModelLoadError(
-            f"{where}: a forward pass on a 1x3x{image_size[0]}x{image_size[1]} input failed "
+            f"{where}: a forward pass on a {shape} input failed "
             f"({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''}); check --input-size / --model-kwargs"
         ) from err
     if isinstance(y, (tuple, list)):
         y = y[0]
     if not isinstance(y, torch.Tensor) or y.ndim != 2:
         raise ModelLoadError(f"{where}: the model's output is {type(y).__name__} {tuple(getattr(y, 'shape', ()))}; vitedge needs a (batch, classes) or (batch, features) tensor")
-    return int(y.shape[1])
+    return int(y.shape[1]), int(channels)
 
 
 # --------------------------------------------------------------------------- Hugging Face, ONNX
@@ -444,7 +494,8 @@ def _load_huggingface(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     checks.check_finite_weights(module.state_dict(), str(raw.path))
     image_size = facts["image_size"]
     file_pre, source = read_preprocess(raw.path, image_size)
-    preprocess, pre_source = _apply_preprocess_flags(file_pre, source, opt)
+    channels = int(getattr(getattr(getattr(module, "model", module), "config", None), "num_channels", 3) or 3)
+    preprocess, pre_source = _apply_preprocess_flags(_fit_channels(file_pre, channels, source), source, opt)
     sources = {k: SOURCE_FILE for k in ("patch_size", "embed_dim", "depth", "num_heads", "num_classes", "image_size")}
     if opt.input_size is not None:
         sources["image_size"] = SOURCE_FLAG
@@ -490,8 +541,8 @@ def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     if len(inputs) != 1:
         raise ModelLoadError(f"{raw.path}: the ONNX graph has {len(inputs)} inputs; vitedge needs one image input")
     dims = [d.dim_value if d.HasField("dim_value") else None for d in inputs[0].type.tensor_type.shape.dim]
-    if len(dims) != 4 or dims[1] != 3:
-        raise ModelLoadError(f"{raw.path}: the ONNX input has shape {dims}; vitedge needs (batch, 3, height, width)")
+    if len(dims) != 4 or not dims[1]:
+        raise ModelLoadError(f"{raw.path}: the ONNX input has shape {dims}; vitedge needs (batch, channels, height, width) with a fixed channel count")
     checks.check_onnx_is_vit(graph, str(raw.path))
     checks.check_finite_onnx_weights(graph, str(raw.path))
     sources: dict[str, str] = {}
@@ -513,9 +564,10 @@ def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     output_kind = opt.output_kind or ("embedding" if "embed" in graph.output[0].name.lower() else "logits")
     width = out_dims[-1] if out_dims and out_dims[-1] else None
     pre, pre_source = _apply_preprocess_flags(
-        Preprocess(crop_size=tuple(image_size), crop_pct=0.875, interpolation="bicubic"), SOURCE_DEFAULT, opt  # type: ignore[arg-type]
+        _fit_channels(Preprocess(crop_size=tuple(image_size), crop_pct=0.875, interpolation="bicubic"), int(dims[1]), SOURCE_DEFAULT),  # type: ignore[arg-type]
+        SOURCE_DEFAULT, opt,
     )
-    sources.update({"patch_size": SOURCE_FILE, "embed_dim": SOURCE_FILE, "depth": SOURCE_FILE, "num_classes": SOURCE_FILE, "preprocess": pre_source})
+    sources.update({"channels": SOURCE_FILE, "patch_size": SOURCE_FILE, "embed_dim": SOURCE_FILE, "depth": SOURCE_FILE, "num_classes": SOURCE_FILE, "preprocess": pre_source})
     spec = ModelSpec(
         family="onnx",
         image_size=tuple(image_size),  # type: ignore[arg-type]

@@ -334,8 +334,8 @@ class _Runner:
         if not self.uint8:
             return x
         pre = self.preprocess
-        mean = np.asarray(pre.mean, dtype=np.float64).reshape(1, 3, 1, 1)
-        std = np.asarray(pre.std, dtype=np.float64).reshape(1, 3, 1, 1)
+        mean = np.asarray(pre.mean, dtype=np.float64).reshape(1, -1, 1, 1)
+        std = np.asarray(pre.std, dtype=np.float64).reshape(1, -1, 1, 1)
         frames = np.clip(np.rint((x * std + mean) * 255.0), 0, 255).astype(np.uint8)
         return np.ascontiguousarray(frames.transpose(0, 2, 3, 1))
 

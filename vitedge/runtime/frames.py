@@ -1,6 +1,9 @@
 """Camera frames -> the model input a bundle expects, with the bundle's own preprocessing.
 
-A frame is a uint8 HxWx3 array of any size, RGB or BGR (what OpenCV delivers). Each one
+A frame is a uint8 HxWx3 array of any size, RGB or BGR (what OpenCV delivers). A bundle
+of a 1-channel (grayscale) model also takes HxW and HxWx1 grey frames, and converts HxWx3
+colour frames to grey with ITU-R 601 luma (L = 0.299 R + 0.587 G + 0.114 B), exactly as
+Pillow's ``convert("L")`` does; a bundle of a C-channel model (C = 2, 4...) takes HxWxC. Each one
 goes through `vitedge.preprocess` exactly as calibration and validation did: resize
 keeping aspect ratio to cover crop/crop_pct, centre crop, then (unless the bundle bakes
 it into its graph) scale to [0, 1] and normalise.
@@ -14,7 +17,7 @@ import numpy as np
 from PIL import Image
 
 from vitedge.errors import UsageError
-from vitedge.preprocess import image_to_uint8, normalize
+from vitedge.preprocess import crop_channels, image_to_uint8, normalize
 from vitedge.spec import Preprocess
 
 COLORS = ("rgb", "bgr")
@@ -25,8 +28,13 @@ class FrameError(UsageError):
     """A frame predict cannot take: wrong type, dtype or shape."""
 
 
-def as_frame_list(frames: object) -> tuple[list[np.ndarray], bool]:
-    """One frame, a list of frames or an (N, H, W, 3) array -> (checked frames, was a single frame)."""
+def frame_channels(channels: int) -> tuple[int, ...]:
+    """The channel counts of HxWxC frames a model with `channels` inputs takes (1 also takes HxW)."""
+    return (1, 3) if channels == 1 else (channels,)
+
+
+def as_frame_list(frames: object, channels: int = 3) -> tuple[list[np.ndarray], bool]:
+    """One frame, a list of frames or an (N, H, W, C) array -> (checked frames, was a single frame)."""
     if isinstance(frames, np.ndarray):
         if frames.ndim == 4:
             items, single = list(frames), False
@@ -41,15 +49,19 @@ def as_frame_list(frames: object) -> tuple[list[np.ndarray], bool]:
         raise FrameError(f"frames must be a uint8 HxWx3 numpy array or a list of them, got {type(frames).__name__}{hint}")
     for i, frame in enumerate(items):
         # the common case in a few attribute reads; check_frame explains anything else
-        if not (type(frame) is np.ndarray and frame.dtype == _UINT8 and frame.ndim == 3 and frame.shape[2] == 3 and frame.size):
-            check_frame(frame, "frame" if single else f"frame {i}")
+        if not (type(frame) is np.ndarray and frame.dtype == _UINT8 and frame.ndim == 3 and frame.shape[2] == channels and frame.size):
+            check_frame(frame, "frame" if single else f"frame {i}", channels)
     return items, single
 
 
-def check_frame(frame: object, what: str = "frame") -> None:
-    """A one-line FrameError unless `frame` is a non-empty uint8 HxWx3 array."""
+def check_frame(frame: object, what: str = "frame", channels: int = 3) -> None:
+    """A one-line FrameError unless `frame` is a non-empty uint8 HxWx3 array (for a 1-channel
+    model also HxW or HxWx1; for a C-channel model HxWxC)."""
     if not isinstance(frame, np.ndarray):
-        raise FrameError(f"{what} is a {type(frame).__name__}, not a numpy array: pass uint8 HxWx3 arrays")
+        raise FrameError(f"{what} is a {type(frame).__name__}, not a numpy array: pass uint8 HxWx{channels} arrays")
+    if channels != 3:
+        _check_other_channels(frame, what, channels)
+        return
     if frame.ndim == 2 or (frame.ndim == 3 and frame.shape[2] == 1):
         raise FrameError(f"{what} is grayscale (shape {frame.shape}); pass 3 channels, e.g. np.repeat(gray[..., None], 3, axis=2) "
                          f"or cv2.cvtColor(gray, cv2.COLOR_GRAY2BGR)")
@@ -61,6 +73,21 @@ def check_frame(frame: object, what: str = "frame") -> None:
         raise FrameError(f"{what} looks channels-first (shape {frame.shape}); pass HxWx3: frame.transpose(1, 2, 0)")
     if frame.shape[2] != 3:
         raise FrameError(f"{what} has {frame.shape[2]} channels (shape {frame.shape}); expected HxWx3 (channels last)")
+    if frame.shape[0] == 0 or frame.shape[1] == 0:
+        raise FrameError(f"{what} is empty (shape {frame.shape})")
+    if frame.dtype != np.uint8:
+        raise FrameError(f"{what} is {frame.dtype}, not uint8: pass 0-255 camera frames as uint8 "
+                         f"(an already preprocessed float tensor goes to model.infer())")
+
+
+def _check_other_channels(frame: np.ndarray, what: str, channels: int) -> None:
+    takes = frame_channels(channels)
+    shapes = "HxW, HxWx1 or HxWx3 (converted to grey)" if channels == 1 else f"HxWx{channels}"
+    grey = channels == 1 and frame.ndim == 2
+    if not grey and (frame.ndim != 3 or frame.shape[2] not in takes):
+        first = frame.ndim == 3 and frame.shape[0] in takes and frame.shape[2] not in takes
+        hint = f"; it looks channels-first: frame.transpose(1, 2, 0)" if first else ""
+        raise FrameError(f"{what} has shape {frame.shape}; this {channels}-channel model takes uint8 {shapes} frames{hint}")
     if frame.shape[0] == 0 or frame.shape[1] == 0:
         raise FrameError(f"{what} is empty (shape {frame.shape})")
     if frame.dtype != np.uint8:
@@ -83,9 +110,22 @@ def crop_frame(frame: np.ndarray, pre: Preprocess, *, bgr: bool) -> np.ndarray:
 
     A BGR frame is resized and cropped as it is and its channels are swapped afterwards, on
     the small crop: Pillow resamples each channel on its own, so this is bit-identical to
-    swapping first (tests/test_runtime.py checks it) and skips copying the full frame."""
+    swapping first (tests/test_runtime.py checks it) and skips copying the full frame.
+    For a 1-channel model the result is HxWx1 grey, for a C-channel model HxWxC."""
+    if pre.channels == 1:
+        return _grey_crop(frame, pre, bgr=bgr)
+    if pre.channels != 3:
+        return crop_channels(frame, pre)
     crop = image_to_uint8(Image.fromarray(np.ascontiguousarray(frame), mode="RGB"), pre)
     return np.ascontiguousarray(crop[..., ::-1]) if bgr else crop
+
+
+def _grey_crop(frame: np.ndarray, pre: Preprocess, *, bgr: bool) -> np.ndarray:
+    if frame.ndim == 2 or frame.shape[2] == 1:
+        image = Image.fromarray(np.ascontiguousarray(frame.reshape(frame.shape[:2])), mode="L")
+    else:  # colour -> grey (ITU-R 601 luma, Pillow's "L") before resizing, as calibration did
+        image = Image.fromarray(np.ascontiguousarray(frame[..., ::-1] if bgr else frame), mode="RGB")
+    return image_to_uint8(image, pre)
 
 
 def prepare_batch(frames: list[np.ndarray], pre: Preprocess, *, bgr: bool, baked: bool) -> np.ndarray:

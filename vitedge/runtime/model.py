@@ -163,7 +163,9 @@ class Model:
     """A loaded bundle. Make one with `vitedge.runtime.load`; safe to call from several threads.
 
     Frames are uint8 HxWx3 arrays of any size (``color="rgb"``, or ``"bgr"`` for OpenCV);
-    a call takes one frame, a list of frames (sizes may differ) or an NxHxWx3 array.
+    a call takes one frame, a list of frames (sizes may differ) or an NxHxWx3 array. A
+    1-channel (grayscale) bundle also takes HxW and HxWx1 frames and turns colour frames
+    grey with ITU-R 601 luma, as Pillow's ``convert("L")``; ``model.color_mode`` says which.
     """
 
     def __init__(self, bundle: Path, manifest: Manifest, runners: list, *, max_batch: int | None = None):
@@ -176,6 +178,8 @@ class Model:
         self.input_format: str = str(inp.get("format", FLOAT_NCHW))
         self.baked: bool = self.input_format == UINT8_NHWC_RGB
         self.input_size: tuple[int, int] = tuple(self.preprocessing.crop_size)  # type: ignore[assignment]
+        self.channels: int = self.preprocessing.channels
+        self.color_mode: str = self.preprocessing.color_mode
         self.output_kind: str = str(out.get("kind", "logits"))
         names = out.get("class_names")
         self.class_names: tuple[str, ...] | None = tuple(str(n) for n in names) if names else None
@@ -212,7 +216,7 @@ class Model:
         if runs <= 0:
             return
         h, w = self.input_size
-        batch = prepare_batch([np.full((h, w, 3), 128, np.uint8)], self.preprocessing, bgr=False, baked=self.baked)
+        batch = prepare_batch([np.full((h, w, self.channels), 128, np.uint8)], self.preprocessing, bgr=False, baked=self.baked)
         for runner in self._runners():
             for _ in range(runs):
                 out = runner.infer(batch)
@@ -231,7 +235,7 @@ class Model:
         """Frames -> the model-input batch this bundle's artifact takes (always batched, N first):
         float32 Nx3xHxW normalised, or uint8 NxHxWx3 RGB resized+cropped when the bundle bakes
         normalisation into its graph (``model.baked``)."""
-        items, _ = as_frame_list(frames)
+        items, _ = as_frame_list(frames, self.channels)
         return self._prepare(items, check_color(color))
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
@@ -253,7 +257,7 @@ class Model:
         Equal to ``model.infer(model.preprocess(frames, color=color))``: (N, C) for a list or
         an NxHxWx3 array, (C,) for one HxWx3 frame. For an already preprocessed tensor use
         `infer`."""
-        items, single = as_frame_list(frames)
+        items, single = as_frame_list(frames, self.channels)
         out = self._run(items, check_color(color))
         return out[0] if single else out
 
@@ -265,7 +269,7 @@ class Model:
                              f"use model.embed(frames)")
         if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
             raise UsageError(f"top_k must be a positive integer, got {top_k!r}")
-        items, single = as_frame_list(frames)
+        items, single = as_frame_list(frames, self.channels)
         out = self._run(items, check_color(color))
         if out.ndim != 2:
             raise BundleError(f"{self.bundle}: expected (N, classes) logits, the model returned shape {out.shape}")
@@ -281,7 +285,7 @@ class Model:
         if self.output_kind != "embedding":
             raise UsageError(f"{self.bundle} is a classifier bundle (it outputs {self.output_kind}): "
                              f"use model.predict(frames) or model.logits(frames)")
-        items, single = as_frame_list(frames)
+        items, single = as_frame_list(frames, self.channels)
         out = self._run(items, check_color(color)).astype(np.float32, copy=False)
         if normalize:
             out = out / np.maximum(np.linalg.norm(out, axis=-1, keepdims=True), 1e-12)
@@ -292,7 +296,8 @@ class Model:
     def _prepare(self, items: Sequence[np.ndarray], bgr: bool) -> np.ndarray:
         h, w = self.input_size
         if not items:
-            shape = (0, h, w, 3) if self.baked else (0, 3, h, w)
+            c = self.channels
+            shape = (0, h, w, c) if self.baked else (0, c, h, w)
             return np.zeros(shape, np.uint8 if self.baked else np.float32)
         return prepare_batch(list(items), self.preprocessing, bgr=bgr, baked=self.baked)
 

@@ -12,8 +12,8 @@ def to_uint8_frames(batch: np.ndarray, pre: Preprocess) -> np.ndarray:
     """Invert the normalisation of a float NCHW batch back to the uint8 NHWC frames it came from.
 
     Exact for batches made by vitedge.preprocess (the values were k/255 before normalising)."""
-    mean = np.asarray(pre.mean, dtype=np.float64).reshape(1, 3, 1, 1)
-    std = np.asarray(pre.std, dtype=np.float64).reshape(1, 3, 1, 1)
+    mean = np.asarray(pre.mean, dtype=np.float64).reshape(1, -1, 1, 1)
+    std = np.asarray(pre.std, dtype=np.float64).reshape(1, -1, 1, 1)
     u = np.rint((batch.astype(np.float64) * std + mean) * 255.0)
     return np.ascontiguousarray(np.clip(u, 0, 255).astype(np.uint8).transpose(0, 2, 3, 1))
 

@@ -1,0 +1,65 @@
+"""Input channels and input size of a built model, read from its own weights.
+
+A ViT says how many channels it takes in its patch embedding (the first convolution's
+weight is (width, channels, k, k)) and what size it was trained for in its position
+embedding ((1, prefix + grid_h * grid_w, width)) with the patch kernel. These readers
+serve TorchScript files, ``torch.export`` programs and modules of classes vitedge does
+not know; a forward pass then checks what they found.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+PROBE_CHANNELS = (3, 1, 4, 2)  # tried in this order when the weights do not say
+
+
+def _float_tensors(sd: dict[str, Any], ndim: int) -> list[tuple[str, Any]]:
+    return [(k, v) for k, v in sd.items() if getattr(v, "ndim", None) == ndim and getattr(v, "is_floating_point", lambda: False)()]
+
+
+def patch_conv(sd: dict[str, Any]) -> tuple[int, int] | None:
+    """(input channels, kernel) of the first convolution whose kernel is square: the patch
+    embedding of a plain ViT, the stem of a hybrid (whose input channels are the model's too)."""
+    for _, w in _float_tensors(sd, 4):
+        if int(w.shape[-1]) == int(w.shape[-2]):
+            return int(w.shape[1]), int(w.shape[-1])
+    return None
+
+
+def channels_from_weights(sd: dict[str, Any]) -> int | None:
+    conv = patch_conv(sd)
+    return conv[0] if conv else None
+
+
+def input_size_from_weights(sd: dict[str, Any], prefix_tokens: int | None = None) -> tuple[int, int] | None:
+    """The square input size the position embedding and the patch kernel were made for,
+    or None when the weights cannot say (no conv patch embedding, no 3-D position table,
+    or a token count that is not prefix + a square grid)."""
+    conv = patch_conv(sd)
+    pos = [v for k, v in _float_tensors(sd, 3) if "pos" in k.lower() and int(v.shape[0]) == 1]
+    if conv is None or not pos:
+        return None
+    tokens = int(pos[0].shape[1])
+    candidates = ([prefix_tokens] if prefix_tokens is not None else []) + [1, 0, 2, 5]
+    for prefix in candidates:
+        side = math.isqrt(max(tokens - prefix, 0))
+        if side > 0 and side * side == tokens - prefix:
+            return (side * conv[1], side * conv[1])
+    return None
+
+
+def module_channels(module, sd: dict[str, Any], cfg: Any, kwargs: dict[str, Any], example_shape) -> tuple[int | None, str]:
+    """The model's input channels and where that came from (None: only a forward pass can tell)."""
+    if example_shape is not None and len(example_shape) == 4:
+        return int(example_shape[1]), "the exported program's input"
+    for key in ("in_chans", "channels", "num_channels", "in_channels"):
+        if isinstance(kwargs.get(key), int):
+            return int(kwargs[key]), f"model kwargs {key}"
+    found = channels_from_weights(sd)
+    if found is not None:
+        return found, "the patch-embedding weights"
+    if isinstance(cfg, dict) and cfg.get("input_size") and len(cfg["input_size"]) == 3:
+        return int(cfg["input_size"][0]), "pretrained_cfg input_size"
+    return None, ""
