@@ -63,7 +63,11 @@ def _not_a_vit_message(sd: dict[str, Any], where: str) -> str:
         return f"{where}: found {what}; pass the model folder with its config.json instead of the weights file alone"
     else:
         what = f"a state_dict of {len(keys)} tensors that matches no known ViT layout (first keys: {', '.join(keys[:4])})"
-        return f"{where}: found {what}; if it is your own ViT class, pass --model-class path/to/file.py:ClassName"
+        from vitedge.models.timm_arch import closest_archs, format_matches
+
+        best = closest_archs(sd)
+        hint = f"; closest timm architectures (pass one as --arch NAME): {format_matches(best)}" if best else ""
+        return f"{where}: found {what}{hint}; if it is your own ViT class, pass --model-class path/to/file.py:ClassName"
     return f"{where}: found {what}, not a Vision Transformer; vitedge deploys ViT/DeiT models"
 
 
@@ -120,6 +124,8 @@ def _timm_layout(sd: dict[str, Any], where: str) -> Layout:
         kwargs["fc_norm"] = True
     elif not has_cls:
         kwargs["global_pool"] = "avg"
+    if "attn_pool.latent" in sd:  # MAP attention-pool head (SigLIP): pools all tokens, fc_norm only if present
+        kwargs["global_pool"], kwargs["fc_norm"] = "map", "fc_norm.weight" in sd
     if "blocks.0.attn.q_norm.weight" in sd:
         kwargs["qk_norm"] = True
     variant = "hybrid-resnet" if hybrid else ("deit-distilled" if has_dist else "vit")
