@@ -12,7 +12,9 @@ post-norm), Hugging Face and hand-written ViTs:
   (Reshape, Transpose, ...) is the **patch embedding**, as is a Conv whose kernel
   equals its stride (patchify); other Convs (a hybrid's ResNet stem) are **conv**;
 * a linear layer with a path to a graph output that meets no other layer and no
-  LayerNormalization is a **head** (DeiT-distilled has two).
+  LayerNormalization is a **head** (DeiT-distilled has two);
+* a MatMul whose activation is a constant repeated over the batch (the MAP attention
+  pool's learned query) is no layer: it stays float.
 """
 
 from __future__ import annotations
@@ -224,7 +226,7 @@ def find_layers(gi: GraphIndex) -> list[QuantLayer]:
         op = node.op_type
         if op == "MatMul" and len(node.input) == 2:
             a, b = node.input
-            if gi.is_const(a):
+            if gi.is_const(a) or _broadcast_constant(gi, a):
                 continue
             if gi.is_const(b):
                 w = gi.value(b)
@@ -264,6 +266,25 @@ def find_layers(gi: GraphIndex) -> list[QuantLayer]:
                 kind = "head"
         layers.append(QuantLayer(node.name, kind, node.op_type, inputs, weight, axis, channels))
     return layers
+
+
+# Ops that copy a constant over the batch without computing on it.
+_BROADCAST = frozenset({"Expand", "Tile", "Reshape", "Transpose", "Identity", "Unsqueeze", "Squeeze"})
+
+
+def _broadcast_constant(gi: GraphIndex, tensor: str) -> bool:
+    """True when ``tensor`` is a constant repeated over the batch (Expand / Tile of a constant):
+    a learned query such as the MAP attention pool's latent. Its projection stays float;
+    an INT8 pair would only round a constant."""
+    seen = 0
+    while tensor and seen < 16:
+        if gi.is_const(tensor):
+            return seen > 0
+        node = gi.producer.get(tensor)
+        if node is None or node.op_type not in _BROADCAST or not node.input:
+            return False
+        tensor, seen = node.input[0], seen + 1
+    return False
 
 
 def _from_graph_input(gi: GraphIndex, tensor: str) -> bool:
