@@ -19,6 +19,9 @@ MAX_CANDIDATES = 6
 # timm modules whose models are vision transformers, by the key structure they share.
 _BLOCK_MODULES = ("vision_transformer", "vision_transformer_relpos", "eva", "beit", "deit", "vision_transformer_hybrid")
 _STAGE_MODULES = ("swin_transformer", "swin_transformer_v2")
+# Keys that name a family, and the prefix of its timm names (first hit wins).
+_FAMILY_HINTS = (("layers.0.blocks.", "swin"), ("relative_position_bias_table", "beit"), ("rel_pos.", "vit_relpos"), ("attn_pool.", "vit_"), ("dist_token", "deit"),
+                 ("gamma_1", "beit"), ("q_bias", "eva"))
 _WIDTH_WORDS = {192: ("tiny",), 384: ("small",), 512: ("medium", "mediumd"), 768: ("base",), 1024: ("large",), 1280: ("huge",),
                 1152: ("so400m",), 1408: ("giant",), 96: ("tiny", "small"), 128: ("base",)}
 
@@ -120,9 +123,12 @@ def _candidates(sd: dict[str, Any], exclude: str | None) -> list[str]:
     width = int(proj.shape[0]) if proj is not None else None
     words = _WIDTH_WORDS.get(width or 0, ())
 
-    def rank(n: str) -> tuple[int, int, int, str]:
+    family = next((prefix for key, prefix in _FAMILY_HINTS if any(key in k for k in keys)), None)
+
+    def rank(n: str) -> tuple[int, int, int, int, str]:
         parts = n.split("_")
         return (
+            0 if family is not None and n.startswith(family) else 1,
             0 if patch is not None and (f"patch{patch}" in parts or f"p{patch}" in parts) else 1,
             0 if any(w in parts for w in words) else 1,
             0 if parts[-1] == "224" else 1,
