@@ -98,9 +98,11 @@ def _fit(want: dict[str, Any], sd: dict[str, Any]) -> tuple[list[str], list[str]
 
 
 def _score(want: dict[str, Any], sd: dict[str, Any]) -> float:
-    """Shared (key, shape) pairs over all keys of either side: 1.0 is an exact fit."""
-    same = sum(1 for k, v in sd.items() if k in want and tuple(want[k].shape) == tuple(v.shape))
-    return same / max(len(set(want) | set(sd)), 1)
+    """Shared keys plus shared shapes over twice the keys of either side: 1.0 is an exact fit,
+    0.5 the same keys at other widths."""
+    keys = sum(1 for k in sd if k in want)
+    shapes = sum(1 for k, v in sd.items() if k in want and tuple(want[k].shape) == tuple(v.shape))
+    return (keys + shapes) / max(2 * len(set(want) | set(sd)), 1)
 
 
 def _candidates(sd: dict[str, Any], exclude: str | None) -> list[str]:
