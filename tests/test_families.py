@@ -10,6 +10,7 @@ architecture and the errors for what does not fit.
 from __future__ import annotations
 
 import collections
+import re
 
 import pytest
 
@@ -188,14 +189,21 @@ def test_unknown_arch_is_a_one_line_usage_error(family_files):
         load_model(path, IntakeOptions(arch="beit_nonexistent_model"))
 
 
-def test_a_resnet_state_dict_is_named_and_refused(tmp_path):
+@pytest.mark.parametrize("arch, family", [("resnet18", "ResNet-style CNN"), ("test_efficientnet", "EfficientNet/MobileNet-style CNN"),
+                                          ("test_convnext", "ConvNeXt-style CNN"), (None, "convolutional network (2 convolution weights")])
+def test_a_cnn_state_dict_is_named_and_refused(tmp_path, arch, family):
     import timm
     import torch
 
-    path = tmp_path / "resnet.pt"
-    torch.save(timm.create_model("resnet18", num_classes=4).state_dict(), path)
-    with pytest.raises(ModelLoadError, match="found a ResNet-style CNN .* not a Vision Transformer"):
+    path = tmp_path / f"{arch}.pt"
+    if arch is None:  # a plain CNN of the user's own
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Conv2d(8, 4, 3))
+    else:
+        model = timm.create_model(arch, num_classes=4)
+    torch.save(model.state_dict(), path)
+    with pytest.raises(ModelLoadError, match=f"found an? {re.escape(family)} .*not a Vision Transformer") as err:
         load_model(path)
+    assert "\n" not in str(err.value)
 
 
 def test_unknown_layout_lists_the_closest_timm_architectures(family_files, tmp_path):

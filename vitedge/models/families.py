@@ -298,7 +298,7 @@ def recognise(sd: dict[str, Any], where: str) -> FamilyLayout | None:
 
 def resolve_heads(fl: FamilyLayout, flag: int | None, meta_heads: int | None) -> tuple[int | tuple[int, ...], str]:
     """Heads from the weights, then the flag / file metadata, then the width's standard value."""
-    from vitedge.spec import SOURCE_DEFAULT, SOURCE_FILE, SOURCE_FLAG, SOURCE_PRESET
+    from vitedge.spec import SOURCE_FILE, SOURCE_FLAG, SOURCE_PRESET
 
     if fl.heads is not None:
         if flag and flag != fl.first_heads:
@@ -315,7 +315,6 @@ def resolve_heads(fl: FamilyLayout, flag: int | None, meta_heads: int | None) ->
             f"the number of attention heads of this {fl.variant} model (width {fl.embed_dim}, depth {fl.depth}) cannot be read "
             "from its weights; pass --num-heads N"
         )
-    del SOURCE_DEFAULT
     if fl.embed_dim % heads:
         raise UsageError(f"embedding width {fl.embed_dim} is not divisible by {heads} heads; check --num-heads")
     return heads, source
@@ -349,8 +348,6 @@ def build_family(fl: FamilyLayout, sd: dict[str, Any], *, heads, image_size: tup
 
     kwargs = dict(fl.kwargs, num_classes=fl.num_classes, in_chans=fl.in_chans, img_size=image_size)
     kwargs.setdefault("num_heads", heads)
-    if fl.variant == "swin":
-        kwargs["img_size"] = image_size
     module = timm.create_model(fl.base_arch, pretrained=False, **kwargs)
     if fl.grid is not None and tuple(image_size) != default_image_size(fl):
         sd = _resize_for(module, sd, fl, where)

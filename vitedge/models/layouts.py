@@ -56,6 +56,13 @@ def _not_a_vit_message(sd: dict[str, Any], where: str) -> str:
         what = "a ResNet-style CNN (keys conv1, layer1..layer4, fc)"
     elif has("features.") and has("classifier."):
         what = "a CNN with features/classifier blocks (VGG, MobileNet, EfficientNet style)"
+    elif "conv_stem.weight" in sd:
+        what = "an EfficientNet/MobileNet-style CNN (timm keys conv_stem, blocks, conv_head)"
+    elif any(".conv_dw." in k for k in keys) and has("stem.", "stages."):
+        what = "a ConvNeXt-style CNN (keys stem, stages.N.blocks.M.conv_dw)"
+    elif not any(("attn" in k or "attention" in k or "qkv" in k) for k in keys) and any(getattr(v, "ndim", 0) == 4 for v in sd.values()):
+        convs = sum(1 for v in sd.values() if getattr(v, "ndim", 0) == 4)
+        what = f"a convolutional network ({convs} convolution weights and no attention layer)"
     elif any(("word_embeddings" in k or k.startswith(("wte.", "transformer.wte")) or "embed_tokens" in k) for k in keys):
         what = "a text model (it has a token-embedding table)"
     elif has("vit.", "deit.", "embeddings.patch_embeddings."):
