@@ -257,6 +257,7 @@ def find_layers(gi: GraphIndex) -> list[QuantLayer]:
             raw.append((node, "patch_embed" if patchify else "conv", (x,), wname, 0, int(w.shape[0])))
 
     layer_nodes = {id(r[0]) for r in raw}
+    pool_kv = _attention_pool_kv(gi, raw, layer_nodes)
     layers: list[QuantLayer] = []
     for node, kind, inputs, weight, axis, channels in raw:
         if kind == "linear":
@@ -264,8 +265,51 @@ def find_layers(gi: GraphIndex) -> list[QuantLayer]:
                 kind = "patch_embed"
             elif _reaches_output(gi, node, layer_nodes):
                 kind = "head"
+            elif node.name in pool_kv:
+                kind = "pool_kv"
         layers.append(QuantLayer(node.name, kind, node.op_type, inputs, weight, axis, channels))
     return layers
+
+
+def _attention_pool_kv(gi: GraphIndex, raw: list, layer_nodes: set[int]) -> set[str]:
+    """The key/value projections of attention pooling: attention whose query is a learned
+    constant (a MatMul on a batch-broadcast constant, e.g. the MAP head's latent). With one
+    query, INT8 noise in the keys moves the pooling weights over every token (measured in
+    benchmarks/results/families.md), so these projections are their own kind, float by default."""
+    queries = {o for n in gi.model.graph.node if n.op_type == "MatMul" and len(n.input) == 2 and not gi.is_const(n.input[0])
+               and _broadcast_constant(gi, n.input[0]) for o in n.output}
+    if not queries:
+        return set()
+    found: set[str] = set()
+    for node, kind, inputs, *_ in raw:
+        if kind != "attention_matmul":
+            continue
+        reached = [_layers_behind(gi, t, layer_nodes, queries) for t in inputs]
+        if any(q for q, _ in reached):
+            for _, names in reached:
+                found |= names
+    return found
+
+
+def _layers_behind(gi: GraphIndex, tensor: str, layer_nodes: set[int], marks: set[str]) -> tuple[bool, set[str]]:
+    """(whether a tensor in ``marks`` is behind ``tensor``, the layers met first on the way back)."""
+    todo, seen, names, hit = [tensor], set(), set(), False
+    while todo and len(seen) < 200:
+        t = todo.pop()
+        if t in seen or gi.is_const(t):
+            continue
+        seen.add(t)
+        if t in marks:
+            hit = True
+            continue
+        node = gi.producer.get(t)
+        if node is None:
+            continue
+        if id(node) in layer_nodes:
+            names.add(node.name)
+            continue
+        todo.extend(i for i in (node.input[:1] if node.op_type in _DATA_INPUT0_ONLY else node.input) if i)
+    return hit, names
 
 
 # Ops that copy a constant over the batch without computing on it.
