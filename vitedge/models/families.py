@@ -351,12 +351,16 @@ def build_family(fl: FamilyLayout, sd: dict[str, Any], *, heads, image_size: tup
     module = timm.create_model(fl.base_arch, pretrained=False, **kwargs)
     if fl.grid is not None and tuple(image_size) != default_image_size(fl):
         sd = _resize_for(module, sd, fl, where)
+    explicit_attention(module)
+    return _load_strict(module, sd, where)
+
+
+def explicit_attention(module) -> None:
+    """timm attention on its explicit softmax(q.k^T)v path: the same numbers, and it traces to
+    ONNX (EVA's fused path passes is_causal as a traced tensor, which the exporter rejects)."""
     for m in module.modules():
-        # The explicit softmax(q.k^T)v path: the same numbers, and it traces to ONNX (EVA's fused
-        # path passes is_causal as a traced tensor, which the exporter rejects).
         if getattr(m, "fused_attn", None) is True:
             m.fused_attn = False
-    return _load_strict(module, sd, where)
 
 
 def _resize_for(module, sd: dict[str, Any], fl: FamilyLayout, where: str) -> dict[str, Any]:

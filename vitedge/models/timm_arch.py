@@ -76,6 +76,9 @@ def load_timm_arch(name: str, sd: dict[str, Any], where: str, *, input_size: tup
         hint = f"; closest timm architectures: {format_matches(best)}" if best else ""
         raise ModelLoadError(f"{where}: the weights do not fit timm's {name}: {'; '.join(p for p in parts if p)}{hint}")
     module.load_state_dict(sd, strict=True)
+    from vitedge.models.families import explicit_attention
+
+    explicit_attention(module)
     return module.eval()
 
 
