@@ -17,7 +17,7 @@ from vitedge.spec import INTERPOLATIONS
 def model_options(func: Callable) -> Callable:
     """The flags that tell vitedge about a model (see `vitedge inspect --help`)."""
     decorators = [
-        click.option("--arch", metavar="NAME", help="Named preset for what a state_dict cannot say (e.g. vit_base_patch16_224, vit_b_16)."),
+        click.option("--arch", metavar="NAME", help="Named preset for what a state_dict cannot say (e.g. vit_base_patch16_224, vit_b_16), or any timm architecture: timm's own class, weights loaded strictly."),
         click.option("--num-heads", type=click.IntRange(min=1), help="Attention heads, when neither the file nor a preset says."),
         click.option("--model-class", metavar="FILE.py:CLASS", help="Your own ViT class, built before loading a state_dict."),
         click.option("--model-kwargs", metavar="JSON", default=None, help="Keyword arguments for --model-class, as JSON."),

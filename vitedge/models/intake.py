@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.errors import ModelLoadError, UsageError
-from vitedge.models import build, checks
+from vitedge.models import build, checks, families
 from vitedge.models import channels as chan
 from vitedge.models.formats import RawModel, read_model_file
 from vitedge.models.layouts import Layout, infer_layout
-from vitedge.models.presets import HEADS_BY_WIDTH, ArchPreset, get_preset, match_preset
+from vitedge.models.presets import HEADS_BY_WIDTH, PRESETS, ArchPreset, get_preset, match_preset
 from vitedge.spec import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -105,6 +105,14 @@ def _load_state_dict(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
         kwargs = dict(meta.get("model_kwargs", {}), **opt.model_kwargs)
         module = build.build_custom(opt.model_class, kwargs, sd, where)
         return _from_module(raw, opt, module, family="custom", meta=meta, kwargs=kwargs)
+    if opt.arch and opt.arch not in PRESETS:
+        from vitedge.models.timm_arch import load_timm_arch
+
+        module = load_timm_arch(opt.arch, sd, where, input_size=opt.input_size)
+        return _from_module(raw, opt, module, family="timm", meta=meta, kwargs={}, arch_name=opt.arch)
+    fam = families.recognise(sd, where)
+    if fam is not None:
+        return _load_family(raw, opt, sd, fam, meta)
     layout = infer_layout(sd, where)
     sources: dict[str, str] = {k: SOURCE_FILE for k in ("patch_size", "embed_dim", "depth", "num_classes", "image_size")}
     preset = get_preset(opt.arch) if opt.arch else None
@@ -152,6 +160,44 @@ def _load_state_dict(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
         output_kind="embedding" if layout.num_classes == 0 else "logits",
         class_names=_class_names(meta, layout.num_classes),
         arch_name=hybrid_name or (matched.name if matched else None),
+        sources=sources,
+    )
+    return LoadedModel(spec=spec, path=raw.path, module=module)
+
+
+def _load_family(raw: RawModel, opt: IntakeOptions, sd: dict[str, Any], fam: "families.FamilyLayout", meta: dict) -> LoadedModel:
+    """Swin, BEiT, EVA, relative-position ViTs: families.py reads and builds them."""
+    import torch
+
+    where = str(raw.path)
+    heads, heads_source = families.resolve_heads(fam, opt.num_heads, meta.get("model_kwargs", {}).get("num_heads"))
+    trained = families.default_image_size(fam)
+    image_size = families.check_image_size(fam, tuple(opt.input_size) if opt.input_size else trained)
+    size_source = SOURCE_FLAG if opt.input_size else (SOURCE_FILE if fam.grid else f"{SOURCE_DEFAULT} ({fam.base_arch}; --input-size to change)")
+    module = families.build_family(fam, sd, heads=heads, image_size=image_size, where=where)
+    cfg = getattr(module, "pretrained_cfg", None) or {}
+    if fam.family == "torchvision":  # swin_t / swin_s / swin_b / v2 weights: resize 232 (v2: 260), crop 224, bicubic
+        cfg = {"crop_pct": 224 / (260 if "v2" in fam.base_arch else 232), "interpolation": "bicubic", "mean": IMAGENET_MEAN, "std": IMAGENET_STD}
+    file_pre = meta.get("preprocess")
+    preprocess, pre_source = (_resolve_preprocess(opt, image_size, file_pre, None, family=fam.family) if file_pre else
+                              _apply_preprocess_flags(_preprocess_from_cfg(cfg, image_size), f"{SOURCE_PRESET} {fam.base_arch}", opt))
+    sources = {k: SOURCE_FILE for k in ("patch_size", "embed_dim", "depth", "num_classes")}
+    sources.update(num_heads=heads_source, image_size=size_source, preprocess=pre_source)
+    spec = ModelSpec(
+        family=fam.family,
+        image_size=image_size,
+        patch_size=fam.patch_size,
+        embed_dim=fam.embed_dim,
+        depth=fam.depth,
+        num_heads=heads[0] if isinstance(heads, tuple) else heads,
+        num_classes=fam.num_classes or None,
+        num_prefix_tokens=fam.num_prefix_tokens,
+        num_params=sum(int(t.numel()) for t in module.state_dict().values() if isinstance(t, torch.Tensor) and t.is_floating_point()),
+        preprocess=preprocess,
+        variant="encoder" if fam.num_classes == 0 else fam.variant,
+        output_kind="embedding" if fam.num_classes == 0 else "logits",
+        class_names=_class_names(meta, fam.num_classes),
+        arch_name=fam.base_arch,
         sources=sources,
     )
     return LoadedModel(spec=spec, path=raw.path, module=module)
@@ -336,7 +382,8 @@ def _program_input_shape(program) -> tuple[int, ...] | None:
     return None
 
 
-def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta: dict, kwargs: dict, example_shape=None) -> LoadedModel:
+def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta: dict, kwargs: dict, example_shape=None,
+                 arch_name: str | None = None) -> LoadedModel:
     import torch
 
     where = str(raw.path)
@@ -412,7 +459,7 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
         variant="encoder" if output_kind == "embedding" else (layout.variant if layout else "vit"),
         output_kind=output_kind,
         class_names=_class_names(meta, int(output) if output_kind == "logits" else None),
-        arch_name=None,
+        arch_name=arch_name,
         sources=sources,
     )
     return LoadedModel(spec=spec, path=raw.path, module=module)

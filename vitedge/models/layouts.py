@@ -56,6 +56,13 @@ def _not_a_vit_message(sd: dict[str, Any], where: str) -> str:
         what = "a ResNet-style CNN (keys conv1, layer1..layer4, fc)"
     elif has("features.") and has("classifier."):
         what = "a CNN with features/classifier blocks (VGG, MobileNet, EfficientNet style)"
+    elif "conv_stem.weight" in sd:
+        what = "an EfficientNet/MobileNet-style CNN (timm keys conv_stem, blocks, conv_head)"
+    elif any(".conv_dw." in k for k in keys) and has("stem.", "stages."):
+        what = "a ConvNeXt-style CNN (keys stem, stages.N.blocks.M.conv_dw)"
+    elif not any(("attn" in k or "attention" in k or "qkv" in k) for k in keys) and any(getattr(v, "ndim", 0) == 4 for v in sd.values()):
+        convs = sum(1 for v in sd.values() if getattr(v, "ndim", 0) == 4)
+        what = f"a convolutional network ({convs} convolution weights and no attention layer)"
     elif any(("word_embeddings" in k or k.startswith(("wte.", "transformer.wte")) or "embed_tokens" in k) for k in keys):
         what = "a text model (it has a token-embedding table)"
     elif has("vit.", "deit.", "embeddings.patch_embeddings."):
@@ -63,7 +70,11 @@ def _not_a_vit_message(sd: dict[str, Any], where: str) -> str:
         return f"{where}: found {what}; pass the model folder with its config.json instead of the weights file alone"
     else:
         what = f"a state_dict of {len(keys)} tensors that matches no known ViT layout (first keys: {', '.join(keys[:4])})"
-        return f"{where}: found {what}; if it is your own ViT class, pass --model-class path/to/file.py:ClassName"
+        from vitedge.models.timm_arch import closest_archs, format_matches
+
+        best = closest_archs(sd)
+        hint = f"; closest timm architectures (pass one as --arch NAME): {format_matches(best)}" if best else ""
+        return f"{where}: found {what}{hint}; if it is your own ViT class, pass --model-class path/to/file.py:ClassName"
     return f"{where}: found {what}, not a Vision Transformer; vitedge deploys ViT/DeiT models"
 
 
@@ -120,6 +131,8 @@ def _timm_layout(sd: dict[str, Any], where: str) -> Layout:
         kwargs["fc_norm"] = True
     elif not has_cls:
         kwargs["global_pool"] = "avg"
+    if "attn_pool.latent" in sd:  # MAP attention-pool head (SigLIP): pools all tokens, fc_norm only if present
+        kwargs["global_pool"], kwargs["fc_norm"] = "map", "fc_norm.weight" in sd
     if "blocks.0.attn.q_norm.weight" in sd:
         kwargs["qk_norm"] = True
     variant = "hybrid-resnet" if hybrid else ("deit-distilled" if has_dist else "vit")

@@ -15,7 +15,9 @@ QUANTIZER_VERSION = "2"
 
 METHODS = ("minmax", "percentile", "entropy", "mse")
 HISTOGRAM_METHODS = ("percentile", "entropy", "mse")
-LAYER_KINDS = ("linear", "patch_embed", "attention_matmul", "head")
+LAYER_KINDS = ("linear", "patch_embed", "attention_matmul", "head", "pool_kv")
+# Kinds that stay float unless a caller lists them otherwise: see docs/quantization.md.
+FLOAT_KINDS = ("pool_kv",)
 
 # Defaults chosen by measurement: see docs/quantization.md and
 # benchmarks/results/quant_accuracy.md.

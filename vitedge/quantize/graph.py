@@ -12,7 +12,9 @@ post-norm), Hugging Face and hand-written ViTs:
   (Reshape, Transpose, ...) is the **patch embedding**, as is a Conv whose kernel
   equals its stride (patchify); other Convs (a hybrid's ResNet stem) are **conv**;
 * a linear layer with a path to a graph output that meets no other layer and no
-  LayerNormalization is a **head** (DeiT-distilled has two).
+  LayerNormalization is a **head** (DeiT-distilled has two);
+* a MatMul whose activation is a constant repeated over the batch (the MAP attention
+  pool's learned query) is no layer: it stays float.
 """
 
 from __future__ import annotations
@@ -224,7 +226,7 @@ def find_layers(gi: GraphIndex) -> list[QuantLayer]:
         op = node.op_type
         if op == "MatMul" and len(node.input) == 2:
             a, b = node.input
-            if gi.is_const(a):
+            if gi.is_const(a) or _broadcast_constant(gi, a):
                 continue
             if gi.is_const(b):
                 w = gi.value(b)
@@ -255,6 +257,7 @@ def find_layers(gi: GraphIndex) -> list[QuantLayer]:
             raw.append((node, "patch_embed" if patchify else "conv", (x,), wname, 0, int(w.shape[0])))
 
     layer_nodes = {id(r[0]) for r in raw}
+    pool_kv = _attention_pool_kv(gi, raw, layer_nodes)
     layers: list[QuantLayer] = []
     for node, kind, inputs, weight, axis, channels in raw:
         if kind == "linear":
@@ -262,8 +265,70 @@ def find_layers(gi: GraphIndex) -> list[QuantLayer]:
                 kind = "patch_embed"
             elif _reaches_output(gi, node, layer_nodes):
                 kind = "head"
+            elif node.name in pool_kv:
+                kind = "pool_kv"
         layers.append(QuantLayer(node.name, kind, node.op_type, inputs, weight, axis, channels))
     return layers
+
+
+def _attention_pool_kv(gi: GraphIndex, raw: list, layer_nodes: set[int]) -> set[str]:
+    """The key/value projections of attention pooling: attention whose query is a learned
+    constant (a MatMul on a batch-broadcast constant, e.g. the MAP head's latent). With one
+    query, INT8 noise in the keys moves the pooling weights over every token (measured in
+    benchmarks/results/families.md), so these projections are their own kind, float by default."""
+    queries = {o for n in gi.model.graph.node if n.op_type == "MatMul" and len(n.input) == 2 and not gi.is_const(n.input[0])
+               and _broadcast_constant(gi, n.input[0]) for o in n.output}
+    if not queries:
+        return set()
+    found: set[str] = set()
+    for node, kind, inputs, *_ in raw:
+        if kind != "attention_matmul":
+            continue
+        reached = [_layers_behind(gi, t, layer_nodes, queries) for t in inputs]
+        if any(q for q, _ in reached):
+            for _, names in reached:
+                found |= names
+    return found
+
+
+def _layers_behind(gi: GraphIndex, tensor: str, layer_nodes: set[int], marks: set[str]) -> tuple[bool, set[str]]:
+    """(whether a tensor in ``marks`` is behind ``tensor``, the layers met first on the way back)."""
+    todo, seen, names, hit = [tensor], set(), set(), False
+    while todo and len(seen) < 200:
+        t = todo.pop()
+        if t in seen or gi.is_const(t):
+            continue
+        seen.add(t)
+        if t in marks:
+            hit = True
+            continue
+        node = gi.producer.get(t)
+        if node is None:
+            continue
+        if id(node) in layer_nodes:
+            names.add(node.name)
+            continue
+        todo.extend(i for i in (node.input[:1] if node.op_type in _DATA_INPUT0_ONLY else node.input) if i)
+    return hit, names
+
+
+# Ops that copy a constant over the batch without computing on it.
+_BROADCAST = frozenset({"Expand", "Tile", "Reshape", "Transpose", "Identity", "Unsqueeze", "Squeeze"})
+
+
+def _broadcast_constant(gi: GraphIndex, tensor: str) -> bool:
+    """True when ``tensor`` is a constant repeated over the batch (Expand / Tile of a constant):
+    a learned query such as the MAP attention pool's latent. Its projection stays float;
+    an INT8 pair would only round a constant."""
+    seen = 0
+    while tensor and seen < 16:
+        if gi.is_const(tensor):
+            return seen > 0
+        node = gi.producer.get(tensor)
+        if node is None or node.op_type not in _BROADCAST or not node.input:
+            return False
+        tensor, seen = node.input[0], seen + 1
+    return False
 
 
 def _from_graph_input(gi: GraphIndex, tensor: str) -> bool:

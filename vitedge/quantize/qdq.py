@@ -23,7 +23,7 @@ from vitedge.errors import UsageError
 from vitedge.onnxutil import save_onnx, set_metadata
 from vitedge.quantize.calibrate import Calibration, calibrate
 from vitedge.quantize.checker import Violation, check_qdq_graph
-from vitedge.quantize.config import LAYER_KINDS, QUANTIZER_VERSION, QuantConfig
+from vitedge.quantize.config import FLOAT_KINDS, LAYER_KINDS, QUANTIZER_VERSION, QuantConfig
 from vitedge.quantize.graph import GraphIndex, NameScope, QuantLayer, cleanup
 from vitedge.quantize.stats import QMAX
 from vitedge.quantize.weight_range import CPU_REQUIREMENT, quantize_weight
@@ -102,6 +102,7 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
         raise UsageError(f"quantize_attention must be True, False or None, got {quantize_attention!r}")
     if not quantize_attention:
         floats |= {l.name for l in layers if l.kind == "attention_matmul"}
+    floats |= {l.name for l in layers if l.kind in FLOAT_KINDS}
     chosen = [l for l in layers if l.name not in floats]
     weight_range = calibration.config.weight_range
 
