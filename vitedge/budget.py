@@ -382,8 +382,7 @@ class Evaluator:
     def _outputs(self, model: Any, stop: Callable[[np.ndarray], str | None] | None = None) -> tuple[np.ndarray, str | None]:
         from vitedge.onnxutil import ort_session
 
-        src = model.SerializeToString() if hasattr(model, "SerializeToString") else model
-        sess = ort_session(src if not isinstance(src, str) else Path(src), threads=self.threads)
+        sess = ort_session(model, threads=self.threads)  # a path, or a ModelProto (past 2 GB via external data)
         name = sess.get_inputs()[0].name
         outs, labels, labelled = [], [], True
         reason = None
@@ -671,9 +670,8 @@ def measure_costs(result: BudgetResult, fp32: Any, example: np.ndarray, *, threa
 
     x = np.ascontiguousarray(example[:1], dtype=np.float32)
     int8 = build_qdq(result.graph.calibration, keep_float=result.pinned)  # the full INT8 graph (pins respected)
-    sources = {"fp32": str(fp32) if not hasattr(fp32, "SerializeToString") else fp32.SerializeToString(),
-               "int8": int8.model.SerializeToString(), "chosen": result.graph.model.SerializeToString()}
-    sessions = {k: timing_session(Path(v) if isinstance(v, (str, Path)) else v, threads=threads) for k, v in sources.items()}
+    sources = {"fp32": Path(fp32) if isinstance(fp32, (str, Path)) else fp32, "int8": int8.model, "chosen": result.graph.model}
+    sessions = {k: timing_session(v, threads=threads) for k, v in sources.items()}
     feeds = {k: {s.get_inputs()[0].name: x} for k, s in sessions.items()}
     runs = {k: (lambda s=s, f=feeds[k]: s.run(None, f)) for k, s in sessions.items()}
     stats = measure_interleaved(runs, 1, LatencySettings.for_budget(latency_seconds))
@@ -703,24 +701,23 @@ def timing_session(src: Any, *, threads: int | None = None, profile_prefix: str 
     inflates every INT8-vs-FP32 ratio."""
     import onnxruntime as ort
 
+    from vitedge.onnxutil import ort_session
+
     so = ort.SessionOptions()
-    so.log_severity_level = 3
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if threads:
-        so.intra_op_num_threads = threads
     if profile_prefix:
         so.enable_profiling = True
         so.profile_file_prefix = profile_prefix
-    return ort.InferenceSession(str(src) if isinstance(src, Path) else src, so, providers=["CPUExecutionProvider"])
+    return ort_session(src, threads=threads, options=so)  # a path, bytes or a ModelProto (past 2 GB via external data)
 
 
-def _node_times(model_bytes: bytes, x: np.ndarray, runs: int, threads: int | None) -> dict[str, float]:
+def _node_times(model: Any, x: np.ndarray, runs: int, threads: int | None) -> dict[str, float]:
     """Median kernel time (us) per node name from ONNX Runtime's profiler."""
     import os
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="vitedge-profile-") as tmp:
-        sess = timing_session(model_bytes, threads=threads, profile_prefix=os.path.join(tmp, "ort"))
+        sess = timing_session(model, threads=threads, profile_prefix=os.path.join(tmp, "ort"))
         feed = {sess.get_inputs()[0].name: x}
         for _ in range(5):
             sess.run(None, feed)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -105,7 +106,6 @@ def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str
 
     h, w = loaded.spec.image_size
     example = torch.randn(2, 3, h, w, generator=torch.Generator().manual_seed(options.seed))
-    buf = io.BytesIO()
     sink = io.StringIO()
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), _no_mha_fastpath():
@@ -116,12 +116,15 @@ def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str
                                                  opset_version=max(options.opset, 18), input_names=["input"], output_names=[output_name])
                 model = onnx_program.model_proto
             else:
-                torch.onnx.export(
-                    loaded.module, (example,), buf, opset_version=options.opset, dynamo=False,
-                    input_names=["input"], output_names=[output_name],
-                    dynamic_axes={"input": {0: "batch"}, output_name: {0: "batch"}}, do_constant_folding=True,
-                )
-                model = onnx.load_from_string(buf.getvalue())
+                # to a file: past 2 GB the exporter writes the weights as external data beside it
+                with tempfile.TemporaryDirectory(prefix="vitedge-export-") as tmp:
+                    path = Path(tmp) / "model.onnx"
+                    torch.onnx.export(
+                        loaded.module, (example,), str(path), opset_version=options.opset, dynamo=False,
+                        input_names=["input"], output_names=[output_name],
+                        dynamic_axes={"input": {0: "batch"}, output_name: {0: "batch"}}, do_constant_folding=True,
+                    )
+                    model = onnx.load(str(path))  # external data, if any, read into memory
     except ExportError:
         raise
     except Exception as err:
@@ -206,7 +209,9 @@ def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str
         ref = module(torch.from_numpy(x))
     ref = (ref[0] if isinstance(ref, (tuple, list)) else ref).numpy()
     try:
-        sess = ort_session(model.SerializeToString() if model.ByteSize() < 2**31 - (64 << 20) else None)
+        sess = ort_session(model)  # a graph past 2 GB goes through a file with external data
+    except UsageError:
+        raise
     except Exception as err:
         raise ExportError(f"ONNX Runtime cannot load the exported graph: {str(err).splitlines()[0][:200]}") from err
     got = sess.run(None, {input_name: feed})[0]

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,7 +120,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             sharing = [thresholds[q.name] for q in profiles if QuantConfigKey.of(configs[q.name]) == key]
             budgets[key] = budget = _meet_budget(calibration, graph, fp32, val, sharing, settings, spec, req, log)
             graph = budget.graph
-            qdq = work / f"model.int8.{len(qdq_paths)}.onnx"
+            qdq = work / f"qdq-{len(qdq_paths)}" / "model.int8.onnx"  # the bundle's name: external data keeps its location
             graph.save(qdq)
             qdq_paths[key] = (qdq, calibration, graph)
         if req.bake_preprocess:
@@ -130,8 +129,8 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             bake_file(fp32, baked / fp32.name, spec.preprocess)
             fp32 = baked / fp32.name
             for key, (qdq, calibration, graph) in list(qdq_paths.items()):
-                bake_file(qdq, baked / qdq.name, spec.preprocess)
-                qdq_paths[key] = (baked / qdq.name, calibration, graph)
+                bake_file(qdq, baked / qdq.parent.name / qdq.name, spec.preprocess)
+                qdq_paths[key] = (baked / qdq.parent.name / qdq.name, calibration, graph)
 
         results = []
         for p in profiles:
@@ -165,6 +164,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                   req: BuildRequest, log: StageLog, budget=None) -> TargetResult:
     from vitedge.backends.base import BuildContext
     from vitedge.manifest import Manifest, toolchain_versions
+    from vitedge.onnxutil import copy_onnx, onnx_sha256
     from vitedge.reporting import write_build_report
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
 
@@ -175,8 +175,8 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
             raise BundleError(f"target {profile.name} needs {profile.backend}, which is not usable here: {env.detail}"
                               + (f"; {env.install_hint}" if env.install_hint else ""))
         with atomic_output_dir(bundle_dir, force=req.force) as tmp:
-            shutil.copyfile(qdq, tmp / "model.int8.onnx")
-            shutil.copyfile(fp32, tmp / "reference.fp32.onnx")
+            copy_onnx(qdq, tmp / "model.int8.onnx")  # with its external data (graphs past 2 GB), if any
+            copy_onnx(fp32, tmp / "reference.fp32.onnx")
             ctx = BuildContext(qdq_path=tmp / "model.int8.onnx", fp32_path=tmp / "reference.fp32.onnx", out_dir=tmp,
                                options=profile.backend_options, batch_sizes=profile.batch_sizes, log=log.info)
             artifact = backend.build(ctx)
@@ -193,7 +193,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                 calibration=dict(calibration.to_dict(), summary_line=calibration.one_line(), reused=calibration.reused),
                 # the shared Q/DQ graph every target of this call was built from; the onnx target's
                 # model.int8.onnx differs from it when its attention cores were fused
-                quantization=dict(quantization_record(graph, budget), qdq_sha256=sha256_file(qdq)),
+                quantization=dict(quantization_record(graph, budget), qdq_sha256=onnx_sha256(qdq)),
                 artifacts={"model": artifact.model, "reference": artifact.reference, "qdq": "model.int8.onnx",
                            "fp32_onnx": "reference.fp32.onnx", "built": artifact.built, "extra": artifact.extra_files},
                 toolchain=toolchain_versions(_safe_versions(backend)),
