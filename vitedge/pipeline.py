@@ -230,11 +230,10 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
 def _meet_budget(calibration, graph, fp32: Path, val, sharing: list[Thresholds], settings, spec, req: BuildRequest, log: StageLog):
     """The accuracy budget (vitedge.budget) for the Q/DQ graph these targets share: the strictest of
     their thresholds, evaluated in ONNX Runtime against FP32 on the validation data."""
-    from vitedge.budget import BudgetNotMet, float_layers, measure_costs, meet_budget, strictest
+    from vitedge.budget import BudgetNotMet, budget_criterion, float_layers, measure_costs, meet_budget, strictest
 
     budget_thresholds = strictest(sharing)
-    what = (f"top-1 drop <= {budget_thresholds.max_top1_drop:g} pt, agreement >= {100 * budget_thresholds.min_agreement:g}%"
-            if settings.enabled else "off (--no-fallback)")
+    what = budget_criterion(budget_thresholds.to_dict(), spec.output_kind) if settings.enabled else "off (--no-fallback)"
     with log.stage("budget", f"accuracy budget: {what}"):
         result = meet_budget(calibration, val, budget_thresholds, fp32=fp32, full=graph, keep_float=req.keep_float, settings=settings,
                              output_kind=spec.output_kind, preprocess=spec.preprocess, cache_dir=req.cache_dir, log=log.info)
@@ -244,7 +243,8 @@ def _meet_budget(calibration, graph, fp32: Path, val, sharing: list[Thresholds],
             result.costs = float_layers(result)
         log.info(result.one_line())
         if result.status == "not-met":
-            raise BudgetNotMet(f"{result.one_line()}. Loosen --max-top1-drop / --min-agreement, raise --fallback-max-evals, "
+            loosen = "--min-embedding-cosine" if spec.output_kind == "embedding" else "--max-top1-drop / --min-agreement"
+            raise BudgetNotMet(f"{result.one_line()}. Loosen {loosen}, raise --fallback-max-evals, "
                                "or pass --no-fallback to build the full INT8 graph and let its gate report the miss")
         if result.status == "fallback":
             log.info("kept in float by the budget: " + ", ".join(result.returned))

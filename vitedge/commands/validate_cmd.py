@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides
+
 
 def _threshold_flags(func):
     for deco in reversed([
@@ -36,9 +38,10 @@ def _threshold_flags(func):
 @click.option("--sensitivity-samples", type=click.IntRange(min=1), default=64, show_default=True,
               help="Inputs the sensitivity runs on (the first N of the data).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Runtime threads (default: the profile's).")
+@embedding_gate_flags
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict and the report paths.")
 def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
-            latency_seconds, sensitivity, sensitivity_samples, threads, quiet) -> None:
+            latency_seconds, sensitivity, sensitivity_samples, threads, quiet, **embedding_gate) -> None:
     """Validate BUNDLE's artifact against its FP32 reference on the same runtime and the same inputs.
 
     Verifies the bundle's file hashes first, then measures accuracy (top-1/top-5 with labels,
@@ -55,7 +58,8 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     from vitedge.validation.latency import LatencySettings
     from vitedge.validation.report import append_step_summary, check_report_dir
 
-    overrides = {"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms}
+    overrides = {"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms,
+                 **embedding_overrides(embedding_gate)}
     Thresholds(**{k: v for k, v in overrides.items() if v is not None})  # bad values: exit 2 before any work
     if no_latency and (min_speedup is not None or max_p99_ms is not None):
         raise UsageError("--no-latency cannot check --min-speedup or --max-p99-ms; drop one")
