@@ -329,6 +329,8 @@ def _input_record(qdq: Path, spec) -> dict[str, Any]:
 
 def _summary(bundle: Path, artifact, validation) -> dict[str, Any]:
     size = (bundle / artifact.model).stat().st_size if (bundle / artifact.model).exists() else None
+    if size is not None and (bundle / (artifact.model + ".data")).is_file():  # ONNX external data (graphs past 2 GB)
+        size += (bundle / (artifact.model + ".data")).stat().st_size
     for extra in artifact.extra_files:
         if extra.endswith(".bin") and extra.startswith(Path(artifact.model).stem) and (bundle / extra).exists():
             size = (size or 0) + (bundle / extra).stat().st_size
@@ -337,6 +339,7 @@ def _summary(bundle: Path, artifact, validation) -> dict[str, Any]:
         acc = validation["accuracy"]
         out.update({
             "top1_fp32": acc.get("fp32_top1"), "top1_int8": acc.get("int8_top1"), "agreement": acc.get("top1_agreement"),
+            "embedding_cosine_mean": acc.get("embedding_cosine_mean"), "embedding_cosine_low": acc.get("embedding_cosine_low"),
             "speedup": validation.get("speedup"),
             "fp32_ms": validation["latency"].get("fp32", {}).get("1", {}).get("p50_ms"),
             "int8_ms": validation["latency"].get("int8", {}).get("1", {}).get("p50_ms"),
