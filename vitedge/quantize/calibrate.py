@@ -283,19 +283,26 @@ class _Runner:
 
         from vitedge.onnxutil import ort_session
 
-        m = onnx.ModelProto()
-        m.CopyFrom(self.model)
-        del m.graph.output[:]
+        # the graph's outputs are swapped in place and restored: a copy of a 2.5 GB graph (vit_h_14)
+        # would cost as much memory again
+        m = self.model
+        original = [onnx.ValueInfoProto.FromString(v.SerializeToString()) for v in m.graph.output]
         known = {v.name: v for v in m.graph.value_info}
+        wanted = []
         for name in outputs:
             vi = known.get(name)
             if vi is None or not vi.type.tensor_type.elem_type:
                 vi = helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
-            m.graph.output.append(vi)
+            wanted.append(onnx.ValueInfoProto.FromString(vi.SerializeToString()))
+        del m.graph.output[:]
+        m.graph.output.extend(wanted)
         try:
             return ort_session(m, threads=CALIBRATION_THREADS)  # past 2 GB: through external data
         except Exception as err:
             raise QuantizationError(f"ONNX Runtime cannot run the FP32 graph for calibration: {str(err).splitlines()[0][:200]}") from err
+        finally:
+            del m.graph.output[:]
+            m.graph.output.extend(original)
 
     def _feeds(self, description: str):
         total = -(-len(self.source) // self.batch)
