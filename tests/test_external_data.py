@@ -79,6 +79,9 @@ def test_build_runs_every_target_and_the_runtime_from_external_data(tmp_path, ti
         assert manifest.quantization["qdq_sha256"] == onnx_sha256(tmp_path / "out" / "intel-cpu" / "model.int8.onnx")
         if name != "jetson-orin":
             assert manifest.validation is not None and manifest.validation["accuracy"]["samples"] == 16
+        if name == "onnx":  # the artifact's size counts its weights
+            data_bytes = (bundle / "model.int8.onnx.data").stat().st_size
+            assert manifest.validation["artifact"]["bytes"] == (bundle / "model.int8.onnx").stat().st_size + data_bytes
     plan = json.loads((tmp_path / "out" / "jetson-orin" / "build_plan.json").read_text())
     assert "model.int8.onnx" in json.dumps(plan)
     frame = np.random.default_rng(0).integers(0, 256, size=(40, 40, 3), dtype=np.uint8)

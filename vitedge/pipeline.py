@@ -186,7 +186,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                 log.info(artifact.info.get("next_step", "the artifact must be finished on the device"))
             manifest = Manifest(
                 target={"name": profile.name, "backend": profile.backend, "precision": profile.precision, "profile": profile.to_dict()},
-                model={"source": loaded.path.name, "source_sha256": sha256_file(loaded.path) if loaded.path.is_file() else None,
+                model={"source": loaded.path.name, "source_sha256": (onnx_sha256 if loaded.is_onnx else sha256_file)(loaded.path) if loaded.path.is_file() else None,
                        "spec": spec.to_dict()},
                 input=_input_record(tmp / "model.int8.onnx", spec),
                 output={"name": "embedding" if spec.output_kind == "embedding" else "logits", "kind": spec.output_kind,
