@@ -8,6 +8,7 @@ normalisation to the graph so it takes the uint8 NHWC RGB frames a camera delive
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import tempfile
 import time
@@ -209,7 +210,7 @@ def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str
         ref = module(torch.from_numpy(x))
     ref = (ref[0] if isinstance(ref, (tuple, list)) else ref).numpy()
     try:
-        sess = ort_session(model)  # a graph past 2 GB goes through a file with external data
+        sess = ort_session(model, options=_parity_options(model))  # a graph past 2 GB goes through a file with external data
     except UsageError:
         raise
     except Exception as err:
@@ -222,6 +223,20 @@ def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str
     if not np.isfinite(diff) or diff > tol:
         raise ExportError(f"the exported graph disagrees with PyTorch: max |difference| {diff:.3e} exceeds the tolerance {tol:.3e}; nothing was written")
     return diff, tol
+
+
+def _parity_options(model):
+    """ONNX Runtime options for the parity check: for a graph past 2 GB, no pre-packed second copy
+    of the weights (the torch module and the graph are in memory already; vit_h_14 ran out of 24 GB)."""
+    import onnxruntime as ort
+
+    from vitedge.onnxutil import is_large
+
+    so = ort.SessionOptions()
+    if is_large(model):
+        gc.collect()  # the exporter's temporaries
+        so.add_session_config_entry("session.disable_prepacking", "1")
+    return so
 
 
 def bake_file(src: Path, dst: Path, pre: Preprocess) -> None:
