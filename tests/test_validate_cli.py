@@ -191,21 +191,43 @@ def test_docs_describe_every_schema_key():
 
 
 def test_embedding_parity_and_its_gate():
+    """Encoders are gated on per-sample embedding cosine (mean and a low percentile); nearest-neighbour
+    agreement is reported, and gated only when min_nn_agreement is set."""
     import numpy as np
 
     from vitedge.profiles import Thresholds
     from vitedge.validation.accuracy import compare_embeddings
+    from vitedge.validation.report import check_validation_document
     from vitedge.validation.run import evaluate_gate
 
     rng = np.random.default_rng(0)
     ref = rng.normal(size=(50, 16)).astype(np.float32)
     acc = compare_embeddings(ref, ref + rng.normal(scale=0.01, size=ref.shape).astype(np.float32))
     acc["output_kind"] = "embedding"
-    assert acc["embedding_cosine_mean"] > 0.99 and acc["embedding_cosine_worst1pct"] <= acc["embedding_cosine_mean"]
+    assert acc["embedding_cosine_mean"] > 0.99 and acc["embedding_cosine_worst1pct"] <= acc["embedding_cosine_low"] <= acc["embedding_cosine_mean"]
+    assert acc["embedding_cosine_low_percentile"] == 5.0
     assert acc["nn_agreement"] >= 0.9 and acc["top1_agreement"] == acc["nn_agreement"]
-    rows = {r.name: r for r in evaluate_gate(acc, None, None, Thresholds(min_agreement=0.9))}
-    assert rows["min_agreement"].status == "pass" and "nearest-neighbour" in rows["min_agreement"].detail
+    rows = {r.name: r for r in evaluate_gate(acc, None, None, Thresholds())}
+    assert [r for r in rows] == ["max_top1_drop", "min_agreement", "min_embedding_cosine", "min_embedding_cosine_low", "min_speedup"]
+    assert rows["min_embedding_cosine"].status == rows["min_embedding_cosine_low"].status == "pass"
+    assert rows["min_agreement"].status == "skip" and "embedding cosine" in rows["min_agreement"].detail
     assert rows["max_top1_drop"].status == "skip" and "embedding" in rows["max_top1_drop"].detail
-    bad = compare_embeddings(ref, rng.normal(size=ref.shape).astype(np.float32))
-    bad["output_kind"] = "embedding"
-    assert {r.name: r for r in evaluate_gate(bad, None, None, Thresholds(min_agreement=0.9))}["min_agreement"].status == "fail"
+    # neighbours swapped, cosine intact: passes unless the user asks for neighbour agreement
+    close = np.repeat(rng.normal(size=(1, 16)), 50, axis=0) + rng.normal(scale=1e-3, size=(50, 16))
+    swapped = compare_embeddings(close, close + rng.normal(scale=1e-3, size=close.shape))
+    swapped["output_kind"] = "embedding"
+    assert swapped["nn_agreement"] < 0.5 and swapped["embedding_cosine_low"] > 0.999
+    assert all(r.status != "fail" for r in evaluate_gate(swapped, None, None, Thresholds()))
+    asked = {r.name: r for r in evaluate_gate(swapped, None, None, Thresholds(min_nn_agreement=0.9))}
+    assert asked["min_nn_agreement"].status == "fail" and "nearest-neighbour" in asked["min_nn_agreement"].detail
+    # a few bad samples: the mean holds, the low percentile catches them
+    some = ref.copy()
+    some[:5] = rng.normal(size=(5, 16))
+    tail = compare_embeddings(ref, some)
+    tail["output_kind"] = "embedding"
+    rows = {r.name: r for r in evaluate_gate(tail, None, None, Thresholds(min_embedding_cosine=0.85))}
+    assert rows["min_embedding_cosine"].status == "pass" and rows["min_embedding_cosine_low"].status == "fail"
+    # the report schema takes the encoder's rows (and min_nn_agreement when set)
+    for gate in (evaluate_gate(acc, None, None, Thresholds()), list(asked.values())):
+        doc = {"accuracy": acc, "gate": [r.to_dict() for r in gate]}
+        assert not [p for p in check_validation_document(doc) if p.startswith("gate")]

@@ -114,7 +114,7 @@ class Evaluation:
 
     def to_dict(self) -> dict[str, Any]:
         keys = ("samples", "top1_drop_points", "fp32_top1", "int8_top1", "top1_agreement", "softmax_kl_mean", "embedding_cosine_mean",
-                "stopped_early")
+                "embedding_cosine_low", "nn_agreement", "stopped_early")
         return {"index": self.index, "step": self.step, "float_layers": len(self.returned), "returned": list(self.returned),
                 "passed": self.passed, "accuracy": {k: self.accuracy[k] for k in keys if k in self.accuracy},
                 "runtimes": {name: {k: acc[k] for k in keys if k in acc} for name, acc in self.accuracy.get("runtimes", {}).items()},
@@ -125,7 +125,10 @@ class Evaluation:
         parts = []
         if a.get("top1_drop_points") is not None:
             parts.append(f"drop {a['top1_drop_points']:.2f} pt")
-        if a.get("top1_agreement") is not None:
+        if a.get("embedding_cosine_mean") is not None:
+            parts.append(f"cosine mean {a['embedding_cosine_mean']:.5f}, p{a.get('embedding_cosine_low_percentile', 5):g} "
+                         f"{a.get('embedding_cosine_low', float('nan')):.5f}")
+        elif a.get("top1_agreement") is not None:
             parts.append(f"agreement {100 * a['top1_agreement']:.2f}%")
         if a.get("stopped_early"):
             return f"{len(self.returned)} float: miss ({a['stopped_early']})"
@@ -242,6 +245,18 @@ def describe_record(rec: dict[str, Any]) -> str:
     return f"accuracy budget NOT met: {rec.get('reason', '')} ({how})"
 
 
+def budget_criterion(t: dict[str, Any], output_kind: str | None) -> str:
+    """The budget's accuracy criterion in words: the build gate's accuracy rows for this kind of model."""
+    if output_kind == "embedding":
+        text = (f"INT8 vs FP32 embedding cosine, mean >= {t.get('min_embedding_cosine')} and "
+                f"p{float(t.get('embedding_cosine_percentile', 5)):g} >= {t.get('min_embedding_cosine_low')}")
+        if t.get("min_nn_agreement") is not None:
+            text += f", nearest-neighbour agreement >= {100 * float(t['min_nn_agreement']):.2f}%"
+        return text
+    return (f"top-1 drop <= {t.get('max_top1_drop')} points (when labelled), top-1 agreement >= "
+            f"{100 * float(t.get('min_agreement', 0)):.2f}%")
+
+
 def budget_markdown(rec: dict[str, Any], *, heading: str = "##") -> str:
     """The build report's section on the budget (from the manifest record)."""
     if not rec:
@@ -251,8 +266,7 @@ def budget_markdown(rec: dict[str, Any], *, heading: str = "##") -> str:
         return "\n".join(lines)
     t = rec.get("thresholds") or {}
     data = rec.get("evaluated_on") or {}
-    lines += [f"Budget: top-1 drop <= {t.get('max_top1_drop')} points (when labelled), top-1 agreement >= "
-              f"{100 * float(t.get('min_agreement', 0)):.2f}%; evaluated on {data.get('items', '?')} items of `{data.get('path', '?')}`"
+    lines += [f"Budget: {budget_criterion(t, data.get('output_kind'))}; evaluated on {data.get('items', '?')} items of `{data.get('path', '?')}`"
               f" ({'labelled' if data.get('labeled') else 'no labels: agreement only'}) with {rec.get('runtime')}. "
               f"Search: {rec.get('search')}.", ""]
     costs = [c for c in rec.get("layer_costs") or [] if c["why"] != "config"]
@@ -277,11 +291,15 @@ def budget_markdown(rec: dict[str, Any], *, heading: str = "##") -> str:
                   f"(full INT8 {lat['int8_speedup']:.2f}x).", ""]
     evals = rec.get("evaluations") or []
     if evals:
-        lines += ["| # | step | float layers | top-1 drop (pt) | agreement | verdict |", "|---|---|---|---|---|---|"]
+        embedding = data.get("output_kind") == "embedding"
+        head = "embedding cosine mean | embedding cosine, low percentile" if embedding else "top-1 drop (pt) | agreement"
+        lines += [f"| # | step | float layers | {head} | verdict |", "|---|---|---|---|---|---|"]
         for e in evals:
             a = e["accuracy"]
             drop = "-" if a.get("top1_drop_points") is None else f"{a['top1_drop_points']:.2f}"
             agree = "-" if a.get("top1_agreement") is None else f"{100 * a['top1_agreement']:.2f}%"
+            if embedding:
+                drop, agree = (("-" if a.get(k) is None else f"{a[k]:.5f}") for k in ("embedding_cosine_mean", "embedding_cosine_low"))
             verdict = "pass" if e["passed"] else "miss" if not a.get("stopped_early") else f"miss (stopped after {a.get('samples')} items)"
             lines.append(f"| {e['index']} | {e['step']} | {e['float_layers']} | {drop} | {agree} | {verdict} |")
         lines.append("")
@@ -397,8 +415,7 @@ class Evaluator:
         if opener is None:
             from vitedge.onnxutil import ort_session
 
-            src = model.SerializeToString() if hasattr(model, "SerializeToString") else model
-            sess = ort_session(src if not isinstance(src, str) else Path(src), threads=self.threads)
+            sess = ort_session(Path(model) if isinstance(model, str) else model, threads=self.threads)  # past 2 GB via external data
             name = sess.get_inputs()[0].name
             return (lambda x: sess.run(None, {name: x})[0]), None
         path = Path(model) if isinstance(model, (str, Path)) else tmp / "candidate.onnx"
@@ -483,7 +500,7 @@ class Evaluator:
             got, reason = self._outputs(model, opener, stop, full_ref)
             ref = full_ref[: len(got)]
             if self.output_kind == "embedding":
-                acc = compare_embeddings(ref, got)
+                acc = compare_embeddings(ref, got, self.thresholds.embedding_cosine_percentile)
             else:
                 labels = self._usable_labels()
                 acc = compare_logits(ref, got, None if labels is None else labels[: len(got)])
@@ -512,11 +529,12 @@ class Evaluator:
 
     def verdict(self, accuracy: dict[str, Any]) -> tuple[bool, list[str]]:
         """The build gate's own accuracy rows (speed rows are not the budget's)."""
+        from vitedge.validation.embedding_gate import ACCURACY_GATE_NAMES
         from vitedge.validation.run import evaluate_gate
 
         if accuracy.get("stopped_early"):
             return False, [accuracy["stopped_early"]]
-        rows = [r for r in evaluate_gate(accuracy, None, None, self.thresholds) if r.name in ("max_top1_drop", "min_agreement")]
+        rows = [r for r in evaluate_gate(accuracy, None, None, self.thresholds) if r.name in ACCURACY_GATE_NAMES]
         return all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
 
 
@@ -526,8 +544,13 @@ class Evaluator:
 def strictest(thresholds: Sequence[Any]) -> Any:
     """One budget for a graph several targets share: the tightest of each accuracy threshold."""
     first = thresholds[0]
+    nn = [t.min_nn_agreement for t in thresholds if t.min_nn_agreement is not None]
     return dataclasses.replace(first, max_top1_drop=min(t.max_top1_drop for t in thresholds),
-                               min_agreement=max(t.min_agreement for t in thresholds))
+                               min_agreement=max(t.min_agreement for t in thresholds),
+                               min_embedding_cosine=max(t.min_embedding_cosine for t in thresholds),
+                               min_embedding_cosine_low=max(t.min_embedding_cosine_low for t in thresholds),
+                               embedding_cosine_percentile=min(t.embedding_cosine_percentile for t in thresholds),
+                               min_nn_agreement=max(nn) if nn else None)
 
 
 def meet_budget(
@@ -566,7 +589,7 @@ def meet_budget(
     full = full if full is not None else build_qdq(calibration, keep_float=pins)
     summary = source.summary
     data = {"path": summary.path, "items": len(source), "labeled": bool(summary.labeled and output_kind != "embedding"),
-            "data_hash": summary.data_hash}
+            "data_hash": summary.data_hash, "output_kind": output_kind}
     result = BudgetResult(graph=full, status="off", thresholds=thresholds.to_dict(), settings=settings,
                           candidates=len(full.quantized), pinned=pinned, data=data)
     if not settings.enabled:
@@ -631,7 +654,7 @@ def meet_budget(
                 passing = trial
     if passing is None:
         complete = [e for e in result.evaluations if not e.accuracy.get("stopped_early")]
-        best = max(complete, key=lambda e: (e.accuracy.get("top1_agreement") or 0.0, -len(e.returned))) if complete else result.evaluations[-1]
+        best = max(complete, key=lambda e: (_closeness(e.accuracy), -len(e.returned))) if complete else result.evaluations[-1]
         result.status = "not-met"
         if len(result.evaluations) >= settings.max_evals:
             result.reason = (f"the evaluation cap ({settings.max_evals}) was reached; the closest graph ({best.describe()}) "
@@ -647,6 +670,13 @@ def meet_budget(
     result.graph = graphs[tuple(passing)]
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _closeness(accuracy: dict[str, Any]) -> float:
+    """How close a candidate came: the gate's own figure (embedding cosine, low percentile, for encoders)."""
+    if accuracy.get("output_kind") == "embedding":
+        return float(accuracy.get("embedding_cosine_low") or -1.0)
+    return float(accuracy.get("top1_agreement") or 0.0)
 
 
 def _group_sizes(n: int, settings: BudgetSettings) -> list[int]:
@@ -733,9 +763,8 @@ def measure_costs(result: BudgetResult, fp32: Any, example: np.ndarray, *, threa
 
     x = np.ascontiguousarray(example[:1], dtype=np.float32)
     int8 = build_qdq(result.graph.calibration, keep_float=result.pinned)  # the full INT8 graph (pins respected)
-    sources = {"fp32": str(fp32) if not hasattr(fp32, "SerializeToString") else fp32.SerializeToString(),
-               "int8": int8.model.SerializeToString(), "chosen": result.graph.model.SerializeToString()}
-    sessions = {k: timing_session(Path(v) if isinstance(v, (str, Path)) else v, threads=threads) for k, v in sources.items()}
+    sources = {"fp32": Path(fp32) if isinstance(fp32, (str, Path)) else fp32, "int8": int8.model, "chosen": result.graph.model}
+    sessions = {k: timing_session(v, threads=threads) for k, v in sources.items()}
     feeds = {k: {s.get_inputs()[0].name: x} for k, s in sessions.items()}
     runs = {k: (lambda s=s, f=feeds[k]: s.run(None, f)) for k, s in sessions.items()}
     stats = measure_interleaved(runs, 1, LatencySettings.for_budget(latency_seconds))
@@ -765,18 +794,17 @@ def timing_session(src: Any, *, threads: int | None = None, profile_prefix: str 
     inflates every INT8-vs-FP32 ratio."""
     import onnxruntime as ort
 
+    from vitedge.onnxutil import ort_session
+
     so = ort.SessionOptions()
-    so.log_severity_level = 3
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if threads:
-        so.intra_op_num_threads = threads
     if profile_prefix:
         so.enable_profiling = True
         so.profile_file_prefix = profile_prefix
-    return ort.InferenceSession(str(src) if isinstance(src, Path) else src, so, providers=["CPUExecutionProvider"])
+    return ort_session(src, threads=threads, options=so)  # a path, bytes or a ModelProto (past 2 GB via external data)
 
 
-def _node_times(model_bytes: bytes, x: np.ndarray, runs: int, threads: int | None) -> dict[str, float]:
+def _node_times(model: Any, x: np.ndarray, runs: int, threads: int | None) -> dict[str, float]:
     """Median kernel time (us) per node name from ONNX Runtime's profiler."""
     import os
     import tempfile
@@ -784,7 +812,7 @@ def _node_times(model_bytes: bytes, x: np.ndarray, runs: int, threads: int | Non
     from vitedge.outputs import work_prefix
 
     with tempfile.TemporaryDirectory(prefix=work_prefix("profile")) as tmp:
-        sess = timing_session(model_bytes, threads=threads, profile_prefix=os.path.join(tmp, "ort"))
+        sess = timing_session(model, threads=threads, profile_prefix=os.path.join(tmp, "ort"))
         feed = {sess.get_inputs()[0].name: x}
         for _ in range(5):
             sess.run(None, feed)

@@ -8,7 +8,9 @@ normalisation to the graph so it takes the uint8 NHWC RGB frames a camera delive
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
+import tempfile
 import time
 import warnings
 from dataclasses import dataclass
@@ -106,7 +108,6 @@ def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str
     h, w = loaded.spec.image_size
     c = loaded.spec.preprocess.channels
     example = torch.randn(2, c, h, w, generator=torch.Generator().manual_seed(options.seed))
-    buf = io.BytesIO()
     sink = io.StringIO()
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink), _no_mha_fastpath():
@@ -117,12 +118,15 @@ def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str
                                                  opset_version=max(options.opset, 18), input_names=["input"], output_names=[output_name])
                 model = onnx_program.model_proto
             else:
-                torch.onnx.export(
-                    loaded.module, (example,), buf, opset_version=options.opset, dynamo=False,
-                    input_names=["input"], output_names=[output_name],
-                    dynamic_axes={"input": {0: "batch"}, output_name: {0: "batch"}}, do_constant_folding=True,
-                )
-                model = onnx.load_from_string(buf.getvalue())
+                # to a file: past 2 GB the exporter writes the weights as external data beside it
+                with tempfile.TemporaryDirectory(prefix="vitedge-export-") as tmp:
+                    path = Path(tmp) / "model.onnx"
+                    torch.onnx.export(
+                        loaded.module, (example,), str(path), opset_version=options.opset, dynamo=False,
+                        input_names=["input"], output_names=[output_name],
+                        dynamic_axes={"input": {0: "batch"}, output_name: {0: "batch"}}, do_constant_folding=True,
+                    )
+                    model = onnx.load(str(path))  # external data, if any, read into memory
     except ExportError:
         raise
     except Exception as err:
@@ -210,7 +214,9 @@ def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str
         ref = module(torch.from_numpy(x))
     ref = (ref[0] if isinstance(ref, (tuple, list)) else ref).numpy()
     try:
-        sess = ort_session(model.SerializeToString() if model.ByteSize() < 2**31 - (64 << 20) else None)
+        sess = ort_session(model, options=_parity_options(model))  # a graph past 2 GB goes through a file with external data
+    except UsageError:
+        raise
     except Exception as err:
         raise ExportError(f"ONNX Runtime cannot load the exported graph: {str(err).splitlines()[0][:200]}") from err
     got = sess.run(None, {input_name: feed})[0]
@@ -221,6 +227,20 @@ def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str
     if not np.isfinite(diff) or diff > tol:
         raise ExportError(f"the exported graph disagrees with PyTorch: max |difference| {diff:.3e} exceeds the tolerance {tol:.3e}; nothing was written")
     return diff, tol
+
+
+def _parity_options(model):
+    """ONNX Runtime options for the parity check: for a graph past 2 GB, no pre-packed second copy
+    of the weights (the torch module and the graph are in memory already; vit_h_14 ran out of 24 GB)."""
+    import onnxruntime as ort
+
+    from vitedge.onnxutil import is_large
+
+    so = ort.SessionOptions()
+    if is_large(model):
+        gc.collect()  # the exporter's temporaries
+        so.add_session_config_entry("session.disable_prepacking", "1")
+    return so
 
 
 def bake_file(src: Path, dst: Path, pre: Preprocess) -> None:

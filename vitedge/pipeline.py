@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,6 +98,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             fp32 = work / "model.fp32.onnx"
             result = export_onnx(loaded, fp32, ExportOptions())
             log.info(result.one_line())
+            loaded.module = None  # only the ONNX graph is used from here: free the weights (2.5 GB for vit_h_14)
         with log.stage("data", f"calibration set {req.calib}"):
             calib_path, val_path, notes = resolve_data(req.calib, req.val, spec.class_names)
             for note in notes:
@@ -132,7 +132,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             runtimes = budget_runtimes(consumers, backends, settings.threads, log)
             budgets[key] = budget = _meet_budget(calibration, graph, fp32, val, sharing, settings, spec, req, log, runtimes)
             graph = budget.graph
-            qdq = work / f"model.int8.{len(qdq_paths)}.onnx"
+            qdq = work / f"qdq-{len(qdq_paths)}" / "model.int8.onnx"  # the bundle's name: external data keeps its location
             graph.save(qdq)
             qdq_paths[key] = (qdq, calibration, graph)
         if req.bake_preprocess:
@@ -141,8 +141,8 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             bake_file(fp32, baked / fp32.name, spec.preprocess)
             fp32 = baked / fp32.name
             for key, (qdq, calibration, graph) in list(qdq_paths.items()):
-                bake_file(qdq, baked / qdq.name, spec.preprocess)
-                qdq_paths[key] = (baked / qdq.name, calibration, graph)
+                bake_file(qdq, baked / qdq.parent.name / qdq.name, spec.preprocess)
+                qdq_paths[key] = (baked / qdq.parent.name / qdq.name, calibration, graph)
 
         results = []
         for p in profiles:
@@ -188,6 +188,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                   req: BuildRequest, log: StageLog, budget=None, val_record=None) -> TargetResult:
     from vitedge.backends.base import BuildContext
     from vitedge.manifest import Manifest, toolchain_versions
+    from vitedge.onnxutil import copy_onnx, onnx_sha256
     from vitedge.reporting import write_build_report
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
 
@@ -198,8 +199,8 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
             raise BundleError(f"target {profile.name} needs {profile.backend}, which is not usable here: {env.detail}"
                               + (f"; {env.install_hint}" if env.install_hint else ""))
         with atomic_output_dir(bundle_dir, force=req.force) as tmp:
-            shutil.copyfile(qdq, tmp / "model.int8.onnx")
-            shutil.copyfile(fp32, tmp / "reference.fp32.onnx")
+            copy_onnx(qdq, tmp / "model.int8.onnx")  # with its external data (graphs past 2 GB), if any
+            copy_onnx(fp32, tmp / "reference.fp32.onnx")
             ctx = BuildContext(qdq_path=tmp / "model.int8.onnx", fp32_path=tmp / "reference.fp32.onnx", out_dir=tmp,
                                options=profile.backend_options, batch_sizes=profile.batch_sizes, log=log.info)
             artifact = backend.build(ctx)
@@ -208,7 +209,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                 log.info(artifact.info.get("next_step", "the artifact must be finished on the device"))
             manifest = Manifest(
                 target={"name": profile.name, "backend": profile.backend, "precision": profile.precision, "profile": profile.to_dict()},
-                model={"source": loaded.path.name, "source_sha256": sha256_file(loaded.path) if loaded.path.is_file() else None,
+                model={"source": loaded.path.name, "source_sha256": (onnx_sha256 if loaded.is_onnx else sha256_file)(loaded.path) if loaded.path.is_file() else None,
                        "spec": spec.to_dict()},
                 input=_input_record(tmp / "model.int8.onnx", spec),
                 output={"name": "embedding" if spec.output_kind == "embedding" else "logits", "kind": spec.output_kind,
@@ -216,7 +217,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                 calibration=dict(calibration.to_dict(), summary_line=calibration.one_line(), reused=calibration.reused),
                 # the shared Q/DQ graph every target of this call was built from; the onnx target's
                 # model.int8.onnx differs from it when its attention cores were fused
-                quantization=dict(quantization_record(graph, budget), qdq_sha256=sha256_file(qdq)),
+                quantization=dict(quantization_record(graph, budget), qdq_sha256=onnx_sha256(qdq)),
                 artifacts={"model": artifact.model, "reference": artifact.reference, "qdq": "model.int8.onnx",
                            "fp32_onnx": "reference.fp32.onnx", "built": artifact.built, "extra": artifact.extra_files},
                 toolchain=toolchain_versions(_safe_versions(backend)),
@@ -281,11 +282,10 @@ def _meet_budget(calibration, graph, fp32: Path, val, sharing: list[Thresholds],
                  runtimes: list[tuple[str, Any]] | None = None):
     """The accuracy budget (vitedge.budget) for the Q/DQ graph these targets share: the strictest of
     their thresholds, evaluated against FP32 on the validation data on every target runtime that runs here."""
-    from vitedge.budget import BudgetNotMet, float_layers, measure_costs, meet_budget, strictest
-
+    from vitedge.budget import BudgetNotMet, budget_criterion, float_layers, measure_costs, meet_budget, strictest
+ 
     budget_thresholds = strictest(sharing)
-    what = (f"top-1 drop <= {budget_thresholds.max_top1_drop:g} pt, agreement >= {100 * budget_thresholds.min_agreement:g}%"
-            if settings.enabled else "off (--no-fallback)")
+    what = budget_criterion(budget_thresholds.to_dict(), spec.output_kind) if settings.enabled else "off (--no-fallback)"
     with log.stage("budget", f"accuracy budget: {what}"):
         result = meet_budget(calibration, val, budget_thresholds, fp32=fp32, full=graph, keep_float=req.keep_float, settings=settings,
                              output_kind=spec.output_kind, preprocess=spec.preprocess, cache_dir=req.cache_dir, log=log.info,
@@ -296,7 +296,8 @@ def _meet_budget(calibration, graph, fp32: Path, val, sharing: list[Thresholds],
             result.costs = float_layers(result)
         log.info(result.one_line())
         if result.status == "not-met":
-            raise BudgetNotMet(f"{result.one_line()}. Loosen --max-top1-drop / --min-agreement, raise --fallback-max-evals, "
+            loosen = "--min-embedding-cosine" if spec.output_kind == "embedding" else "--max-top1-drop / --min-agreement"
+            raise BudgetNotMet(f"{result.one_line()}. Loosen {loosen}, raise --fallback-max-evals, "
                                "or pass --no-fallback to build the full INT8 graph and let its gate report the miss")
         if result.status == "fallback":
             log.info("kept in float by the budget: " + ", ".join(result.returned))
@@ -386,6 +387,8 @@ def _input_record(qdq: Path, spec) -> dict[str, Any]:
 
 def _summary(bundle: Path, artifact, validation) -> dict[str, Any]:
     size = (bundle / artifact.model).stat().st_size if (bundle / artifact.model).exists() else None
+    if size is not None and (bundle / (artifact.model + ".data")).is_file():  # ONNX external data (graphs past 2 GB)
+        size += (bundle / (artifact.model + ".data")).stat().st_size
     for extra in artifact.extra_files:
         if extra.endswith(".bin") and extra.startswith(Path(artifact.model).stem) and (bundle / extra).exists():
             size = (size or 0) + (bundle / extra).stat().st_size
@@ -394,6 +397,7 @@ def _summary(bundle: Path, artifact, validation) -> dict[str, Any]:
         acc = validation["accuracy"]
         out.update({
             "top1_fp32": acc.get("fp32_top1"), "top1_int8": acc.get("int8_top1"), "agreement": acc.get("top1_agreement"),
+            "embedding_cosine_mean": acc.get("embedding_cosine_mean"), "embedding_cosine_low": acc.get("embedding_cosine_low"),
             "speedup": validation.get("speedup"),
             "fp32_ms": validation["latency"].get("fp32", {}).get("1", {}).get("p50_ms"),
             "int8_ms": validation["latency"].get("int8", {}).get("1", {}).get("p50_ms"),

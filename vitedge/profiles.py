@@ -23,7 +23,12 @@ PRECISIONS = ("int8",)
 
 @dataclass(frozen=True)
 class Thresholds:
-    """The parity gate. Drops are in top-1 percentage points; agreement is a fraction."""
+    """The parity gate. Drops are in top-1 percentage points; agreement is a fraction.
+
+    Embedding models (headless encoders) are gated on the per-sample cosine similarity of their
+    INT8 and FP32 embeddings instead: its mean, and its ``embedding_cosine_percentile``-th
+    percentile (the worst samples). Nearest-neighbour agreement is reported for them, and gated
+    only when ``min_nn_agreement`` is set (it is chaotic when the embeddings lie close together)."""
 
     max_top1_drop: float = 0.5
     min_agreement: float = 0.99
@@ -33,6 +38,10 @@ class Thresholds:
     # faster than its FP32 one (OpenVINO's pre-VNNI int8 GEMM: docs/cpu-targets.md). None:
     # min_speedup everywhere. Passing --min-speedup overrides both.
     min_speedup_without_vnni: float | None = None
+    min_embedding_cosine: float = 0.99
+    min_embedding_cosine_low: float = 0.98
+    embedding_cosine_percentile: float = 5.0
+    min_nn_agreement: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms"):
@@ -49,6 +58,13 @@ class Thresholds:
             raise UsageError(f"min_speedup_without_vnni must be >= 0, got {self.min_speedup_without_vnni}")
         if self.max_p99_ms is not None and self.max_p99_ms <= 0:
             raise UsageError(f"max_p99_ms must be positive, got {self.max_p99_ms}")
+        for name in ("min_embedding_cosine", "min_embedding_cosine_low"):
+            if not -1 <= getattr(self, name) <= 1:
+                raise UsageError(f"{name} must be a cosine in [-1, 1], got {getattr(self, name)}")
+        if not 0 <= self.embedding_cosine_percentile <= 50:
+            raise UsageError(f"embedding_cosine_percentile must be in [0, 50] (a low percentile), got {self.embedding_cosine_percentile}")
+        if self.min_nn_agreement is not None and not 0 <= self.min_nn_agreement <= 1:
+            raise UsageError(f"min_nn_agreement must be a fraction in [0, 1], got {self.min_nn_agreement}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -19,7 +19,8 @@ def summary_rows(results) -> list[tuple[str, ...]]:
         top1 = f"{_pct(s.get('top1_fp32'))} -> {_pct(s.get('top1_int8'))}" if s.get("top1_fp32") is not None else "-"
         lat = f"{s['fp32_ms']:.2f} -> {s['int8_ms']:.2f}" if s.get("fp32_ms") and s.get("int8_ms") else "-"
         speed = f"{s['speedup']:.2f}x" if s.get("speedup") else "-"
-        rows.append((r.profile.name, size, top1, _pct(s.get("agreement")), lat, speed, gate))
+        agree = _pct(s.get("agreement")) if s.get("embedding_cosine_mean") is None else f"cos {s['embedding_cosine_mean']:.4f}"
+        rows.append((r.profile.name, size, top1, agree, lat, speed, gate))
     return rows
 
 
@@ -28,7 +29,7 @@ def print_build_summary(results, timings: dict[str, float]) -> None:
     from rich.table import Table
 
     table = Table(title="vitedge build", show_header=True, header_style="bold", padding=(0, 1))
-    for col in ("target", "size", "top-1 FP32 -> INT8", "agree", "ms FP32 -> INT8", "speedup", "gate"):
+    for col in ("target", "size", "top-1 FP32 -> INT8", "agree/cos", "ms FP32 -> INT8", "speedup", "gate"):
         table.add_column(col, no_wrap=True)
     colour = {"PASS": "green", "FAIL": "red"}
     for row in summary_rows(results):

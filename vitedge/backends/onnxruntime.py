@@ -6,7 +6,6 @@ anything else that reads ONNX QuantizeLinear/DequantizeLinear.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import numpy as np
 
 from vitedge.backends.base import Backend, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
 from vitedge.errors import BundleError, UsageError
-from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY
+from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, copy_onnx
 
 _LEVELS = ("disabled", "basic", "extended", "all")
 
@@ -108,10 +107,10 @@ class OnnxRuntimeBackend(Backend):
         if options.fuse_attention:
             info["attention_fusion"] = self._fuse(ctx, model)
         elif ctx.qdq_path.resolve() != model.resolve():
-            shutil.copyfile(ctx.qdq_path, model)
+            copy_onnx(ctx.qdq_path, model)
         reference = ctx.out_dir / "reference.fp32.onnx"
         if not reference.exists():
-            shutil.copyfile(ctx.fp32_path, reference)
+            copy_onnx(ctx.fp32_path, reference)
         with OnnxRuntimeRunner(model, options):  # proves the stock CPU provider loads it
             pass
         info["int8_layers"] = int8_layer_share(model, options)

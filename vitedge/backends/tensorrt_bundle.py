@@ -63,7 +63,7 @@ def load_checked_graph(qdq_path: Path) -> Any:
 
     from vitedge.quantize.checker import assert_qdq_graph
 
-    model = onnx.load(str(qdq_path), load_external_data=False)
+    model = onnx.load(str(qdq_path))  # with its external data: the typed graph rewrites weights
     assert_qdq_graph(model)  # raises QuantizationError naming the broken rules
     return model
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from vitedge.project_config import config_bundles, with_project_config
+from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides
 
 
 def _threshold_flags(func):
@@ -40,9 +41,10 @@ def _threshold_flags(func):
 @click.option("--sensitivity-samples", type=click.IntRange(min=1), default=64, show_default=True,
               help="Inputs the sensitivity runs on (the first N of the data).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Runtime threads (default: the profile's).")
+@embedding_gate_flags
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict and the report paths.")
 def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
-            latency_seconds, sensitivity, sensitivity_samples, threads, quiet) -> None:
+            latency_seconds, sensitivity, sensitivity_samples, threads, quiet, **embedding_gate) -> None:
     """Validate BUNDLE's artifact against its FP32 reference on the same runtime and the same inputs.
 
     Verifies the bundle's file hashes first, then measures accuracy (top-1/top-5 with labels,
@@ -61,7 +63,8 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     from vitedge.validation.report import check_report_dir
 
     ctx = click.get_current_context()
-    overrides = {"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms}
+    overrides = {"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms,
+                 **embedding_overrides(embedding_gate)}
     Thresholds(**{k: v for k, v in overrides.items() if v is not None})  # bad values: exit 2 before any work
     speed_flags = [k for k in ("min_speedup", "max_p99_ms") if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]
     if no_latency and speed_flags:

@@ -104,11 +104,16 @@ def calibrate(
     raw = path.read_bytes()
     try:
         model = onnx.load_model_from_string(raw)
-        if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
+        if external:
             model = onnx.load(str(path))
     except Exception as err:
         raise QuantizationError(f"{path} is not a readable ONNX graph: {str(err).splitlines()[0][:160] if str(err) else type(err).__name__}") from err
     fp32_sha = sha256_bytes(raw)
+    if external:  # the weights in the external data file are part of what the cache keys on
+        from vitedge.onnxutil import onnx_sha256
+
+        fp32_sha = onnx_sha256(path)
     meta = get_metadata(model)
     preprocess = None
     if SPEC_KEY in meta:
@@ -278,19 +283,26 @@ class _Runner:
 
         from vitedge.onnxutil import ort_session
 
-        m = onnx.ModelProto()
-        m.CopyFrom(self.model)
-        del m.graph.output[:]
+        # the graph's outputs are swapped in place and restored: a copy of a 2.5 GB graph (vit_h_14)
+        # would cost as much memory again
+        m = self.model
+        original = [onnx.ValueInfoProto.FromString(v.SerializeToString()) for v in m.graph.output]
         known = {v.name: v for v in m.graph.value_info}
+        wanted = []
         for name in outputs:
             vi = known.get(name)
             if vi is None or not vi.type.tensor_type.elem_type:
                 vi = helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
-            m.graph.output.append(vi)
+            wanted.append(onnx.ValueInfoProto.FromString(vi.SerializeToString()))
+        del m.graph.output[:]
+        m.graph.output.extend(wanted)
         try:
-            return ort_session(m.SerializeToString(), threads=CALIBRATION_THREADS)
+            return ort_session(m, threads=CALIBRATION_THREADS)  # past 2 GB: through external data
         except Exception as err:
             raise QuantizationError(f"ONNX Runtime cannot run the FP32 graph for calibration: {str(err).splitlines()[0][:200]}") from err
+        finally:
+            del m.graph.output[:]
+            m.graph.output.extend(original)
 
     def _feeds(self, description: str):
         total = -(-len(self.source) // self.batch)

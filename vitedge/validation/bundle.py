@@ -67,6 +67,8 @@ def artifact_bytes(bundle: Path, rel: str | None, extra: list[str] | None = None
         return None
     stem = Path(rel).stem
     total = (bundle / rel).stat().st_size
+    if (bundle / (rel + ".data")).is_file():  # ONNX external data (graphs past 2 GB, docs/large-graphs.md)
+        total += (bundle / (rel + ".data")).stat().st_size
     for name in extra or []:
         p = bundle / name
         if name != rel and Path(name).stem == stem and p.is_file():

@@ -63,11 +63,14 @@ VALIDATION_KEYS: dict[str, tuple[str, ...]] = {
 # one latency entry (latency.fp32/int8[batch]), the sensitivity section and its layers.
 LOGIT_KEYS = ("logit_cosine_mean", "logit_cosine_min", "logit_abs_error_mean", "logit_abs_error_max", "softmax_kl_mean")
 LABEL_KEYS = ("fp32_top1", "int8_top1", "top1_drop_points", "fp32_top5", "int8_top5")
-EMBEDDING_KEYS = ("embedding_cosine_mean", "embedding_cosine_worst1pct", "nn_agreement")
+EMBEDDING_KEYS = ("embedding_cosine_mean", "embedding_cosine_worst1pct", "nn_agreement", "embedding_cosine_low",
+                  "embedding_cosine_low_percentile")
 LATENCY_STATS_KEYS = ("batch", "iterations", "p50_ms", "p90_ms", "p99_ms", "mean_ms", "throughput", "stable")
 SENSITIVITY_KEYS = ("runtime", "method", "samples", "output_kind", "metric", "baseline", "full", "kept_float", "seconds", "notes", "layers")
 SENSITIVITY_LAYER_KEYS = ("rank", "name", "kind", "op_type", "mse", "cosine", "one_minus_cosine")
 GATE_NAMES = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms")
+# an embedding model's rows between min_agreement and min_speedup (min_nn_agreement only when set)
+EMBEDDING_GATE_NAMES = ("min_embedding_cosine", "min_embedding_cosine_low", "min_nn_agreement")
 STATUSES = ("pass", "fail", "skip")
 
 
@@ -96,8 +99,12 @@ def check_validation_document(doc: Any) -> list[str]:
                 if isinstance(row, dict) and row.get("status") not in STATUSES:
                     problems.append(f"gate[{i}].status is {row.get('status')!r}")
             names = [r.get("name") for r in rows if isinstance(r, dict)]
-            if names not in (list(GATE_NAMES[:3]), list(GATE_NAMES)):
-                problems.append(f"gate rows are {names}, expected {list(GATE_NAMES[:3])} (and max_p99_ms when set)")
+            embedding = (doc.get("accuracy") or {}).get("output_kind") == "embedding"
+            base = list(GATE_NAMES[:2]) + (list(EMBEDDING_GATE_NAMES[:2]) if embedding else [])
+            optional_nn = ([], ["min_nn_agreement"]) if embedding else ([],)
+            allowed = [base + nn + ["min_speedup"] + p99 for nn in optional_nn for p99 in ([], ["max_p99_ms"])]
+            if names not in allowed:
+                problems.append(f"gate rows are {names}, expected {base + list(GATE_NAMES[2:3])} (and max_p99_ms when set)")
         elif section:
             if section in doc:
                 need(section, doc[section], keys)
@@ -224,6 +231,7 @@ def validation_markdown(doc: dict[str, Any], *, heading: str = "##", plots: Iter
     if acc.get("output_kind") == "embedding":
         lines += [
             f"| embedding cosine, mean | | {_num(acc.get('embedding_cosine_mean'), '.5f')} |",
+            f"| embedding cosine, p{acc.get('embedding_cosine_low_percentile', 5):g} | | {_num(acc.get('embedding_cosine_low'), '.5f')} |",
             f"| embedding cosine, worst 1% | | {_num(acc.get('embedding_cosine_worst1pct'), '.5f')} |",
             f"| nearest-neighbour agreement | | {_pct(acc.get('nn_agreement'))} |",
         ]

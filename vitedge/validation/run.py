@@ -22,7 +22,8 @@ from vitedge.validation.sanity import fp32_warnings
 from vitedge.validation.latency import LatencySettings, LatencyStats, current_rss, measure_interleaved, peak_rss
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
-THRESHOLD_NAMES = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms")
+THRESHOLD_NAMES = ("max_top1_drop", "min_agreement", "min_embedding_cosine", "min_embedding_cosine_low", "min_nn_agreement",
+                   "min_speedup", "max_p99_ms")  # the embedding rows only for encoders (vitedge.validation.embedding_gate)
 
 
 @dataclass
@@ -121,8 +122,12 @@ def evaluate_gate(accuracy: dict[str, Any], speedup: float | None, p99_ms: float
         why = "an embedding model has no top-1" if accuracy.get("output_kind") == "embedding" else "the data has no labels"
         rows.append(GateRow("max_top1_drop", None, t.max_top1_drop, True, f"not checked: {why}", SKIP, "points"))
     agree = accuracy.get("top1_agreement")
-    what = "nearest-neighbour agreement with FP32" if accuracy.get("output_kind") == "embedding" else "top-1 agreement with FP32"
-    if agree is not None:
+    what = "top-1 agreement with FP32"
+    if accuracy.get("output_kind") == "embedding":
+        from vitedge.validation.embedding_gate import agreement_skip_row, embedding_rows
+
+        rows += [agreement_skip_row(t), *embedding_rows(accuracy, t)]
+    elif agree is not None:
         short = t.min_agreement - agree
         ok = short <= 1e-12
         rows.append(GateRow("min_agreement", agree, t.min_agreement, ok,
@@ -185,7 +190,7 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
                 raise DataError(f"the artifact outputs shape {got.values.shape[1:]} but its FP32 reference {ref.values.shape[1:]}: "
                                 "the bundle's two models do not belong together; rebuild it")
             if kind == "embedding":
-                accuracy = compare_embeddings(ref.values, got.values)
+                accuracy = compare_embeddings(ref.values, got.values, thresholds.embedding_cosine_percentile)
             else:
                 check_labels(ref.labels, int(ref.values.shape[1]), source.summary.path)
                 accuracy = compare_logits(ref.values, got.values, ref.labels)

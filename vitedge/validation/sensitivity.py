@@ -230,7 +230,7 @@ def _input_channel_scale(w_ref: np.ndarray, w_dq: np.ndarray, layer: Any) -> np.
     return s.reshape(shape)
 
 
-def _variant(prep: _Prepared, keep: set[str]) -> bytes:
+def _variant(prep: _Prepared, keep: set[str]) -> Any:
     """The Q/DQ graph with every INT8 layer but ``keep`` returned to float, serialized."""
     import onnx
 
@@ -253,7 +253,7 @@ def _variant(prep: _Prepared, keep: set[str]) -> bytes:
             elif idx == 1 and layer.name in prep.twin_weight:
                 node.input[idx] = prep.twin_weight[layer.name]
     cleanup(m)
-    return m.SerializeToString()
+    return m  # a ModelProto: ort_session takes one past 2 GB through external data
 
 
 # --------------------------------------------------------------------------- running
@@ -276,10 +276,10 @@ def _input_feed(model: Any, inputs: np.ndarray, preprocess: Any) -> tuple[str, n
     return name, to_uint8_frames(inputs, preprocess)
 
 
-def _run(model_bytes: bytes, name: str, feed: np.ndarray, batch: int, threads: int | None) -> np.ndarray:
+def _run(model: Any, name: str, feed: np.ndarray, batch: int, threads: int | None) -> np.ndarray:
     from vitedge.onnxutil import ort_session
 
-    sess = ort_session(model_bytes, threads=threads, optimize=False)  # reference Q/DQ semantics, quick to open
+    sess = ort_session(model, threads=threads, optimize=False)  # reference Q/DQ semantics, quick to open
     outs = [np.asarray(sess.run(None, {name: feed[i : i + batch]})[0], dtype=np.float32) for i in range(0, len(feed), batch)]
     return np.concatenate(outs)
 
@@ -328,9 +328,9 @@ def layer_sensitivity(
         chosen = [l for l in chosen if l.name in wanted]
     name, feed = _input_feed(qdq_model, inputs, preprocess)
     ref_name, ref_feed = _input_feed(fp32_model, inputs, preprocess)
-    ref = _run(fp32_model.SerializeToString(), ref_name, ref_feed, batch_size, threads)
+    ref = _run(fp32_model, ref_name, ref_feed, batch_size, threads)
     twin = _run(_variant(prep, set()), name, feed, batch_size, threads)
-    full = _run(qdq_model.SerializeToString(), name, feed, batch_size, threads)
+    full = _run(qdq_model, name, feed, batch_size, threads)
     rows: list[LayerSensitivity] = []
     for k, layer in enumerate(chosen):
         if progress is not None:
