@@ -42,9 +42,11 @@ from vitedge.quantize.qdq import build_qdq  # noqa: E402
 from vitedge.quantize.weight_range import WEIGHT_RANGES  # noqa: E402
 
 MODELS = {
-    "digits ViT (examples/digits_vit.pt)": (ROOT / "examples/digits_vit.pt", ROOT / "calibration/digits/calib", ROOT / "calibration/digits/val"),
-    "post-norm ViT (examples/postnorm_vit.pt)": (ROOT / "examples/postnorm_vit.pt", ROOT / "calibration/digits/calib", ROOT / "calibration/digits/val"),
+    "digits ViT (examples/digits_vit.pt)": (ROOT / "examples/digits_vit.pt", IntakeOptions()),
+    "post-norm ViT (examples/postnorm_vit.pt)": (ROOT / "examples/postnorm_vit.pt",
+                                                IntakeOptions(model_class=str(ROOT / "examples/postnorm_vit.py") + ":PostNormViT")),
 }
+CALIB, VAL = ROOT / "calibration/digits/calib", ROOT / "calibration/digits/val"
 RUNTIMES = ("onnxruntime", "openvino", "exact")
 
 
@@ -69,9 +71,10 @@ def _compare(ref: np.ndarray, out: np.ndarray, labels: np.ndarray | None) -> dic
 def run() -> dict:
     cpu = read_cpu()
     doc = {"cpu": cpu.to_dict(), "platform": platform.platform(), "python": platform.python_version(), "models": {}}
-    for title, (model, calib_dir, val_dir) in MODELS.items():
+    for title, (model, intake) in MODELS.items():
+        calib_dir, val_dir = CALIB, VAL
         work = Path(tempfile.mkdtemp(prefix="vitedge-bench-wr-"))
-        loaded = load_model(model, IntakeOptions())
+        loaded = load_model(model, intake)
         fp32 = work / "fp32.onnx"
         export_onnx(loaded, fp32, ExportOptions())
         pre = loaded.spec.preprocess

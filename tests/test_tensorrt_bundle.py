@@ -323,7 +323,7 @@ def test_engine_cli_reports_each_tensorrt_failure_in_one_line(planned, tmp_path,
         assert cache.with_suffix(".sha256").read_text().strip() == sha256_file(cache)
 
 
-def test_a_bug_is_exit_code_3_in_one_line_and_debug_shows_the_traceback(planned, tmp_path, monkeypatch, standin_installed):
+def test_a_bug_is_exit_code_3_in_one_line_and_debug_shows_the_traceback(planned, tmp_path, monkeypatch, standin_installed, capsys):
     """Exit code 3 is documented for internal errors: a call TensorRT's bindings reject (TypeError)."""
     monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "user-cache"))
     bundle = _copy(planned[0], tmp_path)
@@ -335,10 +335,13 @@ def test_a_bug_is_exit_code_3_in_one_line_and_debug_shows_the_traceback(planned,
     assert lines[0].startswith("vitedge: internal error: TypeError: build_serialized_network(): incompatible function arguments")
     assert lines[0].endswith("(re-run with --debug for the traceback)") and "Traceback" not in text
     assert _snapshot(bundle) == before and sorted(p.name for p in tmp_path.iterdir() if p.name != "user-cache") == [bundle.name]
-    with pytest.raises(TypeError, match="incompatible function arguments"):  # --debug lets the traceback through
-        from vitedge.cli import main
+    from vitedge.cli import main
 
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:  # --debug adds the traceback, never changes the exit code
         main(["--debug", "engine", str(bundle), "-q"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 3 and "Traceback" in err and "incompatible function arguments" in err
 
 
 def test_engine_cli_completes_the_bundle_with_the_standin(planned, tmp_path, monkeypatch, standin_installed):

@@ -70,6 +70,7 @@ def test_no_data_and_none_recorded(bundle, capsys):
     path = bundle / "manifest.json"  # not a hashed file: the recorded validation set may be edited away
     m = json.loads(path.read_text())
     m["validation"]["data"]["path"] = str(bundle / "gone")
+    m["validation_data"]["path"] = str(bundle / "gone")  # what `validate` without --data re-reads
     path.write_text(json.dumps(m))
     _fails_cleanly(capsys, bundle, expect="pass --data")
 

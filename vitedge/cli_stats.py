@@ -30,6 +30,10 @@ class ChannelValues(click.ParamType):
     def convert(self, value: Any, param, ctx) -> tuple[float, ...]:
         if isinstance(value, tuple):
             return value
+        if isinstance(value, list):  # from a project config (TOML array)
+            if value and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+                return tuple(float(v) for v in value)
+            self.fail(f"{value!r} is not a list of numbers; give one per channel, e.g. 0.5 or [0.485, 0.456, 0.406]", param, ctx)
         parts = [p for p in _SPLIT.split(str(value).strip()) if p]
         if not parts or not all(_is_number(p) for p in parts):
             self.fail(f"{value!r} is not a list of numbers; give one per channel, e.g. 0.5 or 0.485,0.456,0.406", param, ctx)

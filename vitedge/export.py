@@ -130,6 +130,11 @@ def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str
     except ExportError:
         raise
     except Exception as err:
+        from vitedge.errors import environment_error
+
+        known = environment_error(err)
+        if known is not None:  # a full disk or an unwritable temp folder, not the model's fault
+            raise known from err
         first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
         raise ExportError(f"ONNX export of {loaded.path} failed: {type(err).__name__}: {first}") from err
     return model

@@ -96,7 +96,7 @@ def recover_swap(final: Path, say: Callable[[str], None] = notice) -> None:
         pid, new, old = int(record["pid"]), final.with_name(record["new"]), final.with_name(record["old"])
         if not (new.name.startswith(f".{final.name}.") and _PARTIAL.match(new.name) and old.name == f".{final.name}.old-{pid}"):
             raise ValueError("names vitedge did not write")
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no journal (or the parent is not a folder: no bundle either)
         return
     except (ValueError, KeyError, TypeError, OSError):
         say(f"ignoring unreadable swap journal {journal}; remove it")

@@ -47,9 +47,11 @@ def write_bundle_exports(bundle: Path, manifest: Any) -> list[str]:
         return []
     root = bundle / CAMERA_DIR
     shutil.rmtree(root, ignore_errors=True)
-    ds = root / "deepstream"
-    ds.mkdir(parents=True)
-    written = [f"{CAMERA_DIR}/deepstream/{f}" for f in write_deepstream(bundle, manifest, ds, rel="../..")]
+    written: list[str] = []
+    if not (manifest.input or {}).get("preprocess_baked"):  # nvinfer feeds float NCHW: no config for a uint8-frame graph
+        ds = root / "deepstream"
+        ds.mkdir(parents=True)
+        written += [f"{CAMERA_DIR}/deepstream/{f}" for f in write_deepstream(bundle, manifest, ds, rel="../..")]
     if manifest.artifacts.get("built"):
         from vitedge.camera_apps.triton import config_text
 

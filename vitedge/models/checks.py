@@ -71,12 +71,12 @@ def check_meta(meta: Mapping[str, Any], where: str) -> None:
         std = pre.get("std")
         mean = pre.get("mean")
         for name, values in (("mean", mean), ("std", std)):
-            if values is not None and not (isinstance(values, (list, tuple)) and len(values) == 3
+            if values is not None and not (isinstance(values, (list, tuple)) and len(values) >= 1
                                            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)):
-                raise ModelLoadError(f"{where}: its metadata preprocess.{name} = {values!r} is not three finite numbers; "
-                                     f"fix it or pass --{name} R G B")
+                raise ModelLoadError(f"{where}: its metadata preprocess.{name} = {values!r} is not a list of finite numbers "
+                                     f"(one per channel); fix it or pass --{name}")
         if std is not None and any(v <= 0 for v in std):
-            raise ModelLoadError(f"{where}: its metadata preprocess.std = {std!r} has a value <= 0; fix it or pass --std R G B")
+            raise ModelLoadError(f"{where}: its metadata preprocess.std = {std!r} has a value <= 0; fix it or pass --std")
 
 
 def check_heads_agree(flag: int | None, recorded: int | None, what: str) -> None:

@@ -141,7 +141,8 @@ def _read_checkpoint(path: Path, *, trust_pickle: bool) -> RawModel:
             warnings.simplefilter("ignore")
             obj = torch.load(str(path), map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        if "Weights only load failed" not in str(err) or "Unsupported global" not in str(err):
+        text = str(err).lower()
+        if "weights only load failed" not in text or "unsupported global" not in text:
             # not a pickled Python object the safe loader refused (e.g. a damaged stream: "Unsupported operand")
             raise ModelLoadError(f"{path} is truncated or corrupt and cannot be read (not a valid PyTorch checkpoint)") from err
         if not trust_pickle:
