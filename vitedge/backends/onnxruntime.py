@@ -39,6 +39,21 @@ class OnnxRuntimeOptions:
             raise UsageError(f"threads must be >= 0, got {self.threads}")
 
 
+def session_options(options: OnnxRuntimeOptions):
+    """Quiet ONNX Runtime session options at the profile's graph optimization level."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.graph_optimization_level = {
+        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[options.graph_optimization]
+    return so
+
+
 class OnnxRuntimeRunner(Runner):
     backend_name = "onnxruntime"
 
@@ -51,14 +66,7 @@ class OnnxRuntimeRunner(Runner):
     def open(self) -> None:
         import onnxruntime as ort
 
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.graph_optimization_level = {
-            "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-            "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-        }[self.options.graph_optimization]
+        so = session_options(self.options)
         if self.threads:
             so.intra_op_num_threads = self.threads
         try:
@@ -150,14 +158,7 @@ def int8_layer_share(model_path: Path, options: OnnxRuntimeOptions) -> dict[str,
     import onnx
     import onnxruntime as ort
 
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = {
-        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    }[options.graph_optimization]
+    so = session_options(options)
     with tempfile.TemporaryDirectory(prefix="vitedge-ort-opt-") as tmp:
         out = Path(tmp) / "optimized.onnx"
         so.optimized_model_filepath = str(out)
