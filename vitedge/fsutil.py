@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from vitedge.signals import raise_if_interrupted
 from vitedge.swap import _remove, clean_debris, recover_swap, swap_into_place
 
 
@@ -46,6 +47,7 @@ def atomic_output_dir(final: Path, *, force: bool = False) -> Iterator[Path]:
     os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes 0700: a service account must read a bundle another user built
     try:
         yield tmp
+        raise_if_interrupted()  # an interrupt swallowed on the way must not publish the result
         if os.path.lexists(final):
             if not force:
                 raise FileExistsError(final)

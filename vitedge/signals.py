@@ -15,14 +15,37 @@ class Terminated(KeyboardInterrupt):
     """Raised in the main thread when SIGTERM arrives."""
 
 
+# Set by the handlers below. An interrupt raised while Python runs a destructor (``__del__`` of a
+# runtime session, say) is swallowed by Python ("Exception ignored in ..."); the flag keeps it, and
+# ``raise_if_interrupted`` turns it back into the exception before anything is published.
+_pending: list[type[KeyboardInterrupt]] = []
+
+
 def _raise_terminated(signum, frame):
+    _pending.append(Terminated)
     raise Terminated()
 
 
+def _raise_interrupted(signum, frame):
+    _pending.append(KeyboardInterrupt)
+    raise KeyboardInterrupt()
+
+
 def install() -> None:
-    """Raise Terminated on SIGTERM, unless the program embedding vitedge set its own handler."""
-    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, _raise_terminated):
+    """Raise Terminated on SIGTERM and KeyboardInterrupt on SIGINT (remembered, see above), unless
+    the program embedding vitedge set its own handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) in (signal.SIG_DFL, _raise_terminated):
         signal.signal(signal.SIGTERM, _raise_terminated)
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _raise_interrupted):
+        signal.signal(signal.SIGINT, _raise_interrupted)
+
+
+def raise_if_interrupted() -> None:
+    """Raise the interrupt that arrived earlier, even if something swallowed it on the way."""
+    if _pending:
+        raise _pending[-1]()
 
 
 def was_terminated(err: BaseException | None) -> bool:
