@@ -69,7 +69,7 @@ def build_vitb(work: Path, calib_size: int):
 
     from vitedge.budget import BudgetSettings
     from vitedge.models.intake import IntakeOptions
-    from vitedge.pipeline import BuildRequest, run_build
+    from vitedge.build.pipeline import BuildRequest, run_build
     from vitedge.ui import StageLog
 
     torch.manual_seed(0)

@@ -5,7 +5,7 @@ Run by hand (one heavy run at a time on a shared machine; needs ~25 GB of disk i
 
     flock /tmp/vitedge-bench.lock python benchmarks/large_graph.py [--calib-size 8] [--work DIR]
 
-The build runs in a child process (`vitedge.pipeline.run_build`, the code behind `vitedge build`)
+The build runs in a child process (`vitedge.build.pipeline.run_build`, the code behind `vitedge build`)
 for the `onnx`, `intel-cpu` and `jetson-orin` targets (the TensorRT plan: no GPU here) with
 a small calibration set, validation on the same images, no latency measurement and the accuracy
 budget off (its sensitivity search would run every quantized layer of a 32-block model).
@@ -37,7 +37,7 @@ CHILD = r'''
 import json, sys, time
 from pathlib import Path
 from vitedge.budget import BudgetSettings
-from vitedge.pipeline import BuildRequest, run_build
+from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.ui import StageLog
 
 model, calib, out, size, targets = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split(",")

@@ -14,7 +14,7 @@ import pytest
 
 from vitedge.budget import BudgetSettings, speed_verdict
 from vitedge.manifest import read_manifest
-from vitedge.pipeline import BuildRequest, run_build
+from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.ui import StageLog
 
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR

@@ -18,7 +18,7 @@ from vitedge.backends.ort_attention import fuse_attention
 from vitedge.errors import UsageError
 from vitedge.fsutil import sha256_file
 from vitedge.manifest import read_manifest, verify_bundle
-from vitedge.pipeline import BuildRequest, run_build
+from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.ui import StageLog
 
 from conftest import CALIB_DIR, EXAMPLES, REPO, VAL_DIR

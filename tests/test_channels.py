@@ -19,7 +19,7 @@ from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from vitedge.errors import CalibrationError, ModelLoadError
 from vitedge.manifest import read_manifest
 from vitedge.models.intake import IntakeOptions, load_model
-from vitedge.pipeline import BuildRequest, run_build
+from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.preprocess import preprocess_array, preprocess_image
 from vitedge.runtime.frames import FrameError
 from vitedge.spec import Preprocess

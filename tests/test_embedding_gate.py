@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from vitedge.manifest import read_manifest
-from vitedge.pipeline import BuildRequest, run_build
+from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.profiles import Thresholds
 from vitedge.ui import StageLog
 

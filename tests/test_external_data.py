@@ -16,7 +16,7 @@ from vitedge.export import ExportOptions, export_onnx
 from vitedge.manifest import read_manifest, verify_bundle
 from vitedge.models.intake import load_model
 from vitedge.onnxutil import EXTERNAL_DATA_ENV, copy_onnx, external_data_files, onnx_sha256, ort_session, save_onnx
-from vitedge.pipeline import BuildRequest, run_build
+from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.ui import StageLog
 
 from conftest import CALIB_DIR

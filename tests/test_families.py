@@ -137,7 +137,7 @@ def test_family_builds_and_validates_on_both_cpu_targets(family_files, tmp_path,
     scores near chance (10%)."""
     from vitedge.budget import BudgetSettings
     from vitedge.manifest import verify_bundle
-    from vitedge.pipeline import BuildRequest, run_build
+    from vitedge.build.pipeline import BuildRequest, run_build
     from vitedge.ui import StageLog
 
     _, path = family_files[name]

@@ -28,7 +28,7 @@ HEAVY = ("torch", "onnx", "click", "rich", "nncf", "timm", "torchvision", "trans
 
 
 def _build_bundles(root: Path) -> None:
-    from vitedge.pipeline import BuildRequest, run_build
+    from vitedge.build.pipeline import BuildRequest, run_build
     from vitedge.ui import StageLog
 
     for kind, bake in (("plain", False), ("baked", True)):

@@ -22,7 +22,7 @@ CALIB = REPO / "calibration" / "digits" / "calib"
 def built(tmp_path_factory) -> Path:
     """One real onnx bundle of the bundled digits ViT, gated at min_agreement 0.9."""
     from vitedge.budget import BudgetSettings
-    from vitedge.pipeline import BuildRequest, run_build
+    from vitedge.build.pipeline import BuildRequest, run_build
     from vitedge.ui import StageLog
 
     out = tmp_path_factory.mktemp("manifest") / "bundle"

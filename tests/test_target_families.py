@@ -12,7 +12,7 @@ import pytest
 from test_tensorrt_bundle import _cli
 from test_tensorrt_standin import make_fake_cudart, make_fake_trt
 
-from vitedge.backends.tensorrt_device import DeviceFacts, read_device_tree
+from vitedge.backends.tensorrt.device import DeviceFacts, read_device_tree
 from vitedge.errors import BundleError, UsageError
 from vitedge.families import family_profile, list_families, select_member
 from vitedge.manifest import read_manifest, verify_bundle
@@ -43,7 +43,7 @@ DESKTOP = DeviceFacts(tensorrt="10.7.0", gpu_name="NVIDIA GeForce RTX 4090", com
 
 
 def _module(facts):
-    from vitedge.backends.tensorrt_family import module_facts
+    from vitedge.backends.tensorrt.family import module_facts
 
     return module_facts(facts)
 
@@ -121,7 +121,7 @@ def test_build_target_jetson_writes_one_bundle_with_a_plan_per_profile(jetson_bu
 
 
 def _complete(bundle, facts, **kwargs):
-    from vitedge.backends.tensorrt_bundle import complete_bundle
+    from vitedge.backends.tensorrt.bundle import complete_bundle
 
     cudart = make_fake_cudart()
     trt = make_fake_trt(facts.tensorrt, cudart=cudart)
@@ -158,7 +158,7 @@ def test_engine_on_an_unknown_module_leaves_the_bundle_and_names_the_flag(jetson
 
 
 def test_profile_flag_on_a_single_target_bundle_is_refused(jetson_bundle, tmp_path):
-    from vitedge.backends.tensorrt_family import choose_member
+    from vitedge.backends.tensorrt.family import choose_member
 
     with pytest.raises(BundleError, match="family bundle"):
         choose_member({"name": "jetson-orin", "profile": {"name": "jetson-orin", "backend_options": {}}}, AGX_ORIN,

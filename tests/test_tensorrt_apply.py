@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from test_tensorrt_standin import make_fake_trt
 
-from vitedge.backends.tensorrt_build import apply_plan
-from vitedge.backends.tensorrt_plan import GraphFacts, TensorRtOptions, capabilities_from_module, plan_build, reference_plan
+from vitedge.backends.tensorrt.build import apply_plan
+from vitedge.backends.tensorrt.plan import GraphFacts, TensorRtOptions, capabilities_from_module, plan_build, reference_plan
 from vitedge.errors import BundleError, UsageError
 
 LN_NAMES = ("/blocks.0/norm1/LayerNormalization", "/norm/LayerNormalization")

@@ -16,7 +16,7 @@ import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from test_tensorrt_standin import make_fake_cudart, make_fake_trt
 
-from vitedge.backends.tensorrt_device import DeviceFacts
+from vitedge.backends.tensorrt.device import DeviceFacts
 from vitedge.errors import BundleError, IncompatibleEngineError, UsageError
 from vitedge.manifest import read_manifest, verify_bundle
 
@@ -135,7 +135,7 @@ def test_the_cast_graph_for_trt11_keeps_the_example_accurate(planned):
     """The FP16-region graph TensorRT 11 would build from, on held-out images, vs FP32 and the FP32-region INT8 graph."""
     import onnx
 
-    from vitedge.backends.tensorrt_typed import make_strongly_typed
+    from vitedge.backends.tensorrt.typed import make_strongly_typed
     from vitedge.calibration.sources import open_source
     from vitedge.onnxutil import ort_session
 
@@ -162,7 +162,7 @@ def test_the_cast_graph_for_trt11_keeps_the_example_accurate(planned):
 # -- `vitedge engine` on a "device", with the stand-in ------------------------------------------
 
 def _complete(bundle, version="10.3.0", facts=STANDIN_GPU, **kwargs):
-    from vitedge.backends.tensorrt_bundle import complete_bundle
+    from vitedge.backends.tensorrt.bundle import complete_bundle
 
     cudart = make_fake_cudart()
     trt = make_fake_trt(version, cudart=cudart, dla_cores=kwargs.pop("dla_cores", 0))
@@ -202,7 +202,7 @@ def test_engine_completion_with_the_standin(planned, tmp_path, monkeypatch):
     assert list((tmp_path / "user-cache" / "tensorrt").glob("timing-*.cache"))  # kept for rebuilds of other bundles too
 
     # The runner refuses the engine on another device, naming the fact.
-    from vitedge.backends.tensorrt_runner import TensorRtRunner
+    from vitedge.backends.tensorrt.runner import TensorRtRunner
 
     other = DeviceFacts(**{**STANDIN_GPU.to_dict(), "gpu_name": "NVIDIA A100", "compute_capability": "8.0", "machine": "x86_64",
                            "l4t": None, "jetpack": None})
@@ -213,7 +213,7 @@ def test_engine_completion_with_the_standin(planned, tmp_path, monkeypatch):
 
 
 def test_runner_binds_by_name_and_splits_batches(planned, tmp_path):
-    from vitedge.backends.tensorrt_runner import TensorRtRunner
+    from vitedge.backends.tensorrt.runner import TensorRtRunner
     from vitedge.onnxutil import ort_session
 
     bundle = _copy(planned[0], tmp_path)
@@ -253,7 +253,7 @@ def test_engine_completion_with_dla_reports_gpu_fallback(planned, tmp_path):
 
 
 def test_a_failed_engine_build_leaves_the_bundle_untouched(planned, tmp_path):
-    from vitedge.backends.tensorrt_bundle import complete_bundle
+    from vitedge.backends.tensorrt.bundle import complete_bundle
 
     bundle = _copy(planned[0], tmp_path)
     before = _snapshot(bundle)
@@ -271,7 +271,7 @@ def standin_installed(monkeypatch):
     """Install the stand-in as `tensorrt` (and cuda-python's runtime) for the CLI; returns a setter."""
     import sys
 
-    from vitedge.backends import tensorrt_device, tensorrt_runner
+    from vitedge.backends.tensorrt import device as tensorrt_device, runner as tensorrt_runner
 
     def install(version="10.3.0", **fake):
         cudart = make_fake_cudart()
@@ -363,8 +363,8 @@ def test_engine_cli_completes_the_bundle_with_the_standin(planned, tmp_path, mon
 # -- the timing cache is keyed and checked by hash -----------------------------------------------
 
 def test_timing_cache_is_reused_only_when_key_and_hash_match(tmp_path, monkeypatch):
-    from vitedge.backends.tensorrt_bundle import _load_timing_cache, _store_user_cache, timing_cache_key, timing_cache_parts
-    from vitedge.backends.tensorrt_plan import TensorRtOptions, assumed_capabilities, plan_build
+    from vitedge.backends.tensorrt.bundle import _load_timing_cache, _store_user_cache, timing_cache_key, timing_cache_parts
+    from vitedge.backends.tensorrt.plan import TensorRtOptions, assumed_capabilities, plan_build
     from vitedge.fsutil import sha256_bytes
 
     monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "user-cache"))

@@ -8,7 +8,7 @@ import json
 import pytest
 from test_tensorrt_standin import make_fake_cudart, make_fake_trt
 
-from vitedge.backends.tensorrt_device import (
+from vitedge.backends.tensorrt.device import (
     DeviceFacts,
     check_engine_facts,
     check_engine_manifest,
@@ -156,7 +156,7 @@ def _runtime_module(name):
 
 
 def test_cudart_from_either_cuda_python_layout(monkeypatch):
-    from vitedge.backends.tensorrt_device import cudart_module
+    from vitedge.backends.tensorrt.device import cudart_module
 
     new = _runtime_module("cuda.bindings.runtime")  # cuda-python 12.6+ and 13.x
     _cuda_package(monkeypatch, bindings=new)
@@ -167,8 +167,8 @@ def test_cudart_from_either_cuda_python_layout(monkeypatch):
 
 
 def test_cuda_python_missing_or_incomplete_is_reported(monkeypatch):
-    from vitedge.backends.tensorrt import TensorRtBackend
-    from vitedge.backends.tensorrt_device import cudart_module
+    from vitedge.backends.tensorrt.backend import TensorRtBackend
+    from vitedge.backends.tensorrt.device import cudart_module
     from vitedge.errors import MissingDependencyError
 
     import sys
@@ -192,7 +192,7 @@ def test_the_tensorrt_extra_pins_the_cuda_python_range_the_runner_handles():
     import tomllib
     from pathlib import Path
 
-    from vitedge.backends.tensorrt_device import CUDA_PYTHON_RANGE
+    from vitedge.backends.tensorrt.device import CUDA_PYTHON_RANGE
 
     root = Path(__file__).resolve().parents[1]
     for pyproject in (root / "pyproject.toml", root / "packaging" / "runtime" / "pyproject.toml"):

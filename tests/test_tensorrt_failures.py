@@ -16,9 +16,9 @@ from onnx import TensorProto, helper
 from test_tensorrt_apply import tiny  # noqa: F401 - the small Q/DQ graph fixture
 from test_tensorrt_standin import make_fake_cudart, make_fake_trt
 
-from vitedge.backends.tensorrt_build import apply_plan
-from vitedge.backends.tensorrt_plan import TensorRtOptions, assumed_capabilities, capabilities_from_module, plan_build
-from vitedge.backends.tensorrt_runner import TensorRtRunner
+from vitedge.backends.tensorrt.build import apply_plan
+from vitedge.backends.tensorrt.plan import TensorRtOptions, assumed_capabilities, capabilities_from_module, plan_build
+from vitedge.backends.tensorrt.runner import TensorRtRunner
 from vitedge.errors import BundleError
 
 VERSIONS = ["8.6.1", "10.3.0", "11.4.0"]

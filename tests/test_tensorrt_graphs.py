@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import CALIB_DIR, CUSTOM_VIT_SOURCE
 
-from vitedge.backends.tensorrt_typed import make_strongly_typed
+from vitedge.backends.tensorrt.typed import make_strongly_typed
 from vitedge.models.intake import IntakeOptions
 
 FAMILIES = ["timm_vit", "torchvision_vit", "deit_distilled", "custom_encoder_vit", "headless_encoder"]

@@ -12,10 +12,10 @@ from onnx import TensorProto, helper, numpy_helper
 from test_tensorrt_apply import tiny  # noqa: F401
 from test_tensorrt_standin import make_fake_trt
 
-from vitedge.backends.tensorrt_attention import attention_blocks, fusion_warnings
-from vitedge.backends.tensorrt_build import apply_plan
-from vitedge.backends.tensorrt_inspect import one_line, summarize_layers
-from vitedge.backends.tensorrt_plan import TensorRtOptions, capabilities_from_module, plan_build
+from vitedge.backends.tensorrt.attention import attention_blocks, fusion_warnings
+from vitedge.backends.tensorrt.build import apply_plan
+from vitedge.backends.tensorrt.engine_inspect import one_line, summarize_layers
+from vitedge.backends.tensorrt.plan import TensorRtOptions, capabilities_from_module, plan_build
 
 
 def _io(dtype):

@@ -10,7 +10,7 @@ import shlex
 import pytest
 from test_tensorrt_standin import make_fake_trt
 
-from vitedge.backends.tensorrt_plan import (
+from vitedge.backends.tensorrt.plan import (
     BuildPlan,
     GraphFacts,
     TensorRtOptions,
@@ -160,7 +160,7 @@ def test_the_plan_for_jetpack6_refuses_same_compute_capability():
 
 
 def test_every_trtexec_flag_written_exists_in_that_version():
-    from vitedge.backends.tensorrt_versions import trtexec_flag_available
+    from vitedge.backends.tensorrt.versions import trtexec_flag_available
 
     assert not trtexec_flag_available("--stronglyTyped", (8, 6)) and trtexec_flag_available("--stronglyTyped", (10, 3))
     assert not trtexec_flag_available("--int8", (11, 0)) and not trtexec_flag_available("--precisionConstraints=obey", (11, 4))

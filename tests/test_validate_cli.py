@@ -24,7 +24,7 @@ def built_bundle(tmp_path_factory) -> Path:
 
     Other test modules import this fixture; the memo keeps it to one build per process."""
     if "onnx" not in _BUILT:
-        from vitedge.pipeline import BuildRequest, run_build
+        from vitedge.build.pipeline import BuildRequest, run_build
         from vitedge.ui import StageLog
 
         out = tmp_path_factory.mktemp("validate-bundles") / "onnx"

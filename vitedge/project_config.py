@@ -371,7 +371,7 @@ def require_build(kwargs: dict[str, Any], config: ProjectConfig | None) -> None:
 
 def config_bundles(config: ProjectConfig | None) -> list[Path]:
     """The bundle folders a build with this config writes (for `vitedge validate` with no BUNDLE)."""
-    from vitedge.pipeline import BuildRequest, bundle_dirs
+    from vitedge.build.pipeline import BuildRequest, bundle_dirs
 
     if config is None:
         raise UsageError(f"pass BUNDLE (a folder written by `vitedge build`), or run where a {CONFIG_NAME} names "

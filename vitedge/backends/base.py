@@ -119,7 +119,7 @@ class Backend(ABC):
 _REGISTRY: dict[str, str] = {
     "onnxruntime": "vitedge.backends.onnxruntime:OnnxRuntimeBackend",
     "openvino": "vitedge.backends.openvino:OpenVinoBackend",
-    "tensorrt": "vitedge.backends.tensorrt:TensorRtBackend",
+    "tensorrt": "vitedge.backends.tensorrt.backend:TensorRtBackend",
 }
 _INSTANCES: dict[str, Backend] = {}
 

@@ -64,8 +64,8 @@ def command(model, targets, calib, val, out, force, intake, calib_size, seed, me
     cannot be met with any layer left in INT8), 2 for bad input."""
     from vitedge.budget import BudgetSettings
     from vitedge.errors import GateFailure, UsageError
-    from vitedge.pipeline import BuildRequest, run_build
-    from vitedge.summary import print_build_summary
+    from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.build.summary import print_build_summary
     from vitedge.ui import StageLog
 
     if no_smoothquant and smoothquant_alpha is not None:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitedge.backends.tensorrt_build import EngineBuild, apply_plan, write_engine
-from vitedge.backends.tensorrt_device import FACTS_FILE, DeviceFacts, read_device_facts
-from vitedge.backends.tensorrt_plan import (
+from vitedge.backends.tensorrt.build import EngineBuild, apply_plan, write_engine
+from vitedge.backends.tensorrt.device import FACTS_FILE, DeviceFacts, read_device_facts
+from vitedge.backends.tensorrt.plan import (
     ENGINE,
     PLAN_FILE,
     QDQ_GRAPH,
@@ -50,7 +50,7 @@ class PlannedBuild:
     reference: BuildPlan
     typed_report: dict[str, Any] | None
     files: list[str]  # written into the bundle, relative
-    attention: list[dict[str, Any]] = field(default_factory=list)  # tensorrt_attention.AttentionBlock dicts
+    attention: list[dict[str, Any]] = field(default_factory=list)  # attention.AttentionBlock dicts
     attention_warnings: list[str] = field(default_factory=list)  # why INT8 fused MHA cannot happen, before any build
 
     def attention_info(self) -> dict[str, Any]:
@@ -77,7 +77,7 @@ def plan_bundle(out_dir: Path, options: TensorRtOptions, batch_sizes: tuple[int,
     graph = GraphFacts.from_model(model)
     plan = plan_build(options, batch_sizes, caps, graph=graph)
     ref = reference_plan(plan)
-    from vitedge.backends.tensorrt_attention import attention_blocks, fusion_warnings
+    from vitedge.backends.tensorrt.attention import attention_blocks, fusion_warnings
 
     blocks = attention_blocks(model)
     attention = [b.to_dict() for b in blocks]
@@ -85,7 +85,7 @@ def plan_bundle(out_dir: Path, options: TensorRtOptions, batch_sizes: tuple[int,
     files = write_plan_files(out_dir, [plan, ref], caps, graph, {"blocks": attention, "warnings": warnings})
     typed_report = None
     if plan.typed_graph is not None:
-        from vitedge.backends.tensorrt_typed import make_strongly_typed
+        from vitedge.backends.tensorrt.typed import make_strongly_typed
         from vitedge.onnxutil import save_onnx
 
         typed, report = make_strongly_typed(model, **plan.typed_graph)
@@ -197,7 +197,7 @@ def build_on_device(trt: Any, out_dir: Path, options: TensorRtOptions, batch_siz
                     previous: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Plan for the TensorRT found here, build the INT8 and FP32-reference engines into
     ``out_dir`` and record the device. Returns (backend_info, extra files)."""
-    from vitedge.backends.tensorrt_plan import capabilities_from_module
+    from vitedge.backends.tensorrt.plan import capabilities_from_module
 
     say = log or (lambda _m: None)
     caps = capabilities_from_module(trt)
@@ -289,7 +289,7 @@ class _EngineRunners:
         self.trt, self.cudart, self.facts = trt, cudart, facts
 
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None):
-        from vitedge.backends.tensorrt_runner import TensorRtRunner
+        from vitedge.backends.tensorrt.runner import TensorRtRunner
 
         return TensorRtRunner(model_path, options, trt=self.trt, cudart=self.cudart, device_facts=self.facts)
 
@@ -308,7 +308,7 @@ def complete_bundle(bundle: Path, *, val: Path | None = None, force: bool = Fals
     replace the bundle atomically with the completed one (manifest rewritten with hashes)."""
     from vitedge.fsutil import atomic_output_dir
     from vitedge.manifest import verify_bundle
-    from vitedge.reporting import write_build_report
+    from vitedge.build.reporting import write_build_report
 
     say = log or (lambda _m: None)
     bundle = Path(bundle)
@@ -319,14 +319,14 @@ def complete_bundle(bundle: Path, *, val: Path | None = None, force: bool = Fals
         device = DeviceFacts.from_dict((manifest.backend_info or {}).get("device") or {})
         raise UsageError(f"{bundle} already holds an engine built on {device.describe()}; pass --force to rebuild it here")
     if trt is None:
-        from vitedge.backends.tensorrt import TensorRtBackend
+        from vitedge.backends.tensorrt.backend import TensorRtBackend
 
         env = TensorRtBackend().check_environment()
         if not env.can_build:
             raise BundleError(f"cannot build the TensorRT engine here: {env.detail}"
                               + (f"; {env.install_hint}" if env.install_hint else "") + "; the bundle is unchanged")
         import tensorrt as trt  # noqa: F811 - checked above
-    from vitedge.backends.tensorrt_family import choose_member
+    from vitedge.backends.tensorrt.family import choose_member
 
     facts = facts if facts is not None else read_device_facts(trt, cudart)
     profile, family = choose_member(manifest.target, facts, profile_name, bundle)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitedge.backends.tensorrt_inspect import one_line, summarize_layers
-from vitedge.backends.tensorrt_plan import BuildPlan
+from vitedge.backends.tensorrt.engine_inspect import one_line, summarize_layers
+from vitedge.backends.tensorrt.plan import BuildPlan
 from vitedge.errors import BundleError
 
 __all__ = ["EngineBuild", "apply_plan", "make_logger", "summarize_layers", "write_engine"]

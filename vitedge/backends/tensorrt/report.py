@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vitedge.backends.tensorrt_inspect import one_line
+from vitedge.backends.tensorrt.engine_inspect import one_line
 
 
 def report_lines(info: dict[str, Any]) -> list[str]:

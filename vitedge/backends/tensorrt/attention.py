@@ -6,7 +6,7 @@ Q/DQ before both batched GEMMs (Q.K^T and P.V), a head size of 16, 32 or 64, and
 512 tokens (NVIDIA/TensorRT #3243, #2981, #4167, #3724; ViT-B/16 at 384 px has 577 tokens).
 ``attention_blocks`` reads those facts from the graph (ONNX shape inference with data
 propagation, batch fixed to 1) and ``fusion_warnings`` says, before any build, which blocks
-cannot become INT8 fused MHA and why. After the build, tensorrt_inspect checks what happened.
+cannot become INT8 fused MHA and why. After the build, engine_inspect checks what happened.
 """
 
 from __future__ import annotations

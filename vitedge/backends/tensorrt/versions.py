@@ -77,7 +77,7 @@ ASSUMED_VERSION: dict[int, tuple[Version, str]] = {
 }
 
 # DLA per module (docs/tensorrt.md): Jetson AGX Orin 2 cores, Orin NX 1-2, Orin Nano / Thor / desktop GPUs none. The
-# device's Builder.num_DLA_cores is what the on-device build checks (tensorrt_build.apply_plan).
+# device's Builder.num_DLA_cores is what the on-device build checks (build.apply_plan).
 
 
 @dataclass(frozen=True)

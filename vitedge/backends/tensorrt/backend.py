@@ -12,10 +12,10 @@ is built on, so:
   ``build_plan.json`` and ``trtexec.txt``, and reports that the engine was not built;
   ``vitedge engine BUNDLE`` on the device builds, validates and completes it.
 
-Modules: tensorrt_plan (settings -> BuildPlan, trtexec line), tensorrt_build (apply_plan:
-the TensorRT API calls), tensorrt_typed (the strongly typed cast graph for TensorRT 11),
-tensorrt_device (device facts and the engine compatibility check), tensorrt_runner
-(TensorRtRunner on cuda-python), tensorrt_bundle (plan files, on-device build,
+Modules: plan (settings -> BuildPlan, trtexec line), build (apply_plan:
+the TensorRT API calls), typed (the strongly typed cast graph for TensorRT 11),
+device (device facts and the engine compatibility check), runner
+(TensorRtRunner on cuda-python), bundle (plan files, on-device build,
 bundle completion).
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.backends.base import Backend, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
-from vitedge.backends.tensorrt_plan import ENGINE, REFERENCE_ENGINE, TensorRtOptions, assumed_capabilities, capabilities_from_module
+from vitedge.backends.tensorrt.plan import ENGINE, REFERENCE_ENGINE, TensorRtOptions, assumed_capabilities, capabilities_from_module
 from vitedge.errors import MissingDependencyError
 
 INSTALL_HINT = ("on the device: pip install 'vitedge[tensorrt]' --extra-index-url https://pypi.nvidia.com "
@@ -47,7 +47,7 @@ class TensorRtBackend(Backend):
             return EnvironmentStatus(False, False, "TensorRT is not installed", INSTALL_HINT)
         version = getattr(trt, "__version__", "?")
         try:
-            from vitedge.backends.tensorrt_device import cudart_module
+            from vitedge.backends.tensorrt.device import cudart_module
 
             cudart = cudart_module()
         except ImportError:
@@ -64,7 +64,7 @@ class TensorRtBackend(Backend):
         if err != 0 or count == 0:
             why = f"CUDA reports {err_name}" if err != 0 else "CUDA sees 0 devices"
             return EnvironmentStatus(False, False, f"no CUDA GPU ({why}; TensorRT {version} is installed)", GPU_HINT)
-        from vitedge.backends.tensorrt_device import read_device_facts
+        from vitedge.backends.tensorrt.device import read_device_facts
 
         return EnvironmentStatus(True, True, read_device_facts(trt, cudart).describe())
 
@@ -76,17 +76,17 @@ class TensorRtBackend(Backend):
         return {"tensorrt": str(getattr(trt, "__version__", "?"))}
 
     def report_lines(self, backend_info: dict[str, Any]) -> list[str]:
-        from vitedge.backends.tensorrt_report import report_lines
+        from vitedge.backends.tensorrt.report import report_lines
 
         return report_lines(backend_info)
 
     def build(self, ctx: BuildContext) -> BuiltArtifact:
-        from vitedge.backends.tensorrt_bundle import build_on_device, load_checked_graph, offline_info, plan_bundle
+        from vitedge.backends.tensorrt.bundle import build_on_device, load_checked_graph, offline_info, plan_bundle
 
         from vitedge.families import FamilyOptions
 
         if isinstance(ctx.options, FamilyOptions):  # --target jetson / nvidia-gpu: plans for every member
-            from vitedge.backends.tensorrt_family import build_family
+            from vitedge.backends.tensorrt.family import build_family
 
             return build_family(ctx, self._offline_capabilities)
         say = ctx.log or (lambda _m: None)
@@ -119,6 +119,6 @@ class TensorRtBackend(Backend):
         return capabilities_from_module(trt)  # TensorRT is here, only the GPU is missing
 
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
-        from vitedge.backends.tensorrt_runner import TensorRtRunner
+        from vitedge.backends.tensorrt.runner import TensorRtRunner
 
         return TensorRtRunner(model_path, options or TensorRtOptions())

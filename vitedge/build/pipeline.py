@@ -189,7 +189,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
     from vitedge.backends.base import BuildContext
     from vitedge.manifest import Manifest, toolchain_versions
     from vitedge.onnxutil import copy_onnx, onnx_sha256
-    from vitedge.reporting import write_build_report
+    from vitedge.build.reporting import write_build_report
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
 
     spec = loaded.spec

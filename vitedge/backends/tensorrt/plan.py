@@ -3,7 +3,7 @@
 ``plan_build`` is pure: it reads the profile's [backend_options], the batch sizes and
 what the TensorRT at hand can do (``TrtCapabilities``, found by feature detection on
 the ``tensorrt`` module, or assumed for a TensorRT major when none is installed) and
-decides every builder setting. ``tensorrt_build.apply_plan`` then asks TensorRT for
+decides every builder setting. ``build.apply_plan`` then asks TensorRT for
 exactly those settings, and ``trtexec_command`` writes the same plan as a trtexec line,
 so the engine can be built on a device where only trtexec exists.
 
@@ -14,7 +14,7 @@ docs/tensorrt.md):
   float regions run in FP16; LayerNorm is pinned to FP32 with per-layer precision plus
   OBEY_PRECISION_CONSTRAINTS.
 * 11.x: BuilderFlag.INT8/FP16 and the precision-constraint flags are gone; networks are
-  strongly typed, so the float regions carry their own casts (tensorrt_typed.py writes
+  strongly typed, so the float regions carry their own casts (typed.py writes
   that graph) and the network is created with STRONGLY_TYPED (ignored, always on, in 11).
 * DLA exists on Jetson AGX Orin / Xavier only, and not in TensorRT 11.0-11.3.
 """
@@ -163,9 +163,9 @@ def capabilities_from_module(trt: Any) -> TrtCapabilities:
 
 
 def assumed_capabilities(major: int) -> TrtCapabilities:
-    """The documented features of the TensorRT vitedge assumes for a major (tensorrt_versions:
+    """The documented features of the TensorRT vitedge assumes for a major (versions:
     8 -> 8.6, 10 -> 10.3 as in JetPack 6, 11 -> 11.4), for planning where none is installed."""
-    from vitedge.backends import tensorrt_versions as tv
+    from vitedge.backends.tensorrt import versions as tv
 
     major = int(major or DEFAULT_ASSUMED_MAJOR)
     if major not in tv.ASSUMED_VERSION:
@@ -441,8 +441,8 @@ def trtexec_command(plan: BuildPlan, *, tf32_flag: bool = True) -> str:
 
 
 def _check_trtexec_flags(args: list[str], plan: BuildPlan) -> None:
-    """Every flag written must exist in the trtexec of the planned TensorRT (tensorrt_versions)."""
-    from vitedge.backends.tensorrt_versions import trtexec_flag_available
+    """Every flag written must exist in the trtexec of the planned TensorRT (versions)."""
+    from vitedge.backends.tensorrt.versions import trtexec_flag_available
 
     version = parse_version(plan.trt_version)
     missing = [a for a in args if not trtexec_flag_available(a, version)]
@@ -454,7 +454,7 @@ def _check_trtexec_flags(args: list[str], plan: BuildPlan) -> None:
 def write_plan_files(out_dir: Path, plans: list[BuildPlan], caps: TrtCapabilities, graph: GraphFacts,
                      attention: dict[str, Any] | None = None) -> list[str]:
     """build_plan.json and trtexec.txt; returns the file names written. ``attention`` (blocks and
-    the warnings of tensorrt_attention) goes into both, so a trtexec-only user reads it too."""
+    the warnings of attention) goes into both, so a trtexec-only user reads it too."""
     from vitedge.fsutil import atomic_write_path
 
     payload = {
