@@ -63,7 +63,7 @@ def bundle_dirs(req: BuildRequest) -> dict[str, Path]:
 def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResult]:
     from vitedge.backends import get_backend
     from vitedge.calibration.sources import open_source
-    from vitedge.budget import BudgetSettings
+    from vitedge.budget import BudgetJob, BudgetSettings, run_budget
     from vitedge.export import ExportOptions, bake_file, export_onnx
     from vitedge.models.intake import load_model
     from vitedge.preflight import check_data_labels, preflight
@@ -126,11 +126,11 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             with log.stage("quantize", "one Q/DQ graph for every target"):
                 graph = build_qdq(calibration, keep_float=req.keep_float)
                 log.info(graph.one_line())
-            settings = req.budget or BudgetSettings(measure_cost=req.measure_speed)
             consumers = [q for q in profiles if QuantConfigKey.of(configs[q.name]) == key]
-            sharing = [thresholds[q.name] for q in consumers]
-            runtimes = budget_runtimes(consumers, backends, settings.threads, log)
-            budgets[key] = budget = _meet_budget(calibration, graph, fp32, val, sharing, settings, spec, req, log, runtimes)
+            budgets[key] = budget = run_budget(BudgetJob(
+                calibration=calibration, graph=graph, fp32=fp32, validation=val, spec=spec, targets=consumers, backends=backends,
+                thresholds=thresholds, keep_float=req.keep_float, cache_dir=req.cache_dir),
+                req.budget or BudgetSettings(measure_cost=req.measure_speed), log)
             graph = budget.graph
             qdq = work / f"qdq-{len(qdq_paths)}" / "model.int8.onnx"  # the bundle's name: external data keeps its location
             graph.save(qdq)
@@ -189,6 +189,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
     from vitedge.backends.base import BuildContext
     from vitedge.manifest import Manifest, toolchain_versions
     from vitedge.onnxutil import copy_onnx, onnx_sha256
+    from vitedge.budget import record_speed_verdict, write_budget_report
     from vitedge.build.reporting import write_build_report
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
 
@@ -234,7 +235,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
                     validation = manifest.validation = checked.document
                     for row in checked.result.gate:
                         log.info(row.status.upper() + " " + row.detail)
-            budget_failure = _budget_speed_verdict(manifest, validation, thresholds, profile, log)
+            budget_failure = record_speed_verdict(manifest, validation, thresholds, profile, log)
             from vitedge.camera_apps.exports import write_bundle_exports
 
             write_bundle_exports(tmp, manifest)  # camera/: DeepStream and Triton configs in NVIDIA bundles
@@ -242,7 +243,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
             if checked is not None:
                 checked.write(tmp / "report")
             write_build_report(tmp, manifest)
-            _write_budget_report(tmp, manifest)
+            write_budget_report(tmp, manifest)
             manifest.write(tmp)
     passed = None if validation is None else bool(validation["passed"]) and budget_failure is None
     summary = _summary(bundle_dir, artifact, validation)
@@ -254,89 +255,6 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
     if budget_failure:
         summary.setdefault("failures", []).append(budget_failure)
     return TargetResult(profile, bundle_dir, artifact.built, passed, summary)
-
-
-def budget_runtimes(profiles: list[TargetProfile], backends: dict[str, Any], threads: int | None, log: StageLog) -> list[tuple[str, Any]]:
-    """The runtimes the accuracy budget must hold on: each target's own that runs here (once per
-    backend and options). TensorRT runs on the device: its plan is checked there, and the budget
-    stands in with ONNX Runtime when no other target runs here."""
-    runtimes: list[tuple[str, Any]] = []
-    seen: set[str] = set()
-    for p in profiles:
-        backend = backends[p.name]
-        env = backend.check_environment()
-        if not env.can_run or p.backend == "tensorrt":
-            continue
-        key = f"{p.backend} {p.backend_options!r}"
-        if key in seen:
-            continue
-        seen.add(key)
-        name = p.backend if all(q.backend != p.backend or q is p for q in profiles) else f"{p.backend} ({p.name})"
-        runtimes.append((name, lambda path, b=backend, o=p.backend_options: b.open_runner(path, o, threads=threads)))
-    if not runtimes:
-        log.info("accuracy budget: no target runtime runs here; evaluating in ONNX Runtime (CPU) as a stand-in")
-    return runtimes
-
-
-def _meet_budget(calibration, graph, fp32: Path, val, sharing: list[Thresholds], settings, spec, req: BuildRequest, log: StageLog,
-                 runtimes: list[tuple[str, Any]] | None = None):
-    """The accuracy budget (vitedge.budget) for the Q/DQ graph these targets share: the strictest of
-    their thresholds, evaluated against FP32 on the validation data on every target runtime that runs here."""
-    from vitedge.budget import BudgetNotMet, budget_criterion, float_layers, measure_costs, meet_budget, strictest
- 
-    budget_thresholds = strictest(sharing)
-    what = budget_criterion(budget_thresholds.to_dict(), spec.output_kind) if settings.enabled else "off (--no-fallback)"
-    with log.stage("budget", f"accuracy budget: {what}"):
-        result = meet_budget(calibration, val, budget_thresholds, fp32=fp32, full=graph, keep_float=req.keep_float, settings=settings,
-                             output_kind=spec.output_kind, preprocess=spec.preprocess, cache_dir=req.cache_dir, log=log.info,
-                             runtimes=runtimes or None)
-        if result.status == "fallback" and settings.measure_cost:
-            measure_costs(result, fp32, next(iter(val.batches(1))).images, threads=settings.threads)
-        else:
-            result.costs = float_layers(result)
-        log.info(result.one_line())
-        if result.status == "not-met":
-            loosen = "--min-embedding-cosine" if spec.output_kind == "embedding" else "--max-top1-drop / --min-agreement"
-            raise BudgetNotMet(f"{result.one_line()}. Loosen {loosen}, raise --fallback-max-evals, "
-                               "or pass --no-fallback to build the full INT8 graph and let its gate report the miss")
-        if result.status == "fallback":
-            log.info("kept in float by the budget: " + ", ".join(result.returned))
-    return result
-
-
-def _budget_speed_verdict(manifest, validation, thresholds: Thresholds, profile, log: StageLog) -> str | None:
-    """Record (and log) whether the layers the budget returned to float left INT8 no faster than FP32
-    on this target's runtime (its validation's batch-1 speedup)."""
-    from vitedge.budget import speed_verdict
-
-    rec = manifest.quantization.get("budget")
-    if not rec:
-        return None
-    speedup = validation.get("speedup") if validation else None
-    failure = speed_verdict(rec, speedup, thresholds.min_speedup, f"{profile.name} ({profile.backend})")
-    rec["speed_verdict"] = {"speedup": speedup, "runtime": profile.backend, "passed": None if speedup is None else failure is None,
-                            "detail": failure}
-    if failure:
-        log.info("FAIL " + failure)
-    return failure
-
-
-def _write_budget_report(bundle: Path, manifest) -> None:
-    """The budget's section of report.md and its plot (report/budget.png: ranking, float layers marked)."""
-    from vitedge.budget import budget_markdown, budget_plot
-    from vitedge.fsutil import atomic_write_path
-
-    rec = manifest.quantization.get("budget")
-    if not rec:
-        return
-    report = bundle / "report.md"
-    text = report.read_text() if report.is_file() else ""
-    with atomic_write_path(report) as tmp:
-        tmp.write_text(text.rstrip("\n") + "\n\n" + budget_markdown(rec) + "\n")
-    png = budget_plot(rec, f"accuracy budget, {manifest.target['name']}")
-    if png:
-        with atomic_write_path(bundle / "report" / "budget.png") as tmp:
-            tmp.write_bytes(png)
 
 
 def quantization_record(graph, budget=None) -> dict[str, Any]:

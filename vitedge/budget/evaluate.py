@@ -1,0 +1,221 @@
+"""Evaluating a candidate Q/DQ graph: run it and the FP32 graph on the validation data in
+every target runtime that will consume it, and apply the build gate's own accuracy rows
+(``vitedge.validation.run.evaluate_gate``). A candidate passes only when it passes on all of them.
+
+Also which runtimes those are (``target_runtimes``) and the one set of thresholds several
+targets sharing a graph must all meet (``strictest``).
+
+Heavy imports (onnxruntime) happen inside the functions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitedge.profiles import TargetProfile
+from vitedge.ui import StageLog
+
+
+_EVAL_BATCH = 64
+_MEMO_BYTES = 512 * 2**20  # keep the validation inputs in memory up to this size
+
+
+# A runtime the budget evaluates candidates on: (name, open(path) -> a Runner with .infer(batch)).
+# None opens ONNX Runtime's CPU provider, as the onnx target runs it.
+RuntimeOpener = tuple[str, Callable[[Path], Any]]
+
+
+class Evaluator:
+    """Runs a graph on the validation data in every target runtime that will run it, and
+    compares each with FP32's outputs on that same runtime. A candidate passes only when it
+    passes on all of them: the build gate of each target is what the budget must predict."""
+
+    def __init__(self, fp32: Any, source: Any, output_kind: str, thresholds: Any, *, threads: int | None = None,
+                 runtimes: Sequence[RuntimeOpener] | None = None):
+        self.source = source
+        self.output_kind = output_kind
+        self.thresholds = thresholds
+        self.threads = threads
+        self.runtimes: list[RuntimeOpener] = list(runtimes) if runtimes else [("onnxruntime", None)]
+        self._memo: list[Any] | None = None
+        memo, size = [], 0
+        for batch in source.batches(_EVAL_BATCH):
+            size += batch.images.nbytes
+            if size > _MEMO_BYTES:
+                memo = None
+                break
+            memo.append(batch)
+        self._memo = memo
+        self.labels = None
+        self.refs = {name: self._outputs(fp32, opener)[0] for name, opener in self.runtimes}
+        self.ref = self.refs[self.runtimes[0][0]]
+        self.runs = 0
+
+    def _batches(self):
+        return iter(self._memo) if self._memo is not None else self.source.batches(_EVAL_BATCH)
+
+    def _infer_fn(self, model: Any, opener: Callable[[Path], Any] | None, tmp: Path) -> tuple[Callable[[np.ndarray], np.ndarray], Any]:
+        if opener is None:
+            from vitedge.onnxutil import ort_session
+
+            sess = ort_session(Path(model) if isinstance(model, str) else model, threads=self.threads)  # past 2 GB via external data
+            name = sess.get_inputs()[0].name
+            return (lambda x: sess.run(None, {name: x})[0]), None
+        path = Path(model) if isinstance(model, (str, Path)) else tmp / "candidate.onnx"
+        if not isinstance(model, (str, Path)):
+            from vitedge.onnxutil import save_onnx
+
+            save_onnx(model, path)
+        runner = opener(path)
+        runner.open()
+        return runner.infer, runner
+
+    def _outputs(self, model: Any, opener: Callable[[Path], Any] | None = None,
+                 stop: Callable[[np.ndarray], str | None] | None = None, ref: np.ndarray | None = None) -> tuple[np.ndarray, str | None]:
+        import tempfile
+
+        outs, labels, labelled = [], [], True
+        reason = None
+        with tempfile.TemporaryDirectory(prefix="vitedge-budget-") as tmp:
+            infer, runner = self._infer_fn(model, opener, Path(tmp))
+            try:
+                for batch in self._batches():
+                    y = np.asarray(infer(np.ascontiguousarray(batch.images, dtype=np.float32)), dtype=np.float32)
+                    outs.append(y.reshape(y.shape[0], -1))
+                    if batch.labels is None:
+                        labelled = False
+                    else:
+                        labels.append(batch.labels)
+                    if stop is not None:
+                        reason = stop(np.concatenate(outs), ref)
+                        if reason:
+                            break
+            finally:
+                if runner is not None:
+                    runner.close()
+        if self.labels is None and labelled and labels and reason is None:
+            self.labels = np.concatenate(labels)
+        return np.concatenate(outs), reason
+
+    def _usable_labels(self) -> np.ndarray | None:
+        labels = self.labels
+        if labels is not None and (labels.min() < 0 or labels.max() >= self.ref.shape[1]):
+            return None  # the validation gate reports this as a data error; the budget uses agreement
+        return labels
+
+    def _certain_miss(self, got: np.ndarray, ref: np.ndarray | None = None) -> str | None:
+        """Why this candidate already misses the budget whatever the remaining items give, or None.
+
+        Exact bounds, so stopping early never changes a verdict: top-1 disagreements with FP32
+        only grow, and each remaining item can win back at most one correct prediction."""
+        full_ref = self.ref if ref is None else ref
+        total, n = len(full_ref), len(got)
+        if n >= total:
+            return None
+        ref = full_ref[:n].argmax(1)
+        pred = got.argmax(1)
+        t = self.thresholds
+        allowed = math.floor((1.0 - t.min_agreement) * total + 1e-9)
+        disagree = int(np.sum(ref != pred))
+        if disagree > allowed:
+            return (f"stopped after {n} of {total} items: {disagree} top-1 disagreements with FP32 already exceed the {allowed} "
+                    f"that agreement >= {100 * t.min_agreement:g}% allows")
+        labels = self._usable_labels()
+        if labels is not None:
+            y = labels[:n]
+            net = int(np.sum((ref == y) & (pred != y)) - np.sum((ref != y) & (pred == y)))
+            allowed_lost = math.floor(t.max_top1_drop / 100.0 * total + 1e-9)
+            if net - (total - n) > allowed_lost:
+                return (f"stopped after {n} of {total} items: {net} correct predictions lost, more than the {total - n} "
+                        f"remaining items could win back within a {t.max_top1_drop:g}-point drop")
+        return None
+
+    def accuracy(self, model: Any, *, early_stop: bool = True) -> dict[str, Any]:
+        """Accuracy of ``model`` vs FP32. With ``early_stop`` (classifiers), the run stops as soon as the
+        budget is certainly missed; the figures then cover the items run (``samples``)."""
+        from vitedge.validation.accuracy import compare_embeddings, compare_logits
+
+        stop = self._certain_miss if early_stop and self.output_kind != "embedding" else None
+        per_runtime: dict[str, dict[str, Any]] = {}
+        worst: dict[str, Any] | None = None
+        for name, opener in self.runtimes:
+            full_ref = self.refs[name]
+            got, reason = self._outputs(model, opener, stop, full_ref)
+            ref = full_ref[: len(got)]
+            if self.output_kind == "embedding":
+                acc = compare_embeddings(ref, got, self.thresholds.embedding_cosine_percentile)
+            else:
+                labels = self._usable_labels()
+                acc = compare_logits(ref, got, None if labels is None else labels[: len(got)])
+            acc["output_kind"] = self.output_kind
+            acc["runtime"] = name
+            if reason:
+                acc["stopped_early"] = f"{name}: {reason}" if len(self.runtimes) > 1 else reason
+            per_runtime[name] = acc
+            if worst is None or self._worse(acc, worst):
+                worst = acc
+            if reason:  # a certain miss on one runtime is a miss: the others need not run
+                break
+        self.runs += 1
+        result = dict(worst)
+        if len(self.runtimes) > 1:
+            result["runtimes"] = per_runtime
+        return result
+
+    def _worse(self, a: dict[str, Any], b: dict[str, Any]) -> bool:
+        """Whether accuracy ``a`` is further from the budget than ``b`` (a miss beats a pass)."""
+        fail_a, fail_b = not self.verdict(a)[0], not self.verdict(b)[0]
+        if fail_a != fail_b:
+            return fail_a
+        key = "embedding_cosine_mean" if self.output_kind == "embedding" else "top1_agreement"
+        return (a.get(key) if a.get(key) is not None else 1.0) < (b.get(key) if b.get(key) is not None else 1.0)
+
+    def verdict(self, accuracy: dict[str, Any]) -> tuple[bool, list[str]]:
+        """The build gate's own accuracy rows (speed rows are not the budget's)."""
+        from vitedge.validation.embedding_gate import ACCURACY_GATE_NAMES
+        from vitedge.validation.run import evaluate_gate
+
+        if accuracy.get("stopped_early"):
+            return False, [accuracy["stopped_early"]]
+        rows = [r for r in evaluate_gate(accuracy, None, None, self.thresholds) if r.name in ACCURACY_GATE_NAMES]
+        return all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
+
+
+def strictest(thresholds: Sequence[Any]) -> Any:
+    """One budget for a graph several targets share: the tightest of each accuracy threshold."""
+    first = thresholds[0]
+    nn = [t.min_nn_agreement for t in thresholds if t.min_nn_agreement is not None]
+    return dataclasses.replace(first, max_top1_drop=min(t.max_top1_drop for t in thresholds),
+                               min_agreement=max(t.min_agreement for t in thresholds),
+                               min_embedding_cosine=max(t.min_embedding_cosine for t in thresholds),
+                               min_embedding_cosine_low=max(t.min_embedding_cosine_low for t in thresholds),
+                               embedding_cosine_percentile=min(t.embedding_cosine_percentile for t in thresholds),
+                               min_nn_agreement=max(nn) if nn else None)
+
+
+def target_runtimes(profiles: list[TargetProfile], backends: dict[str, Any], threads: int | None, log: StageLog) -> list[RuntimeOpener]:
+    """The runtimes the accuracy budget must hold on: each target's own that runs here (once per
+    backend and options). TensorRT runs on the device: its plan is checked there, and the budget
+    stands in with ONNX Runtime when no other target runs here."""
+    runtimes: list[RuntimeOpener] = []
+    seen: set[str] = set()
+    for p in profiles:
+        backend = backends[p.name]
+        env = backend.check_environment()
+        if not env.can_run or p.backend == "tensorrt":
+            continue
+        key = f"{p.backend} {p.backend_options!r}"
+        if key in seen:
+            continue
+        seen.add(key)
+        name = p.backend if all(q.backend != p.backend or q is p for q in profiles) else f"{p.backend} ({p.name})"
+        runtimes.append((name, lambda path, b=backend, o=p.backend_options: b.open_runner(path, o, threads=threads)))
+    if not runtimes:
+        log.info("accuracy budget: no target runtime runs here; evaluating in ONNX Runtime (CPU) as a stand-in")
+    return runtimes

@@ -1,0 +1,80 @@
+"""The accuracy budget as a build stage (the package's entry point, ``run_budget``): for the
+Q/DQ graph a set of targets shares, find the graph that meets the strictest of their accuracy
+thresholds on every target runtime that runs here, say what its float layers cost, and refuse
+plainly (``BudgetNotMet``) when no graph with an INT8 layer left meets it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vitedge.budget.cost import float_layers, measure_costs
+from vitedge.budget.evaluate import strictest, target_runtimes
+from vitedge.budget.record import BudgetResult
+from vitedge.budget.report import budget_criterion
+from vitedge.budget.search import meet_budget
+from vitedge.budget.settings import BudgetSettings
+from vitedge.errors import GateFailure
+from vitedge.profiles import TargetProfile, Thresholds
+from vitedge.spec import ModelSpec
+from vitedge.ui import StageLog
+
+
+class BudgetNotMet(GateFailure):
+    """No graph with at least one INT8 layer met the accuracy budget within the search."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class BudgetJob:
+    """One shared Q/DQ graph and the targets that will consume it.
+
+    calibration  what ``vitedge.quantize.calibrate`` returned
+    graph        the full INT8 graph, ``build_qdq(calibration, keep_float=keep_float)``
+    fp32         the FP32 reference graph
+    validation   the validation data (a calibration source; labels optional)
+    spec         the model's spec (output kind, preprocessing)
+    targets      the target profiles that share the graph
+    backends     backend by target name (each target's own runtime evaluates the candidates)
+    thresholds   thresholds by target name (the budget is the strictest of the targets')
+    keep_float   the user's pins (``--keep-float``): float, never searched
+    cache_dir    cache root (the per-layer sensitivities are cached beside the calibration)
+    """
+
+    calibration: Any
+    graph: Any
+    fp32: Path
+    validation: Any
+    spec: ModelSpec
+    targets: Sequence[TargetProfile]
+    backends: Mapping[str, Any]
+    thresholds: Mapping[str, Thresholds]
+    keep_float: tuple[str, ...] = ()
+    cache_dir: Path | None = None
+
+
+def run_budget(job: BudgetJob, settings: BudgetSettings, log: StageLog) -> BudgetResult:
+    """The accuracy budget for the Q/DQ graph ``job.targets`` share: the strictest of their
+    thresholds, evaluated against FP32 on the validation data on every target runtime that runs here.
+    Raises BudgetNotMet when the search found no graph that meets it."""
+    runtimes = target_runtimes(list(job.targets), dict(job.backends), settings.threads, log)
+    spec, fp32, val = job.spec, job.fp32, job.validation
+    budget_thresholds = strictest([job.thresholds[p.name] for p in job.targets])
+    what = budget_criterion(budget_thresholds.to_dict(), spec.output_kind) if settings.enabled else "off (--no-fallback)"
+    with log.stage("budget", f"accuracy budget: {what}"):
+        result = meet_budget(job.calibration, val, budget_thresholds, fp32=fp32, full=job.graph, keep_float=job.keep_float,
+                             settings=settings, output_kind=spec.output_kind, preprocess=spec.preprocess, cache_dir=job.cache_dir,
+                             log=log.info, runtimes=runtimes or None)
+        if result.status == "fallback" and settings.measure_cost:
+            measure_costs(result, fp32, next(iter(val.batches(1))).images, threads=settings.threads)
+        else:
+            result.costs = float_layers(result)
+        log.info(result.one_line())
+        if result.status == "not-met":
+            loosen = "--min-embedding-cosine" if spec.output_kind == "embedding" else "--max-top1-drop / --min-agreement"
+            raise BudgetNotMet(f"{result.one_line()}. Loosen {loosen}, raise --fallback-max-evals, "
+                               "or pass --no-fallback to build the full INT8 graph and let its gate report the miss")
+        if result.status == "fallback":
+            log.info("kept in float by the budget: " + ", ".join(result.returned))
+    return result

@@ -1,0 +1,46 @@
+"""The budget's speed verdict on each target: layers returned to float must not leave the INT8
+graph no faster than FP32 (or under the profile's min_speedup) on the target's own runtime.
+Judged from the target's validation speedup, after the build, and recorded in the manifest."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from vitedge.profiles import Thresholds
+from vitedge.ui import StageLog
+
+
+def speed_verdict(rec: dict[str, Any] | None, speedup: float | None, min_speedup: float, where: str) -> str | None:
+    """A gate failure line when the layers the budget returned to float leave INT8 no faster than
+    FP32 (or under the profile's min_speedup) on the target's runtime; None otherwise."""
+    if not rec or rec.get("status") != "fallback" or speedup is None or not math.isfinite(speedup):
+        return None
+    if speedup > 1.0 and speedup >= float(min_speedup):
+        return None
+    n = len(rec.get("returned") or [])
+    why = ("no faster than FP32, so it is not shipped as INT8" if speedup <= 1.0
+           else f"under the profile's min_speedup {float(min_speedup):g}x")
+    lat = rec.get("latency") or {}
+    context = ""
+    if lat.get("int8_speedup") and lat["int8_speedup"] <= max(1.0, float(min_speedup)):
+        context = (f" (the full INT8 graph was already only {lat['int8_speedup']:.2f}x FP32 on ONNX Runtime here: "
+                   "the float layers are not the only cause)")
+    return (f"accuracy budget: meeting it took {n} of {rec.get('candidates')} INT8 layers back to float, and the graph is "
+            f"{speedup:.2f}x FP32 on {where} at batch 1: {why}{context}; loosen --max-top1-drop/--min-agreement, fix the "
+            "model's activation outliers (e.g. SmoothQuant), or deploy FP32")
+
+
+def record_speed_verdict(manifest, validation: dict[str, Any] | None, thresholds: Thresholds, profile, log: StageLog) -> str | None:
+    """Record (and log) whether the layers the budget returned to float left INT8 no faster than FP32
+    on this target's runtime (its validation's batch-1 speedup)."""
+    rec = manifest.quantization.get("budget")
+    if not rec:
+        return None
+    speedup = validation.get("speedup") if validation else None
+    failure = speed_verdict(rec, speedup, thresholds.min_speedup, f"{profile.name} ({profile.backend})")
+    rec["speed_verdict"] = {"speedup": speedup, "runtime": profile.backend, "passed": None if speedup is None else failure is None,
+                            "detail": failure}
+    if failure:
+        log.info("FAIL " + failure)
+    return failure
