@@ -52,7 +52,7 @@ def test_config_is_frozen_and_keyword_only():
 
 
 def test_calibrate_refuses_what_is_not_a_config(tmp_path):
-    from test_quantize_models import fp32_model, source_for
+    from helpers.quantize_models import fp32_model, source_for
 
     from vitedge.quantize import calibrate
 
@@ -64,7 +64,7 @@ def test_calibrate_refuses_what_is_not_a_config(tmp_path):
 
 
 def test_calibration_data_of_the_wrong_size(tmp_path):
-    from test_quantize_models import fp32_model
+    from helpers.quantize_models import fp32_model
 
     from vitedge.calibration.sources import open_source
     from vitedge.errors import CalibrationError
@@ -146,7 +146,7 @@ def test_all_zero_tensor_gets_a_positive_threshold():
 
 
 def test_cli_errors_are_one_line(capsys):
-    from test_quantize_models import CALIB_DIR, DIGITS_PT
+    from helpers.quantize_models import CALIB_DIR, DIGITS_PT
 
     from vitedge.cli import main
 

@@ -13,8 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from test_tensorrt_apply import tiny  # noqa: F401 - the small Q/DQ graph fixture
-from test_tensorrt_standin import make_fake_cudart, make_fake_trt
+from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
 
 from vitedge.backends.tensorrt.build import apply_plan
 from vitedge.backends.tensorrt.plan import TensorRtOptions, assumed_capabilities, capabilities_from_module, plan_build
