@@ -64,7 +64,7 @@ def test_calibrate_refuses_what_is_not_a_config(tmp_path):
 
 
 def test_calibration_data_of_the_wrong_size(tmp_path):
-    from helpers.quantize_models import fp32_model
+    from helpers.quantize_models import CALIB_DIR, fp32_model
 
     from vitedge.calibration.sources import open_source
     from vitedge.errors import CalibrationError
@@ -72,7 +72,7 @@ def test_calibration_data_of_the_wrong_size(tmp_path):
     from vitedge.spec import Preprocess
 
     path, _ = fp32_model("timm")
-    wrong = open_source(__import__("test_quantize_models").CALIB_DIR, Preprocess(crop_size=(48, 48)), limit=2)
+    wrong = open_source(CALIB_DIR, Preprocess(crop_size=(48, 48)), limit=2)
     with pytest.raises(CalibrationError, match="model takes 3x32x32"):
         calibrate(path, wrong, QuantConfig(method="minmax"), cache_dir=tmp_path)
 
