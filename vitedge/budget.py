@@ -41,10 +41,10 @@ from typing import Any
 import numpy as np
 
 from vitedge.errors import GateFailure, UsageError
+from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
 
 BUDGET_VERSION = "1"  # bump when the search or the sensitivity it caches changes meaning
 DEFAULT_MAX_EVALS = 12
-DEFAULT_SENSITIVITY_SAMPLES = 64
 SCHEDULES = ("doubling", "fixed")
 RUNTIME = "onnxruntime (CPUExecutionProvider, graph optimizations on)"
 _EVAL_BATCH = 64
