@@ -1,7 +1,7 @@
 """Target families: `vitedge build --target jetson` writes one portable bundle with a plan per
 Jetson profile, and `vitedge engine BUNDLE` on the device picks the profile for the module it
 finds. Device facts are recorded ones (AGX Orin, Orin NX, Orin Nano, an unknown module); the
-engine build is driven by the recording TensorRT stand-in (see test_tensorrt_bundle.py)."""
+engine build is driven by the recording TensorRT stand-in (tests/helpers/tensorrt_standin.py)."""
 
 from __future__ import annotations
 

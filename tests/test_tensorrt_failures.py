@@ -4,7 +4,7 @@ TensorRT does not raise: OnnxParser.parse_from_file returns False with IParserEr
 behind num_errors/get_error(i), Builder.build_serialized_network returns None,
 IExecutionContext.set_input_shape returns False, Runtime.deserialize_cuda_engine and
 create_execution_context return None, and the reason goes to the ILogger. The recording
-stand-in (test_tensorrt_standin.py) does the same, so these tests run vitedge's handling of
+stand-in (tests/helpers/tensorrt_standin.py) does the same, so these tests run vitedge's handling of
 each: apply_plan (the build) and TensorRtRunner (the run). No TensorRT is used or claimed."""
 
 from __future__ import annotations
