@@ -7,7 +7,7 @@ from conftest import CALIB_DIR, EXAMPLES
 
 
 def build_example_bundles(out):
-    from test_tensorrt_bundle import _cli
+    from helpers.cli import run_vitedge
 
     example = EXAMPLES / "digits_vit.pt"
     if not (example.is_file() and CALIB_DIR.is_dir()):
@@ -18,7 +18,7 @@ def build_example_bundles(out):
         pytest.skip("TensorRT is installed here: these tests use the GPU-less jetson bundle")
     except ImportError:
         pass
-    code, text = _cli(["build", str(example), "--target", "onnx", "--target", "intel-cpu", "--target", "jetson",
+    code, text = run_vitedge(["build", str(example), "--target", "onnx", "--target", "intel-cpu", "--target", "jetson",
                        "--calib", str(CALIB_DIR), "-o", str(out), "--no-latency", "--min-agreement", "0.9",
                        "--max-top1-drop", "5"])
     assert code == 0, text

@@ -1,8 +1,11 @@
-"""Shared fixtures: small real models (random weights), saved in the formats users bring."""
+"""Shared fixtures: small real models (random weights), saved in the formats users bring, and the
+bundles several test modules share (built once per test session). Plain helpers: tests/helpers/."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
 import warnings
 from pathlib import Path
 
@@ -91,3 +94,50 @@ def example_bundles(tmp_path_factory):
     from camera_support import build_example_bundles
 
     return build_example_bundles(tmp_path_factory.mktemp("example-bundles") / "digits")
+
+
+@pytest.fixture(scope="session")
+def built_bundle(tmp_path_factory) -> Path:
+    """One `onnx` bundle of examples/digits_vit.pt per test process (latency not measured)."""
+    from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.ui import StageLog
+
+    out = tmp_path_factory.mktemp("validate-bundles") / "onnx"
+    run_build(BuildRequest(model=EXAMPLES / "digits_vit.pt", targets=("onnx",), calib=CALIB_DIR, val=VAL_DIR, out=out,
+                           measure_speed=False), StageLog(quiet=True))
+    return out
+
+
+@pytest.fixture
+def bundle(built_bundle, tmp_path) -> Path:
+    """A private copy of the built bundle, without the report/ folder the build wrote."""
+    dst = tmp_path / "bundle"
+    shutil.copytree(built_bundle, dst)
+    shutil.rmtree(dst / "report")
+    return dst
+
+
+@pytest.fixture(scope="session")
+def runtime_bundles(tmp_path_factory) -> dict[str, dict[str, Path]]:
+    """{"plain"|"baked": {target: bundle}}, built once per test run (shared by xdist workers)."""
+    from helpers.runtime_bundles import KINDS, TARGETS, build_runtime_bundles
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
+    root = base / "runtime-bundles"
+    root.mkdir(exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / ".done").exists():
+            build_runtime_bundles(root, EXAMPLES / "digits_vit.pt", CALIB_DIR, VAL_DIR)
+            (root / ".done").write_text("ok")
+    return {kind: {t: root / kind / t for t in TARGETS} for kind in KINDS}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A small Q/DQ graph (see helpers.tensorrt_graphs) as (path, GraphFacts), one per test module."""
+    from helpers.tensorrt_graphs import write_tiny_qdq_graph
+
+    return write_tiny_qdq_graph(tmp_path_factory.mktemp("tiny"))

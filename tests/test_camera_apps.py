@@ -11,8 +11,8 @@ import shutil
 
 import numpy as np
 import pytest
-from test_target_families import ORIN_NANO, _complete
-from test_tensorrt_bundle import _cli
+from helpers.jetson_devices import ORIN_NANO, complete_with_standin
+from helpers.cli import run_vitedge
 
 from vitedge.camera_apps.deepstream import BAKED_GRAPH, read_config
 from vitedge.manifest import read_manifest, verify_bundle
@@ -52,7 +52,7 @@ def _with_manifest(src, dst, **changes):
 
 def test_deepstream_config_arithmetic_matches_vitedge_preprocessing(bundles, tmp_path):
     bundle = bundles / "onnx"
-    code, text = _cli(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])
+    code, text = run_vitedge(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])
     assert code == 0, text
     props = read_config(tmp_path / "ds" / "config_infer.txt")
     manifest = read_manifest(bundle)
@@ -70,7 +70,7 @@ def test_deepstream_config_arithmetic_matches_vitedge_preprocessing(bundles, tmp
 def test_per_channel_std_is_baked_into_the_graph_and_said_so(bundles, tmp_path):
     bundle = _with_manifest(bundles / "onnx", tmp_path / "imagenet", input__preprocess={
         **read_manifest(bundles / "onnx").input["preprocess"], **IMAGENET})
-    code, text = _cli(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])
+    code, text = run_vitedge(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])
     assert code == 0, text
     config = (tmp_path / "ds" / "config_infer.txt").read_text()
     assert "Per-channel std cannot be expressed by nvinfer's single net-scale-factor" in config and "baked" in config
@@ -98,7 +98,7 @@ def test_per_channel_std_is_baked_into_the_graph_and_said_so(bundles, tmp_path):
 
 def test_deepstream_embedding_model_gets_tensor_meta(bundles, tmp_path):
     bundle = _with_manifest(bundles / "onnx", tmp_path / "emb", output__kind="embedding")
-    assert _cli(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])[0] == 0
+    assert run_vitedge(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])[0] == 0
     props = read_config(tmp_path / "ds" / "config_infer.txt")
     assert props["network-type"] == "100" and props["output-tensor-meta"] == "1" and "labelfile-path" not in props
 
@@ -119,7 +119,7 @@ def test_triton_repository_matches_the_bundle(bundles, tmp_path, target, platfor
     from tritonclient.grpc import model_config_pb2 as mc
 
     bundle = bundles / target
-    code, text = _cli(["export-config", "--for", "triton", str(bundle), "-o", str(tmp_path / "repo")])
+    code, text = run_vitedge(["export-config", "--for", "triton", str(bundle), "-o", str(tmp_path / "repo")])
     assert code == 0, text
     [folder] = [p for p in (tmp_path / "repo").iterdir()]
     cfg = _model_config(folder / "config.pbtxt")
@@ -150,10 +150,10 @@ def test_jetson_bundle_carries_camera_configs_and_triton_after_the_engine(bundle
     shutil.copytree(bundles / "jetson", bundle)
     assert (bundle / "camera" / "deepstream" / "config_infer.txt").is_file()
     assert not (bundle / "camera" / "triton").exists()  # no engine yet
-    code, text = _cli(["export-config", "--for", "triton", str(bundle), "-o", str(tmp_path / "repo")])
+    code, text = run_vitedge(["export-config", "--for", "triton", str(bundle), "-o", str(tmp_path / "repo")])
     assert code == 2 and "vitedge engine BUNDLE" in text and not (tmp_path / "repo").exists()
 
-    _complete(bundle, ORIN_NANO)
+    complete_with_standin(bundle, ORIN_NANO)
     manifest = verify_bundle(bundle)  # the camera files are hashed with the rest
     [folder] = list((bundle / "camera" / "triton").iterdir())
     assert f"camera/triton/{folder.name}/config.pbtxt" in manifest.files

@@ -5,9 +5,7 @@ of TorchScript / torch.export programs read from their weights."""
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
-import io
 import json
 
 import numpy as np
@@ -16,6 +14,7 @@ import torch
 from PIL import Image
 
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
+from helpers.cli import run_vitedge
 from vitedge.errors import CalibrationError, ModelLoadError
 from vitedge.manifest import read_manifest
 from vitedge.models.intake import IntakeOptions, load_model
@@ -28,19 +27,6 @@ from vitedge.ui import StageLog
 GRAY = EXAMPLES / "gray_digits_vit.pt"
 GRAY_CLASS = f"{EXAMPLES / 'gray_vit.py'}:GrayViT"
 pytestmark = pytest.mark.skipif(not GRAY.exists() or not CALIB_DIR.is_dir(), reason="the 1-channel example is not in this checkout")
-
-
-def _cli(args: list[str]) -> tuple[int, str]:
-    from vitedge.cli import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            main(args)
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue()
 
 
 def _gray_module():
@@ -148,15 +134,15 @@ def test_runtime_takes_grey_and_colour_frames(gray_builds):
 
 
 def test_mean_and_std_take_one_value_per_channel():
-    code, text = _cli(["inspect", str(GRAY), "--model-class", GRAY_CLASS, "--mean", "0.5", "--std", "0.25"])
+    code, text = run_vitedge(["inspect", str(GRAY), "--model-class", GRAY_CLASS, "--mean", "0.5", "--std", "0.25"])
     assert code == 0 and "1 (L)" in text and "0.5 " in text and "0.25" in text
-    code, text = _cli(["inspect", str(GRAY), "--model-class", GRAY_CLASS, "--mean", "0.1", "0.2"])
+    code, text = run_vitedge(["inspect", str(GRAY), "--model-class", GRAY_CLASS, "--mean", "0.1", "0.2"])
     assert code == 2 and "--mean has 2 values but the model takes 1 channel(s)" in text
     digits = str(EXAMPLES / "digits_vit.pt")
     for args in (["--mean", "0.1,0.2,0.3"], ["--mean", "0.1 0.2 0.3"], ["--mean", "0.1", "0.2", "0.3", "--std", "0.2"]):
-        code, text = _cli(["inspect", digits, *args])
+        code, text = run_vitedge(["inspect", digits, *args])
         assert code == 0 and "0.1, 0.2, 0.3" in text, (args, text)
-    code, text = _cli(["inspect", digits, "--mean", "abc"])
+    code, text = run_vitedge(["inspect", digits, "--mean", "abc"])
     assert code == 2 and "not a list of numbers" in text
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from conftest import VAL_DIR
-from test_validate_cli import built_bundle, run_cli  # noqa: F401 - the shared session bundle
+from helpers.cli import run_cli
 
 
 @pytest.fixture(scope="module")

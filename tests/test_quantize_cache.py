@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from test_quantize_models import fp32_model, source_for
+from helpers.quantize_models import fp32_model, source_for
 
 from vitedge.quantize import QuantConfig, calibrate
 

@@ -6,7 +6,7 @@ import functools
 
 import numpy as np
 import pytest
-from test_quantize_models import fp32_model, graph_io, source_for
+from helpers.quantize_models import fp32_model, graph_io, source_for
 
 
 @functools.lru_cache(maxsize=None)

@@ -52,7 +52,7 @@ def test_config_is_frozen_and_keyword_only():
 
 
 def test_calibrate_refuses_what_is_not_a_config(tmp_path):
-    from test_quantize_models import fp32_model, source_for
+    from helpers.quantize_models import fp32_model, source_for
 
     from vitedge.quantize import calibrate
 
@@ -64,7 +64,7 @@ def test_calibrate_refuses_what_is_not_a_config(tmp_path):
 
 
 def test_calibration_data_of_the_wrong_size(tmp_path):
-    from test_quantize_models import fp32_model
+    from helpers.quantize_models import CALIB_DIR, fp32_model
 
     from vitedge.calibration.sources import open_source
     from vitedge.errors import CalibrationError
@@ -72,7 +72,7 @@ def test_calibration_data_of_the_wrong_size(tmp_path):
     from vitedge.spec import Preprocess
 
     path, _ = fp32_model("timm")
-    wrong = open_source(__import__("test_quantize_models").CALIB_DIR, Preprocess(crop_size=(48, 48)), limit=2)
+    wrong = open_source(CALIB_DIR, Preprocess(crop_size=(48, 48)), limit=2)
     with pytest.raises(CalibrationError, match="model takes 3x32x32"):
         calibrate(path, wrong, QuantConfig(method="minmax"), cache_dir=tmp_path)
 
@@ -146,7 +146,7 @@ def test_all_zero_tensor_gets_a_positive_threshold():
 
 
 def test_cli_errors_are_one_line(capsys):
-    from test_quantize_models import CALIB_DIR, DIGITS_PT
+    from helpers.quantize_models import CALIB_DIR, DIGITS_PT
 
     from vitedge.cli import main
 
@@ -155,7 +155,8 @@ def test_cli_errors_are_one_line(capsys):
         (["--smoothquant-alpha", "2"], "--smoothquant-alpha must be between 0 and 1"),
         (["--smoothquant-alpha", "0.5", "--no-smoothquant"], "contradict"),
         (["-o", "model.txt"], "should name an .onnx file"),
-        (["--calib-size", "0"], "--calib-size must be at least 1"),
+        (["--calib-size", "0"], "'--calib-size': 0 is not in the range x>=1"),  # as `vitedge build` says it
+        (["--seed", "-1"], "'--seed': -1 is not in the range x>=0"),
     ]
     for extra, message in cases:
         with pytest.raises(SystemExit) as exit_info:

@@ -4,9 +4,7 @@ colour order, mixed frame sizes, bad input, bundle checks, threads, and a light 
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -17,41 +15,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
+from conftest import EXAMPLES, VAL_DIR
+from helpers.runtime_bundles import HEAVY, TARGETS
 
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.preprocess import preprocess_array
 from vitedge.runtime import FrameError, Prediction, Predictions, load
-
-TARGETS = ("onnx", "intel-cpu")
-HEAVY = ("torch", "onnx", "click", "rich", "nncf", "timm", "torchvision", "transformers")
-
-
-def _build_bundles(root: Path) -> None:
-    from vitedge.build.pipeline import BuildRequest, run_build
-    from vitedge.ui import StageLog
-
-    for kind, bake in (("plain", False), ("baked", True)):
-        req = BuildRequest(model=EXAMPLES / "digits_vit.pt", targets=TARGETS, calib=CALIB_DIR, val=VAL_DIR,
-                           out=root / kind, force=True, bake_preprocess=bake, measure_speed=False)
-        run_build(req, StageLog(quiet=True))  # a missed parity gate still writes a usable bundle
-
-
-@pytest.fixture(scope="session")
-def runtime_bundles(tmp_path_factory) -> dict[str, dict[str, Path]]:
-    """{"plain"|"baked": {target: bundle}}, built once per test run (shared by xdist workers)."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
-    root = base / "runtime-bundles"
-    root.mkdir(exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / ".done").exists():
-            _build_bundles(root)
-            (root / ".done").write_text("ok")
-    return {kind: {t: root / kind / t for t in TARGETS} for kind in ("plain", "baked")}
-
 
 @pytest.fixture(scope="session")
 def val_set() -> tuple[list[np.ndarray], np.ndarray]:

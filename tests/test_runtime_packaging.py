@@ -10,12 +10,11 @@ import shutil
 import subprocess
 import sys
 import tomllib
-from pathlib import Path
 
 import pytest
 
 from conftest import REPO, VAL_DIR
-from test_runtime import HEAVY, runtime_bundles  # noqa: F401  (the shared, built-once bundles)
+from helpers.runtime_bundles import HEAVY
 
 RUNTIME_PYPROJECT = REPO / "packaging" / "runtime" / "pyproject.toml"
 

@@ -1,7 +1,7 @@
 """Target families: `vitedge build --target jetson` writes one portable bundle with a plan per
 Jetson profile, and `vitedge engine BUNDLE` on the device picks the profile for the module it
 finds. Device facts are recorded ones (AGX Orin, Orin NX, Orin Nano, an unknown module); the
-engine build is driven by the recording TensorRT stand-in (see test_tensorrt_bundle.py)."""
+engine build is driven by the recording TensorRT stand-in (tests/helpers/tensorrt_standin.py)."""
 
 from __future__ import annotations
 
@@ -9,37 +9,14 @@ import json
 import shutil
 
 import pytest
-from test_tensorrt_bundle import _cli
-from test_tensorrt_standin import make_fake_cudart, make_fake_trt
+from helpers.jetson_devices import AGX_ORIN, ORIN_NX, ORIN_NANO, ORIN_NX_CARRIER, UNKNOWN, JETPACK5_ORIN, DESKTOP, complete_with_standin
 
-from vitedge.backends.tensorrt.device import DeviceFacts, read_device_tree
+from vitedge.backends.tensorrt.device import read_device_tree
 from vitedge.errors import BundleError, UsageError
 from vitedge.families import family_profile, list_families, select_member
 from vitedge.manifest import read_manifest, verify_bundle
 
 JETSON_MEMBERS = ["jetson-orin", "jetson-orin-nx", "jetson-orin-nano"]
-
-
-def _jetson(model: str, compatible: str, l4t="36.4.0", jetpack="6.1+b123", tensorrt="10.3.0") -> DeviceFacts:
-    return DeviceFacts(tensorrt=tensorrt, gpu_name="Orin", compute_capability="8.7", cuda_runtime="12.6", cuda_driver="12.6",
-                       l4t=l4t, jetpack=jetpack, machine="aarch64", module=model, compatible=compatible)
-
-
-# What /proc/device-tree/{model,compatible}, /etc/nv_tegra_release and dpkg report on each module.
-AGX_ORIN = _jetson("NVIDIA Jetson AGX Orin Developer Kit", "nvidia,p3737-0000+p3701-0005 nvidia,p3701-0005 nvidia,tegra234")
-ORIN_NX = _jetson("NVIDIA Jetson Orin NX Engineering Reference Developer Kit",
-                  "nvidia,p3768-0000+p3767-0000 nvidia,p3767-0000 nvidia,tegra234")
-ORIN_NANO = _jetson("NVIDIA Jetson Orin Nano Developer Kit", "nvidia,p3768-0000+p3767-0005 nvidia,p3767-0005 nvidia,tegra234",
-                    l4t="36.3.0", jetpack="6.0+b106", tensorrt="10.3.0")
-# An Orin NX module on a third-party carrier board: the model string is the carrier's, the part number is the module's.
-ORIN_NX_CARRIER = _jetson("Acme Vision Box", "acme,visionbox nvidia,p3767-0001 nvidia,tegra234")
-UNKNOWN = DeviceFacts(tensorrt="10.13.3", gpu_name="NVIDIA Thor", compute_capability="11.0", cuda_runtime="13.0",
-                      cuda_driver="13.0", l4t="38.2.0", jetpack="7.0", machine="aarch64",
-                      module="NVIDIA Jetson AGX Thor Developer Kit", compatible="nvidia,p3971-0000+p3834-0000 nvidia,tegra264")
-JETPACK5_ORIN = _jetson("NVIDIA Jetson AGX Orin Developer Kit", "nvidia,p3701-0005 nvidia,tegra234", l4t="35.4.1",
-                        jetpack="5.1.2-b104", tensorrt="8.5.2")
-DESKTOP = DeviceFacts(tensorrt="10.7.0", gpu_name="NVIDIA GeForce RTX 4090", compute_capability="8.9", cuda_runtime="12.6",
-                      cuda_driver="12.6", machine="x86_64")
 
 
 def _module(facts):
@@ -120,19 +97,11 @@ def test_build_target_jetson_writes_one_bundle_with_a_plan_per_profile(jetson_bu
     assert "plan for jetson-orin, jetson-orin-nx, jetson-orin-nano" in " ".join(text.split())
 
 
-def _complete(bundle, facts, **kwargs):
-    from vitedge.backends.tensorrt.bundle import complete_bundle
-
-    cudart = make_fake_cudart()
-    trt = make_fake_trt(facts.tensorrt, cudart=cudart)
-    return complete_bundle(bundle, trt=trt, cudart=cudart, facts=facts, measure_speed=False, **kwargs)
-
-
 def test_engine_on_an_orin_nano_builds_with_its_profile(jetson_bundle, tmp_path, monkeypatch):
     monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "cache"))
     bundle = tmp_path / "b"
     shutil.copytree(jetson_bundle[0], bundle)
-    _complete(bundle, ORIN_NANO)
+    complete_with_standin(bundle, ORIN_NANO)
     manifest = verify_bundle(bundle)
     assert manifest.artifacts["built"] is True
     assert manifest.target["profile"]["name"] == "jetson-orin-nano" and manifest.target["profile"]["batch_sizes"] == [1, 4]
@@ -140,7 +109,7 @@ def test_engine_on_an_orin_nano_builds_with_its_profile(jetson_bundle, tmp_path,
     assert manifest.backend_info["plan"]["workspace_mb"] == 512
     assert manifest.backend_info["device"]["module"] == ORIN_NANO.module
     # a rebuild on another module (--force) picks that module's profile from the family kept in the manifest
-    _complete(bundle, AGX_ORIN, force=True)
+    complete_with_standin(bundle, AGX_ORIN, force=True)
     again = read_manifest(bundle)
     assert again.target["profile"]["name"] == "jetson-orin" and again.backend_info["plan"]["workspace_mb"] == 2048
 
@@ -151,9 +120,9 @@ def test_engine_on_an_unknown_module_leaves_the_bundle_and_names_the_flag(jetson
     shutil.copytree(jetson_bundle[0], bundle)
     before = sorted(p.name for p in bundle.rglob("*"))
     with pytest.raises(UsageError, match="--profile NAME"):
-        _complete(bundle, UNKNOWN)
+        complete_with_standin(bundle, UNKNOWN)
     assert sorted(p.name for p in bundle.rglob("*")) == before
-    _complete(bundle, UNKNOWN, profile_name="jetson-orin-nx")
+    complete_with_standin(bundle, UNKNOWN, profile_name="jetson-orin-nx")
     assert read_manifest(bundle).target["profile"]["name"] == "jetson-orin-nx"
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 
-from test_tensorrt_bundle import _cli
+from helpers.cli import run_vitedge
 
 from vitedge.families import list_families
 from vitedge.profiles import list_profiles
 
 
 def test_targets_fit_80_columns_one_row_each_hints_once():
-    code, text = _cli(["targets"])
+    code, text = run_vitedge(["targets"])
     assert code == 0, text
     lines = text.splitlines()
     assert all(len(line) <= 80 for line in lines), [line for line in lines if len(line) > 80]
@@ -28,7 +28,7 @@ def test_targets_fit_80_columns_one_row_each_hints_once():
 
 
 def test_targets_json_for_scripts():
-    code, text = _cli(["targets", "--json"])
+    code, text = run_vitedge(["targets", "--json"])
     assert code == 0, text
     doc = json.loads(text)
     assert doc["schema"] == "vitedge.targets/1"

@@ -7,45 +7,13 @@ from __future__ import annotations
 import dataclasses
 import json
 
-import numpy as np
 import pytest
-from test_tensorrt_standin import make_fake_trt
+from helpers.tensorrt_graphs import LN_NAMES
+from helpers.tensorrt_standin import make_fake_trt
 
 from vitedge.backends.tensorrt.build import apply_plan
-from vitedge.backends.tensorrt.plan import GraphFacts, TensorRtOptions, capabilities_from_module, plan_build, reference_plan
+from vitedge.backends.tensorrt.plan import TensorRtOptions, capabilities_from_module, plan_build, reference_plan
 from vitedge.errors import BundleError, UsageError
-
-LN_NAMES = ("/blocks.0/norm1/LayerNormalization", "/norm/LayerNormalization")
-
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
-    """A small Q/DQ graph: LayerNorm -> Q/DQ -> MatMul (INT8 weight) -> LayerNorm -> Softmax."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    x = helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 3, 8, 8])
-    y = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3, 8, 8])
-    inits = [numpy_helper.from_array(np.ones(8, np.float32), "g"), numpy_helper.from_array(np.zeros(8, np.float32), "b"),
-             numpy_helper.from_array(np.float32(0.05), "s"), numpy_helper.from_array(np.int8(0), "z"),
-             numpy_helper.from_array(np.eye(8, dtype=np.int8) * 100, "w"), numpy_helper.from_array(np.full(8, 0.01, np.float32), "ws"),
-             numpy_helper.from_array(np.zeros(8, np.int8), "wz")]
-    nodes = [
-        helper.make_node("LayerNormalization", ["input", "g", "b"], ["n1"], name=LN_NAMES[0], axis=-1),
-        helper.make_node("QuantizeLinear", ["n1", "s", "z"], ["q"], name="q"),
-        helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"], name="dq"),
-        helper.make_node("DequantizeLinear", ["w", "ws", "wz"], ["wd"], name="wdq", axis=1),
-        helper.make_node("MatMul", ["dq", "wd"], ["mm"], name="/blocks.0/mlp/fc1/MatMul"),
-        helper.make_node("LayerNormalization", ["mm", "g", "b"], ["n2"], name=LN_NAMES[1], axis=-1),
-        helper.make_node("Softmax", ["n2"], ["logits"], name="/softmax", axis=-1),
-    ]
-    model = helper.make_model(helper.make_graph(nodes, "tiny", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
-    path = tmp_path_factory.mktemp("tiny") / "model.int8.onnx"
-    onnx.save(model, str(path))
-    (path.parent / "model.int8.typed.onnx").write_bytes(path.read_bytes())  # the stand-in only reads node names
-    (path.parent / "reference.fp32.onnx").write_bytes(path.read_bytes())
-    return path, GraphFacts.from_model(model)
-
 
 def _run(tiny, version, options=TensorRtOptions(opt_batch=4), batch_sizes=(1, 4, 8), *, dla_cores=0, cache=None, plan_fn=None):
     path, graph = tiny

@@ -5,8 +5,6 @@ exist, a real build, run and validation (marked `tensorrt`)."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import shutil
 from pathlib import Path
@@ -14,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
-from test_tensorrt_standin import make_fake_cudart, make_fake_trt
+from helpers.cli import run_vitedge
+from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
 
 from vitedge.backends.tensorrt.device import DeviceFacts
 from vitedge.errors import BundleError, IncompatibleEngineError, UsageError
@@ -24,19 +23,6 @@ EXAMPLE = EXAMPLES / "digits_vit.pt"
 NEXT_STEP = "build the engine on the device: vitedge engine BUNDLE"
 STANDIN_GPU = DeviceFacts(tensorrt="10.3.0", gpu_name="Stand-in GPU (not a real device)", compute_capability="8.7",
                           cuda_runtime="12.2", cuda_driver="12.2", l4t="36.4.0", jetpack="6.1+b123", machine="aarch64")
-
-
-def _cli(args: list[str]) -> tuple[int, str]:
-    from vitedge.cli import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        try:
-            main(args)
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue()
 
 
 def _have_example() -> bool:
@@ -55,7 +41,7 @@ def planned(tmp_path_factory):
     except ImportError:
         pass
     out = tmp_path_factory.mktemp("bundles") / "digits-jetson-orin"
-    code, text = _cli(["build", "--target", "jetson-orin", str(EXAMPLE), "--calib", str(CALIB_DIR), "-o", str(out)])
+    code, text = run_vitedge(["build", "--target", "jetson-orin", str(EXAMPLE), "--calib", str(CALIB_DIR), "-o", str(out)])
     assert code == 0, text
     return out, text
 
@@ -125,7 +111,7 @@ def test_plan_and_trtexec_use_the_real_input(planned):
 def test_engine_command_here_refuses_and_leaves_the_bundle(planned):
     out, _ = planned
     before = (out / "manifest.json").read_bytes()
-    code, text = _cli(["engine", str(out)])
+    code, text = run_vitedge(["engine", str(out)])
     assert code == 2 and "TensorRT is not installed" in text and "the bundle is unchanged" in text
     assert (out / "manifest.json").read_bytes() == before
     assert not [p for p in out.parent.iterdir() if p.name.endswith(".partial")]
@@ -308,7 +294,7 @@ def test_engine_cli_reports_each_tensorrt_failure_in_one_line(planned, tmp_path,
         (bundle / "manifest.json").write_text(json.dumps(data))
     before = _snapshot(bundle)
     standin_installed(**fake)
-    code, text = _cli(["engine", str(bundle), "-q"] + (["--val", str(VAL_DIR), "--no-latency"] if val else []))
+    code, text = run_vitedge(["engine", str(bundle), "-q"] + (["--val", str(VAL_DIR), "--no-latency"] if val else []))
     errors = [line for line in text.splitlines() if line.startswith("vitedge: error:")]
     assert code == 2 and len(errors) == 1 and match in errors[0], text
     assert "Traceback" not in text
@@ -329,7 +315,7 @@ def test_a_bug_is_exit_code_3_in_one_line_and_debug_shows_the_traceback(planned,
     bundle = _copy(planned[0], tmp_path)
     before = _snapshot(bundle)
     standin_installed(fail={"api"})
-    code, text = _cli(["engine", str(bundle), "-q"])
+    code, text = run_vitedge(["engine", str(bundle), "-q"])
     lines = [line for line in text.splitlines() if line.startswith("vitedge: ")]
     assert code == 3 and len(lines) == 1, text
     assert lines[0].startswith("vitedge: internal error: TypeError: build_serialized_network(): incompatible function arguments")
@@ -349,7 +335,7 @@ def test_engine_cli_completes_the_bundle_with_the_standin(planned, tmp_path, mon
     monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "user-cache"))
     bundle = _copy(planned[0], tmp_path)
     standin_installed()
-    code, text = _cli(["engine", str(bundle)])
+    code, text = run_vitedge(["engine", str(bundle)])
     assert code == 0 and "built " in text, text
     info = verify_bundle(bundle).backend_info
     assert info["attention"]["warnings"] and "INT8 fused attention cannot happen in 6 of 6" in info["attention"]["warnings"][0]
@@ -410,7 +396,7 @@ def test_real_engine_builds_runs_and_validates(tmp_path):
     if not (_have_example() and VAL_DIR.is_dir()):
         pytest.skip("the bundled example is not in this checkout yet")
     out = tmp_path / "digits-desktop-gpu"
-    code, text = _cli(["build", "--target", "desktop-gpu", str(EXAMPLE), "--calib", str(CALIB_DIR), "--val", str(VAL_DIR), "-o", str(out)])
+    code, text = run_vitedge(["build", "--target", "desktop-gpu", str(EXAMPLE), "--calib", str(CALIB_DIR), "--val", str(VAL_DIR), "-o", str(out)])
     assert code == 0, text
     manifest = verify_bundle(out)
     assert manifest.artifacts["built"] is True and (out / "model.engine").is_file() and (out / "timing.cache").is_file()

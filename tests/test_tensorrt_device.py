@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_tensorrt_standin import make_fake_cudart, make_fake_trt
+from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
 
 from vitedge.backends.tensorrt.device import (
     DeviceFacts,

@@ -4,7 +4,7 @@ TensorRT does not raise: OnnxParser.parse_from_file returns False with IParserEr
 behind num_errors/get_error(i), Builder.build_serialized_network returns None,
 IExecutionContext.set_input_shape returns False, Runtime.deserialize_cuda_engine and
 create_execution_context return None, and the reason goes to the ILogger. The recording
-stand-in (test_tensorrt_standin.py) does the same, so these tests run vitedge's handling of
+stand-in (tests/helpers/tensorrt_standin.py) does the same, so these tests run vitedge's handling of
 each: apply_plan (the build) and TensorRtRunner (the run). No TensorRT is used or claimed."""
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
-from test_tensorrt_apply import tiny  # noqa: F401 - the small Q/DQ graph fixture
-from test_tensorrt_standin import make_fake_cudart, make_fake_trt
+from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
 
 from vitedge.backends.tensorrt.build import apply_plan
 from vitedge.backends.tensorrt.plan import TensorRtOptions, assumed_capabilities, capabilities_from_module, plan_build

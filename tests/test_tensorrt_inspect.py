@@ -9,8 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from test_tensorrt_apply import tiny  # noqa: F401
-from test_tensorrt_standin import make_fake_trt
+from helpers.tensorrt_standin import make_fake_trt
 
 from vitedge.backends.tensorrt.attention import attention_blocks, fusion_warnings
 from vitedge.backends.tensorrt.build import apply_plan

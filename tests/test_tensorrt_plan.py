@@ -8,7 +8,7 @@ import json
 import shlex
 
 import pytest
-from test_tensorrt_standin import make_fake_trt
+from helpers.tensorrt_standin import make_fake_trt
 
 from vitedge.backends.tensorrt.plan import (
     BuildPlan,

@@ -7,50 +7,12 @@ Timing values are printed and recorded in the reports, never asserted against wa
 from __future__ import annotations
 
 import json
-import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
 
-from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
-
-_BUILT: dict[str, Path] = {}
-
-
-@pytest.fixture(scope="session")
-def built_bundle(tmp_path_factory) -> Path:
-    """One `onnx` bundle of examples/digits_vit.pt per test process (latency not measured).
-
-    Other test modules import this fixture; the memo keeps it to one build per process."""
-    if "onnx" not in _BUILT:
-        from vitedge.build.pipeline import BuildRequest, run_build
-        from vitedge.ui import StageLog
-
-        out = tmp_path_factory.mktemp("validate-bundles") / "onnx"
-        run_build(BuildRequest(model=EXAMPLES / "digits_vit.pt", targets=("onnx",), calib=CALIB_DIR, val=VAL_DIR, out=out,
-                               measure_speed=False), StageLog(quiet=True))
-        _BUILT["onnx"] = out
-    return _BUILT["onnx"]
-
-
-@pytest.fixture
-def bundle(built_bundle, tmp_path) -> Path:
-    """A private copy of the built bundle, without the report/ folder the build wrote."""
-    dst = tmp_path / "bundle"
-    shutil.copytree(built_bundle, dst)
-    shutil.rmtree(dst / "report")
-    return dst
-
-
-def run_cli(capsys, *args) -> tuple[int, str, str]:
-    from vitedge.cli import main
-
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return int(exc.value.code or 0), cap.out, cap.err
-
+from conftest import VAL_DIR
+from helpers.cli import run_cli
 
 LENIENT = ("--max-top1-drop", 100, "--min-agreement", 0)  # the gate cannot fail on accuracy: these tests are about plumbing
 

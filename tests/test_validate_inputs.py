@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import VAL_DIR
-from test_validate_cli import built_bundle, bundle, run_cli  # noqa: F401 - fixtures shared with the validate tests
+from helpers.cli import run_cli
 
 
 def _fails_cleanly(capsys, bundle, *args, expect: str, report_dir=None):

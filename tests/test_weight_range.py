@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers.weight_range_probe import probe_graph, rel_error
+
 from vitedge.cpu import ANY_X86, VNNI, CpuInfo, check_requirement, read_cpu
 from vitedge.quantize.weight_range import CPU_REQUIREMENT, WEIGHT_RANGES, max_pair_sum, quantize_weight
 
@@ -105,56 +107,16 @@ def test_speed_floor_depends_on_the_cpu():
 # ----------------------------------------------------------------------------- the kernels here
 
 
-def _probe_graph(path: Path, rule: str, op: str) -> np.ndarray:
-    """One Q/DQ MatMul (or Conv) with saturating inputs; returns the exact (float64) result."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    rng = np.random.default_rng(0)
-    if op == "MatMul":
-        k, n = 128, 32
-        w = rng.uniform(0.6, 1.0, size=(k, n)).astype(np.float32)
-        axis, x_shape = 1, [4, k]
-    else:
-        w = rng.uniform(0.6, 1.0, size=(16, 4, 4, 4)).astype(np.float32)
-        axis, x_shape = 0, [1, 4, 8, 8]
-    q, scale = quantize_weight(w, axis, op, rule)
-    sx = np.float32(0.05)
-    x = np.full(x_shape, 127 * sx, dtype=np.float32)  # s8 127 -> u8 255 in the kernels
-    inits = [numpy_helper.from_array(q, "wq"), numpy_helper.from_array(scale, "ws"),
-             numpy_helper.from_array(np.zeros(scale.shape, np.int8), "wz"),
-             numpy_helper.from_array(np.array(sx, np.float32), "xs"), numpy_helper.from_array(np.array(0, np.int8), "xz")]
-    nodes = [helper.make_node("QuantizeLinear", ["x", "xs", "xz"], ["xq"]),
-             helper.make_node("DequantizeLinear", ["xq", "xs", "xz"], ["xd"]),
-             helper.make_node("DequantizeLinear", ["wq", "ws", "wz"], ["wd"], axis=axis)]
-    nodes.append(helper.make_node("MatMul", ["xd", "wd"], ["y"]) if op == "MatMul"
-                 else helper.make_node("Conv", ["xd", "wd"], ["y"], kernel_shape=[4, 4], strides=[4, 4]))
-    graph = helper.make_graph(nodes, "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x_shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(model, str(path))
-    wd = q.astype(np.float64) * scale.astype(np.float64).reshape([-1 if i == axis else 1 for i in range(q.ndim)])
-    if op == "MatMul":
-        exact = x.astype(np.float64) @ wd
-    else:
-        exact = np.einsum("cij,ocij->o", x[0, :, :4, :4].astype(np.float64), wd)[None, :, None, None] * np.ones((1, 1, 2, 2))
-    return x, exact
-
-
-def _rel_error(out: np.ndarray, exact: np.ndarray) -> float:
-    return float(np.abs(out - exact).max() / np.abs(exact).max())
-
-
 @pytest.mark.parametrize("rule", ["pairwise", "full"])
 def test_onnxruntime_int8_kernels_on_this_cpu(tmp_path, rule):
     from vitedge.backends.onnxruntime import OnnxRuntimeOptions, int8_layer_share
     from vitedge.onnxutil import ort_session
 
     path = tmp_path / "probe.onnx"
-    x, exact = _probe_graph(path, rule, "MatMul")
+    x, exact = probe_graph(path, rule, "MatMul")
     share = int8_layer_share(path, OnnxRuntimeOptions())
     assert share["int8"] == 1, share  # the probe really ran an integer kernel
-    err = _rel_error(ort_session(path).run(None, {"x": x})[0], exact)
+    err = rel_error(ort_session(path).run(None, {"x": x})[0], exact)
     _assert_kernel_verdict(rule, err, "ONNX Runtime")
 
 
@@ -165,12 +127,12 @@ def test_openvino_int8_kernels_on_this_cpu(tmp_path, rule, op):
     from vitedge.backends.openvino import _int8_layer_share
 
     path = tmp_path / "probe.onnx"
-    x, exact = _probe_graph(path, rule, op)
+    x, exact = probe_graph(path, rule, op)
     core = ov.Core()
     compiled = core.compile_model(core.read_model(str(path)), "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
     assert _int8_layer_share(compiled)["int8"] == 1  # the probe really ran an integer kernel
     out = np.asarray(next(iter(compiled.create_infer_request().infer({0: x}).values())))
-    _assert_kernel_verdict(rule, _rel_error(out, exact), "OpenVINO")
+    _assert_kernel_verdict(rule, rel_error(out, exact), "OpenVINO")
 
 
 def _assert_kernel_verdict(rule: str, err: float, runtime: str) -> None:
@@ -188,16 +150,16 @@ _FORCED_PROBE = """
 import sys, json, numpy as np, openvino as ov, tempfile
 from pathlib import Path
 sys.path.insert(0, {tests!r})
-from test_weight_range import _probe_graph, _rel_error
+from helpers.weight_range_probe import probe_graph, rel_error
 from vitedge.backends.openvino import _int8_layer_share
 out = {{}}
 for rule in ("pairwise", "full"):
     for op in ("MatMul", "Conv"):
-        d = Path(tempfile.mkdtemp()); x, exact = _probe_graph(d / "p.onnx", rule, op)
+        d = Path(tempfile.mkdtemp()); x, exact = probe_graph(d / "p.onnx", rule, op)
         core = ov.Core()
         c = core.compile_model(core.read_model(str(d / "p.onnx")), "CPU", {{"INFERENCE_PRECISION_HINT": "f32"}})
         y = np.asarray(next(iter(c.create_infer_request().infer({{0: x}}).values())))
-        out[rule + " " + op] = [_rel_error(y, exact), _int8_layer_share(c)["by_type"]]
+        out[rule + " " + op] = [rel_error(y, exact), _int8_layer_share(c)["by_type"]]
 print(json.dumps(out))
 """
 

@@ -1,10 +1,17 @@
-"""Click options shared by every command that reads a model."""
+"""Click options shared by several commands: one declaration (name, type, choices, default) each.
+
+Choices and defaults come from where they are defined: the quantizer's registries
+(vitedge.quantize), the target profile's gate (vitedge.profiles.Thresholds) and
+vitedge.validation.defaults. The quantizer's are read when an option is first shown or parsed,
+not when it is declared, so `vitedge --help` imports no numpy or quantizer.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
 from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
 import click
@@ -82,3 +89,105 @@ def with_intake(func: Callable) -> Callable:
         return func(*args, **kwargs)
 
     return model_options(wrapper)
+
+
+# ---- values read from their registry when first needed ---------------------------------------
+
+class RegistryChoice(click.Choice):
+    """A click.Choice whose choices are read from their registry the first time they are needed
+    (help, parsing, a config value), not when the option is declared."""
+
+    def __init__(self, load: Callable[[], Sequence[str]]) -> None:
+        self._load = load
+        self._choices: tuple[str, ...] | None = None
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:  # type: ignore[override]
+        if self._choices is None:
+            self._choices = tuple(self._load())
+        return self._choices
+
+
+class RegistryHelpOption(click.Option):
+    """A click.Option whose help names values (e.g. ``{method}``) read from their registry when the
+    help is shown."""
+
+    def __init__(self, *args: Any, help_values: Callable[[], dict[str, Any]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._help_values = help_values
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        template = self.help
+        self.help = template.format(**self._help_values()) if template else template
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.help = template
+
+
+def _methods() -> tuple[str, ...]:
+    from vitedge.quantize.config import METHODS
+
+    return METHODS
+
+
+def _weight_ranges() -> tuple[str, ...]:
+    from vitedge.quantize.weight_range import WEIGHT_RANGES
+
+    return WEIGHT_RANGES
+
+
+def quantizer_defaults() -> dict[str, Any]:
+    """QuantConfig's defaults, for help texts: ``{method}``, ``{percentile}``, ``{smoothquant_alpha}``,
+    ``{quantize_attention}`` (yes/no), ``{weight_range}``."""
+    from vitedge.quantize.config import QuantConfig
+
+    d = QuantConfig()
+    return {"method": d.method, "percentile": d.percentile, "smoothquant_alpha": d.smoothquant_alpha,
+            "quantize_attention": "yes" if d.quantize_attention else "no", "weight_range": d.weight_range}
+
+
+def quantizer_option(*decls: str, help: str | None, **attrs: Any) -> Callable:
+    """click.option whose help may name the quantizer's defaults (``{method}``, see quantizer_defaults):
+    filled in when the help is shown."""
+    if help and "{" in help:
+        return click.option(*decls, cls=RegistryHelpOption, help_values=quantizer_defaults, help=help, **attrs)
+    return click.option(*decls, help=help, **attrs)
+
+
+# ---- calibration and quantization (build, calibrate) ------------------------------------------
+
+def calibration_method_option(help: str) -> Callable:
+    return quantizer_option("--method", type=RegistryChoice(_methods), default=None, help=help)
+
+
+def weight_range_option(help: str) -> Callable:
+    return quantizer_option("--weight-range", type=RegistryChoice(_weight_ranges), default=None, help=help)
+
+
+def calib_size_option(help: str) -> Callable:
+    return click.option("--calib-size", type=click.IntRange(min=1), default=None, help=help)
+
+
+def seed_option(help: str | None = None) -> Callable:
+    """The seed of a seeded subset (--calib-size, --data-size)."""
+    return click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help=help)
+
+
+# ---- the parity gate (build, validate) ---------------------------------------------------------
+
+# flag -> help; each sets the vitedge.profiles.Thresholds field of its name over the profile's
+THRESHOLD_FLAGS = {
+    "--max-top1-drop": "Gate: most top-1 points lost vs FP32 (overrides the profile).",
+    "--min-agreement": "Gate: least top-1 agreement with FP32, a fraction in [0, 1].",
+    "--min-speedup": "Gate: least FP32/INT8 median latency ratio at batch 1.",
+    "--max-p99-ms": "Gate: most INT8 p99 latency at batch 1, in ms.",
+}
+
+
+def threshold_options(func: Callable) -> Callable:
+    """The gate flags; the command receives them as max_top1_drop, min_agreement, min_speedup, max_p99_ms."""
+    for flag, text in reversed(THRESHOLD_FLAGS.items()):
+        func = click.option(flag, type=float, default=None, help=text)(func)
+    return func

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from vitedge.cli_options import with_intake
+from vitedge.cli_options import (calib_size_option, calibration_method_option, seed_option, threshold_options,
+                                 weight_range_option, with_intake)
 from vitedge.project_config import require_build, with_project_config
 from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides
 
@@ -24,21 +25,17 @@ from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_ove
               help="Bundle folder (one target) or parent of one folder per target. Default: MODEL-TARGET.")
 @click.option("--force", is_flag=True, help="Replace an existing bundle folder.")
 @with_intake
-@click.option("--calib-size", type=click.IntRange(min=1), default=None, help="Use a seeded subset of N calibration items.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--method", type=click.Choice(["minmax", "percentile", "entropy", "mse"]), default=None, help="Calibration method (default: the profile's, else vitedge's measured default).")
+@calib_size_option("Use a seeded subset of N calibration items.")
+@seed_option()
+@calibration_method_option("Calibration method (default: the profile's, else vitedge's measured default).")
 @click.option("--percentile", type=float, default=None)
 @click.option("--smoothquant-alpha", type=float, default=None, help="SmoothQuant migration strength.")
 @click.option("--no-smoothquant", is_flag=True, help="Switch SmoothQuant off.")
 @click.option("--quantize-attention/--no-quantize-attention", default=None, help="Quantize the Q.K^T and P.V matmuls.")
-@click.option("--weight-range", type=click.Choice(["pairwise", "7bit", "full"]), default=None,
-              help="INT8 weight range (default: the profile's, else pairwise: correct on every x86 CPU; full: VNNI/AMX CPUs and GPUs only).")
+@weight_range_option("INT8 weight range (default: the profile's, else {weight_range}: correct on every x86 CPU; full: VNNI/AMX CPUs and GPUs only).")
 @click.option("--keep-float", multiple=True, metavar="PATTERN", help="Keep layers matching PATTERN (node name or kind, fnmatch) in float.")
 @click.option("--bake-preprocess", is_flag=True, help="Artifacts take uint8 NHWC RGB frames and normalise them in the graph.")
-@click.option("--max-top1-drop", type=float, default=None, help="Gate: most top-1 points lost vs FP32 (overrides the profile).")
-@click.option("--min-agreement", type=float, default=None, help="Gate: least top-1 agreement with FP32, a fraction.")
-@click.option("--min-speedup", type=float, default=None, help="Gate: least FP32/INT8 latency ratio at batch 1.")
-@click.option("--max-p99-ms", type=float, default=None, help="Gate: most p99 latency at batch 1, in ms.")
+@threshold_options
 @click.option("--no-latency", is_flag=True, help="Skip latency measurement (and the speed gate).")
 @click.option("--no-fallback", is_flag=True,
               help="Accuracy budget off: ship the full INT8 graph even when it misses --max-top1-drop/--min-agreement (its gate then fails).")

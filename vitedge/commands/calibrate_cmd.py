@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from vitedge.cli_options import with_intake
+from vitedge.cli_options import (calib_size_option, calibration_method_option, quantizer_option, seed_option, weight_range_option,
+                                 with_intake)
 
 
 @click.command("calibrate")
@@ -15,17 +16,17 @@ from vitedge.cli_options import with_intake
 @click.option("-o", "--out", "out", type=click.Path(path_type=Path), default=None, help="Write the INT8 Q/DQ ONNX graph here.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @with_intake
-@click.option("--calib-size", type=int, default=None, metavar="N", help="Use a seeded subset of N calibration items (default: all).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the --calib-size subset.")
-@click.option("--method", type=click.Choice(["minmax", "percentile", "entropy", "mse"]), default=None,
-              help="How activation ranges are chosen [default: entropy].")
-@click.option("--percentile", type=float, default=None, help="Percentile of |x| kept; implies --method percentile [default: 99.99].")
-@click.option("--smoothquant-alpha", type=float, default=None, metavar="A", help="SmoothQuant migration strength in [0, 1] [default: 0.5].")
+@calib_size_option("Use a seeded subset of N calibration items (default: all).")
+@seed_option("Seed of the --calib-size subset.")
+@calibration_method_option("How activation ranges are chosen [default: {method}].")
+@quantizer_option("--percentile", type=float, default=None,
+                  help="Percentile of |x| kept; implies --method percentile [default: {percentile}].")
+@quantizer_option("--smoothquant-alpha", type=float, default=None, metavar="A",
+                  help="SmoothQuant migration strength in [0, 1] [default: {smoothquant_alpha}].")
 @click.option("--no-smoothquant", is_flag=True, help="Switch SmoothQuant off.")
-@click.option("--quantize-attention/--no-quantize-attention", default=None,
-              help="Quantize the Q.K^T and P.V matmuls [default: no].")
-@click.option("--weight-range", type=click.Choice(["pairwise", "7bit", "full"]), default=None,
-              help="INT8 weight range [default: pairwise, correct on every x86 CPU; full: VNNI/AMX CPUs and GPUs only].")
+@quantizer_option("--quantize-attention/--no-quantize-attention", default=None,
+                  help="Quantize the Q.K^T and P.V matmuls [default: {quantize_attention}].")
+@weight_range_option("INT8 weight range [default: {weight_range}, correct on every x86 CPU; full: VNNI/AMX CPUs and GPUs only].")
 @click.option("--keep-float", multiple=True, metavar="PATTERN", help="Keep layers in float: node name, kind (linear, head, ...) or fnmatch pattern. Repeatable.")
 @click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Calibration cache [default: $VITEDGE_CACHE_DIR or ~/.cache/vitedge].")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")

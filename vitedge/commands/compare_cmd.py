@@ -6,13 +6,15 @@ from pathlib import Path
 
 import click
 
+from vitedge.validation.defaults import DEFAULT_MAX_ACCURACY_REGRESSION, DEFAULT_MAX_LATENCY_REGRESSION
+
 
 @click.command("compare")
 @click.argument("old", type=click.Path(path_type=Path))
 @click.argument("new", type=click.Path(path_type=Path))
-@click.option("--max-latency-regression", default="10%", show_default=True, metavar="PCT",
+@click.option("--max-latency-regression", default=f"{100 * DEFAULT_MAX_LATENCY_REGRESSION:g}%", show_default=True, metavar="PCT",
               help="Most INT8 median latency growth per batch size: 10% or 0.1.")
-@click.option("--max-accuracy-regression", type=float, default=0.2, show_default=True, metavar="POINTS",
+@click.option("--max-accuracy-regression", type=float, default=DEFAULT_MAX_ACCURACY_REGRESSION, show_default=True, metavar="POINTS",
               help="Most INT8 top-1 (and agreement with FP32) lost, in percentage points.")
 @click.option("--allow-mismatch", is_flag=True, help="Compare reports of different models or targets anyway (a warning instead of exit 2).")
 @click.option("--report-dir", type=click.Path(path_type=Path), default=None,

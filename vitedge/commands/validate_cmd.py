@@ -6,19 +6,10 @@ from pathlib import Path
 
 import click
 
+from vitedge.cli_options import seed_option, threshold_options
 from vitedge.project_config import config_bundles, with_project_config
 from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides
-
-
-def _threshold_flags(func):
-    for deco in reversed([
-        click.option("--max-top1-drop", type=float, default=None, help="Gate: most top-1 points lost vs FP32 (overrides the profile)."),
-        click.option("--min-agreement", type=float, default=None, help="Gate: least top-1 agreement with FP32, a fraction in [0, 1]."),
-        click.option("--min-speedup", type=float, default=None, help="Gate: least FP32/INT8 median latency ratio at batch 1."),
-        click.option("--max-p99-ms", type=float, default=None, help="Gate: most INT8 p99 latency at batch 1, in ms."),
-    ]):
-        func = deco(func)
-    return func
+from vitedge.validation.defaults import DEFAULT_LATENCY_SECONDS, DEFAULT_SENSITIVITY_SAMPLES
 
 
 @click.command("validate")
@@ -29,16 +20,16 @@ def _threshold_flags(func):
                    "Default: exactly what the build validated on, if it still exists unchanged. "
                    "A folder holding calib/ + val/ means its val/.")
 @click.option("--data-size", type=click.IntRange(min=1), default=None, help="Use a seeded subset of N items of --data.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the --data-size subset.")
+@seed_option("Seed of the --data-size subset.")
 @click.option("--report-dir", type=click.Path(path_type=Path), default=None,
               help="Where to write validation.json, summary.md, junit.xml and plots. Default: BUNDLE/report/.")
-@_threshold_flags
+@threshold_options
 @click.option("--no-latency", is_flag=True, help="Skip latency measurement (and the speed thresholds).")
-@click.option("--latency-seconds", type=click.FloatRange(min=0.0), default=1.0, show_default=True,
+@click.option("--latency-seconds", type=click.FloatRange(min=0.0), default=DEFAULT_LATENCY_SECONDS, show_default=True,
               help="Least timed seconds per model and batch size before the median may be called stable.")
 @click.option("--sensitivity/--no-sensitivity", default=True, show_default=True,
               help="Per-layer sensitivity: each INT8 layer alone vs FP32, on ONNX Runtime.")
-@click.option("--sensitivity-samples", type=click.IntRange(min=1), default=64, show_default=True,
+@click.option("--sensitivity-samples", type=click.IntRange(min=1), default=DEFAULT_SENSITIVITY_SAMPLES, show_default=True,
               help="Inputs the sensitivity runs on (the first N of the data).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Runtime threads (default: the profile's).")
 @embedding_gate_flags

@@ -26,10 +26,9 @@ from vitedge.bundle_trust import locked_thresholds
 from vitedge.errors import BundleError, VitedgeError
 from vitedge.profiles import TargetProfile, Thresholds, parse_profile
 from vitedge.validation import report as rpt
+from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
 from vitedge.validation.latency import MEMORY_METHOD, LatencySettings
 from vitedge.validation.run import ValidationResult, validate_artifact
-
-DEFAULT_SENSITIVITY_SAMPLES = 64
 
 
 @dataclass(frozen=True)

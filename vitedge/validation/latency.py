@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from vitedge.validation.defaults import DEFAULT_LATENCY_SECONDS
+
 METHOD = ("interleaved FP32/INT8 rounds of {chunk} timed iterations (after {settle} untimed run(s) at each switch) "
           "after {warmup} warm-up runs each; "
           "stop when each median is stable (first vs second half within {tol:g}%) after >= {min_iters} "
@@ -31,7 +33,7 @@ METHOD = ("interleaved FP32/INT8 rounds of {chunk} timed iterations (after {sett
 class LatencySettings:
     warmup: int = 5
     min_iters: int = 20
-    min_seconds: float = 1.0  # timed seconds per model and batch size, at least
+    min_seconds: float = DEFAULT_LATENCY_SECONDS  # timed seconds per model and batch size, at least
     max_seconds: float = 10.0  # cap per batch size (both models together)
     rel_tol: float = 0.05
     chunk: int = 5
@@ -127,7 +129,7 @@ def measure_interleaved(runs: dict[str, Callable[[], Any]], batch: int,
 
 
 def measure_latency(run: Callable[[np.ndarray], Any], batch: np.ndarray, *, warmup: int = 5, min_iters: int = 20,
-                    min_seconds: float = 1.0, max_seconds: float = 60.0, rel_tol: float = 0.05) -> LatencyStats:
+                    min_seconds: float = DEFAULT_LATENCY_SECONDS, max_seconds: float = 60.0, rel_tol: float = 0.05) -> LatencyStats:
     """Time ``run(batch)`` alone until its median is stable (or the cap)."""
     settings = LatencySettings(warmup=warmup, min_iters=min_iters, min_seconds=min_seconds, max_seconds=max_seconds, rel_tol=rel_tol)
     return measure_interleaved({"model": lambda: run(batch)}, int(batch.shape[0]), settings)["model"]

@@ -37,9 +37,9 @@ from typing import Any
 import numpy as np
 
 from vitedge.errors import BundleError, QuantizationError
+from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
 
 RUNTIME = "onnxruntime (CPUExecutionProvider)"
-DEFAULT_SAMPLES = 64
 _UNSMOOTHED_TOL = 0.02  # |s - 1| below this on every channel: the weight was not smoothed
 
 
@@ -363,7 +363,7 @@ def quantization_metadata(qdq: Any) -> dict[str, Any]:
         return {}
 
 
-def first_inputs(source: Any, count: int = DEFAULT_SAMPLES) -> np.ndarray:
+def first_inputs(source: Any, count: int = DEFAULT_SENSITIVITY_SAMPLES) -> np.ndarray:
     """The first ``count`` model-ready inputs of a calibration source (its fixed order)."""
     parts: list[np.ndarray] = []
     total = 0

@@ -1,0 +1,32 @@
+"""Run the `vitedge` command line in this process, as a user would type it."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+
+
+def run_vitedge(args: list[str]) -> tuple[int, str]:
+    """(exit code, stdout and stderr together) of ``vitedge ARGS``."""
+    from vitedge.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        try:
+            main(args)
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue()
+
+
+def run_cli(capsys, *args) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``vitedge ARGS``, captured by pytest's ``capsys``."""
+    from vitedge.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([str(a) for a in args])
+    cap = capsys.readouterr()
+    return int(exc.value.code or 0), cap.out, cap.err
