@@ -121,7 +121,7 @@ def test_build_target_jetson_writes_one_bundle_with_a_plan_per_profile(jetson_bu
 
 
 def _complete(bundle, facts, **kwargs):
-    from vitedge.backends.tensorrt.bundle import complete_bundle
+    from vitedge.build.engine_completion import complete_bundle
 
     cudart = make_fake_cudart()
     trt = make_fake_trt(facts.tensorrt, cudart=cudart)

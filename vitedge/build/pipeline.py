@@ -189,7 +189,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
     from vitedge.backends.base import BuildContext
     from vitedge.manifest import Manifest, toolchain_versions
     from vitedge.onnxutil import copy_onnx, onnx_sha256
-    from vitedge.build.reporting import write_build_report
+    from vitedge.build.reporting import write_bundle_reports
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
 
     spec = loaded.spec
@@ -239,10 +239,7 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
 
             write_bundle_exports(tmp, manifest)  # camera/: DeepStream and Triton configs in NVIDIA bundles
             manifest.hash_files(tmp)
-            if checked is not None:
-                checked.write(tmp / "report")
-            write_build_report(tmp, manifest)
-            _write_budget_report(tmp, manifest)
+            write_bundle_reports(tmp, manifest, checked)
             manifest.write(tmp)
     passed = None if validation is None else bool(validation["passed"]) and budget_failure is None
     summary = _summary(bundle_dir, artifact, validation)
@@ -319,24 +316,6 @@ def _budget_speed_verdict(manifest, validation, thresholds: Thresholds, profile,
     if failure:
         log.info("FAIL " + failure)
     return failure
-
-
-def _write_budget_report(bundle: Path, manifest) -> None:
-    """The budget's section of report.md and its plot (report/budget.png: ranking, float layers marked)."""
-    from vitedge.budget import budget_markdown, budget_plot
-    from vitedge.fsutil import atomic_write_path
-
-    rec = manifest.quantization.get("budget")
-    if not rec:
-        return
-    report = bundle / "report.md"
-    text = report.read_text() if report.is_file() else ""
-    with atomic_write_path(report) as tmp:
-        tmp.write_text(text.rstrip("\n") + "\n\n" + budget_markdown(rec) + "\n")
-    png = budget_plot(rec, f"accuracy budget, {manifest.target['name']}")
-    if png:
-        with atomic_write_path(bundle / "report" / "budget.png") as tmp:
-            tmp.write_bytes(png)
 
 
 def quantization_record(graph, budget=None) -> dict[str, Any]:

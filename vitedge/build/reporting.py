@@ -1,4 +1,6 @@
-"""The human-readable overview written into every bundle (report.md).
+"""The reports written into every bundle, by `vitedge build` and `vitedge engine` alike:
+report.md (the human-readable overview and its accuracy-budget section) and report/ (the
+validation's files).
 
 The validation part is rendered by vitedge.validation.report, the same Markdown as
 ``report/summary.md`` and `vitedge validate`'s job summary.
@@ -76,3 +78,36 @@ def write_build_report(bundle: Path, manifest) -> Path:
     with atomic_write_path(path) as tmp:
         tmp.write_text(build_report_markdown(manifest))
     return path
+
+
+BUDGET_NOT_RUN = "Not run: this bundle records no accuracy budget (it was built without one)."
+
+
+def write_bundle_reports(bundle: Path, manifest, checked=None, *, budget_note: str | None = None) -> None:
+    """Every report of a bundle: report/ with the validation's files (``checked``: a
+    vitedge.validation.bundle.BundleValidation, None when nothing was validated), report.md and its
+    accuracy-budget section (``budget_note``: a line on where the budget ran)."""
+    if checked is not None:
+        checked.write(bundle / "report")
+    write_build_report(bundle, manifest)
+    write_budget_section(bundle, manifest, note=budget_note)
+
+
+def write_budget_section(bundle: Path, manifest, *, note: str | None = None) -> None:
+    """The budget's section of report.md and its plot (report/budget.png: ranking, float layers marked)."""
+    from vitedge.budget import budget_markdown, budget_plot
+    from vitedge.fsutil import atomic_write_path
+
+    rec = manifest.quantization.get("budget")
+    section = budget_markdown(rec) if rec else f"## Accuracy budget\n\n{BUDGET_NOT_RUN}"
+    if note:
+        heading, _, body = section.partition("\n\n")
+        section = f"{heading}\n\n{note}\n\n{body}"
+    report = bundle / "report.md"
+    text = report.read_text() if report.is_file() else ""
+    with atomic_write_path(report) as tmp:
+        tmp.write_text(text.rstrip("\n") + "\n\n" + section + "\n")
+    png = budget_plot(rec, f"accuracy budget, {manifest.target['name']}") if rec else None
+    if png:
+        with atomic_write_path(bundle / "report" / "budget.png") as tmp:
+            tmp.write_bytes(png)
