@@ -9,9 +9,9 @@ plan per member; `vitedge engine BUNDLE` on the device picks the member with `se
 from __future__ import annotations
 
 import dataclasses
-import tomllib
 from pathlib import Path
-from typing import Any
+
+import tomllib
 
 from vitedge.backends.tensorrt.members import (  # noqa: F401 - the family types, re-exported
     FamilyOptions,

@@ -19,11 +19,17 @@ from vitedge.backends.tensorrt.backend import BoundTensorRtBackend, TensorRtBack
 from vitedge.backends.tensorrt.bundle import build_on_device
 from vitedge.backends.tensorrt.device import DeviceFacts, read_device_facts
 from vitedge.backends.tensorrt.family import choose_member
-from vitedge.backends.tensorrt.plan import ENGINE, REFERENCE_ENGINE, TYPED_GRAPH, TensorRtOptions
+from vitedge.backends.tensorrt.plan import (
+    ENGINE,
+    REFERENCE_ENGINE,
+    TYPED_GRAPH,
+    TensorRtOptions,
+)
 from vitedge.build.reporting import write_bundle_reports
 from vitedge.errors import BundleError, UsageError
 from vitedge.fsutil import atomic_output_dir
 from vitedge.manifest import Manifest, verify_bundle
+from vitedge.manifest_sections import ArtifactsSection, TargetSection
 from vitedge.validation.report import VALIDATION_FILES
 
 BUDGET_AT_BUILD = ("`vitedge engine` did not run the accuracy budget again: it ran at build time (`vitedge build`) "
@@ -87,12 +93,12 @@ def _complete(req: EngineRequest, say: Callable[[str], None], trt: Any, cudart: 
                                       previous=manifest.backend_info)
         if TYPED_GRAPH not in extra:
             (tmp / TYPED_GRAPH).unlink(missing_ok=True)  # planned for another TensorRT than the one found here
-        previous_extra = [f for f in manifest.artifacts.get("extra", []) if (tmp / f).exists()]
-        manifest.artifacts.update(model=ENGINE, reference=REFERENCE_ENGINE, built=True,
-                                  extra=sorted(set(previous_extra) | set(extra)))
+        artifacts = ArtifactsSection.from_json(manifest.artifacts)
+        artifacts.extra = [f for f in artifacts.extra or [] if (tmp / f).exists()]
+        manifest.artifacts = artifacts.completed(ENGINE, REFERENCE_ENGINE, extra).to_json()
         manifest.backend_info = info
         if family is not None:  # the chosen member is the bundle's profile now; the family stays for rebuilds
-            manifest.target.update(profile=profile, family=family)
+            manifest.target = TargetSection.from_json(manifest.target).with_member(profile, family).to_json()
         manifest.validation = None
         manifest.toolchain = dict(manifest.toolchain, tensorrt=str(getattr(trt, "__version__", "?")))
         checked = None
