@@ -112,3 +112,19 @@ def test_the_planned_bundle_has_the_build_reports_too(built):
     assert planned.artifacts["built"] is False and planned.validation is None
     sections = _sections(built / "jetson-orin" / "report.md")
     assert sections[0] == "# vitedge bundle" and "## Accuracy budget" in sections
+
+
+def test_the_typed_manifest_writes_the_v1_schema_of_the_committed_bundle(built):
+    """tests/fixtures/bundle_v1 was written before the manifest sections were typed: the same
+    build now writes the same key paths, report/ files and report.md sections."""
+    import json
+
+    fixture = Path(__file__).parent / "fixtures" / "bundle_v1" / "intel-cpu"
+    now = read_manifest(built / "intel-cpu")
+    recorded = json.loads((fixture / "manifest.json").read_text())
+    assert _key_paths(now.to_dict()) == _key_paths(recorded)
+    assert list(now.to_dict()) == list(recorded)
+    for section in ("target", "model", "input", "output", "quantization", "artifacts"):
+        assert list(getattr(now, section)) == list(recorded[section]), section
+    assert sorted(p.name for p in (built / "intel-cpu" / "report").iterdir()) == sorted(p.name for p in (fixture / "report").iterdir())
+    assert _sections(built / "intel-cpu" / "report.md") == _sections(fixture / "report.md")
