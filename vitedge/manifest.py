@@ -17,6 +17,7 @@ from typing import Any
 from vitedge import __version__, bundle_trust
 from vitedge.errors import BundleError
 from vitedge.fsutil import sha256_file
+from vitedge.manifest_sections import Section
 from vitedge.manifest_types import check_field_types
 from vitedge.spec import ModelSpec
 from vitedge.swap import recover_swap
@@ -42,6 +43,13 @@ class Manifest:
     schema: str = SCHEMA
     vitedge_version: str = __version__
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+
+    def __post_init__(self) -> None:
+        # the writers pass typed sections (vitedge.manifest_sections); the manifest keeps their JSON
+        for name in ("target", "model", "input", "output", "quantization", "artifacts"):
+            value = getattr(self, name)
+            if isinstance(value, Section):
+                setattr(self, name, value.to_json())
 
     @property
     def spec(self) -> ModelSpec:

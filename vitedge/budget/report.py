@@ -131,18 +131,24 @@ def budget_plot(rec: dict[str, Any], title: str, top: int = 40) -> bytes | None:
     return buf.getvalue()
 
 
-def write_budget_report(bundle: Path, manifest) -> None:
-    """The budget's section of report.md and its plot (report/budget.png: ranking, float layers marked)."""
+BUDGET_NOT_RUN = "Not run: this bundle records no accuracy budget (it was built without one)."
+
+
+def write_budget_report(bundle: Path, manifest, *, note: str | None = None) -> None:
+    """The budget's section of report.md and its plot (report/budget.png: ranking, float layers marked).
+    A bundle without a budget record says so; ``note`` is a line on where the budget ran."""
     from vitedge.fsutil import atomic_write_path
 
     rec = manifest.quantization.get("budget")
-    if not rec:
-        return
+    section = budget_markdown(rec) if rec else f"## Accuracy budget\n\n{BUDGET_NOT_RUN}"
+    if note:
+        heading, _, body = section.partition("\n\n")
+        section = f"{heading}\n\n{note}\n\n{body}"
     report = bundle / "report.md"
     text = report.read_text() if report.is_file() else ""
     with atomic_write_path(report) as tmp:
-        tmp.write_text(text.rstrip("\n") + "\n\n" + budget_markdown(rec) + "\n")
-    png = budget_plot(rec, f"accuracy budget, {manifest.target['name']}")
+        tmp.write_text(text.rstrip("\n") + "\n\n" + section + "\n")
+    png = budget_plot(rec, f"accuracy budget, {manifest.target['name']}") if rec else None
     if png:
         with atomic_write_path(bundle / "report" / "budget.png") as tmp:
             tmp.write_bytes(png)

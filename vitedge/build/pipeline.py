@@ -11,6 +11,7 @@ from typing import Any
 
 from vitedge.errors import BundleError, UsageError
 from vitedge.fsutil import atomic_output_dir, sha256_file
+from vitedge.manifest_sections import ArtifactsSection, InputSection, ModelSection, OutputSection, QuantizationSection, TargetSection
 from vitedge.models.intake import IntakeOptions
 from vitedge.outputs import interrupted_after, prepare_outputs, work_prefix
 from vitedge.profiles import TargetProfile, Thresholds, load_profile
@@ -148,9 +149,10 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
         for p in profiles:
             qdq, calibration, graph = qdq_paths[QuantConfigKey.of(configs[p.name])]
             try:
-                results.append(_build_target(p, backends[p.name], dirs[p.name], fp32, qdq, calibration, graph, loaded, val,
-                                             thresholds[p.name], req, log, budget=budgets[QuantConfigKey.of(configs[p.name])],
-                                             val_record=val_record))
+                target = TargetBuild(profile=p, backend=backends[p.name], bundle_dir=dirs[p.name], fp32=fp32, qdq=qdq,
+                                     calibration=calibration, graph=graph, loaded=loaded, val=val, thresholds=thresholds[p.name],
+                                     budget=budgets[QuantConfigKey.of(configs[p.name])], val_record=val_record)
+                results.append(_build_target(target, req, log))
             except KeyboardInterrupt as err:
                 if not results:
                     raise  # nothing was written: the plain interrupt
@@ -184,24 +186,42 @@ def _thresholds(base: Thresholds, overrides: dict[str, Any]) -> Thresholds:
     return base.with_overrides(overrides)
 
 
-def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, calibration, graph, loaded, val, thresholds,
-                  req: BuildRequest, log: StageLog, budget=None, val_record=None) -> TargetResult:
+@dataclass
+class TargetBuild:
+    """Everything one target's bundle is built from: its profile and backend, the shared FP32 and
+    Q/DQ graphs (and their calibration and accuracy budget), the model and the validation data."""
+
+    profile: TargetProfile
+    backend: Any  # vitedge.backends.base.Backend
+    bundle_dir: Path
+    fp32: Path  # the FP32 ONNX graph (preprocessing baked in with --bake-preprocess)
+    qdq: Path  # the shared Q/DQ graph
+    calibration: Any  # vitedge.quantize.calibrate.CalibrationResult
+    graph: Any  # vitedge.quantize.qdq.QdqGraph
+    loaded: Any  # vitedge.models.intake.LoadedModel
+    val: Any  # the validation source
+    thresholds: Thresholds
+    budget: Any = None  # vitedge.budget.BudgetResult
+    val_record: dict[str, Any] | None = None  # vitedge.validation.data_record.DataRecord.to_dict()
+
+
+def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetResult:
     from vitedge.backends.base import BuildContext
     from vitedge.manifest import Manifest, toolchain_versions
-    from vitedge.onnxutil import copy_onnx, onnx_sha256
-    from vitedge.budget import record_speed_verdict, write_budget_report
-    from vitedge.build.reporting import write_build_report
+    from vitedge.onnxutil import copy_onnx
+    from vitedge.budget import record_speed_verdict
+    from vitedge.build.reporting import write_bundle_reports
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
 
-    spec = loaded.spec
+    profile, backend, bundle_dir, val_record = t.profile, t.backend, t.bundle_dir, t.val_record
     env = backend.check_environment()
     with log.stage("build", f"{profile.name} ({profile.backend})"):
         if not env.can_build and not getattr(backend, "builds_without_runtime", False):
             raise BundleError(f"target {profile.name} needs {profile.backend}, which is not usable here: {env.detail}"
                               + (f"; {env.install_hint}" if env.install_hint else ""))
         with atomic_output_dir(bundle_dir, force=req.force) as tmp:
-            copy_onnx(qdq, tmp / "model.int8.onnx")  # with its external data (graphs past 2 GB), if any
-            copy_onnx(fp32, tmp / "reference.fp32.onnx")
+            copy_onnx(t.qdq, tmp / "model.int8.onnx")  # with its external data (graphs past 2 GB), if any
+            copy_onnx(t.fp32, tmp / "reference.fp32.onnx")
             ctx = BuildContext(qdq_path=tmp / "model.int8.onnx", fp32_path=tmp / "reference.fp32.onnx", out_dir=tmp,
                                options=profile.backend_options, batch_sizes=profile.batch_sizes, log=log.info)
             artifact = backend.build(ctx)
@@ -209,52 +229,68 @@ def _build_target(profile, backend, bundle_dir: Path, fp32: Path, qdq: Path, cal
             if not artifact.built:
                 log.info(artifact.info.get("next_step", "the artifact must be finished on the device"))
             manifest = Manifest(
-                target={"name": profile.name, "backend": profile.backend, "precision": profile.precision, "profile": profile.to_dict()},
-                model={"source": loaded.path.name, "source_sha256": (onnx_sha256 if loaded.is_onnx else sha256_file)(loaded.path) if loaded.path.is_file() else None,
-                       "spec": spec.to_dict()},
-                input=_input_record(tmp / "model.int8.onnx", spec),
-                output={"name": "embedding" if spec.output_kind == "embedding" else "logits", "kind": spec.output_kind,
-                        "class_names": list(spec.class_names) if spec.class_names else None},
-                calibration=dict(calibration.to_dict(), summary_line=calibration.one_line(), reused=calibration.reused),
-                # the shared Q/DQ graph every target of this call was built from; the onnx target's
-                # model.int8.onnx differs from it when its attention cores were fused
-                quantization=dict(quantization_record(graph, budget), qdq_sha256=onnx_sha256(qdq)),
-                artifacts={"model": artifact.model, "reference": artifact.reference, "qdq": "model.int8.onnx",
-                           "fp32_onnx": "reference.fp32.onnx", "built": artifact.built, "extra": artifact.extra_files},
+                target=TargetSection(name=profile.name, backend=profile.backend, precision=profile.precision, profile=profile.to_dict()),
+                model=_model_section(t.loaded),
+                input=_input_section(tmp / "model.int8.onnx", t.loaded.spec),
+                output=_output_section(t.loaded.spec),
+                calibration=dict(t.calibration.to_dict(), summary_line=t.calibration.one_line(), reused=t.calibration.reused),
+                quantization=_quantization_section(t.graph, t.budget, t.qdq),
+                artifacts=ArtifactsSection(model=artifact.model, reference=artifact.reference, qdq="model.int8.onnx",
+                                           fp32_onnx="reference.fp32.onnx", built=artifact.built, extra=artifact.extra_files),
                 toolchain=toolchain_versions(_safe_versions(backend)),
                 backend_info=artifact.info,
                 validation=validation,
                 validation_data=val_record,
             )
             if artifact.built and env.can_run:  # the same validation, gate and reports as `vitedge validate`
-                with log.stage("validate", f"{profile.name}: INT8 vs FP32 on {len(val)} inputs, same runtime"):
-                    checked = validate_bundle(tmp, manifest, val, ValidateOptions(
+                with log.stage("validate", f"{profile.name}: INT8 vs FP32 on {len(t.val)} inputs, same runtime"):
+                    checked = validate_bundle(tmp, manifest, t.val, ValidateOptions(
                         threshold_overrides=req.threshold_overrides, measure_speed=req.measure_speed, producer="vitedge build",
                         data_role=(val_record or {}).get("role")),
                         log=log, bundle_label=str(bundle_dir))
                     validation = manifest.validation = checked.document
                     for row in checked.result.gate:
                         log.info(row.status.upper() + " " + row.detail)
-            budget_failure = record_speed_verdict(manifest, validation, thresholds, profile, log)
+            budget_failure = record_speed_verdict(manifest, validation, t.thresholds, profile, log)
             from vitedge.camera_apps.exports import write_bundle_exports
 
             write_bundle_exports(tmp, manifest)  # camera/: DeepStream and Triton configs in NVIDIA bundles
             manifest.hash_files(tmp)
-            if checked is not None:
-                checked.write(tmp / "report")
-            write_build_report(tmp, manifest)
-            write_budget_report(tmp, manifest)
+            write_bundle_reports(tmp, manifest, checked)
             manifest.write(tmp)
     passed = None if validation is None else bool(validation["passed"]) and budget_failure is None
     summary = _summary(bundle_dir, artifact, validation)
-    if budget is not None:
+    if t.budget is not None:
         from vitedge.budget import describe_record
 
         summary["budget"] = describe_record(manifest.quantization["budget"])
-        summary["budget_float"] = list(budget.returned)
+        summary["budget_float"] = list(t.budget.returned)
     if budget_failure:
         summary.setdefault("failures", []).append(budget_failure)
     return TargetResult(profile, bundle_dir, artifact.built, passed, summary)
+
+
+def _model_section(loaded) -> ModelSection:
+    from vitedge.onnxutil import onnx_sha256
+
+    path = loaded.path
+    digest = (onnx_sha256 if loaded.is_onnx else sha256_file)(path) if path.is_file() else None
+    return ModelSection(source=path.name, source_sha256=digest, spec=loaded.spec.to_dict())
+
+
+def _output_section(spec) -> OutputSection:
+    return OutputSection(name="embedding" if spec.output_kind == "embedding" else "logits", kind=spec.output_kind,
+                         class_names=list(spec.class_names) if spec.class_names else None)
+
+
+def _quantization_section(graph, budget, qdq: Path) -> QuantizationSection:
+    """The shared Q/DQ graph every target of this call was built from; the onnx target's
+    model.int8.onnx differs from it when its attention cores were fused."""
+    from vitedge.onnxutil import onnx_sha256
+
+    section = QuantizationSection.from_json(quantization_record(graph, budget))
+    section.qdq_sha256 = onnx_sha256(qdq)
+    return section
 
 
 def quantization_record(graph, budget=None) -> dict[str, Any]:
@@ -287,7 +323,7 @@ def _safe_versions(backend) -> dict[str, str]:
         return {}
 
 
-def _input_record(qdq: Path, spec) -> dict[str, Any]:
+def _input_section(qdq: Path, spec) -> InputSection:
     import onnx
 
     from vitedge.onnxutil import INPUT_FORMAT_KEY, get_metadata
@@ -298,9 +334,9 @@ def _input_record(qdq: Path, spec) -> dict[str, Any]:
     h, w = spec.image_size
     c = spec.preprocess.channels
     shape = [None, h, w, c] if fmt.startswith("uint8") else [None, c, h, w]
-    return {"name": name, "format": fmt, "shape": shape, "dtype": "uint8" if fmt.startswith("uint8") else "float32",
-            "channels": c, "color_mode": spec.preprocess.color_mode,
-            "preprocess": spec.preprocess.to_dict(), "preprocess_baked": fmt.startswith("uint8")}
+    return InputSection(name=name, format=fmt, shape=shape, dtype="uint8" if fmt.startswith("uint8") else "float32",
+                        channels=c, color_mode=spec.preprocess.color_mode, preprocess=spec.preprocess.to_dict(),
+                        preprocess_baked=fmt.startswith("uint8"))
 
 
 def _summary(bundle: Path, artifact, validation) -> dict[str, Any]:

@@ -1,4 +1,6 @@
-"""The human-readable overview written into every bundle (report.md).
+"""The reports written into every bundle, by `vitedge build` and `vitedge engine` alike:
+report.md (the human-readable overview and its accuracy-budget section) and report/ (the
+validation's files).
 
 The validation part is rendered by vitedge.validation.report, the same Markdown as
 ``report/summary.md`` and `vitedge validate`'s job summary.
@@ -7,6 +9,8 @@ The validation part is rendered by vitedge.validation.report, the same Markdown 
 from __future__ import annotations
 
 from pathlib import Path
+
+from vitedge.budget import write_budget_report
 
 
 def build_report_markdown(manifest) -> str:
@@ -76,3 +80,13 @@ def write_build_report(bundle: Path, manifest) -> Path:
     with atomic_write_path(path) as tmp:
         tmp.write_text(build_report_markdown(manifest))
     return path
+
+
+def write_bundle_reports(bundle: Path, manifest, checked=None, *, budget_note: str | None = None) -> None:
+    """Every report of a bundle: report/ with the validation's files (``checked``: a
+    vitedge.validation.bundle.BundleValidation, None when nothing was validated), report.md and its
+    accuracy-budget section (``budget_note``: a line on where the budget ran)."""
+    if checked is not None:
+        checked.write(bundle / "report")
+    write_build_report(bundle, manifest)
+    write_budget_report(bundle, manifest, note=budget_note)

@@ -22,7 +22,7 @@ def command(bundle: Path, val: Path | None, force: bool, no_latency: bool, profi
     bundle atomically: the manifest records this device and every file's hash.
 
     Exit code 0 when built (and the gate holds), 1 when the gate fails, 2 for bad input."""
-    from vitedge.backends.tensorrt.bundle import complete_bundle
+    from vitedge.build.engine_completion import complete_bundle
     from vitedge.errors import GateFailure
     from vitedge.ui import StageLog
 

@@ -126,8 +126,9 @@ class BundleValidation:
 
 
 def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = ValidateOptions(), *,
-                    log=None, bundle_label: str | None = None) -> BundleValidation:
-    """Validate the artifact of ``bundle`` (described by ``manifest``) on ``source``."""
+                    log=None, bundle_label: str | None = None, backend=None) -> BundleValidation:
+    """Validate the artifact of ``bundle`` (described by ``manifest``) on ``source``; ``backend``: the
+    one to run it with (default: the registry's for the manifest's backend)."""
     from vitedge.backends import get_backend
 
     start = time.perf_counter()
@@ -139,7 +140,7 @@ def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = V
         info("NOTE " + note)
     thresholds = resolve_thresholds(locked, options.threshold_overrides)
     backend_name = manifest.target.get("backend", profile.backend)
-    backend = get_backend(backend_name)
+    backend = backend if backend is not None else get_backend(backend_name)
     env = backend.check_environment()
     if not env.can_run:
         raise BundleError(f"target {manifest.target.get('name')} runs on {backend_name}, which is not usable here: {env.detail}"

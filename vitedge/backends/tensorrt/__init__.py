@@ -4,7 +4,8 @@ plan (settings -> BuildPlan, trtexec line), versions (the documented API of each
 typed (the strongly typed cast graph for TensorRT 11), attention (fused-MHA checks before
 the build), build (apply_plan: the TensorRT API calls), engine_inspect (what the engine
 really holds), device (device facts and the engine compatibility check), runner
-(TensorRtRunner on cuda-python), family (one plan per member of a target family), bundle
-(plan files and the on-device build), report (report.md lines), backend (the Backend the
-registry names).
+(TensorRtRunner on cuda-python), members (the family types and the member-selection rules),
+family (one plan per member of a target family), bundle (plan files and the on-device
+build), report (report.md lines), backend (the Backend the registry names). Completing a
+bundle on the device (`vitedge engine`) is vitedge.build.engine_completion's job.
 """

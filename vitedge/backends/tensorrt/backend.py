@@ -15,8 +15,8 @@ is built on, so:
 Modules: plan (settings -> BuildPlan, trtexec line), build (apply_plan:
 the TensorRT API calls), typed (the strongly typed cast graph for TensorRT 11),
 device (device facts and the engine compatibility check), runner
-(TensorRtRunner on cuda-python), bundle (plan files, on-device build,
-bundle completion).
+(TensorRtRunner on cuda-python), bundle (plan files, on-device build). Completing a
+bundle on the device (`vitedge engine`) is the application layer's job: vitedge.build.engine_completion.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class TensorRtBackend(Backend):
     def build(self, ctx: BuildContext) -> BuiltArtifact:
         from vitedge.backends.tensorrt.bundle import build_on_device, load_checked_graph, offline_info, plan_bundle
 
-        from vitedge.families import FamilyOptions
+        from vitedge.backends.tensorrt.members import FamilyOptions
 
         if isinstance(ctx.options, FamilyOptions):  # --target jetson / nvidia-gpu: plans for every member
             from vitedge.backends.tensorrt.family import build_family
@@ -122,3 +122,24 @@ class TensorRtBackend(Backend):
         from vitedge.backends.tensorrt.runner import TensorRtRunner
 
         return TensorRtRunner(model_path, options or TensorRtOptions())
+
+
+class BoundTensorRtBackend(TensorRtBackend):
+    """The TensorRT backend on given modules: the tensorrt and cuda-python found on the device
+    (or the recording stand-in), and the facts of that device, as `vitedge engine` builds with."""
+
+    def __init__(self, trt: Any, cudart: Any = None, facts: Any = None):
+        self.trt, self.cudart, self.facts = trt, cudart, facts
+
+    def check_environment(self) -> EnvironmentStatus:
+        detail = self.facts.describe() if self.facts is not None else f"TensorRT {getattr(self.trt, '__version__', '?')}"
+        return EnvironmentStatus(True, True, detail)
+
+    def versions(self) -> dict[str, str]:
+        return {"tensorrt": str(getattr(self.trt, "__version__", "?"))}
+
+    def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
+        from vitedge.backends.tensorrt.runner import TensorRtRunner
+
+        return TensorRtRunner(model_path, options or TensorRtOptions(), trt=self.trt, cudart=self.cudart,
+                              device_facts=self.facts)

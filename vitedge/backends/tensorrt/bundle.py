@@ -1,5 +1,5 @@
-"""TensorRT bundle steps: plan files where no engine can be built, the on-device engine
-build, and `vitedge engine BUNDLE`, which completes a planned bundle on the device.
+"""TensorRT bundle steps: plan files where no engine can be built, and the on-device engine
+build (`vitedge engine BUNDLE` runs it through vitedge.build.engine_completion).
 
 Where TensorRT or a GPU is missing, a tensorrt bundle still holds everything the device
 needs: the validated Q/DQ graph, the FP32 graph for the reference engine, build_plan.json
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from vitedge.backends.tensorrt.plan import (
     trtexec_command,
     write_plan_files,
 )
-from vitedge.errors import BundleError, UsageError
+from vitedge.errors import UsageError
 from vitedge.fsutil import sha256_bytes
 
 NEXT_STEP = "build the engine on the device: vitedge engine BUNDLE"
@@ -278,102 +277,3 @@ def _relaxed_description(plan: BuildPlan) -> list[str]:
     if plan.version_compatible:
         out.append("TensorRT version: the same or a later TensorRT may load it")
     return out
-
-
-# -- `vitedge engine BUNDLE` -------------------------------------------------------------------
-
-class _EngineRunners:
-    """What validate_artifact needs from a backend: runners on the engines just built."""
-
-    def __init__(self, trt: Any, cudart: Any, facts: DeviceFacts | None):
-        self.trt, self.cudart, self.facts = trt, cudart, facts
-
-    def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None):
-        from vitedge.backends.tensorrt.runner import TensorRtRunner
-
-        return TensorRtRunner(model_path, options, trt=self.trt, cudart=self.cudart, device_facts=self.facts)
-
-
-@dataclass
-class EngineResult:
-    bundle: Path
-    manifest: Any
-    passed: bool | None  # None when no --val data was given
-
-
-def complete_bundle(bundle: Path, *, val: Path | None = None, force: bool = False, measure_speed: bool = True,
-                    log: Callable[[str], None] | None = None, trt: Any = None, cudart: Any = None,
-                    facts: DeviceFacts | None = None, profile_name: str | None = None) -> EngineResult:
-    """Build the bundle's engines on this device, validate them when ``val`` is given, and
-    replace the bundle atomically with the completed one (manifest rewritten with hashes)."""
-    from vitedge.fsutil import atomic_output_dir
-    from vitedge.manifest import verify_bundle
-    from vitedge.build.reporting import write_build_report
-
-    say = log or (lambda _m: None)
-    bundle = Path(bundle)
-    manifest = verify_bundle(bundle)
-    if manifest.target.get("backend") != "tensorrt":
-        raise UsageError(f"{bundle} is a {manifest.target.get('backend')} bundle; `vitedge engine` builds TensorRT engines")
-    if manifest.artifacts.get("built") and not force:
-        device = DeviceFacts.from_dict((manifest.backend_info or {}).get("device") or {})
-        raise UsageError(f"{bundle} already holds an engine built on {device.describe()}; pass --force to rebuild it here")
-    if trt is None:
-        from vitedge.backends.tensorrt.backend import TensorRtBackend
-
-        env = TensorRtBackend().check_environment()
-        if not env.can_build:
-            raise BundleError(f"cannot build the TensorRT engine here: {env.detail}"
-                              + (f"; {env.install_hint}" if env.install_hint else "") + "; the bundle is unchanged")
-        import tensorrt as trt  # noqa: F811 - checked above
-    from vitedge.backends.tensorrt.family import choose_member
-
-    facts = facts if facts is not None else read_device_facts(trt, cudart)
-    profile, family = choose_member(manifest.target, facts, profile_name, bundle)
-    if family is not None:
-        say(f"{family['name']} bundle: building with profile {family['selected']} ({family['why']})")
-    try:
-        options = TensorRtOptions(**(profile.get("backend_options") or {}))
-    except TypeError as err:
-        raise BundleError(f"{bundle}/manifest.json has backend options this vitedge does not know ({err})") from None
-    batch_sizes = tuple(profile.get("batch_sizes") or (1,))
-
-    passed = None
-    with atomic_output_dir(bundle, force=True) as tmp:
-        shutil.copytree(bundle, tmp, dirs_exist_ok=True)
-        (tmp / "report.md").unlink(missing_ok=True)
-        info, extra = build_on_device(trt, tmp, options, batch_sizes, log=say, cudart=cudart, facts=facts,
-                                      previous=manifest.backend_info)
-        if TYPED_GRAPH not in extra:
-            (tmp / TYPED_GRAPH).unlink(missing_ok=True)  # planned for another TensorRT than the one found here
-        validation = None
-        if val is not None:
-            from vitedge.calibration.sources import open_source
-            from vitedge.profiles import Thresholds
-            from vitedge.validation.run import validate_artifact
-
-            spec = manifest.spec
-            source = open_source(val, spec.preprocess, class_names=spec.class_names)
-            thresholds = Thresholds(**(profile.get("thresholds") or {}))
-            result = validate_artifact(_EngineRunners(trt, cudart, facts), options, tmp / ENGINE, tmp / REFERENCE_ENGINE,
-                                       source, spec, thresholds, batch_sizes, measure_speed=measure_speed)
-            validation = dict(result.to_dict(), thresholds=thresholds.to_dict())
-            for row in result.gate:
-                say(("PASS " if row.passed else "FAIL ") + row.detail)
-            passed = result.passed
-        previous_extra = [f for f in manifest.artifacts.get("extra", []) if (tmp / f).exists()]
-        manifest.artifacts.update(model=ENGINE, reference=REFERENCE_ENGINE, built=True,
-                                  extra=sorted(set(previous_extra) | set(extra)))
-        manifest.backend_info = info
-        if family is not None:  # the chosen member is the bundle's profile now; the family stays for rebuilds
-            manifest.target.update(profile=profile, family=family)
-        manifest.validation = validation  # a previous validation was of another engine (or none)
-        manifest.toolchain = dict(manifest.toolchain, tensorrt=str(getattr(trt, "__version__", "?")))
-        from vitedge.camera_apps.exports import write_bundle_exports
-
-        write_bundle_exports(tmp, manifest)  # camera/triton/ now that the engine exists
-        manifest.hash_files(tmp)
-        write_build_report(tmp, manifest)
-        manifest.write(tmp)
-    return EngineResult(bundle, manifest, passed)
-

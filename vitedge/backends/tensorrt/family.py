@@ -15,7 +15,7 @@ from vitedge.backends.base import BuildContext, BuiltArtifact
 from vitedge.backends.tensorrt.device import DeviceFacts
 from vitedge.backends.tensorrt.plan import ENGINE, REFERENCE_ENGINE, TensorRtOptions
 from vitedge.errors import BundleError
-from vitedge.families import FamilyOptions, ModuleFacts, select_member
+from vitedge.backends.tensorrt.members import FamilyOptions, ModuleFacts, select_member
 
 PLANS_DIR = "plans"
 

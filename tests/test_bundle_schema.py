@@ -1,0 +1,130 @@
+"""`vitedge build` and `vitedge engine` write one bundle schema: a jetson-orin bundle completed on a
+"device" (the recording TensorRT stand-in) carries the manifest sections, the report/ folder and
+the report.md sections of an intel-cpu bundle built beside it from the same Q/DQ graph."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
+from test_tensorrt_bundle import STANDIN_GPU, _cli
+from test_tensorrt_standin import make_fake_cudart, make_fake_trt
+
+from vitedge.manifest import read_manifest, verify_bundle
+
+# Free-form maps whose keys name things of the backend or the machine, not schema fields.
+BACKEND_OWN = ("backend_info", "toolchain", "files", "target.profile.backend_options", "validation.runtime.versions",
+               "validation.memory")
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One GPU-less build of the bundled example for intel-cpu and jetson-orin (one Q/DQ graph)."""
+    example = EXAMPLES / "digits_vit.pt"
+    if not (example.is_file() and CALIB_DIR.is_dir() and VAL_DIR.is_dir()):
+        pytest.skip("the bundled example is not in this checkout")
+    try:
+        import tensorrt  # noqa: F401
+
+        pytest.skip("TensorRT is installed here: this test completes the GPU-less bundle with the stand-in")
+    except ImportError:
+        pass
+    out = tmp_path_factory.mktemp("schema") / "digits"
+    code, text = _cli(["build", str(example), "--target", "intel-cpu", "--target", "jetson-orin", "--calib", str(CALIB_DIR),
+                       "--val", str(VAL_DIR), "-o", str(out), "--no-latency"])
+    assert code == 0, text
+    return out
+
+
+@pytest.fixture(scope="module")
+def completed(built, tmp_path_factory):
+    from vitedge.build.engine_completion import complete_bundle
+
+    bundle = tmp_path_factory.mktemp("device") / "jetson-orin"
+    shutil.copytree(built / "jetson-orin", bundle)
+    cudart = make_fake_cudart()
+    result = complete_bundle(bundle, val=VAL_DIR, trt=make_fake_trt("10.3.0", cudart=cudart), cudart=cudart,
+                             facts=STANDIN_GPU, measure_speed=False)
+    assert result.passed is True
+    return bundle
+
+
+def _key_paths(value: Any, prefix: str = "") -> set[str]:
+    """Every key path of a JSON value (list items merged), except inside the backend's own maps."""
+    if prefix.rstrip(".") in BACKEND_OWN:
+        return set()
+    paths: set[str] = set()
+    if isinstance(value, dict):
+        for k, v in value.items():
+            paths.add(prefix + k)
+            paths |= _key_paths(v, f"{prefix}{k}.")
+    elif isinstance(value, list):
+        for item in value:
+            paths |= _key_paths(item, prefix)
+    return paths
+
+
+def _without_speed_verdict(quantization: dict[str, Any]) -> dict[str, Any]:
+    return dict(quantization, budget={k: v for k, v in quantization["budget"].items() if k != "speed_verdict"})
+
+
+def _sections(report: Path) -> list[str]:
+    """report.md's section headings, without the target's name, backend and producer."""
+    out = []
+    for line in report.read_text().splitlines():
+        if line.startswith("#"):
+            level, title = line.split(" ", 1)
+            out.append(f"{level} {re.split(r'[:(`]', title)[0].strip()}")
+    return out
+
+
+def test_engine_completion_writes_the_schema_vitedge_build_writes(built, completed):
+    cpu = verify_bundle(built / "intel-cpu")
+    device = verify_bundle(completed)
+    assert device.schema == cpu.schema == "vitedge.manifest/1"
+    assert _key_paths(device.to_dict()) == _key_paths(cpu.to_dict())
+    assert device.validation["schema"] == cpu.validation["schema"] == "vitedge.validation/1"
+    assert device.validation["producer"] == "vitedge engine" and cpu.validation["producer"] == "vitedge build"
+    # one Q/DQ graph and one accuracy budget; only the speed verdict is each target's own
+    assert _without_speed_verdict(device.quantization) == _without_speed_verdict(cpu.quantization)
+
+    assert sorted(p.name for p in (completed / "report").iterdir()) == sorted(p.name for p in (built / "intel-cpu" / "report").iterdir())
+    assert {"validation.json", "summary.md", "junit.xml"} <= {p.name for p in (completed / "report").iterdir()}
+
+    cpu_sections, device_sections = _sections(built / "intel-cpu" / "report.md"), _sections(completed / "report.md")
+    assert [s for s in device_sections if s != "## TensorRT"] == cpu_sections  # plus the backend's own section
+    assert "## Accuracy budget" in cpu_sections and "## ✅ PASS" in cpu_sections
+
+
+def test_engine_completion_says_where_the_accuracy_budget_ran(built, completed):
+    text = (completed / "report.md").read_text()
+    budget = text[text.index("## Accuracy budget"):]
+    assert "it ran at build time" in budget
+    assert "ran at build time" not in (built / "intel-cpu" / "report.md").read_text()
+
+
+def test_the_planned_bundle_has_the_build_reports_too(built):
+    planned = read_manifest(built / "jetson-orin")
+    assert planned.artifacts["built"] is False and planned.validation is None
+    sections = _sections(built / "jetson-orin" / "report.md")
+    assert sections[0] == "# vitedge bundle" and "## Accuracy budget" in sections
+
+
+def test_the_typed_manifest_writes_the_v1_schema_of_the_committed_bundle(built):
+    """tests/fixtures/bundle_v1 was written before the manifest sections were typed: the same
+    build now writes the same key paths, report/ files and report.md sections."""
+    import json
+
+    fixture = Path(__file__).parent / "fixtures" / "bundle_v1" / "intel-cpu"
+    now = read_manifest(built / "intel-cpu")
+    recorded = json.loads((fixture / "manifest.json").read_text())
+    assert _key_paths(now.to_dict()) == _key_paths(recorded)
+    assert list(now.to_dict()) == list(recorded)
+    for section in ("target", "model", "input", "output", "quantization", "artifacts"):
+        assert list(getattr(now, section)) == list(recorded[section]), section
+    assert sorted(p.name for p in (built / "intel-cpu" / "report").iterdir()) == sorted(p.name for p in (fixture / "report").iterdir())
+    assert _sections(built / "intel-cpu" / "report.md") == _sections(fixture / "report.md")

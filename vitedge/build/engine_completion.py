@@ -1,0 +1,140 @@
+"""`vitedge engine BUNDLE`: complete a planned TensorRT bundle on the device.
+
+The application workflow around the backend's on-device build (vitedge.backends.tensorrt.bundle):
+check the bundle, pick the family member for this device, build the engines, validate them
+when labelled data is given, and write the bundle through the same report and manifest code
+`vitedge build` uses (vitedge.build.reporting), so both write one bundle schema.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from vitedge.backends.tensorrt.backend import BoundTensorRtBackend, TensorRtBackend
+from vitedge.backends.tensorrt.bundle import build_on_device
+from vitedge.backends.tensorrt.device import DeviceFacts, read_device_facts
+from vitedge.backends.tensorrt.family import choose_member
+from vitedge.backends.tensorrt.plan import (
+    ENGINE,
+    REFERENCE_ENGINE,
+    TYPED_GRAPH,
+    TensorRtOptions,
+)
+from vitedge.build.reporting import write_bundle_reports
+from vitedge.errors import BundleError, UsageError
+from vitedge.fsutil import atomic_output_dir
+from vitedge.manifest import Manifest, verify_bundle
+from vitedge.manifest_sections import ArtifactsSection, TargetSection
+from vitedge.validation.report import VALIDATION_FILES
+
+BUDGET_AT_BUILD = ("`vitedge engine` did not run the accuracy budget again: it ran at build time (`vitedge build`) "
+                   "on the Q/DQ graph this engine was built from.")
+
+
+@dataclass
+class EngineResult:
+    bundle: Path
+    manifest: Manifest
+    passed: bool | None  # None when no --val data was given
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    """What `vitedge engine BUNDLE` was asked for."""
+
+    bundle: Path
+    val: Path | None = None
+    force: bool = False
+    measure_speed: bool = True
+    profile_name: str | None = None  # a family bundle's member, when the device is not recognised
+
+
+def complete_bundle(bundle: Path, *, val: Path | None = None, force: bool = False, measure_speed: bool = True,
+                    log: Callable[[str], None] | None = None, trt: Any = None, cudart: Any = None,
+                    facts: DeviceFacts | None = None, profile_name: str | None = None) -> EngineResult:
+    """Build the bundle's engines on this device, validate them when ``val`` is given, and
+    replace the bundle atomically with the completed one (manifest rewritten with hashes)."""
+    request = EngineRequest(Path(bundle), val, force, measure_speed, profile_name)
+    return _complete(request, log or (lambda _m: None), trt, cudart, facts)
+
+
+def _complete(req: EngineRequest, say: Callable[[str], None], trt: Any, cudart: Any, facts: DeviceFacts | None) -> EngineResult:
+    bundle = req.bundle
+    manifest = verify_bundle(bundle)
+    if manifest.target.get("backend") != "tensorrt":
+        raise UsageError(f"{bundle} is a {manifest.target.get('backend')} bundle; `vitedge engine` builds TensorRT engines")
+    if manifest.artifacts.get("built") and not req.force:
+        device = DeviceFacts.from_dict((manifest.backend_info or {}).get("device") or {})
+        raise UsageError(f"{bundle} already holds an engine built on {device.describe()}; pass --force to rebuild it here")
+    if trt is None:
+        trt = _device_tensorrt()
+    facts = facts if facts is not None else read_device_facts(trt, cudart)
+    profile, family = choose_member(manifest.target, facts, req.profile_name, bundle)
+    if family is not None:
+        say(f"{family['name']} bundle: building with profile {family['selected']} ({family['why']})")
+    try:
+        options = TensorRtOptions(**(profile.get("backend_options") or {}))
+    except TypeError as err:
+        raise BundleError(f"{bundle}/manifest.json has backend options this vitedge does not know ({err})") from None
+    batch_sizes = tuple(profile.get("batch_sizes") or (1,))
+
+    passed = None
+    with atomic_output_dir(bundle, force=True) as tmp:
+        shutil.copytree(bundle, tmp, dirs_exist_ok=True)
+        (tmp / "report.md").unlink(missing_ok=True)
+        for name in VALIDATION_FILES:  # a previous validation was of another engine (or none)
+            (tmp / "report" / name).unlink(missing_ok=True)
+        info, extra = build_on_device(trt, tmp, options, batch_sizes, log=say, cudart=cudart, facts=facts,
+                                      previous=manifest.backend_info)
+        if TYPED_GRAPH not in extra:
+            (tmp / TYPED_GRAPH).unlink(missing_ok=True)  # planned for another TensorRT than the one found here
+        artifacts = ArtifactsSection.from_json(manifest.artifacts)
+        artifacts.extra = [f for f in artifacts.extra or [] if (tmp / f).exists()]
+        manifest.artifacts = artifacts.completed(ENGINE, REFERENCE_ENGINE, extra).to_json()
+        manifest.backend_info = info
+        if family is not None:  # the chosen member is the bundle's profile now; the family stays for rebuilds
+            manifest.target = TargetSection.from_json(manifest.target).with_member(profile, family).to_json()
+        manifest.validation = None
+        manifest.toolchain = dict(manifest.toolchain, tensorrt=str(getattr(trt, "__version__", "?")))
+        checked = None
+        if req.val is not None:
+            checked = _validate(tmp, manifest, req, BoundTensorRtBackend(trt, cudart, facts), say)
+            manifest.validation = checked.document
+            passed = checked.passed
+        from vitedge.camera_apps.exports import write_bundle_exports
+
+        write_bundle_exports(tmp, manifest)  # camera/triton/ now that the engine exists
+        manifest.hash_files(tmp)
+        write_bundle_reports(tmp, manifest, checked, budget_note=BUDGET_AT_BUILD)
+        manifest.write(tmp)
+    return EngineResult(bundle, manifest, passed)
+
+
+def _device_tensorrt() -> Any:
+    env = TensorRtBackend().check_environment()
+    if not env.can_build:
+        raise BundleError(f"cannot build the TensorRT engine here: {env.detail}"
+                          + (f"; {env.install_hint}" if env.install_hint else "") + "; the bundle is unchanged")
+    import tensorrt
+
+    return tensorrt
+
+
+def _validate(tmp: Path, manifest: Manifest, req: EngineRequest, backend: BoundTensorRtBackend, say: Callable[[str], None]):
+    """The engines against each other on the --val data: the validation `vitedge build` and `vitedge validate` run."""
+    from vitedge.calibration.sources import open_source
+    from vitedge.validation.bundle import ValidateOptions, validate_bundle
+
+    spec = manifest.spec
+    source = open_source(req.val, spec.preprocess, class_names=spec.class_names)
+    checked = validate_bundle(tmp, manifest, source, ValidateOptions(measure_speed=req.measure_speed, producer="vitedge engine",
+                                                                     data_role="validation"),
+                              log=SimpleNamespace(info=say), bundle_label=str(req.bundle), backend=backend)
+    for row in checked.result.gate:
+        say(("PASS " if row.passed else "FAIL ") + row.detail)
+    return checked
