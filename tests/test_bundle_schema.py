@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
-from test_tensorrt_bundle import STANDIN_GPU, _cli
-from test_tensorrt_standin import make_fake_cudart, make_fake_trt
+from helpers.cli import run_vitedge
+from helpers.jetson_devices import STANDIN_GPU
+from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
 
 from vitedge.manifest import read_manifest, verify_bundle
 
@@ -34,7 +35,7 @@ def built(tmp_path_factory):
     except ImportError:
         pass
     out = tmp_path_factory.mktemp("schema") / "digits"
-    code, text = _cli(["build", str(example), "--target", "intel-cpu", "--target", "jetson-orin", "--calib", str(CALIB_DIR),
+    code, text = run_vitedge(["build", str(example), "--target", "intel-cpu", "--target", "jetson-orin", "--calib", str(CALIB_DIR),
                        "--val", str(VAL_DIR), "-o", str(out), "--no-latency"])
     assert code == 0, text
     return out

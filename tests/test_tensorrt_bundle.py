@@ -15,14 +15,14 @@ from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from helpers.cli import run_vitedge
 from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
 
+from helpers.jetson_devices import STANDIN_GPU
+
 from vitedge.backends.tensorrt.device import DeviceFacts
 from vitedge.errors import BundleError, IncompatibleEngineError, UsageError
 from vitedge.manifest import read_manifest, verify_bundle
 
 EXAMPLE = EXAMPLES / "digits_vit.pt"
 NEXT_STEP = "build the engine on the device: vitedge engine BUNDLE"
-STANDIN_GPU = DeviceFacts(tensorrt="10.3.0", gpu_name="Stand-in GPU (not a real device)", compute_capability="8.7",
-                          cuda_runtime="12.2", cuda_driver="12.2", l4t="36.4.0", jetpack="6.1+b123", machine="aarch64")
 
 
 def _have_example() -> bool:

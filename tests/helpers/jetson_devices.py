@@ -37,3 +37,8 @@ def complete_with_standin(bundle, facts, **kwargs):
     cudart = make_fake_cudart()
     trt = make_fake_trt(facts.tensorrt, cudart=cudart)
     return complete_bundle(bundle, trt=trt, cudart=cudart, facts=facts, measure_speed=False, **kwargs)
+
+
+# The stand-in's device: a desktop-GPU-like facts record that names itself a stand-in.
+STANDIN_GPU = DeviceFacts(tensorrt="10.3.0", gpu_name="Stand-in GPU (not a real device)", compute_capability="8.7",
+                          cuda_runtime="12.2", cuda_driver="12.2", l4t="36.4.0", jetpack="6.1+b123", machine="aarch64")
