@@ -17,6 +17,7 @@ from vitedge.models import channels as chan
 from vitedge.models.formats import RawModel, read_model_file
 from vitedge.models.layouts import Layout, infer_layout
 from vitedge.models.presets import HEADS_BY_WIDTH, PRESETS, ArchPreset, get_preset, match_preset
+from vitedge.onnxutil import graph_inputs
 from vitedge.spec import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -583,8 +584,7 @@ def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
         spec = spec.with_changes(preprocess=pre, sources=dict(spec.sources, preprocess=pre_source))
         return LoadedModel(spec=spec, path=raw.path, onnx_path=raw.path)
     graph = model.graph
-    inits = {i.name for i in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in inits]
+    inputs = graph_inputs(graph)
     if len(inputs) != 1:
         raise ModelLoadError(f"{raw.path}: the ONNX graph has {len(inputs)} inputs; vitedge needs one image input")
     dims = [d.dim_value if d.HasField("dim_value") else None for d in inputs[0].type.tensor_type.shape.dim]
