@@ -31,7 +31,13 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.onnxutil import SessionSettings, node_index, ort_session, require_opset_import, topological_sort
+from vitedge.onnxutil import (
+    SessionSettings,
+    node_index,
+    ort_session,
+    require_opset_import,
+    topological_sort,
+)
 
 MS_DOMAIN = "com.microsoft"
 LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Split", "Gather", "Slice", "Flatten", "Identity"})

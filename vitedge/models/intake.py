@@ -605,8 +605,9 @@ def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     ops = [n.op_type for n in graph.node]
     conv = next((n for n in graph.node if n.op_type == "Conv"), None)
     patch = embed = None
-    if conv is not None and conv.input[1] in inits:
-        w = next(i for i in graph.initializer if i.name == conv.input[1])
+    weights = {i.name: i for i in graph.initializer}
+    if conv is not None and conv.input[1] in weights:
+        w = weights[conv.input[1]]
         embed, patch = int(w.dims[0]), int(w.dims[-1])
     output_kind = opt.output_kind or ("embedding" if "embed" in graph.output[0].name.lower() else "logits")
     width = out_dims[-1] if out_dims and out_dims[-1] else None
