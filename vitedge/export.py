@@ -20,7 +20,19 @@ import numpy as np
 
 from vitedge.errors import ExportError, UsageError
 from vitedge.models.intake import LoadedModel
-from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata, ort_session, save_onnx, set_metadata
+from vitedge.onnxutil import (
+    FLOAT_NCHW,
+    INPUT_FORMAT_KEY,
+    SPEC_KEY,
+    UINT8_NHWC_RGB,
+    SessionSettings,
+    get_metadata,
+    graph_inputs,
+    opset_version,
+    ort_session,
+    save_onnx,
+    set_metadata,
+)
 from vitedge.spec import Preprocess
 
 MIN_OPSET = 17
@@ -74,13 +86,13 @@ def export_onnx(loaded: LoadedModel, out_path: str | Path, options: ExportOption
             if not options.bake_preprocess:
                 raise UsageError(f"{loaded.path} already takes uint8 frames (preprocessing baked in); pass --bake-preprocess to keep it")
             options = ExportOptions(**{**options.__dict__, "bake_preprocess": False})
-        opset = _opset(model)
+        opset = opset_version(model)
         if opset < MIN_OPSET:
             raise ExportError(f"{loaded.path} uses opset {opset}; vitedge needs opset >= {MIN_OPSET}: re-export it, or pass the PyTorch model")
     else:
         model = _torch_to_onnx(loaded, options, output_name)
-        opset = _opset(model)
-    graph_input = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}][0].name
+        opset = opset_version(model)
+    graph_input = graph_inputs(model)[0].name
     if options.bake_preprocess:
         model = bake_preprocess(model, loaded.spec.preprocess)
         graph_input = "frames"
@@ -95,10 +107,6 @@ def export_onnx(loaded: LoadedModel, out_path: str | Path, options: ExportOption
         diff, tol = _check_parity(loaded, model, graph_input, input_format, options)
     save_onnx(model, out_path)
     return ExportResult(out_path, graph_input, model.graph.output[0].name, input_format, opset, diff, tol, time.perf_counter() - start)
-
-
-def _opset(model) -> int:
-    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
 
 
 def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str):
@@ -172,8 +180,7 @@ def bake_preprocess(model, pre: Preprocess):
     from onnx import TensorProto, helper, numpy_helper
 
     graph = model.graph
-    inits = {t.name for t in graph.initializer}
-    old_input = [i for i in graph.input if i.name not in inits][0]
+    old_input = graph_inputs(graph)[0]
     dims = old_input.type.tensor_type.shape.dim
     h = dims[2].dim_value or pre.crop_size[0]
     w = dims[3].dim_value or pre.crop_size[1]
@@ -219,7 +226,7 @@ def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str
         ref = module(torch.from_numpy(x))
     ref = (ref[0] if isinstance(ref, (tuple, list)) else ref).numpy()
     try:
-        sess = ort_session(model, options=_parity_options(model))  # a graph past 2 GB goes through a file with external data
+        sess = ort_session(model, _parity_settings(model))  # a graph past 2 GB goes through a file with external data
     except UsageError:
         raise
     except Exception as err:
@@ -234,18 +241,15 @@ def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str
     return diff, tol
 
 
-def _parity_options(model):
-    """ONNX Runtime options for the parity check: for a graph past 2 GB, no pre-packed second copy
+def _parity_settings(model) -> SessionSettings:
+    """ONNX Runtime settings for the parity check: for a graph past 2 GB, no pre-packed second copy
     of the weights (the torch module and the graph are in memory already; vit_h_14 ran out of 24 GB)."""
-    import onnxruntime as ort
-
     from vitedge.onnxutil import is_large
 
-    so = ort.SessionOptions()
-    if is_large(model):
-        gc.collect()  # the exporter's temporaries
-        so.add_session_config_entry("session.disable_prepacking", "1")
-    return so
+    if not is_large(model):
+        return SessionSettings()
+    gc.collect()  # the exporter's temporaries
+    return SessionSettings(prepacking=False)
 
 
 def bake_file(src: Path, dst: Path, pre: Preprocess) -> None:

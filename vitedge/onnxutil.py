@@ -1,16 +1,31 @@
-"""Small ONNX helpers shared by export, quantization and the backends."""
+"""The ONNX toolkit: the one implementation of each ONNX helper export, quantization, the
+backends and the runtime share.
+
+* files: ``save_onnx`` / ``copy_onnx`` / ``external_data_files`` / ``onnx_sha256`` (graphs past
+  protobuf's 2 GiB limit travel with external data), ``get_metadata`` / ``set_metadata``;
+* graph structure: ``opset_version`` / ``opset_imports`` / ``require_opset_import``,
+  ``graph_inputs`` (inputs that are not initializers), ``node_index`` (producer and
+  consumers of each tensor), ``topological_sort``;
+* ONNX Runtime: ``ort_session`` opens every session vitedge uses, as ``SessionSettings`` says.
+
+onnx and onnxruntime are imported inside the functions: the runtime-only distribution ships
+this module and has neither ``onnx`` nor, with another backend, ``onnxruntime``.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitedge.errors import UsageError
+from vitedge.errors import ModelLoadError, UsageError
 from vitedge.fsutil import atomic_write_path, sha256_file
 
 _TWO_GB = 2**31 - 1
@@ -144,21 +159,6 @@ def get_metadata(model: Any) -> dict[str, str]:
     return {p.key: p.value for p in model.metadata_props}
 
 
-def ort_session(path_or_bytes: Any, *, threads: int | None = None, optimize: bool = True, options: Any = None):
-    """An ONNX Runtime CPU session with quiet logging, from a path, serialized bytes or a ModelProto
-    (one past the 2 GiB protobuf limit goes through a temporary file with external data)."""
-    import onnxruntime as ort
-
-    so = options or ort.SessionOptions()
-    so.log_severity_level = 3
-    if threads:
-        so.intra_op_num_threads = threads
-    if not optimize:
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    with session_source(path_or_bytes) as src:
-        return ort.InferenceSession(src, so, providers=["CPUExecutionProvider"])
-
-
 @contextlib.contextmanager
 def session_source(model: Any):
     """What ONNX Runtime's InferenceSession takes for ``model`` (path, bytes or ModelProto): a path
@@ -175,3 +175,179 @@ def session_source(model: Any):
             yield str(path)
     else:
         yield model.SerializeToString()
+
+
+# --------------------------------------------------------------------------- ONNX Runtime sessions
+
+OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """How ONNX Runtime opens a graph. The defaults are ONNX Runtime's own, with quiet logging."""
+
+    threads: int | None = None  # intra-op threads; None or 0: ONNX Runtime's default (one per core)
+    optimization: str = "all"  # graph optimization level at load: disabled | basic | extended | all
+    optimized_model_path: str | Path | None = None  # where ONNX Runtime writes the graph it optimized for this CPU
+    spinning: bool = True  # idle intra-op threads busy-wait (ONNX Runtime's default); off for sessions timed interleaved
+    prepacking: bool = True  # off: no pre-packed second copy of the weights (a graph past 2 GB in a full process)
+    profile_prefix: str | None = None  # turn ONNX Runtime's profiler on; its JSON file starts with this
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)
+
+    def __post_init__(self) -> None:
+        if self.optimization not in OPTIMIZATION_LEVELS:
+            raise UsageError(f"graph optimization must be one of {', '.join(OPTIMIZATION_LEVELS)}, got '{self.optimization}'")
+
+
+def _session_options(settings: SessionSettings) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if settings.threads:
+        so.intra_op_num_threads = settings.threads
+    so.graph_optimization_level = {
+        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }[settings.optimization]
+    if settings.optimized_model_path is not None:
+        so.optimized_model_filepath = str(settings.optimized_model_path)
+    if not settings.spinning:
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if not settings.prepacking:
+        so.add_session_config_entry("session.disable_prepacking", "1")
+    if settings.profile_prefix:
+        so.enable_profiling = True
+        so.profile_file_prefix = settings.profile_prefix
+    return so
+
+
+def ort_session(model: Any, settings: SessionSettings | None = None, *, threads: int | None = None) -> Any:
+    """An ONNX Runtime session for ``model``: a path, serialized bytes or a ModelProto (one past the
+    2 GiB protobuf limit goes through a temporary file with external data). ``threads``, when
+    given, overrides ``settings.threads``."""
+    import onnxruntime as ort
+
+    settings = settings or SessionSettings()
+    if threads is not None:
+        settings = dataclasses.replace(settings, threads=threads)
+    so = _session_options(settings)
+    with session_source(model) as src:
+        return ort.InferenceSession(src, so, providers=list(settings.providers))
+
+
+# --------------------------------------------------------------------------- graph structure
+
+STANDARD_DOMAINS = ("", "ai.onnx")  # two spellings of the standard ONNX operator domain
+
+
+def opset_version(model: Any, domain: str = "") -> int:
+    """The opset version a ModelProto imports for ``domain`` ("" or "ai.onnx": the standard
+    domain); 0 when it imports none."""
+    domains = STANDARD_DOMAINS if domain in STANDARD_DOMAINS else (domain,)
+    return max((o.version for o in model.opset_import if o.domain in domains), default=0)
+
+
+def opset_imports(model: Any) -> list[Any]:
+    """Every opset a ModelProto imports (OperatorSetIdProto entries), e.g. for a model built
+    from part of its graph."""
+    return list(model.opset_import)
+
+
+def require_opset_import(model: Any, domain: str, version: int) -> None:
+    """Import ``domain`` at ``version`` unless the ModelProto already imports that domain (in place)."""
+    if not any(o.domain == domain for o in model.opset_import):
+        from onnx import helper
+
+        model.opset_import.append(helper.make_opsetid(domain, version))
+
+
+def _graph(model_or_graph: Any) -> Any:
+    graph = getattr(model_or_graph, "graph", None)  # a ModelProto has one; a GraphProto is one
+    return model_or_graph if graph is None else graph
+
+
+def graph_inputs(model_or_graph: Any) -> list[Any]:
+    """The inputs a caller feeds (ValueInfoProto, in graph order): the graph's inputs less its
+    initializers, which graphs written for opset < 9 list among the inputs too."""
+    g = _graph(model_or_graph)
+    inits = {t.name for t in g.initializer}
+    return [i for i in g.input if i.name not in inits]
+
+
+@dataclass(frozen=True)
+class NodeIndex:
+    """Who writes and who reads each tensor of a list of nodes (empty names, i.e. omitted optional
+    inputs and outputs, are left out)."""
+
+    producer: dict[str, Any]  # tensor -> the node writing it
+    consumers: dict[str, list[tuple[Any, int]]]  # tensor -> (node, input index) per read, in node order
+
+    def readers(self, tensor: str) -> list[Any]:
+        """The nodes reading ``tensor``, once per read (a node reading it twice is listed twice)."""
+        return [node for node, _ in self.consumers.get(tensor, ())]
+
+
+def node_index(nodes: Iterable[Any]) -> NodeIndex:
+    """The producer and consumers of every tensor of ``nodes`` (e.g. ``model.graph.node``)."""
+    producer: dict[str, Any] = {}
+    consumers: dict[str, list[tuple[Any, int]]] = {}
+    for node in nodes:
+        for out in node.output:
+            if out:
+                producer[out] = node
+        for i, name in enumerate(node.input):
+            if name:
+                consumers.setdefault(name, []).append((node, i))
+    return NodeIndex(producer, consumers)
+
+
+def topological_sort(nodes: Iterable[Any]) -> list[Any]:
+    """``nodes`` ordered so that each comes after the nodes writing its inputs, moving as little
+    as possible: a node whose inputs are ready when its turn comes keeps its place; one listed
+    before a producer of its inputs waits, and comes right after the node writing the last of
+    them (nodes waiting on one node: by that node's output order, then in list order), followed
+    at once by whatever was waiting on it in turn. So an already sorted list comes back as it
+    was, and a rewrite can list its new nodes first: each lands right after the tensor it reads
+    is written. A tensor no node in the list writes (graph input, initializer) is available from
+    the start. A cycle is a ModelLoadError."""
+    nodes = list(nodes)
+    written = set(node_index(nodes).producer)
+    done: set[str] = set()
+    missing: dict[int, int] = {}  # id(node) -> how many of its inputs are still to be written
+    waiting: dict[str, list[Any]] = {}  # tensor -> nodes waiting for it, in list order
+    order: list[Any] = []
+
+    def place(first: Any) -> None:
+        stack = [iter([first])]
+        while stack:
+            node = next(stack[-1], None)
+            if node is None:
+                stack.pop()
+                continue
+            order.append(node)
+            ready = []
+            for out in node.output:
+                done.add(out)
+                for other in waiting.pop(out, ()):
+                    missing[id(other)] -= 1
+                    if not missing[id(other)]:
+                        ready.append(other)
+            stack.append(iter(ready))
+
+    for node in nodes:
+        needs = {t for t in node.input if t and t in written and t not in done}
+        if not needs:
+            place(node)
+            continue
+        missing[id(node)] = len(needs)
+        for t in sorted(needs):
+            waiting.setdefault(t, []).append(node)
+    if len(order) != len(nodes):
+        placed = {id(n) for n in order}
+        stuck = next(n for n in nodes if id(n) not in placed)
+        raise ModelLoadError(f"the ONNX graph has a cycle: node '{stuck.name or stuck.op_type}' reads a tensor written "
+                             f"only downstream of itself ({len(nodes) - len(order)} node(s) cannot be ordered)")
+    return order

@@ -14,9 +14,7 @@ import numpy as np
 
 from vitedge.backends.base import Backend, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
 from vitedge.errors import BundleError, UsageError
-from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, copy_onnx
-
-_LEVELS = ("disabled", "basic", "extended", "all")
+from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, OPTIMIZATION_LEVELS, SessionSettings, copy_onnx, ort_session
 
 
 @dataclass(frozen=True)
@@ -33,25 +31,10 @@ class OnnxRuntimeOptions:
     def __post_init__(self) -> None:
         if not isinstance(self.fuse_attention, bool):
             raise UsageError(f"fuse_attention must be true or false, got {self.fuse_attention!r}")
-        if self.graph_optimization not in _LEVELS:
-            raise UsageError(f"graph_optimization must be one of {', '.join(_LEVELS)}, got '{self.graph_optimization}'")
+        if self.graph_optimization not in OPTIMIZATION_LEVELS:
+            raise UsageError(f"graph_optimization must be one of {', '.join(OPTIMIZATION_LEVELS)}, got '{self.graph_optimization}'")
         if self.threads < 0:
             raise UsageError(f"threads must be >= 0, got {self.threads}")
-
-
-def session_options(options: OnnxRuntimeOptions):
-    """Quiet ONNX Runtime session options at the profile's graph optimization level."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.graph_optimization_level = {
-        "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-    }[options.graph_optimization]
-    return so
 
 
 class OnnxRuntimeRunner(Runner):
@@ -64,13 +47,10 @@ class OnnxRuntimeRunner(Runner):
         self.session = None
 
     def open(self) -> None:
-        import onnxruntime as ort
-
-        so = session_options(self.options)
-        if self.threads:
-            so.intra_op_num_threads = self.threads
         try:
-            self.session = ort.InferenceSession(str(self.model_path), so, providers=["CPUExecutionProvider"])
+            self.session = ort_session(self.model_path, SessionSettings(threads=self.threads, optimization=self.options.graph_optimization))
+        except ImportError:
+            raise  # no onnxruntime: the caller names the package to install
         except Exception as err:
             raise BundleError(f"ONNX Runtime cannot load {self.model_path}: {str(err).splitlines()[0][:200]}") from err
         meta = self.session.get_modelmeta().custom_metadata_map  # no `onnx` import: runtime boxes lack it
@@ -156,14 +136,11 @@ def int8_layer_share(model_path: Path, options: OnnxRuntimeOptions) -> dict[str,
     import tempfile
 
     import onnx
-    import onnxruntime as ort
 
-    so = session_options(options)
     with tempfile.TemporaryDirectory(prefix="vitedge-ort-opt-") as tmp:
         out = Path(tmp) / "optimized.onnx"
-        so.optimized_model_filepath = str(out)
         try:
-            ort.InferenceSession(str(model_path), so, providers=["CPUExecutionProvider"])
+            ort_session(model_path, SessionSettings(optimization=options.graph_optimization, optimized_model_path=out))
             graph = onnx.load(str(out), load_external_data=False)
         except Exception as err:
             return {"int8": None, "other": None, "source": f"unavailable: {str(err).splitlines()[0][:120] if str(err) else type(err).__name__}"}

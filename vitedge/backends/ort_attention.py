@@ -31,6 +31,14 @@ from typing import Any
 
 import numpy as np
 
+from vitedge.onnxutil import (
+    SessionSettings,
+    node_index,
+    ort_session,
+    require_opset_import,
+    topological_sort,
+)
+
 MS_DOMAIN = "com.microsoft"
 LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Split", "Gather", "Slice", "Flatten", "Identity"})
 SCALE_OPS = frozenset({"Mul", "Div"})
@@ -83,12 +91,8 @@ class _Graph:
 
         g = model.graph
         self.model = model
-        self.producer = {o: n for n in g.node for o in n.output if o}
-        self.consumers: dict[str, list[Any]] = {}
-        for n in g.node:
-            for i in n.input:
-                if i:
-                    self.consumers.setdefault(i, []).append(n)
+        self.index = node_index(g.node)
+        self.producer = self.index.producer
         self.outputs = {o.name for o in g.output}
         self.numel: dict[str, int | None] = {}
         for t in g.initializer:
@@ -136,7 +140,7 @@ class _Graph:
         return tensor, path
 
     def only_consumer(self, tensor: str) -> Any | None:
-        users = self.consumers.get(tensor, [])
+        users = self.index.readers(tensor)
         return users[0] if len(users) == 1 and tensor not in self.outputs else None
 
 
@@ -163,9 +167,9 @@ def _find_cores(gr: _Graph) -> tuple[list[_Core], list[str]]:
         while (c := gr.only_consumer(probs)) is not None and _is_float_cast(c):
             cast_path.append(c)
             probs = c.output[0]
-        pv = [n for n in gr.consumers.get(probs, []) if n.op_type == "MatMul" and n.input[0] == probs]
+        pv = [n for n in gr.index.readers(probs) if n.op_type == "MatMul" and n.input[0] == probs]
         mm2 = pv[0] if len(pv) == 1 else None
-        quantized = any(u.op_type == "QuantizeLinear" for u in gr.consumers.get(s.output[0], [])) or (
+        quantized = any(u.op_type == "QuantizeLinear" for u in gr.index.readers(s.output[0])) or (
             mm1 is not None and any(gr.producer.get(i) is not None and gr.producer[i].op_type == "DequantizeLinear" for i in mm1.input))
         if quantized:
             skipped.append(f"{s.name}: Q/DQ inside the core (attention matmuls quantized)")
@@ -205,7 +209,7 @@ def _private(gr: _Graph, core: _Core) -> bool:
     intermediate = {o for n in core.nodes for o in n.output if o and o != core.output}
     if intermediate & gr.outputs:
         return False
-    needed = set(gr.outputs) | set(core.sources) | {i for u in gr.consumers.get(core.output, []) for i in u.input}
+    needed = set(gr.outputs) | set(core.sources) | {i for u in gr.index.readers(core.output) for i in u.input}
     live = [n for n in gr.model.graph.node if id(n) not in inside]
     while True:
         used = needed | {i for n in live for i in n.input if i}
@@ -237,8 +241,6 @@ def _capture(model: Any, tensors: list[str]) -> tuple[dict[str, np.ndarray], int
     import onnx
     from onnx import TensorProto, helper
 
-    from vitedge.onnxutil import ort_session
-
     m = onnx.ModelProto()
     m.CopyFrom(model)
     existing = {o.name for o in m.graph.output}
@@ -246,7 +248,7 @@ def _capture(model: Any, tensors: list[str]) -> tuple[dict[str, np.ndarray], int
         if t not in existing:
             m.graph.output.append(helper.make_tensor_value_info(t, TensorProto.FLOAT, None))
             existing.add(t)
-    sess = ort_session(m.SerializeToString(), optimize=False)  # the graph as written, no ORT rewrites
+    sess = ort_session(m.SerializeToString(), SessionSettings(optimization="disabled"))  # the graph as written, no ORT rewrites
     names = [o.name for o in sess.get_outputs()]
     feed, batch = _random_input(model)
     values = sess.run(None, feed)
@@ -367,8 +369,6 @@ def _rewrite(core: _Core, plan: _Plan, names: Any, inits: list[Any]) -> list[Any
 
 def fuse_attention(model: Any) -> AttentionFusion:
     """Replace every float attention core that checks out with MultiHeadAttention (in place)."""
-    from onnx import helper
-
     from vitedge.quantize.graph import NameScope, cleanup
 
     gr = _Graph(model)
@@ -384,7 +384,7 @@ def fuse_attention(model: Any) -> AttentionFusion:
 
     names = NameScope(model)
     g = model.graph
-    replace: dict[int, list[Any]] = {}  # id(node producing the output) -> new nodes
+    added: list[Any] = []  # the fused nodes; topological_sort puts each right after the tensors it reads
     drop: set[int] = set()
     inits: list[Any] = []
     heads_used = []
@@ -401,22 +401,16 @@ def fuse_attention(model: Any) -> AttentionFusion:
         if not _private(gr, c):
             skipped.append(f"{found.softmax.name}: its intermediate tensors are read outside the attention core")
             continue
-        replace[id(gr.producer[c.output])] = _rewrite(c, verdict, names, inits)
-        drop.update(id(n) for n in c.nodes)
+        added.extend(_rewrite(c, verdict, names, inits))
+        drop.update(id(n) for n in [*c.nodes, gr.producer[c.output]])
         heads_used.append(verdict.heads)
     if not heads_used:
         return AttentionFusion(candidates, 0, (), tuple(skipped))
 
-    ordered = []
-    for n in g.node:
-        if id(n) in replace:
-            ordered.extend(replace[id(n)])
-        elif id(n) not in drop:
-            ordered.append(n)
+    ordered = topological_sort(added + [n for n in g.node if id(n) not in drop])
     del g.node[:]
     g.node.extend(ordered)
     g.initializer.extend(inits)
-    if not any(o.domain == MS_DOMAIN for o in model.opset_import):
-        model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+    require_opset_import(model, MS_DOMAIN, 1)
     cleanup(model)
     return AttentionFusion(candidates, len(heads_used), tuple(heads_used), tuple(skipped))

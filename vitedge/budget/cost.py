@@ -82,16 +82,10 @@ def timing_session(src: Any, *, threads: int | None = None, profile_prefix: str 
     sessions' threads busy-wait while another session runs: on a loaded 2-core machine the FP32
     graph, whose GEMMs wait on both threads, measured 12-14 ms against 1.7 ms alone, which
     inflates every INT8-vs-FP32 ratio."""
-    import onnxruntime as ort
+    from vitedge.onnxutil import SessionSettings, ort_session
 
-    from vitedge.onnxutil import ort_session
-
-    so = ort.SessionOptions()
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    if profile_prefix:
-        so.enable_profiling = True
-        so.profile_file_prefix = profile_prefix
-    return ort_session(src, threads=threads, options=so)  # a path, bytes or a ModelProto (past 2 GB via external data)
+    settings = SessionSettings(threads=threads, spinning=False, profile_prefix=profile_prefix)
+    return ort_session(src, settings)  # a path, bytes or a ModelProto (past 2 GB via external data)
 
 
 def _node_times(model: Any, x: np.ndarray, runs: int, threads: int | None) -> dict[str, float]:

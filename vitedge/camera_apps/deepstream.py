@@ -59,12 +59,11 @@ def bake_for_nvinfer(src: Path, dst: Path, arith: NvinferArithmetic) -> None:
     import onnx
     from onnx import helper, numpy_helper
 
-    from vitedge.onnxutil import save_onnx
+    from vitedge.onnxutil import graph_inputs, save_onnx
 
     model = onnx.load(str(src))
     graph = model.graph
-    inits = {t.name for t in graph.initializer}
-    image = [i for i in graph.input if i.name not in inits][0]
+    image = graph_inputs(graph)[0]
     raw = image.name
     inner = "vitedge_nvinfer/normalised"
     for node in graph.node:

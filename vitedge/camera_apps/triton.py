@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.errors import BundleError
+from vitedge.onnxutil import graph_inputs
 
 
 @dataclass(frozen=True)
@@ -38,13 +39,12 @@ def _tensor_facts(onnx_path: Path) -> tuple[tuple[str, str, list[int]], tuple[st
 
     graph = onnx.load(str(onnx_path), load_external_data=False).graph
     types = {onnx.TensorProto.FLOAT: "TYPE_FP32", onnx.TensorProto.UINT8: "TYPE_UINT8", onnx.TensorProto.FLOAT16: "TYPE_FP16"}
-    inits = {t.name for t in graph.initializer}
 
     def facts(v):
         t = v.type.tensor_type
         return v.name, types[t.elem_type], [int(d.dim_value) for d in t.shape.dim[1:]]
 
-    return facts([i for i in graph.input if i.name not in inits][0]), facts(graph.output[0])
+    return facts(graph_inputs(graph)[0]), facts(graph.output[0])
 
 
 def config_text(manifest: Any, bundle: Path, name: str) -> str:

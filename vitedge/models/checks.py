@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from vitedge.errors import ModelLoadError, UsageError
+from vitedge.onnxutil import graph_inputs
 
 
 def check_finite_weights(tensors: Mapping[str, Any], where: str) -> None:
@@ -93,8 +94,7 @@ def check_onnx_is_vit(graph, where: str) -> None:
     if not ops & {"Softmax", "Attention", "MultiHeadAttention", "ScaledDotProductAttention"}:
         raise ModelLoadError(f"{where}: the ONNX graph has no attention (no Softmax or attention op), so it is not a Vision "
                              f"Transformer (ops: {', '.join(sorted(ops)[:8])}); vitedge builds ViTs only")
-    inits = {i.name for i in graph.initializer}
-    image = next(i for i in graph.input if i.name not in inits)
+    image = graph_inputs(graph)[0]
     batch = image.type.tensor_type.shape.dim[0] if image.type.tensor_type.shape.dim else None
     if batch is not None and batch.HasField("dim_value"):
         raise ModelLoadError(f"{where}: the ONNX input has a fixed batch of {batch.dim_value}; vitedge validates and serves "

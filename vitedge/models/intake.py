@@ -17,6 +17,7 @@ from vitedge.models import channels as chan
 from vitedge.models.formats import RawModel, read_model_file
 from vitedge.models.layouts import Layout, infer_layout
 from vitedge.models.presets import HEADS_BY_WIDTH, PRESETS, ArchPreset, get_preset, match_preset
+from vitedge.onnxutil import graph_inputs
 from vitedge.spec import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -583,8 +584,7 @@ def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
         spec = spec.with_changes(preprocess=pre, sources=dict(spec.sources, preprocess=pre_source))
         return LoadedModel(spec=spec, path=raw.path, onnx_path=raw.path)
     graph = model.graph
-    inits = {i.name for i in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in inits]
+    inputs = graph_inputs(graph)
     if len(inputs) != 1:
         raise ModelLoadError(f"{raw.path}: the ONNX graph has {len(inputs)} inputs; vitedge needs one image input")
     dims = [d.dim_value if d.HasField("dim_value") else None for d in inputs[0].type.tensor_type.shape.dim]
@@ -605,8 +605,9 @@ def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     ops = [n.op_type for n in graph.node]
     conv = next((n for n in graph.node if n.op_type == "Conv"), None)
     patch = embed = None
-    if conv is not None and conv.input[1] in inits:
-        w = next(i for i in graph.initializer if i.name == conv.input[1])
+    weights = {i.name: i for i in graph.initializer}
+    if conv is not None and conv.input[1] in weights:
+        w = weights[conv.input[1]]
         embed, patch = int(w.dims[0]), int(w.dims[-1])
     output_kind = opt.output_kind or ("embedding" if "embed" in graph.output[0].name.lower() else "logits")
     width = out_dims[-1] if out_dims and out_dims[-1] else None

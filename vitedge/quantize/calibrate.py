@@ -24,7 +24,7 @@ import numpy as np
 from vitedge.calibration._common import CalibrationSource, SourceSummary
 from vitedge.errors import CalibrationError, QuantizationError, UsageError
 from vitedge.fsutil import sha256_bytes
-from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata
+from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata, graph_inputs
 from vitedge.quantize import smoothquant, stats
 from vitedge.quantize.cache import CalibrationCache, cache_key
 from vitedge.quantize.config import QUANTIZER_VERSION, QuantConfig
@@ -268,11 +268,10 @@ class _Runner:
                 self.preprocess = ModelSpec.from_json(meta[SPEC_KEY]).preprocess
             except Exception as err:
                 raise QuantizationError("the graph takes uint8 frames but carries no vitedge.spec metadata to undo the normalisation: calibrate the float graph") from err
-        inits = {t.name for t in model.graph.initializer}
-        graph_inputs = [i for i in model.graph.input if i.name not in inits]
-        if len(graph_inputs) != 1:
-            raise QuantizationError(f"vitedge calibrates graphs with one image input; this one has {len(graph_inputs)}")
-        self.input = graph_inputs[0]
+        inputs = graph_inputs(model)
+        if len(inputs) != 1:
+            raise QuantizationError(f"vitedge calibrates graphs with one image input; this one has {len(inputs)}")
+        self.input = inputs[0]
         dims = self.input.type.tensor_type.shape.dim
         self.fixed_batch = dims[0].dim_value if len(dims) and dims[0].HasField("dim_value") else 0
         self.batch = self.fixed_batch or CALIBRATION_BATCH

@@ -46,10 +46,11 @@ def check_qdq_graph(model: Any) -> list[Violation]:
     """Every TensorRT explicit-quantization rule ``model`` (an onnx.ModelProto) breaks."""
     from onnx import TensorProto
 
-    from vitedge.quantize.graph import GraphIndex, attr, opset_of
+    from vitedge.onnxutil import opset_version
+    from vitedge.quantize.graph import GraphIndex, attr
 
     out: list[Violation] = []
-    opset = opset_of(model)
+    opset = opset_version(model)
     if opset < MIN_OPSET:
         out.append(Violation("opset", "", f"opset {opset} < {MIN_OPSET}: per-channel Q/DQ needs opset {MIN_OPSET}"))
     gi = GraphIndex(model)

@@ -19,7 +19,6 @@ post-norm), Hugging Face and hand-written ViTs:
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from vitedge.errors import QuantizationError
+from vitedge.onnxutil import graph_inputs, node_index, opset_imports, opset_version
 
 # Ops that only move or select data: a patch embedding's input reaches it through these.
 DATA_MOVEMENT = frozenset({
@@ -59,10 +59,6 @@ class QuantLayer:
                 "weight": self.weight, "weight_axis": self.weight_axis, "channels": self.channels}
 
 
-def opset_of(model: Any) -> int:
-    return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
-
-
 def attr(node: Any, name: str, default: Any = None) -> Any:
     from onnx import helper
 
@@ -79,16 +75,10 @@ class GraphIndex:
         self.model = model
         g = model.graph
         self.inits = {t.name: t for t in g.initializer}
-        self.producer: dict[str, Any] = {}
-        self.consumers: dict[str, list[tuple[Any, int]]] = defaultdict(list)
-        for node in g.node:
-            for out in node.output:
-                if out:
-                    self.producer[out] = node
-            for i, name in enumerate(node.input):
-                if name:
-                    self.consumers[name].append((node, i))
-        self.graph_inputs = [i.name for i in g.input if i.name not in self.inits]
+        index = node_index(g.node)
+        self.producer: dict[str, Any] = index.producer
+        self.consumers: dict[str, list[tuple[Any, int]]] = index.consumers
+        self.graph_inputs = [i.name for i in graph_inputs(g)]
         self.graph_outputs = {o.name for o in g.output}
         self.nodes_by_name = {n.name: n for n in g.node}
         self.const: set[str] = set(self.inits)
@@ -159,7 +149,7 @@ class GraphIndex:
         inputs = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in feeds.items()]
         out = helper.make_tensor_value_info(name, 0, None)
         graph = helper.make_graph(needed, "fold", inputs, [out])
-        sub = helper.make_model(graph, opset_imports=list(self.model.opset_import))
+        sub = helper.make_model(graph, opset_imports=opset_imports(self.model))
         return np.asarray(ReferenceEvaluator(sub).run(None, feeds)[0])
 
     # ------------------------------------------------------------------ topology
@@ -197,7 +187,7 @@ def prepare(model: Any) -> Any:
     are inferred (ranks let SmoothQuant follow channels through Transposes)."""
     import onnx
 
-    opset = opset_of(model)
+    opset = opset_version(model)
     if opset < 13:
         raise QuantizationError(f"the FP32 graph uses opset {opset}; per-channel Q/DQ needs opset 13 or newer: re-export it (vitedge export uses 17)")
     m = onnx.ModelProto()

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from vitedge.errors import UsageError
-from vitedge.onnxutil import save_onnx, set_metadata
+from vitedge.onnxutil import save_onnx, set_metadata, topological_sort
 from vitedge.quantize.calibrate import Calibration, calibrate
 from vitedge.quantize.checker import Violation, check_qdq_graph
 from vitedge.quantize.config import FLOAT_KINDS, LAYER_KINDS, QUANTIZER_VERSION, QuantConfig
@@ -112,8 +112,7 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
     names = NameScope(m)
     g = m.graph
     new_inits: list[Any] = []
-    front: list[Any] = []
-    after: dict[str, list[Any]] = {}
+    added: list[Any] = []  # new nodes; topological_sort puts each right after the tensor it reads
     act_dq: dict[str, str] = {}
     weight_dq: dict[tuple[str, int], str] = {}
 
@@ -130,7 +129,7 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
         new_inits.append(numpy_helper.from_array(np.array(0, dtype=np.int8), z_name))
         q = helper.make_node("QuantizeLinear", [tensor, s_name, z_name], [q_out], name=names(f"{tensor}_QuantizeLinear"))
         dq = helper.make_node("DequantizeLinear", [q_out, s_name, z_name], [dq_out], name=names(f"{tensor}_DequantizeLinear"))
-        (after.setdefault(tensor, []) if tensor in gi.producer else front).extend([q, dq])
+        added.extend([q, dq])
         act_dq[tensor] = dq_out
         return dq_out
 
@@ -147,7 +146,7 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
         new_inits.append(numpy_helper.from_array(q, q_name))
         new_inits.append(numpy_helper.from_array(scale, s_name))
         new_inits.append(numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int8), z_name))
-        front.append(helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [dq_out], axis=axis, name=names(f"{base}_DequantizeLinear")))
+        added.append(helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [dq_out], axis=axis, name=names(f"{base}_DequantizeLinear")))
         weight_dq[key] = dq_out
         return dq_out
 
@@ -160,11 +159,7 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
             node.input[0] = activation(layer.inputs[0])
             node.input[1] = activation(layer.inputs[1])
 
-    ordered = list(front)
-    for node in g.node:
-        ordered.append(node)
-        for o in node.output:
-            ordered.extend(after.get(o, ()))
+    ordered = topological_sort(added + list(g.node))
     del g.node[:]
     g.node.extend(ordered)
     g.initializer.extend(new_inits)

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from vitedge.onnxutil import topological_sort
 from vitedge.quantize.graph import GraphIndex, NameScope, SmoothSite, attr, cleanup
 
 S_MIN, S_MAX = 1e-5, 1e5
@@ -68,8 +69,7 @@ def apply(model: Any, sites: list[SmoothSite], scales: dict[str, np.ndarray]) ->
     names = NameScope(m)
     g = m.graph
     renamed: dict[str, str] = {}
-    new_nodes_after: dict[str, list[Any]] = {}  # producer output -> nodes to insert after it
-    front: list[Any] = []
+    added: list[Any] = []  # new Muls; topological_sort puts each right after the tensor it scales
     for site in sites:
         s = scales.get(site.norm)
         if s is None:
@@ -104,16 +104,9 @@ def apply(model: Any, sites: list[SmoothSite], scales: dict[str, np.ndarray]) ->
                 if node.input[0] == tensor:
                     node.input[0] = out
             renamed[tensor] = out
-            if tensor in gi.producer:
-                new_nodes_after.setdefault(tensor, []).append(mul)
-            else:
-                front.append(mul)
-    if new_nodes_after or front:
-        ordered = list(front)
-        for node in g.node:
-            ordered.append(node)
-            for o in node.output:
-                ordered.extend(new_nodes_after.get(o, ()))
+            added.append(mul)
+    if added:
+        ordered = topological_sort(added + list(g.node))
         del g.node[:]
         g.node.extend(ordered)
     cleanup(m)

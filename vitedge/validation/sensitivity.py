@@ -260,11 +260,10 @@ def _variant(prep: _Prepared, keep: set[str]) -> Any:
 
 
 def _input_feed(model: Any, inputs: np.ndarray, preprocess: Any) -> tuple[str, np.ndarray]:
-    from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata
+    from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata, graph_inputs
 
     meta = get_metadata(model)
-    inits = {t.name for t in model.graph.initializer}
-    name = next(i.name for i in model.graph.input if i.name not in inits)
+    name = graph_inputs(model)[0].name
     if meta.get(INPUT_FORMAT_KEY, FLOAT_NCHW) != UINT8_NHWC_RGB:
         return name, np.ascontiguousarray(inputs, dtype=np.float32)
     from vitedge.validation.inputs import to_uint8_frames
@@ -277,9 +276,9 @@ def _input_feed(model: Any, inputs: np.ndarray, preprocess: Any) -> tuple[str, n
 
 
 def _run(model: Any, name: str, feed: np.ndarray, batch: int, threads: int | None) -> np.ndarray:
-    from vitedge.onnxutil import ort_session
+    from vitedge.onnxutil import SessionSettings, ort_session
 
-    sess = ort_session(model, threads=threads, optimize=False)  # reference Q/DQ semantics, quick to open
+    sess = ort_session(model, SessionSettings(threads=threads, optimization="disabled"))  # reference Q/DQ semantics, quick to open
     outs = [np.asarray(sess.run(None, {name: feed[i : i + batch]})[0], dtype=np.float32) for i in range(0, len(feed), batch)]
     return np.concatenate(outs)
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from vitedge.onnxutil import NodeIndex, graph_inputs, node_index
+
 MHA_HEAD_SIZES = (16, 32, 64)
 MHA_MAX_TOKENS = 512
 SOURCE = "NVIDIA/TensorRT #3243, #2981, #4167, #3724 (field notes)"
@@ -50,15 +52,15 @@ def _scope(name: str) -> str:
     return name.rsplit("/", 1)[0] + "/" if "/" in name else ""
 
 
-def _matmul_after(tensor: str, consumers: dict[str, list[Any]]) -> Any:
+def _matmul_after(tensor: str, index: NodeIndex) -> Any:
     """The MatMul reading ``tensor`` directly or through one QuantizeLinear -> DequantizeLinear pair."""
-    for c in consumers.get(tensor, []):
+    for c in index.readers(tensor):
         if c.op_type == "MatMul":
             return c
         if c.op_type == "QuantizeLinear":
-            for dq in consumers.get(c.output[0], []):
+            for dq in index.readers(c.output[0]):
                 if dq.op_type == "DequantizeLinear":
-                    found = next((m for m in consumers.get(dq.output[0], []) if m.op_type == "MatMul"), None)
+                    found = next((m for m in index.readers(dq.output[0]) if m.op_type == "MatMul"), None)
                     if found is not None:
                         return found
     return None
@@ -71,11 +73,8 @@ def attention_blocks(model: Any) -> list[AttentionBlock]:
     from onnx import shape_inference
 
     nodes = list(model.graph.node)
-    producer = {o: n for n in nodes for o in n.output}
-    consumers: dict[str, list[Any]] = {}
-    for n in nodes:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    index = node_index(nodes)
+    producer = index.producer
     cores = []
     for sm in nodes:
         if sm.op_type != "Softmax":
@@ -83,7 +82,7 @@ def attention_blocks(model: Any) -> list[AttentionBlock]:
         qk = producer.get(sm.input[0])
         if qk is None or qk.op_type != "MatMul":
             continue
-        cores.append((sm, qk, _matmul_after(sm.output[0], consumers)))
+        cores.append((sm, qk, _matmul_after(sm.output[0], index)))
     if not cores:
         return []
 
@@ -91,10 +90,9 @@ def attention_blocks(model: Any) -> list[AttentionBlock]:
     try:
         m = onnx.ModelProto()
         m.CopyFrom(model)
-        graph_inputs = {i.name for i in m.graph.initializer}
-        for inp in m.graph.input:
+        for inp in graph_inputs(m):
             dims = inp.type.tensor_type.shape.dim
-            if inp.name not in graph_inputs and dims and not dims[0].HasField("dim_value"):
+            if dims and not dims[0].HasField("dim_value"):
                 dims[0].ClearField("dim_param")
                 dims[0].dim_value = 1
         inferred = shape_inference.infer_shapes(m, data_prop=True)

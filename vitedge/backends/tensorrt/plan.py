@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.errors import UsageError
+from vitedge.onnxutil import graph_inputs, opset_version
 
 FLOAT_PRECISIONS = ("fp16", "fp32")
 HARDWARE_COMPAT = ("none", "ampere_plus", "same_compute_capability")
@@ -198,17 +199,16 @@ class GraphFacts:
     def from_model(cls, model: Any) -> "GraphFacts":
         from onnx import TensorProto
 
-        inputs = {i.name for i in model.graph.initializer}
-        graph_inputs = [i for i in model.graph.input if i.name not in inputs]
-        if not graph_inputs:
+        inputs = graph_inputs(model)
+        if not inputs:
             raise UsageError("the Q/DQ graph has no input")
-        inp = graph_inputs[0]
+        inp = inputs[0]
         dims = [d.dim_value if d.HasField("dim_value") else None for d in inp.type.tensor_type.shape.dim]
         if len(dims) != 4 or any(d is None for d in dims[1:]):
             raise UsageError(f"the graph input '{inp.name}' must be 4-D with fixed per-sample dims (got {dims}); "
                              "TensorRT's optimization profile varies only the batch")
         elem = inp.type.tensor_type.elem_type
-        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+        opset = opset_version(model)
         return cls(
             input_name=inp.name,
             input_shape=tuple(int(d) for d in dims[1:]),

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from vitedge.errors import QuantizationError, UsageError
+from vitedge.onnxutil import opset_version
 
 TYPED_OPSET = 19  # QuantizeLinear / DequantizeLinear with float16 scales
 FP16_MAX = float(np.finfo(np.float16).max)
@@ -77,7 +78,7 @@ def make_strongly_typed(model: Any, *, float_precision: str = "fp16", layernorm_
 
     if float_precision not in ("fp16", "fp32"):
         raise UsageError(f"float_precision must be fp16 or fp32, got '{float_precision}'")
-    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = opset_version(model)
     report = TypedGraphReport(float_precision, layernorm_fp32, opset_from=opset, opset_to=opset)
     if float_precision == "fp32":
         return copy.deepcopy(model), report  # the Q/DQ graph is already typed FP32 outside the INT8 pairs
@@ -116,11 +117,6 @@ def make_strongly_typed(model: Any, *, float_precision: str = "fp16", layernorm_
     untyped = [o for n in g.node for o in n.output if o and o not in dtype]
     if untyped:
         raise QuantizationError(f"cannot type the graph for a strongly typed TensorRT network: no type known for '{untyped[0]}'")
-
-    consumers: dict[str, list[tuple[Any, int]]] = {}
-    for node in g.node:
-        for i, name in enumerate(node.input):
-            consumers.setdefault(name, []).append((node, i))
 
     current = dict(dtype)  # tensor -> its type in the rewritten graph
     cache: dict[tuple[str, int], str] = {}
