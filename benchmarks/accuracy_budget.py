@@ -143,7 +143,10 @@ def quantized_ops_ov(model) -> int:
 def nncf_runs(fp32_onnx: Path, calib_x: np.ndarray, val_x: np.ndarray, val_y: np.ndarray, smoothquant: bool) -> dict[str, Any]:
     import nncf
     import openvino as ov
-    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, AdvancedSmoothQuantParameters
+    from nncf.quantization.advanced_parameters import (
+        AdvancedQuantizationParameters,
+        AdvancedSmoothQuantParameters,
+    )
 
     ov_model = ov.convert_model(str(fp32_onnx))
     calib_ds = nncf.Dataset([calib_x[i:i + 1] for i in range(len(calib_x))])

@@ -51,6 +51,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 from timing import TIMED_PER_ROUND, interleaved_rounds  # noqa: E402 - the benchmarks folder is on the path now
+
 RESULTS = REPO / "benchmarks" / "results"
 warnings.filterwarnings("ignore")
 
@@ -68,8 +69,8 @@ def build_vitb(work: Path, calib_size: int):
     import torch
 
     from vitedge.budget import BudgetSettings
-    from vitedge.models.intake import IntakeOptions
     from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.models.intake import IntakeOptions
     from vitedge.ui import StageLog
 
     torch.manual_seed(0)

@@ -47,6 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 from timing import TIMED_PER_ROUND, interleaved_rounds  # noqa: E402 - the benchmarks folder is on the path now
+
 CALIB = REPO / "calibration" / "digits" / "calib"
 VAL = REPO / "calibration" / "digits" / "val"
 RESULTS = REPO / "benchmarks" / "results"

@@ -40,12 +40,12 @@ for _p in (str(REPO), str(EXAMPLES)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+import digits_data  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from PIL import Image  # noqa: E402
 
-import digits_data  # noqa: E402
 from vitedge.preprocess import image_to_uint8, preprocess_image  # noqa: E402
 from vitedge.spec import Preprocess  # noqa: E402
 

@@ -27,12 +27,12 @@ for _p in (str(_EXAMPLES.parent), str(_EXAMPLES)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+import digits_data  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-import digits_data  # noqa: E402
 import train_digits_vit as common  # noqa: E402
 from gray_vit import GrayViT  # noqa: E402
+
 from vitedge.preprocess import image_to_uint8  # noqa: E402
 from vitedge.spec import Preprocess  # noqa: E402
 

@@ -27,11 +27,11 @@ for _p in (str(_EXAMPLES.parent), str(_EXAMPLES)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-import torch  # noqa: E402
-
 import digits_data  # noqa: E402
+import torch  # noqa: E402
 import train_digits_vit as common  # noqa: E402
 from postnorm_vit import PostNormViT  # noqa: E402
+
 from vitedge.spec import Preprocess  # noqa: E402
 
 MODEL_KWARGS = {

@@ -11,13 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 
 from vitedge.budget import BudgetSettings, speed_verdict
-from vitedge.manifest import read_manifest
 from vitedge.build.pipeline import BuildRequest, run_build
+from vitedge.manifest import read_manifest
 from vitedge.ui import StageLog
-
-from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 
 DIGITS = EXAMPLES / "digits_vit.pt"
 pytestmark = pytest.mark.skipif(not DIGITS.exists(), reason="bundled example not present")
@@ -192,8 +191,9 @@ def test_impossible_budget_is_a_clear_failure(work, damaged, capsys):
 
 
 def _all_layers(bundle: Path) -> list[str]:
-    from vitedge.quantize.graph import GraphIndex, find_layers, prepare
     import onnx
+
+    from vitedge.quantize.graph import GraphIndex, find_layers, prepare
 
     return [l.name for l in find_layers(GraphIndex(prepare(onnx.load(str(bundle / "reference.fp32.onnx")))))]
 

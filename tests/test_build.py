@@ -13,15 +13,14 @@ from pathlib import Path
 
 import onnx
 import pytest
+from conftest import CALIB_DIR, EXAMPLES, REPO, VAL_DIR
 
 from vitedge.backends.ort_attention import fuse_attention
+from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.errors import UsageError
 from vitedge.fsutil import sha256_file
 from vitedge.manifest import read_manifest, verify_bundle
-from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.ui import StageLog
-
-from conftest import CALIB_DIR, EXAMPLES, REPO, VAL_DIR
 
 DIGITS = EXAMPLES / "digits_vit.pt"
 pytestmark = pytest.mark.skipif(not DIGITS.exists(), reason="bundled example not present")
@@ -196,7 +195,11 @@ def test_openvino_float_regions_follow_the_profile_and_the_reference_stays_f32(t
     its FP32 reference runs in f32 whatever the profile says, and the manifest records both."""
     import openvino as ov
 
-    from vitedge.backends.openvino import OpenVinoOptions, OpenVinoRunner, float_precision_used
+    from vitedge.backends.openvino import (
+        OpenVinoOptions,
+        OpenVinoRunner,
+        float_precision_used,
+    )
 
     root, _, _ = two_target_build
     bundle = root / "out" / "intel-cpu"

@@ -12,7 +12,12 @@ import pytest
 from PIL import Image
 
 from vitedge.calibration import _common
-from vitedge.calibration.sources import Batch, CalibrationSource, SourceSummary, open_source
+from vitedge.calibration.sources import (
+    Batch,
+    CalibrationSource,
+    SourceSummary,
+    open_source,
+)
 from vitedge.errors import CalibrationError, MissingDependencyError, UsageError
 from vitedge.preprocess import preprocess_array, preprocess_image
 from vitedge.spec import Preprocess

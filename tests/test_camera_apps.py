@@ -11,8 +11,8 @@ import shutil
 
 import numpy as np
 import pytest
-from helpers.jetson_devices import ORIN_NANO, complete_with_standin
 from helpers.cli import run_vitedge
+from helpers.jetson_devices import ORIN_NANO, complete_with_standin
 
 from vitedge.camera_apps.deepstream import BAKED_GRAPH, read_config
 from vitedge.manifest import read_manifest, verify_bundle

@@ -11,14 +11,14 @@ import json
 import numpy as np
 import pytest
 import torch
-from PIL import Image
-
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from helpers.cli import run_vitedge
+from PIL import Image
+
+from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.errors import CalibrationError, ModelLoadError
 from vitedge.manifest import read_manifest
 from vitedge.models.intake import IntakeOptions, load_model
-from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.preprocess import preprocess_array, preprocess_image
 from vitedge.runtime.frames import FrameError
 from vitedge.spec import Preprocess

@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import CALIB_DIR, EXAMPLES, REPO, VAL_DIR
 
 yaml = pytest.importorskip("yaml")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import click
 import pytest
-
 from conftest import REPO
+
 from vitedge.cli import COMMANDS, cli
 
 PACKAGE = REPO / "vitedge"

@@ -8,9 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from PIL import Image
 
-from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from vitedge.calibration.split import find_split, resolve_data
 
 LENIENT = ("--max-top1-drop", 100, "--min-agreement", 0)

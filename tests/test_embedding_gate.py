@@ -9,13 +9,12 @@ import subprocess
 import sys
 
 import pytest
+from conftest import CALIB_DIR
 
-from vitedge.manifest import read_manifest
 from vitedge.build.pipeline import BuildRequest, run_build
+from vitedge.manifest import read_manifest
 from vitedge.profiles import Thresholds
 from vitedge.ui import StageLog
-
-from conftest import CALIB_DIR
 
 
 @pytest.fixture(scope="module")

@@ -10,16 +10,22 @@ import json
 import numpy as np
 import onnx
 import pytest
+from conftest import CALIB_DIR
 
+from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.errors import BundleError, UsageError
 from vitedge.export import ExportOptions, export_onnx
 from vitedge.manifest import read_manifest, verify_bundle
 from vitedge.models.intake import load_model
-from vitedge.onnxutil import EXTERNAL_DATA_ENV, copy_onnx, external_data_files, onnx_sha256, ort_session, save_onnx
-from vitedge.build.pipeline import BuildRequest, run_build
+from vitedge.onnxutil import (
+    EXTERNAL_DATA_ENV,
+    copy_onnx,
+    external_data_files,
+    onnx_sha256,
+    ort_session,
+    save_onnx,
+)
 from vitedge.ui import StageLog
-
-from conftest import CALIB_DIR
 
 
 @pytest.fixture

@@ -13,11 +13,10 @@ import collections
 import re
 
 import pytest
+from conftest import CALIB_DIR, VAL_DIR
 
 from vitedge.errors import ModelLoadError, UsageError
 from vitedge.models.intake import IntakeOptions, load_model
-
-from conftest import CALIB_DIR, VAL_DIR
 
 # name -> (builder, input size, expected variant, heads the file says (None: from --num-heads), linear layers)
 FAMILIES = {
@@ -136,8 +135,8 @@ def test_family_builds_and_validates_on_both_cpu_targets(family_files, tmp_path,
     is coarse (a Swin of width 16 sits at 82-84% with logit cosine 0.99); a broken artifact
     scores near chance (10%)."""
     from vitedge.budget import BudgetSettings
-    from vitedge.manifest import verify_bundle
     from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.manifest import verify_bundle
     from vitedge.ui import StageLog
 
     _, path = family_files[name]

@@ -6,11 +6,10 @@ import json
 
 import pytest
 import torch
+from conftest import CUSTOM_VIT_SOURCE, EXAMPLES
 
 from vitedge.errors import ModelLoadError, UnsafePickleError, UsageError
 from vitedge.models.intake import IntakeOptions, load_model
-
-from conftest import CUSTOM_VIT_SOURCE, EXAMPLES
 
 
 def _same_output(a, b, shape):

@@ -9,7 +9,11 @@ import types
 import pytest
 
 from vitedge.validation import latency
-from vitedge.validation.latency import LatencySettings, measure_interleaved, measure_latency
+from vitedge.validation.latency import (
+    LatencySettings,
+    measure_interleaved,
+    measure_latency,
+)
 
 SWITCH_S = 0.1  # what a run costs right after the other model ran (its threads still spinning)
 RUN_S = 0.001  # what it costs otherwise

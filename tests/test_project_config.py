@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import CALIB_DIR, EXAMPLES
+
 from vitedge.errors import UsageError
 from vitedge.project_config import find_config, load_config, parse_config
 

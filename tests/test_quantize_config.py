@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from vitedge.errors import UsageError
-from vitedge.quantize import QuantConfig
-from vitedge.quantize import stats
+from vitedge.quantize import QuantConfig, stats
 
 
 @pytest.mark.parametrize("kwargs, message", [

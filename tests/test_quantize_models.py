@@ -7,7 +7,6 @@ import collections
 
 import numpy as np
 import pytest
-
 from helpers.quantize_models import MODELS, fp32_model, graph_io, run_ort, source_for
 
 # --------------------------------------------------------------------------- placement tests

@@ -7,7 +7,15 @@ import functools
 
 import numpy as np
 import pytest
-from helpers.quantize_models import CALIB_DIR, DIGITS_PT, VAL_DIR, bundled_model, fp32_model, run_ort, source_for
+from helpers.quantize_models import (
+    CALIB_DIR,
+    DIGITS_PT,
+    VAL_DIR,
+    bundled_model,
+    fp32_model,
+    run_ort,
+    source_for,
+)
 
 
 @functools.lru_cache(maxsize=None)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers.quantize_models import VAL_DIR, bundled_model, fp32_model, run_ort, source_for
+from helpers.quantize_models import (
+    VAL_DIR,
+    bundled_model,
+    fp32_model,
+    run_ort,
+    source_for,
+)
 
 
 def _val_images(spec, n=64):

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from PIL import Image
-
 from conftest import EXAMPLES, VAL_DIR
 from helpers.runtime_bundles import HEAVY, TARGETS
+from PIL import Image
 
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.preprocess import preprocess_array
 from vitedge.runtime import FrameError, Prediction, Predictions, load
+
 
 @pytest.fixture(scope="session")
 def val_set() -> tuple[list[np.ndarray], np.ndarray]:

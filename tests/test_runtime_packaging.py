@@ -9,10 +9,9 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 
 import pytest
-
+import tomllib
 from conftest import REPO, VAL_DIR
 from helpers.runtime_bundles import HEAVY
 

@@ -9,12 +9,22 @@ import json
 import shutil
 
 import pytest
-from helpers.jetson_devices import AGX_ORIN, ORIN_NX, ORIN_NANO, ORIN_NX_CARRIER, UNKNOWN, JETPACK5_ORIN, DESKTOP, complete_with_standin
+from helpers.jetson_devices import (
+    AGX_ORIN,
+    DESKTOP,
+    JETPACK5_ORIN,
+    ORIN_NANO,
+    ORIN_NX,
+    ORIN_NX_CARRIER,
+    UNKNOWN,
+    complete_with_standin,
+)
 
 from vitedge.backends.tensorrt.device import read_device_tree
 from vitedge.errors import BundleError, UsageError
-from vitedge.families import family_profile, list_families, select_member
+from vitedge.families import list_families, select_member
 from vitedge.manifest import read_manifest, verify_bundle
+from vitedge.profiles import family_profile
 
 JETSON_MEMBERS = ["jetson-orin", "jetson-orin-nx", "jetson-orin-nano"]
 

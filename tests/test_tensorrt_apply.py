@@ -12,8 +12,14 @@ from helpers.tensorrt_graphs import LN_NAMES
 from helpers.tensorrt_standin import make_fake_trt
 
 from vitedge.backends.tensorrt.build import apply_plan
-from vitedge.backends.tensorrt.plan import TensorRtOptions, capabilities_from_module, plan_build, reference_plan
+from vitedge.backends.tensorrt.plan import (
+    TensorRtOptions,
+    capabilities_from_module,
+    plan_build,
+    reference_plan,
+)
 from vitedge.errors import BundleError, UsageError
+
 
 def _run(tiny, version, options=TensorRtOptions(opt_batch=4), batch_sizes=(1, 4, 8), *, dla_cores=0, cache=None, plan_fn=None):
     path, graph = tiny

@@ -13,9 +13,8 @@ import numpy as np
 import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from helpers.cli import run_vitedge
-from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
-
 from helpers.jetson_devices import STANDIN_GPU
+from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
 
 from vitedge.backends.tensorrt.device import DeviceFacts
 from vitedge.errors import BundleError, IncompatibleEngineError, UsageError
@@ -257,7 +256,9 @@ def standin_installed(monkeypatch):
     """Install the stand-in as `tensorrt` (and cuda-python's runtime) for the CLI; returns a setter."""
     import sys
 
-    from vitedge.backends.tensorrt import device as tensorrt_device, runner as tensorrt_runner
+    from vitedge.backends.tensorrt import backend as tensorrt_backend
+    from vitedge.backends.tensorrt import device as tensorrt_device
+    from vitedge.backends.tensorrt import runner as tensorrt_runner
 
     def install(version="10.3.0", **fake):
         cudart = make_fake_cudart()
@@ -265,6 +266,7 @@ def standin_installed(monkeypatch):
         monkeypatch.setitem(sys.modules, "tensorrt", trt)
         monkeypatch.setattr(tensorrt_device, "cudart_module", lambda: cudart)
         monkeypatch.setattr(tensorrt_runner, "cudart_module", lambda: cudart)
+        monkeypatch.setattr(tensorrt_backend, "cudart_module", lambda: cudart)
         return trt
 
     return install
@@ -349,8 +351,17 @@ def test_engine_cli_completes_the_bundle_with_the_standin(planned, tmp_path, mon
 # -- the timing cache is keyed and checked by hash -----------------------------------------------
 
 def test_timing_cache_is_reused_only_when_key_and_hash_match(tmp_path, monkeypatch):
-    from vitedge.backends.tensorrt.bundle import _load_timing_cache, _store_user_cache, timing_cache_key, timing_cache_parts
-    from vitedge.backends.tensorrt.plan import TensorRtOptions, assumed_capabilities, plan_build
+    from vitedge.backends.tensorrt.bundle import (
+        _load_timing_cache,
+        _store_user_cache,
+        timing_cache_key,
+        timing_cache_parts,
+    )
+    from vitedge.backends.tensorrt.plan import (
+        TensorRtOptions,
+        assumed_capabilities,
+        plan_build,
+    )
     from vitedge.fsutil import sha256_bytes
 
     monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "user-cache"))

@@ -167,11 +167,11 @@ def test_cudart_from_either_cuda_python_layout(monkeypatch):
 
 
 def test_cuda_python_missing_or_incomplete_is_reported(monkeypatch):
+    import sys
+
     from vitedge.backends.tensorrt.backend import TensorRtBackend
     from vitedge.backends.tensorrt.device import cudart_module
     from vitedge.errors import MissingDependencyError
-
-    import sys
 
     monkeypatch.setitem(sys.modules, "tensorrt", make_fake_trt("10.3.0"))
     _cuda_package(monkeypatch)
@@ -189,8 +189,9 @@ def test_cuda_python_missing_or_incomplete_is_reported(monkeypatch):
 
 
 def test_the_tensorrt_extra_pins_the_cuda_python_range_the_runner_handles():
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     from vitedge.backends.tensorrt.device import CUDA_PYTHON_RANGE
 

@@ -12,11 +12,16 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
 from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
+from onnx import TensorProto, helper
 
 from vitedge.backends.tensorrt.build import apply_plan
-from vitedge.backends.tensorrt.plan import TensorRtOptions, assumed_capabilities, capabilities_from_module, plan_build
+from vitedge.backends.tensorrt.plan import (
+    TensorRtOptions,
+    assumed_capabilities,
+    capabilities_from_module,
+    plan_build,
+)
 from vitedge.backends.tensorrt.runner import TensorRtRunner
 from vitedge.errors import BundleError
 

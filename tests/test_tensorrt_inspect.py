@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 from helpers.tensorrt_standin import make_fake_trt
+from onnx import TensorProto, helper, numpy_helper
 
 from vitedge.backends.tensorrt.attention import attention_blocks, fusion_warnings
 from vitedge.backends.tensorrt.build import apply_plan
 from vitedge.backends.tensorrt.engine_inspect import one_line, summarize_layers
-from vitedge.backends.tensorrt.plan import TensorRtOptions, capabilities_from_module, plan_build
+from vitedge.backends.tensorrt.plan import (
+    TensorRtOptions,
+    capabilities_from_module,
+    plan_build,
+)
 
 
 def _io(dtype):

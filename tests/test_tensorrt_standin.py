@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
 
 

@@ -10,7 +10,6 @@ import json
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-
 from conftest import VAL_DIR
 from helpers.cli import run_cli
 
@@ -25,7 +24,10 @@ def _junit(path: Path) -> tuple[ET.Element, list[ET.Element]]:
 
 def test_validate_passes_and_writes_every_report(bundle, capsys, monkeypatch, tmp_path):
     from vitedge.manifest import read_manifest
-    from vitedge.validation.report import check_validation_document, matplotlib_available
+    from vitedge.validation.report import (
+        check_validation_document,
+        matplotlib_available,
+    )
 
     summary = tmp_path / "step-summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
@@ -142,6 +144,7 @@ def test_sensitivity_api_ranks_a_chosen_subset(built_bundle):
 
 def test_docs_describe_every_schema_key():
     from conftest import REPO
+
     from vitedge.validation import report
 
     text = (REPO / "docs" / "reports.md").read_text()

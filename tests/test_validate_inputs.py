@@ -7,7 +7,6 @@ import shutil
 
 import numpy as np
 import pytest
-
 from conftest import VAL_DIR
 from helpers.cli import run_cli
 

@@ -14,11 +14,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers.weight_range_probe import probe_graph, rel_error
 
 from vitedge.cpu import ANY_X86, VNNI, CpuInfo, check_requirement, read_cpu
-from vitedge.quantize.weight_range import CPU_REQUIREMENT, WEIGHT_RANGES, max_pair_sum, quantize_weight
+from vitedge.quantize.weight_range import (
+    CPU_REQUIREMENT,
+    WEIGHT_RANGES,
+    max_pair_sum,
+    quantize_weight,
+)
 
 CPU = read_cpu()
 

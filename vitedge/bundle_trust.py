@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import os
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.errors import BundleError
+from vitedge.fsutil import atomic_write_path
 
 SIGNATURE = "manifest.sig"
 KEY_ENV = "VITEDGE_SIGNING_KEY"
@@ -64,7 +66,6 @@ def signature_of(manifest_bytes: bytes, key: bytes) -> str:
 
 def sign(bundle: Path) -> Path | None:
     """Sign manifest.json with $VITEDGE_SIGNING_KEY (no key: nothing, and any stale signature goes)."""
-    from vitedge.fsutil import atomic_write_path
 
     sig = Path(bundle) / SIGNATURE
     key = _key()
@@ -94,7 +95,6 @@ def check_signature(bundle: Path) -> None:
 def locked_thresholds(manifest, profile_thresholds):
     """The gate's thresholds: those the build gated with, when it recorded them. Returns (thresholds, notes),
     a note for every threshold of manifest.json's profile that differs from the build's."""
-    import dataclasses
 
     recorded = ((manifest.validation or {}).get("thresholds") or {}) if isinstance(manifest.validation, dict) else {}
     if not isinstance(recorded, dict) or not recorded:

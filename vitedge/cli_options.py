@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
 
 from vitedge.cli_stats import stats_option
 from vitedge.errors import UsageError
+from vitedge.models.intake import IntakeOptions
+from vitedge.quantize.config import METHODS, QuantConfig
+from vitedge.quantize.weight_range import WEIGHT_RANGES
 from vitedge.spec import INTERPOLATIONS
 
 
@@ -51,7 +53,6 @@ MODEL_OPTION_NAMES = (
 
 def intake_options_from(kwargs: dict[str, Any]):
     """Pop the model flags out of a command's kwargs into IntakeOptions."""
-    from vitedge.models.intake import IntakeOptions
 
     values = {name: kwargs.pop(name, None) for name in MODEL_OPTION_NAMES}
     raw_kwargs = values.pop("model_kwargs")
@@ -127,13 +128,11 @@ class RegistryHelpOption(click.Option):
 
 
 def _methods() -> tuple[str, ...]:
-    from vitedge.quantize.config import METHODS
 
     return METHODS
 
 
 def _weight_ranges() -> tuple[str, ...]:
-    from vitedge.quantize.weight_range import WEIGHT_RANGES
 
     return WEIGHT_RANGES
 
@@ -141,7 +140,6 @@ def _weight_ranges() -> tuple[str, ...]:
 def quantizer_defaults() -> dict[str, Any]:
     """QuantConfig's defaults, for help texts: ``{method}``, ``{percentile}``, ``{smoothquant_alpha}``,
     ``{quantize_attention}`` (yes/no), ``{weight_range}``."""
-    from vitedge.quantize.config import QuantConfig
 
     d = QuantConfig()
     return {"method": d.method, "percentile": d.percentile, "smoothquant_alpha": d.smoothquant_alpha,

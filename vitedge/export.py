@@ -18,8 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from vitedge.errors import ExportError, UsageError
-from vitedge.models.intake import LoadedModel
+from vitedge.errors import ExportError, UsageError, environment_error
+from vitedge.models.intake import LoadedModel, _program_input_shape
 from vitedge.onnxutil import (
     FLOAT_NCHW,
     INPUT_FORMAT_KEY,
@@ -28,11 +28,13 @@ from vitedge.onnxutil import (
     SessionSettings,
     get_metadata,
     graph_inputs,
+    is_large,
     opset_version,
     ort_session,
     save_onnx,
     set_metadata,
 )
+from vitedge.preprocess import normalize
 from vitedge.spec import Preprocess
 
 MIN_OPSET = 17
@@ -138,8 +140,6 @@ def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str
     except ExportError:
         raise
     except Exception as err:
-        from vitedge.errors import environment_error
-
         known = environment_error(err)
         if known is not None:  # a full disk or an unwritable temp folder, not the model's fault
             raise known from err
@@ -167,7 +167,6 @@ def _no_mha_fastpath():
 
 
 def _program_batch(loaded: LoadedModel) -> int:
-    from vitedge.models.intake import _program_input_shape
 
     shape = _program_input_shape(loaded.module)
     return int(shape[0]) if shape else 1
@@ -208,7 +207,6 @@ def bake_preprocess(model, pre: Preprocess):
 def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str, options: ExportOptions) -> tuple[float, float]:
     import torch
 
-    from vitedge.preprocess import normalize
 
     h, w = loaded.spec.image_size
     rng = np.random.default_rng(options.seed)
@@ -244,7 +242,6 @@ def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str
 def _parity_settings(model) -> SessionSettings:
     """ONNX Runtime settings for the parity check: for a graph past 2 GB, no pre-packed second copy
     of the weights (the torch module and the graph are in memory already; vit_h_14 ran out of 24 GB)."""
-    from vitedge.onnxutil import is_large
 
     if not is_large(model):
         return SessionSettings()

@@ -8,7 +8,6 @@ plan per member; `vitedge engine BUNDLE` on the device picks the member with `se
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 import tomllib
@@ -49,28 +48,3 @@ def load_family(name: str) -> TargetFamily:
     except tomllib.TOMLDecodeError as err:
         raise ProfileError(f"{path}: not valid TOML ({err})") from None
     return parse_family(data, path)
-
-
-def family_profile(name: str):
-    """The TargetProfile `vitedge build --target FAMILY` builds with: the members' union of batch
-    sizes, the strictest accuracy gate, and every member's profile in its backend_options."""
-    from vitedge.profiles import TargetProfile, load_profile
-
-    fam = load_family(name)
-    members = [load_profile(p) for p in fam.profiles]
-    wrong = [m.name for m in members if m.backend != fam.backend]
-    if wrong:
-        raise ProfileError(f"{fam.source}: member profile {wrong[0]} is not a {fam.backend} profile")
-    quant = [m.quantization for m in members]
-    if any(q != quant[0] for q in quant):
-        raise ProfileError(f"{fam.source}: member profiles set different [quantization]; a family shares one Q/DQ graph")
-    thresholds = dataclasses.replace(
-        members[0].thresholds,
-        max_top1_drop=min(m.thresholds.max_top1_drop for m in members),
-        min_agreement=max(m.thresholds.min_agreement for m in members),
-    )
-    return TargetProfile(
-        name=fam.name, description=fam.description, backend=fam.backend, precision=members[0].precision,
-        batch_sizes=tuple(sorted({b for m in members for b in m.batch_sizes})), thresholds=thresholds,
-        backend_options=FamilyOptions(family=fam.to_dict(), members={m.name: m.to_dict() for m in members}),
-        quantization=dict(quant[0]), source=fam.source)

@@ -16,7 +16,7 @@ from typing import Any
 
 from vitedge import __version__, bundle_trust
 from vitedge.errors import BundleError
-from vitedge.fsutil import sha256_file
+from vitedge.fsutil import atomic_write_path, sha256_file
 from vitedge.manifest_sections import Section
 from vitedge.manifest_types import check_field_types
 from vitedge.spec import ModelSpec
@@ -101,7 +101,6 @@ class Manifest:
         }
 
     def write(self, bundle: Path) -> Path:
-        from vitedge.fsutil import atomic_write_path
 
         path = bundle / MANIFEST
         with atomic_write_path(path) as tmp:

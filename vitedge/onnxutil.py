@@ -87,7 +87,11 @@ def save_onnx(model: Any, path: Path, *, external: bool | None = None) -> None:
 def external_data_files(path: Path) -> list[Path]:
     """The external data files an ONNX file on disk refers to (none for a self-contained graph)."""
     import onnx
-    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+    from onnx.external_data_helper import (
+        ExternalDataInfo,
+        _get_all_tensors,
+        uses_external_data,
+    )
 
     path = Path(path)
     model = onnx.load(str(path), load_external_data=False)
@@ -351,3 +355,46 @@ def topological_sort(nodes: Iterable[Any]) -> list[Any]:
         raise ModelLoadError(f"the ONNX graph has a cycle: node '{stuck.name or stuck.op_type}' reads a tensor written "
                              f"only downstream of itself ({len(nodes) - len(order)} node(s) cannot be ordered)")
     return order
+
+
+def cleanup(model: Any) -> None:
+    """Drop nodes whose outputs nobody reads and initializers no node reads (in place)."""
+    g = model.graph
+    outputs = {o.name for o in g.output}
+    while True:
+        used = {i for n in g.node for i in n.input if i} | outputs
+        keep = [n for n in g.node if any(o in used for o in n.output if o)]
+        if len(keep) == len(g.node):
+            break
+        del g.node[:]
+        g.node.extend(keep)
+    used = {i for n in g.node for i in n.input if i} | outputs
+    inits = [t for t in g.initializer if t.name in used]
+    if len(inits) != len(g.initializer):
+        del g.initializer[:]
+        g.initializer.extend(inits)
+    produced = {o for n in g.node for o in n.output} | {t.name for t in g.initializer} | {i.name for i in g.input}
+    vis = [v for v in g.value_info if v.name in produced]
+    if len(vis) != len(g.value_info):
+        del g.value_info[:]
+        g.value_info.extend(vis)
+
+
+class NameScope:
+    """Unique tensor / node names for what a rewrite adds to a graph."""
+
+    def __init__(self, model: Any):
+        g = model.graph
+        self.used = {t.name for t in g.initializer} | {i.name for i in g.input} | {o.name for o in g.output}
+        for n in g.node:
+            self.used.add(n.name)
+            self.used.update(n.input)
+            self.used.update(n.output)
+
+    def __call__(self, base: str) -> str:
+        name, k = base, 1
+        while name in self.used:
+            name = f"{base}_{k}"
+            k += 1
+        self.used.add(name)
+        return name

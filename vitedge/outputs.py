@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from vitedge.errors import Interrupted, UsageError
+from vitedge.signals import exit_for
 from vitedge.swap import clean_debris, recover_swap
 
 WORK_PREFIXES = ("vitedge-build-", "vitedge-calibrate-", "vitedge-profile-")
@@ -87,7 +88,6 @@ def _check_holds_no_input(folder: Path, inputs: Iterable[Path | None]) -> None:
 def interrupted_after(done: list[tuple[str, Path]], left: list[tuple[str, Path]], err: BaseException) -> Interrupted:
     """Ctrl-C or SIGTERM during a multi-target build after some bundles were completed: an error that
     names them and says how to finish the rest."""
-    from vitedge.signals import exit_for
 
     what, code = exit_for(err)
     kept = ", ".join(f"{name} ({path})" for name, path in done)

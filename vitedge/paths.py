@@ -4,6 +4,7 @@ or the copies packaged inside the wheel (vitedge._data_targets, vitedge._data_ca
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
 _CHECKOUT = Path(__file__).resolve().parents[1]
@@ -13,7 +14,6 @@ def _find(folder: str, package: str) -> Path:
     local = _CHECKOUT / folder
     if local.is_dir():
         return local
-    from importlib import resources
 
     return Path(str(resources.files(package)))
 

@@ -8,7 +8,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vitedge.errors import BundleError, UsageError
+from vitedge.validation.run import check_labels
 
 
 def check_utf8(paths: dict[str, Path | None]) -> None:
@@ -63,8 +66,6 @@ def check_data_labels(source: Any, spec: Any) -> None:
     """Labels beyond the model's classes, found when the data is opened rather than after calibration."""
     labels = source.labels
     if labels and spec.output_kind == "logits" and spec.num_classes:
-        import numpy as np
 
-        from vitedge.validation.run import check_labels
 
         check_labels(np.asarray(labels), int(spec.num_classes), source.summary.path)

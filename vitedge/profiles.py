@@ -10,13 +10,19 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import tomllib
+
+from vitedge.backends import get_backend, list_backends
+from vitedge.backends.tensorrt.members import FamilyOptions
+from vitedge.cpu import read_cpu
 from vitedge.errors import ProfileError, UsageError
+from vitedge.families import is_family, list_families, load_family
 from vitedge.paths import targets_dir
+from vitedge.quantize.config import QuantConfig
 
 PRECISIONS = ("int8",)
 
@@ -74,7 +80,6 @@ class Thresholds:
         min_speedup_without_vnni on an x86 CPU without VNNI/AMX."""
         if self.min_speedup_without_vnni is None:
             return self.min_speedup, ""
-        from vitedge.cpu import read_cpu
 
         cpu = cpu or read_cpu()
         if cpu.is_x86 and cpu.int8_dot_product is False:
@@ -131,7 +136,6 @@ def resolve_profile_path(name_or_path: str) -> Path:
         return candidate
     path = targets_dir() / f"{name_or_path}.toml"
     if not path.is_file():
-        from vitedge.families import list_families
 
         known = ", ".join([p.stem for p in list_profiles()] + [p.stem for p in list_families()])
         raise ProfileError(f"unknown target '{name_or_path}'; known targets: {known} (or pass a path to your own .toml)")
@@ -139,7 +143,6 @@ def resolve_profile_path(name_or_path: str) -> Path:
 
 
 def load_profile(name_or_path: str) -> TargetProfile:
-    from vitedge.families import family_profile, is_family
 
     if is_family(name_or_path):  # jetson, nvidia-gpu: one bundle for several device profiles
         return family_profile(name_or_path)
@@ -158,7 +161,6 @@ def _type_error(path: Path, key: str, expected: str, value: Any) -> ProfileError
 
 
 def parse_profile(data: dict[str, Any], path: Path) -> TargetProfile:
-    from vitedge.backends import get_backend, list_backends
 
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
@@ -227,10 +229,6 @@ def _expected_types(f: dataclasses.Field) -> tuple[type, ...]:
 
 
 def _check_quantization_keys(quant: dict[str, Any], path: Path) -> None:
-    try:
-        from vitedge.quantize.config import QuantConfig
-    except ImportError:  # the quantizer is not importable: nothing to check against
-        return
     allowed = {f.name for f in dataclasses.fields(QuantConfig)}
     for key in quant:
         if key not in allowed:
@@ -241,3 +239,27 @@ def _check_quantization_keys(quant: dict[str, Any], path: Path) -> None:
         # QuantConfig names CLI flags; here the value came from the profile, so name its key
         text = re.sub(r"--([a-z-]+)", lambda m: "quantization." + m.group(1).replace("-", "_"), str(err))
         raise ProfileError(f"{path}: [quantization] {text}") from None
+
+
+def family_profile(name: str):
+    """The TargetProfile `vitedge build --target FAMILY` builds with: the members' union of batch
+    sizes, the strictest accuracy gate, and every member's profile in its backend_options."""
+
+    fam = load_family(name)
+    members = [load_profile(p) for p in fam.profiles]
+    wrong = [m.name for m in members if m.backend != fam.backend]
+    if wrong:
+        raise ProfileError(f"{fam.source}: member profile {wrong[0]} is not a {fam.backend} profile")
+    quant = [m.quantization for m in members]
+    if any(q != quant[0] for q in quant):
+        raise ProfileError(f"{fam.source}: member profiles set different [quantization]; a family shares one Q/DQ graph")
+    thresholds = dataclasses.replace(
+        members[0].thresholds,
+        max_top1_drop=min(m.thresholds.max_top1_drop for m in members),
+        min_agreement=max(m.thresholds.min_agreement for m in members),
+    )
+    return TargetProfile(
+        name=fam.name, description=fam.description, backend=fam.backend, precision=members[0].precision,
+        batch_sizes=tuple(sorted({b for m in members for b in m.batch_sizes})), thresholds=thresholds,
+        backend_options=FamilyOptions(family=fam.to_dict(), members={m.name: m.to_dict() for m in members}),
+        quantization=dict(quant[0]), source=fam.source)

@@ -14,13 +14,18 @@ import dataclasses
 import functools
 import json
 import os
-import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import click
+import tomllib
+from click.core import ParameterSource
+
+from vitedge.build.pipeline import BuildRequest, bundle_dirs
 from vitedge.errors import UsageError
+from vitedge.profiles import Thresholds
 
 CONFIG_NAME = "vitedge.toml"
 PYPROJECT = "pyproject.toml"
@@ -161,14 +166,12 @@ def parse_config(data: dict[str, Any], path: Path, table: str | None = None) -> 
 
 
 def _threshold_names(dash: bool = False) -> set[str]:
-    from vitedge.profiles import Thresholds
 
     names = {f.name for f in dataclasses.fields(Thresholds)}
     return {n.replace("_", "-") for n in names} if dash else names
 
 
 def _thresholds(value: Any, where: str, raw: str, values: dict[str, Any], keys: dict[str, str]) -> None:
-    from vitedge.profiles import Thresholds
 
     if not isinstance(value, dict):
         raise UsageError(f"{where}: '{raw}' must be a table ([thresholds]), got {value!r}")
@@ -268,8 +271,6 @@ class Setting:
 
 def merge(ctx, kwargs: dict[str, Any], config: ProjectConfig | None) -> list[Setting]:
     """Fill kwargs from the config where no flag was given; return every setting and where it came from."""
-    import click
-    from click.core import ParameterSource
 
     settings = []
     for p in ctx.command.params:
@@ -288,7 +289,6 @@ def merge(ctx, kwargs: dict[str, Any], config: ProjectConfig | None) -> list[Set
 
 def _cast(ctx, param, value: Any, config: ProjectConfig) -> Any:
     """Check the value against the flag's own type (choices, ranges)."""
-    import click
 
     if isinstance(value, Path) or param.name in ("targets", "model_class", "model_kwargs"):
         return value
@@ -325,7 +325,6 @@ def with_project_config(require: Callable[[dict[str, Any], ProjectConfig | None]
     """Decorator for a click command (placed right under @click.command): adds --config (and
     --dry-run), fills the parameters no flag set from the project config, runs ``require`` on
     the result (to name what is still missing) and, with --dry-run, prints the settings instead."""
-    import click
 
     def deco(func: Callable) -> Callable:
         @functools.wraps(func)
@@ -371,7 +370,6 @@ def require_build(kwargs: dict[str, Any], config: ProjectConfig | None) -> None:
 
 def config_bundles(config: ProjectConfig | None) -> list[Path]:
     """The bundle folders a build with this config writes (for `vitedge validate` with no BUNDLE)."""
-    from vitedge.build.pipeline import BuildRequest, bundle_dirs
 
     if config is None:
         raise UsageError(f"pass BUNDLE (a folder written by `vitedge build`), or run where a {CONFIG_NAME} names "

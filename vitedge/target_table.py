@@ -8,6 +8,11 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
+from vitedge.backends import get_backend
+from vitedge.errors import VitedgeError
+from vitedge.families import list_families
+from vitedge.profiles import family_profile, list_profiles, load_profile
+
 WIDTH = 80
 STATUS_TEXT = {"ready": "builds, runs", "bundle-only": "bundle only", "unavailable": "cannot build", "invalid": "invalid"}
 
@@ -52,7 +57,6 @@ def _note(notes: list[str], text: str | None) -> int | None:
 
 
 def _status(backend_name: str, notes: list[str]) -> tuple[str, str, int | None]:
-    from vitedge.backends import get_backend
 
     backend = get_backend(backend_name)
     env = backend.check_environment()
@@ -67,9 +71,6 @@ def _status(backend_name: str, notes: list[str]) -> tuple[str, str, int | None]:
 
 
 def collect() -> TargetListing:
-    from vitedge.errors import VitedgeError
-    from vitedge.families import family_profile, list_families
-    from vitedge.profiles import list_profiles, load_profile
 
     rows: list[TargetRow] = []
     notes: list[str] = []

@@ -8,6 +8,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from rich.console import Console
+
 
 @dataclass
 class StageLog:
@@ -21,7 +23,6 @@ class StageLog:
     _nested: list[float] = field(default_factory=list, repr=False)  # per open stage: seconds spent in stages inside it
 
     def _console(self):
-        from rich.console import Console
 
         return Console(stderr=True, highlight=False)
 

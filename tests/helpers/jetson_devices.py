@@ -4,7 +4,6 @@ report on each) and the stand-in completion of a bundle on one of them."""
 from __future__ import annotations
 
 from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
-
 from vitedge.backends.tensorrt.device import DeviceFacts
 
 

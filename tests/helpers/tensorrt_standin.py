@@ -446,9 +446,9 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
         @property
         def session(self):
             if self._session is None:  # ONNX Runtime stands in for the GPU kernels
-                import onnxruntime as ort
-
                 import base64
+
+                import onnxruntime as ort
 
                 self._session = ort.InferenceSession(base64.b64decode(self.note["onnx"]), providers=["CPUExecutionProvider"])
                 i, o = self._session.get_inputs()[0], self._session.get_outputs()[0]

@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from conftest import CALIB_DIR, CUSTOM_VIT_SOURCE, VAL_DIR
 from rel_cli import assert_one_line, cli, debris
 
@@ -93,6 +92,7 @@ def _model_class(ws: Ws, body: str) -> list:
 def _custom_sd(ws: Ws) -> Path:
     """A state_dict of conftest's TinyViT (what --model-class cases load)."""
     import importlib.util
+
     import torch
 
     src = ws.write("tiny_src.py", CUSTOM_VIT_SOURCE)

@@ -14,7 +14,6 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from conftest import CALIB_DIR, VAL_DIR
 from rel_cli import assert_one_line, cli, debris, snapshot
 
@@ -130,7 +129,7 @@ def _bug(*_a, **_k):
 
 
 def test_a_bug_is_exit_3_in_one_line(monkeypatch, tmp_path):
-    monkeypatch.setattr("vitedge.profiles.list_profiles", _bug)
+    monkeypatch.setattr("vitedge.target_table.list_profiles", _bug)
     run = cli("targets", cwd=tmp_path)
     assert_one_line(run, 3, "internal error", "ZeroDivisionError", "--debug")
 
@@ -138,7 +137,7 @@ def test_a_bug_is_exit_3_in_one_line(monkeypatch, tmp_path):
 def test_debug_shows_the_traceback_and_keeps_the_exit_code(monkeypatch, tmp_path):
     run = cli("--debug", "inspect", tmp_path / "missing.pt")
     assert run.code == 2 and "Traceback" in run.err and run.lines[-1].startswith("vitedge: error:")
-    monkeypatch.setattr("vitedge.profiles.list_profiles", _bug)
+    monkeypatch.setattr("vitedge.target_table.list_profiles", _bug)
     run = cli("--debug", "targets")
     assert run.code == 3 and "Traceback" in run.err and "ZeroDivisionError" in run.err
 
@@ -147,7 +146,7 @@ def test_interrupt_is_130_and_leaves_nothing(monkeypatch, timm_vit, tmp_path):
     def interrupted(*_a, **_k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("vitedge.models.intake.load_model", interrupted)
+    monkeypatch.setattr("vitedge.build.pipeline.load_model", interrupted)
     run = cli("build", timm_vit[1], "-t", "onnx", "--calib", CALIB_DIR, "-o", tmp_path / "out", "-q", "--cache-dir", tmp_path / "cache")
     assert_one_line(run, 130, "interrupted")
     assert not (tmp_path / "out").exists() and debris(tmp_path) == []

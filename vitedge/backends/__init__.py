@@ -4,6 +4,14 @@
 Backend modules import their runtime (openvino, tensorrt) only when used.
 """
 
-from vitedge.backends.base import Backend, BuildContext, BuiltArtifact, EnvironmentStatus, Runner, get_backend, list_backends
+from vitedge.backends.base import (
+    Backend,
+    BuildContext,
+    BuiltArtifact,
+    EnvironmentStatus,
+    Runner,
+    get_backend,
+    list_backends,
+)
 
 __all__ = ["Backend", "BuildContext", "BuiltArtifact", "EnvironmentStatus", "Runner", "get_backend", "list_backends"]

@@ -6,15 +6,31 @@ anything else that reads ONNX QuantizeLinear/DequantizeLinear.
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vitedge.backends.base import Backend, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
+from vitedge.backends.base import (
+    Backend,
+    BuildContext,
+    BuiltArtifact,
+    EnvironmentStatus,
+    Runner,
+)
+from vitedge.backends.ort_attention import fuse_attention
 from vitedge.errors import BundleError, UsageError
-from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, OPTIMIZATION_LEVELS, SessionSettings, copy_onnx, ort_session
+from vitedge.onnxutil import (
+    FLOAT_NCHW,
+    INPUT_FORMAT_KEY,
+    OPTIMIZATION_LEVELS,
+    SessionSettings,
+    copy_onnx,
+    ort_session,
+    save_onnx,
+)
 
 
 @dataclass(frozen=True)
@@ -109,8 +125,6 @@ class OnnxRuntimeBackend(Backend):
         """Write the Q/DQ graph with its float attention cores fused; returns what was fused."""
         import onnx
 
-        from vitedge.backends.ort_attention import fuse_attention
-        from vitedge.onnxutil import save_onnx
 
         graph = onnx.load(str(ctx.qdq_path))
         report = fuse_attention(graph)
@@ -133,7 +147,6 @@ _FLOAT_OPS = ("MatMul", "Gemm", "Conv", "FusedMatMul", "FusedGemm", "FusedConv",
 def int8_layer_share(model_path: Path, options: OnnxRuntimeOptions) -> dict[str, Any]:
     """How many matrix ops run in INT8, read from the graph ONNX Runtime itself optimized for
     this CPU (``SessionOptions.optimized_model_filepath``), not from the Q/DQ pattern."""
-    import tempfile
 
     import onnx
 

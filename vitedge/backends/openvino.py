@@ -20,9 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.backends.base import Backend, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
+from vitedge.backends.base import (
+    Backend,
+    BuildContext,
+    BuiltArtifact,
+    EnvironmentStatus,
+    Runner,
+)
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
-from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB
+from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, get_metadata
 
 _HINTS = ("LATENCY", "THROUGHPUT")
 _FLOAT_PRECISIONS = ("f32", "bf16")
@@ -162,7 +168,6 @@ class OpenVinoBackend(Backend):
         ov = _ov()
         import onnx
 
-        from vitedge.onnxutil import get_metadata
 
         fmt = get_metadata(onnx.load(str(ctx.qdq_path), load_external_data=False)).get(INPUT_FORMAT_KEY, FLOAT_NCHW)
         for src, stem, role in ((ctx.qdq_path, "model", "int8"), (ctx.fp32_path, "reference.fp32", REFERENCE_ROLE)):

@@ -32,7 +32,9 @@ from typing import Any
 import numpy as np
 
 from vitedge.onnxutil import (
+    NameScope,
     SessionSettings,
+    cleanup,
     node_index,
     ort_session,
     require_opset_import,
@@ -369,7 +371,6 @@ def _rewrite(core: _Core, plan: _Plan, names: Any, inits: list[Any]) -> list[Any
 
 def fuse_attention(model: Any) -> AttentionFusion:
     """Replace every float attention core that checks out with MultiHeadAttention (in place)."""
-    from vitedge.quantize.graph import NameScope, cleanup
 
     gr = _Graph(model)
     cores, skipped = _find_cores(gr)

@@ -37,15 +37,27 @@ candidates, the cache key, the summary in the manifest) is ``vitedge.budget.rank
 Heavy imports (onnx, onnxruntime, matplotlib) happen inside the functions.
 """
 
-from vitedge.budget.settings import BUDGET_VERSION, DEFAULT_MAX_EVALS, DEFAULT_SENSITIVITY_SAMPLES, SCHEDULES, BudgetSettings
-from vitedge.budget.report import budget_criterion, budget_markdown, budget_plot, describe_record, write_budget_report
-from vitedge.budget.record import RUNTIME, BudgetResult, Evaluation, LayerCost
+from vitedge.budget.cost import float_layers, measure_costs, timing_session
 from vitedge.budget.evaluate import Evaluator, RuntimeOpener, strictest, target_runtimes
 from vitedge.budget.rank import SensitivityCache, rank_layers, sensitivity_key
-from vitedge.budget.search import meet_budget
-from vitedge.budget.cost import float_layers, measure_costs, timing_session
-from vitedge.budget.speed import record_speed_verdict, speed_verdict
+from vitedge.budget.record import RUNTIME, BudgetResult, Evaluation, LayerCost
+from vitedge.budget.report import (
+    budget_criterion,
+    budget_markdown,
+    budget_plot,
+    describe_record,
+    write_budget_report,
+)
 from vitedge.budget.run import BudgetJob, BudgetNotMet, run_budget
+from vitedge.budget.search import meet_budget
+from vitedge.budget.settings import (
+    BUDGET_VERSION,
+    DEFAULT_MAX_EVALS,
+    DEFAULT_SENSITIVITY_SAMPLES,
+    SCHEDULES,
+    BudgetSettings,
+)
+from vitedge.budget.speed import record_speed_verdict, speed_verdict
 
 __all__ = [
     "BUDGET_VERSION", "DEFAULT_MAX_EVALS", "DEFAULT_SENSITIVITY_SAMPLES", "RUNTIME", "SCHEDULES",

@@ -9,12 +9,18 @@ Heavy imports (onnxruntime) happen inside the functions.
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from vitedge.budget.record import BudgetResult, LayerCost
+from vitedge.onnxutil import SessionSettings, ort_session
+from vitedge.outputs import work_prefix
+from vitedge.quantize.qdq import build_qdq
+from vitedge.validation.latency import LatencySettings, measure_interleaved
 
 
 def float_layers(result: BudgetResult) -> list[LayerCost]:
@@ -44,12 +50,10 @@ def measure_costs(result: BudgetResult, fp32: Any, example: np.ndarray, *, threa
 
     ``example`` is one model-ready input (1 x C x H x W). Only layers the budget returned get a
     measured cost; pinned and config layers are listed without one."""
-    from vitedge.validation.latency import LatencySettings, measure_interleaved
 
     result.costs = float_layers(result)
     if result.status != "fallback":
         return
-    from vitedge.quantize.qdq import build_qdq
 
     x = np.ascontiguousarray(example[:1], dtype=np.float32)
     int8 = build_qdq(result.graph.calibration, keep_float=result.pinned)  # the full INT8 graph (pins respected)
@@ -82,7 +86,6 @@ def timing_session(src: Any, *, threads: int | None = None, profile_prefix: str 
     sessions' threads busy-wait while another session runs: on a loaded 2-core machine the FP32
     graph, whose GEMMs wait on both threads, measured 12-14 ms against 1.7 ms alone, which
     inflates every INT8-vs-FP32 ratio."""
-    from vitedge.onnxutil import SessionSettings, ort_session
 
     settings = SessionSettings(threads=threads, spinning=False, profile_prefix=profile_prefix)
     return ort_session(src, settings)  # a path, bytes or a ModelProto (past 2 GB via external data)
@@ -90,10 +93,7 @@ def timing_session(src: Any, *, threads: int | None = None, profile_prefix: str 
 
 def _node_times(model: Any, x: np.ndarray, runs: int, threads: int | None) -> dict[str, float]:
     """Median kernel time (us) per node name from ONNX Runtime's profiler."""
-    import os
-    import tempfile
 
-    from vitedge.outputs import work_prefix
 
     with tempfile.TemporaryDirectory(prefix=work_prefix("profile")) as tmp:
         sess = timing_session(model, threads=threads, profile_prefix=os.path.join(tmp, "ort"))

@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vitedge.onnxutil import ort_session, save_onnx
 from vitedge.profiles import TargetProfile
 from vitedge.ui import StageLog
-
+from vitedge.validation.accuracy import compare_embeddings, compare_logits
+from vitedge.validation.embedding_gate import ACCURACY_GATE_NAMES
+from vitedge.validation.run import evaluate_gate
 
 _EVAL_BATCH = 64
 _MEMO_BYTES = 512 * 2**20  # keep the validation inputs in memory up to this size
@@ -62,14 +66,12 @@ class Evaluator:
 
     def _infer_fn(self, model: Any, opener: Callable[[Path], Any] | None, tmp: Path) -> tuple[Callable[[np.ndarray], np.ndarray], Any]:
         if opener is None:
-            from vitedge.onnxutil import ort_session
 
             sess = ort_session(Path(model) if isinstance(model, str) else model, threads=self.threads)  # past 2 GB via external data
             name = sess.get_inputs()[0].name
             return (lambda x: sess.run(None, {name: x})[0]), None
         path = Path(model) if isinstance(model, (str, Path)) else tmp / "candidate.onnx"
         if not isinstance(model, (str, Path)):
-            from vitedge.onnxutil import save_onnx
 
             save_onnx(model, path)
         runner = opener(path)
@@ -78,7 +80,6 @@ class Evaluator:
 
     def _outputs(self, model: Any, opener: Callable[[Path], Any] | None = None,
                  stop: Callable[[np.ndarray], str | None] | None = None, ref: np.ndarray | None = None) -> tuple[np.ndarray, str | None]:
-        import tempfile
 
         outs, labels, labelled = [], [], True
         reason = None
@@ -139,7 +140,6 @@ class Evaluator:
     def accuracy(self, model: Any, *, early_stop: bool = True) -> dict[str, Any]:
         """Accuracy of ``model`` vs FP32. With ``early_stop`` (classifiers), the run stops as soon as the
         budget is certainly missed; the figures then cover the items run (``samples``)."""
-        from vitedge.validation.accuracy import compare_embeddings, compare_logits
 
         stop = self._certain_miss if early_stop and self.output_kind != "embedding" else None
         per_runtime: dict[str, dict[str, Any]] = {}
@@ -178,8 +178,6 @@ class Evaluator:
 
     def verdict(self, accuracy: dict[str, Any]) -> tuple[bool, list[str]]:
         """The build gate's own accuracy rows (speed rows are not the budget's)."""
-        from vitedge.validation.embedding_gate import ACCURACY_GATE_NAMES
-        from vitedge.validation.run import evaluate_gate
 
         if accuracy.get("stopped_early"):
             return False, [accuracy["stopped_early"]]

@@ -12,6 +12,9 @@ from typing import Any
 
 from vitedge.budget.record import BudgetResult
 from vitedge.budget.settings import BUDGET_VERSION, BudgetSettings
+from vitedge.fsutil import atomic_write_path
+from vitedge.quantize.cache import CalibrationCache
+from vitedge.validation.sensitivity import first_inputs, layer_sensitivity
 
 
 def sensitivity_key(calibration: Any, float_layers: Iterable[str], data_hash: str, samples: int, output_kind: str) -> str:
@@ -33,7 +36,6 @@ class SensitivityCache:
     """``<cache root>/sensitivity/<key>.json``, beside ``<cache root>/calibration/``."""
 
     def __init__(self, root: str | Path | None = None):
-        from vitedge.quantize.cache import CalibrationCache
 
         self.root = CalibrationCache(root).root
 
@@ -51,7 +53,6 @@ class SensitivityCache:
         return doc
 
     def save(self, key: str, doc: dict[str, Any]) -> Path:
-        from vitedge.fsutil import atomic_write_path
 
         path = self.path_for(key)
         with atomic_write_path(path) as tmp:
@@ -72,7 +73,6 @@ def rank_layers(result: BudgetResult, calibration: Any, full: Any, source: Any, 
         result.sensitivity_evaluations = 0
         info(f"sensitivities reused from {cache.path_for(key)}")
     else:
-        from vitedge.validation.sensitivity import first_inputs, layer_sensitivity
 
         x = first_inputs(source, samples)
         sens = layer_sensitivity(calibration.model, full.model, x, output_kind=output_kind, preprocess=preprocess,

@@ -11,7 +11,6 @@ from typing import Any
 from vitedge.budget.report import describe_record
 from vitedge.budget.settings import BUDGET_VERSION, BudgetSettings
 
-
 RUNTIME = "onnxruntime (CPUExecutionProvider, graph optimizations on)"
 
 

@@ -7,8 +7,11 @@ Heavy imports (matplotlib) happen inside the functions.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
+
+from vitedge.fsutil import atomic_write_path
 
 
 def describe_record(rec: dict[str, Any]) -> str:
@@ -103,7 +106,6 @@ def budget_plot(rec: dict[str, Any], title: str, top: int = 40) -> bytes | None:
         import matplotlib
     except ImportError:
         return None
-    import io
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -137,7 +139,6 @@ BUDGET_NOT_RUN = "Not run: this bundle records no accuracy budget (it was built 
 def write_budget_report(bundle: Path, manifest, *, note: str | None = None) -> None:
     """The budget's section of report.md and its plot (report/budget.png: ranking, float layers marked).
     A bundle without a budget record says so; ``note`` is a line on where the budget ran."""
-    from vitedge.fsutil import atomic_write_path
 
     rec = manifest.quantization.get("budget")
     section = budget_markdown(rec) if rec else f"## Accuracy budget\n\n{BUDGET_NOT_RUN}"

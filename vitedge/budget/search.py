@@ -23,6 +23,7 @@ from vitedge.budget.evaluate import Evaluator, RuntimeOpener
 from vitedge.budget.rank import rank_layers
 from vitedge.budget.record import BudgetResult, Evaluation
 from vitedge.budget.settings import BudgetSettings
+from vitedge.quantize.qdq import build_qdq, resolve_keep_float
 
 
 def meet_budget(
@@ -51,7 +52,6 @@ def meet_budget(
     runtimes     the runtimes of the targets that will consume the graph, each as (name, open(path));
                  a candidate must pass on every one (default: ONNX Runtime's CPU provider)
     """
-    from vitedge.quantize.qdq import build_qdq, resolve_keep_float
 
     settings = settings or BudgetSettings()
     info = log or (lambda _m: None)

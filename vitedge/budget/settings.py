@@ -10,7 +10,6 @@ from typing import Any
 from vitedge.errors import UsageError
 from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
 
-
 BUDGET_VERSION = "1"  # bump when the search or the sensitivity it caches changes meaning
 DEFAULT_MAX_EVALS = 12
 SCHEDULES = ("doubling", "fixed")

@@ -26,10 +26,13 @@ from vitedge.backends.tensorrt.plan import (
     TensorRtOptions,
 )
 from vitedge.build.reporting import write_bundle_reports
+from vitedge.calibration.sources import open_source
+from vitedge.camera_apps.exports import write_bundle_exports
 from vitedge.errors import BundleError, UsageError
 from vitedge.fsutil import atomic_output_dir
 from vitedge.manifest import Manifest, verify_bundle
 from vitedge.manifest_sections import ArtifactsSection, TargetSection
+from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.report import VALIDATION_FILES
 
 BUDGET_AT_BUILD = ("`vitedge engine` did not run the accuracy budget again: it ran at build time (`vitedge build`) "
@@ -106,7 +109,6 @@ def _complete(req: EngineRequest, say: Callable[[str], None], trt: Any, cudart: 
             checked = _validate(tmp, manifest, req, BoundTensorRtBackend(trt, cudart, facts), say)
             manifest.validation = checked.document
             passed = checked.passed
-        from vitedge.camera_apps.exports import write_bundle_exports
 
         write_bundle_exports(tmp, manifest)  # camera/triton/ now that the engine exists
         manifest.hash_files(tmp)
@@ -127,8 +129,6 @@ def _device_tensorrt() -> Any:
 
 def _validate(tmp: Path, manifest: Manifest, req: EngineRequest, backend: BoundTensorRtBackend, say: Callable[[str], None]):
     """The engines against each other on the --val data: the validation `vitedge build` and `vitedge validate` run."""
-    from vitedge.calibration.sources import open_source
-    from vitedge.validation.bundle import ValidateOptions, validate_bundle
 
     spec = manifest.spec
     source = open_source(req.val, spec.preprocess, class_names=spec.class_names)

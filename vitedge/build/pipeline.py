@@ -9,15 +9,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vitedge.backends import get_backend
+from vitedge.backends.base import BuildContext
+from vitedge.budget import (
+    BudgetJob,
+    BudgetSettings,
+    describe_record,
+    record_speed_verdict,
+    run_budget,
+)
+from vitedge.build.reporting import write_bundle_reports
+from vitedge.calibration.sources import open_source
+from vitedge.calibration.split import resolve_data
+from vitedge.camera_apps.exports import write_bundle_exports
 from vitedge.errors import BundleError, UsageError
+from vitedge.export import ExportOptions, bake_file, export_onnx
 from vitedge.fsutil import atomic_output_dir, sha256_file
-from vitedge.manifest_sections import ArtifactsSection, InputSection, ModelSection, OutputSection, QuantizationSection, TargetSection
-from vitedge.models.intake import IntakeOptions
+from vitedge.manifest import Manifest, toolchain_versions
+from vitedge.manifest_sections import (
+    ArtifactsSection,
+    InputSection,
+    ModelSection,
+    OutputSection,
+    QuantizationSection,
+    TargetSection,
+)
+from vitedge.models.intake import IntakeOptions, load_model
+from vitedge.onnxutil import INPUT_FORMAT_KEY, copy_onnx, get_metadata, onnx_sha256
 from vitedge.outputs import interrupted_after, prepare_outputs, work_prefix
+from vitedge.preflight import check_data_labels, preflight
 from vitedge.profiles import TargetProfile, Thresholds, load_profile
+from vitedge.quantize.calibrate import calibrate
+from vitedge.quantize.config import QuantConfig
+from vitedge.quantize.qdq import build_qdq
 from vitedge.quantize.weight_range import CPU_REQUIREMENT
 from vitedge.ui import StageLog
-from vitedge.calibration.split import resolve_data
+from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.data_record import DataRecord
 
 
@@ -62,15 +89,6 @@ def bundle_dirs(req: BuildRequest) -> dict[str, Path]:
 
 
 def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResult]:
-    from vitedge.backends import get_backend
-    from vitedge.calibration.sources import open_source
-    from vitedge.budget import BudgetJob, BudgetSettings, run_budget
-    from vitedge.export import ExportOptions, bake_file, export_onnx
-    from vitedge.models.intake import load_model
-    from vitedge.preflight import check_data_labels, preflight
-    from vitedge.quantize.calibrate import calibrate
-    from vitedge.quantize.qdq import build_qdq
-    from vitedge.quantize.config import QuantConfig
 
     log = log or StageLog()
     if not req.targets:
@@ -206,12 +224,6 @@ class TargetBuild:
 
 
 def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetResult:
-    from vitedge.backends.base import BuildContext
-    from vitedge.manifest import Manifest, toolchain_versions
-    from vitedge.onnxutil import copy_onnx
-    from vitedge.budget import record_speed_verdict
-    from vitedge.build.reporting import write_bundle_reports
-    from vitedge.validation.bundle import ValidateOptions, validate_bundle
 
     profile, backend, bundle_dir, val_record = t.profile, t.backend, t.bundle_dir, t.val_record
     env = backend.check_environment()
@@ -252,7 +264,6 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                     for row in checked.result.gate:
                         log.info(row.status.upper() + " " + row.detail)
             budget_failure = record_speed_verdict(manifest, validation, t.thresholds, profile, log)
-            from vitedge.camera_apps.exports import write_bundle_exports
 
             write_bundle_exports(tmp, manifest)  # camera/: DeepStream and Triton configs in NVIDIA bundles
             manifest.hash_files(tmp)
@@ -261,7 +272,6 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
     passed = None if validation is None else bool(validation["passed"]) and budget_failure is None
     summary = _summary(bundle_dir, artifact, validation)
     if t.budget is not None:
-        from vitedge.budget import describe_record
 
         summary["budget"] = describe_record(manifest.quantization["budget"])
         summary["budget_float"] = list(t.budget.returned)
@@ -271,7 +281,6 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
 
 
 def _model_section(loaded) -> ModelSection:
-    from vitedge.onnxutil import onnx_sha256
 
     path = loaded.path
     digest = (onnx_sha256 if loaded.is_onnx else sha256_file)(path) if path.is_file() else None
@@ -286,7 +295,6 @@ def _output_section(spec) -> OutputSection:
 def _quantization_section(graph, budget, qdq: Path) -> QuantizationSection:
     """The shared Q/DQ graph every target of this call was built from; the onnx target's
     model.int8.onnx differs from it when its attention cores were fused."""
-    from vitedge.onnxutil import onnx_sha256
 
     section = QuantizationSection.from_json(quantization_record(graph, budget))
     section.qdq_sha256 = onnx_sha256(qdq)
@@ -326,7 +334,6 @@ def _safe_versions(backend) -> dict[str, str]:
 def _input_section(qdq: Path, spec) -> InputSection:
     import onnx
 
-    from vitedge.onnxutil import INPUT_FORMAT_KEY, get_metadata
 
     model = onnx.load(str(qdq), load_external_data=False)
     fmt = get_metadata(model).get(INPUT_FORMAT_KEY, "float32-nchw")

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from vitedge.backends import get_backend
 from vitedge.budget import write_budget_report
+from vitedge.errors import UsageError
+from vitedge.fsutil import atomic_write_path
+from vitedge.validation.report import SCHEMA, gate_table, validation_markdown
 
 
 def build_report_markdown(manifest) -> str:
-    from vitedge.validation.report import SCHEMA, gate_table, validation_markdown
 
     m = manifest
     spec = m.model["spec"]
@@ -50,8 +53,6 @@ def build_report_markdown(manifest) -> str:
 
 
 def _backend_lines(m) -> list[str]:
-    from vitedge.backends import get_backend
-    from vitedge.errors import UsageError
 
     try:
         backend = get_backend(str(m.target.get("backend")))
@@ -74,7 +75,6 @@ def executed_int8_line(counts, backend: str) -> str | None:
 
 
 def write_build_report(bundle: Path, manifest) -> Path:
-    from vitedge.fsutil import atomic_write_path
 
     path = bundle / "report.md"
     with atomic_write_path(path) as tmp:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from rich.console import Console
+from rich.table import Table
+
 
 def _pct(v):
     return "-" if v is None else f"{100 * v:.2f}%"
@@ -25,8 +28,6 @@ def summary_rows(results) -> list[tuple[str, ...]]:
 
 
 def print_build_summary(results, timings: dict[str, float]) -> None:
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table(title="vitedge build", show_header=True, header_style="bold", padding=(0, 1))
     for col in ("target", "size", "top-1 FP32 -> INT8", "agree/cos", "ms FP32 -> INT8", "speedup", "gate"):

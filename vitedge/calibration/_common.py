@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
+from rich.console import Console
+from rich.progress import track
 
 from vitedge.errors import CalibrationError, UsageError
 
@@ -225,8 +227,6 @@ def ordered_map(fn: Callable[[T], R], inputs: Sequence[T], *, progress: bool, de
     with at most a few results in flight, and a rich progress bar on stderr if asked."""
     results = _threaded(fn, inputs)
     if progress:
-        from rich.console import Console
-        from rich.progress import track
 
         results = track(results, total=len(inputs), description=description,
                         console=Console(stderr=True), transient=True)

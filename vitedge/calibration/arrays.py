@@ -10,14 +10,14 @@ import numpy as np
 
 from vitedge.calibration import _common
 from vitedge.calibration._common import (
-    by_count,
     CalibrationSource,
     Item,
     SourceSummary,
-    keep_subset,
+    by_count,
     count_into,
     data_hash,
     fill_cache,
+    keep_subset,
     ordered_map,
     too_few,
 )

@@ -14,17 +14,17 @@ from PIL import Image, UnidentifiedImageError
 
 from vitedge.calibration import _common
 from vitedge.calibration._common import (
-    by_count,
     CalibrationSource,
     Item,
     SourceSummary,
-    keep_subset,
+    _threaded,
+    by_count,
     count_into,
     data_hash,
     fill_cache,
+    keep_subset,
     ordered_map,
     too_few,
-    _threaded,
 )
 from vitedge.errors import CalibrationError
 from vitedge.fsutil import sha256_bytes

@@ -17,13 +17,20 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from vitedge.calibration._common import Batch, CalibrationSource, SourceSummary, check_limit
+from vitedge.calibration._common import (
+    Batch,
+    CalibrationSource,
+    SourceSummary,
+    check_limit,
+)
+from vitedge.calibration.arrays import open_array_file
 from vitedge.calibration.images import (
     ARRAY_EXTENSIONS,
     IMAGE_EXTENSIONS,
     VIDEO_EXTENSIONS,
     open_image_folder,
 )
+from vitedge.calibration.video import open_video
 from vitedge.errors import CalibrationError, UsageError
 from vitedge.safefile import check_regular
 from vitedge.spec import Preprocess
@@ -88,11 +95,9 @@ def open_source(
     except OSError as err:
         raise CalibrationError(f"{path_text} is not a regular file ({err.strerror or err}): pass {_WHAT}") from None
     if suffix in ARRAY_EXTENSIONS:
-        from vitedge.calibration.arrays import open_array_file
 
         return open_array_file(file, path_text, preprocess, class_names=class_names, **common)
     if suffix in VIDEO_EXTENSIONS:
-        from vitedge.calibration.video import open_video
 
         return open_video(file, path_text, preprocess, video_frames=video_frames, **common)
     if suffix in IMAGE_EXTENSIONS:

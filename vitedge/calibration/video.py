@@ -7,13 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.progress import track
 
 from vitedge.calibration import _common
 from vitedge.calibration._common import (
-    by_count,
     CalibrationSource,
     Item,
     SourceSummary,
+    by_count,
     data_hash,
     fill_cache,
     too_few,
@@ -106,8 +108,6 @@ def iter_sequential(cv2: Any, file: Path, path_text: str, indices: Iterable[int]
 def _track(pairs: Iterator[Any], total: int, progress: bool, path_text: str) -> Iterator[Any]:
     if not progress:
         return pairs
-    from rich.console import Console
-    from rich.progress import track
 
     return iter(track(pairs, total=total, description=f"Reading {path_text}",
                       console=Console(stderr=True), transient=True))

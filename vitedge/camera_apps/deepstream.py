@@ -10,6 +10,7 @@ nvinfer's single scale factor, so then the normalisation is baked into a copy of
 
 from __future__ import annotations
 
+import configparser
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from vitedge.errors import BundleError
+from vitedge.onnxutil import graph_inputs, save_onnx
 
 CONFIG_FILE = "config_infer.txt"
 LABELS_FILE = "labels.txt"
@@ -59,7 +61,6 @@ def bake_for_nvinfer(src: Path, dst: Path, arith: NvinferArithmetic) -> None:
     import onnx
     from onnx import helper, numpy_helper
 
-    from vitedge.onnxutil import graph_inputs, save_onnx
 
     model = onnx.load(str(src))
     graph = model.graph
@@ -160,7 +161,6 @@ def _num_outputs(onnx_path: Path) -> int:
 
 def read_config(path: Path) -> dict[str, str]:
     """The [property] keys of an nvinfer config (what a test or a user's script checks)."""
-    import configparser
 
     cp = configparser.ConfigParser(interpolation=None, comment_prefixes=("#",))
     cp.read_string(path.read_text())

@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.camera_apps.deepstream import write_deepstream
-from vitedge.camera_apps.triton import BACKENDS, model_name, write_triton
-from vitedge.errors import BundleError
+from vitedge.camera_apps.triton import BACKENDS, config_text, model_name, write_triton
+from vitedge.errors import UsageError
+from vitedge.fsutil import atomic_output_dir
+from vitedge.manifest import verify_bundle
 
 CAMERA_DIR = "camera"
 
@@ -24,9 +26,6 @@ WRITERS: dict[str, Callable[[Path, Any, Path, Path], list[str]]] = {
 
 def export_config(kind: str, bundle: Path, out: Path, *, force: bool = False) -> list[str]:
     """Write the ``kind`` config for ``bundle`` into a new folder ``out`` (atomically)."""
-    from vitedge.errors import UsageError
-    from vitedge.fsutil import atomic_output_dir
-    from vitedge.manifest import verify_bundle
 
     if kind not in WRITERS:
         raise UsageError(f"unknown camera app '{kind}'; known: {', '.join(WRITERS)}")
@@ -53,7 +52,6 @@ def write_bundle_exports(bundle: Path, manifest: Any) -> list[str]:
         ds.mkdir(parents=True)
         written += [f"{CAMERA_DIR}/deepstream/{f}" for f in write_deepstream(bundle, manifest, ds, rel="../..")]
     if manifest.artifacts.get("built"):
-        from vitedge.camera_apps.triton import config_text
 
         name = model_name(manifest)
         folder = root / "triton" / name

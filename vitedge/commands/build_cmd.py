@@ -7,10 +7,21 @@ from pathlib import Path
 
 import click
 
-from vitedge.cli_options import (calib_size_option, calibration_method_option, seed_option, threshold_options,
-                                 weight_range_option, with_intake)
-from vitedge.project_config import require_build, with_project_config
+from vitedge.budget import BudgetSettings
+from vitedge.build.pipeline import BuildRequest, run_build
+from vitedge.build.summary import print_build_summary
+from vitedge.cli_options import (
+    calib_size_option,
+    calibration_method_option,
+    seed_option,
+    threshold_options,
+    weight_range_option,
+    with_intake,
+)
 from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides
+from vitedge.errors import GateFailure, UsageError
+from vitedge.project_config import require_build, with_project_config
+from vitedge.ui import StageLog
 
 
 @click.command("build")
@@ -59,11 +70,6 @@ def command(model, targets, calib, val, out, force, intake, calib_size, seed, me
 
     Exit code 0 when every target's gate holds, 1 when a gate fails (or the accuracy budget
     cannot be met with any layer left in INT8), 2 for bad input."""
-    from vitedge.budget import BudgetSettings
-    from vitedge.errors import GateFailure, UsageError
-    from vitedge.build.pipeline import BuildRequest, run_build
-    from vitedge.build.summary import print_build_summary
-    from vitedge.ui import StageLog
 
     if no_smoothquant and smoothquant_alpha is not None:
         raise UsageError("--no-smoothquant and --smoothquant-alpha contradict each other; pass one")

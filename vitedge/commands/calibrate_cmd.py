@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import click
 
-from vitedge.cli_options import (calib_size_option, calibration_method_option, quantizer_option, seed_option, weight_range_option,
-                                 with_intake)
+from vitedge.calibration.sources import open_source
+from vitedge.calibration.split import calibration_part
+from vitedge.cli_options import (
+    calib_size_option,
+    calibration_method_option,
+    quantizer_option,
+    seed_option,
+    weight_range_option,
+    with_intake,
+)
+from vitedge.errors import UsageError
+from vitedge.export import ExportOptions, export_onnx
+from vitedge.models.intake import load_model
+from vitedge.outputs import work_prefix
+from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
 
 @click.command("calibrate")
@@ -37,14 +51,7 @@ def command(model: str, calib: str, out: Path | None, force: bool, intake, calib
 
     Statistics are cached (keyed by the FP32 graph, the data, preprocessing and
     settings), so running it again with the same inputs does no forward pass."""
-    import tempfile
 
-    from vitedge.calibration.sources import open_source
-    from vitedge.calibration.split import calibration_part
-    from vitedge.errors import UsageError
-    from vitedge.export import ExportOptions, export_onnx
-    from vitedge.models.intake import load_model
-    from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
     if no_smoothquant and smoothquant_alpha is not None:
         raise UsageError("--no-smoothquant and --smoothquant-alpha contradict each other; pass one")
@@ -80,7 +87,6 @@ def command(model: str, calib: str, out: Path | None, force: bool, intake, calib
         click.echo(split.one_line())
     source = open_source(calib_part, spec.preprocess, limit=calib_size, seed=seed, class_names=spec.class_names, progress=not quiet)
     click.echo(f"calibration data: {source.summary.one_line()}")
-    from vitedge.outputs import work_prefix
 
     with tempfile.TemporaryDirectory(prefix=work_prefix("calibrate")) as work:
         fp32 = Path(work) / "model.fp32.onnx"

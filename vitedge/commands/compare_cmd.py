@@ -6,7 +6,13 @@ from pathlib import Path
 
 import click
 
-from vitedge.validation.defaults import DEFAULT_MAX_ACCURACY_REGRESSION, DEFAULT_MAX_LATENCY_REGRESSION
+from vitedge.errors import GateFailure
+from vitedge.validation.compare import compare_reports, load_report, parse_fraction
+from vitedge.validation.defaults import (
+    DEFAULT_MAX_ACCURACY_REGRESSION,
+    DEFAULT_MAX_LATENCY_REGRESSION,
+)
+from vitedge.validation.report import append_step_summary, check_report_dir
 
 
 @click.command("compare")
@@ -25,9 +31,6 @@ def command(old, new, max_latency_regression, max_accuracy_regression, allow_mis
 
     OLD is the accepted baseline (e.g. from the main branch), NEW the candidate.
     Exit code 0 when nothing regressed past the limits, 1 when something did, 2 for bad input."""
-    from vitedge.errors import GateFailure
-    from vitedge.validation.compare import compare_reports, load_report, parse_fraction
-    from vitedge.validation.report import append_step_summary, check_report_dir
 
     lat = parse_fraction(max_latency_regression)
     check_report_dir(report_dir)

@@ -6,6 +6,15 @@ from pathlib import Path
 
 import click
 
+from vitedge.errors import UsageError
+from vitedge.project_config import (
+    CONFIG_NAME,
+    Setting,
+    find_config,
+    format_settings,
+    load_config,
+)
+
 
 @click.command("config")
 @click.option("--config", "config_path", type=click.Path(path_type=Path), default=None, metavar="FILE",
@@ -14,8 +23,6 @@ def command(config_path) -> None:
     """Find the project config (vitedge.toml, or [tool.vitedge] in pyproject.toml, from the working
     directory upward), check it strictly and print each setting with its resolved value.
     `vitedge build --dry-run` shows how flags and defaults combine with it."""
-    from vitedge.errors import UsageError
-    from vitedge.project_config import CONFIG_NAME, find_config, format_settings, load_config, Setting
 
     found = config_path or find_config()
     if found is None:

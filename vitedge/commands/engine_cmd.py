@@ -6,6 +6,10 @@ from pathlib import Path
 
 import click
 
+from vitedge.build.engine_completion import complete_bundle
+from vitedge.errors import GateFailure
+from vitedge.ui import StageLog
+
 
 @click.command("engine")
 @click.argument("bundle", type=click.Path(path_type=Path))
@@ -22,9 +26,6 @@ def command(bundle: Path, val: Path | None, force: bool, no_latency: bool, profi
     bundle atomically: the manifest records this device and every file's hash.
 
     Exit code 0 when built (and the gate holds), 1 when the gate fails, 2 for bad input."""
-    from vitedge.build.engine_completion import complete_bundle
-    from vitedge.errors import GateFailure
-    from vitedge.ui import StageLog
 
     log = StageLog(quiet=quiet)
     with log.stage("engine", f"TensorRT engine for {bundle}"):

@@ -7,6 +7,9 @@ from pathlib import Path
 import click
 
 from vitedge.cli_options import with_intake
+from vitedge.errors import UsageError
+from vitedge.export import ExportOptions, export_onnx
+from vitedge.models.intake import load_model
 
 
 @click.command("export")
@@ -20,9 +23,6 @@ def command(model: str, out: Path, intake, opset: int, bake_preprocess: bool, fo
     """Export MODEL to an FP32 ONNX graph (dynamic batch) and prove ONNX Runtime
     computes what PyTorch computes; the export fails with the measured difference
     if it exceeds the tolerance."""
-    from vitedge.errors import UsageError
-    from vitedge.export import ExportOptions, export_onnx
-    from vitedge.models.intake import load_model
 
     if out.exists() and not force:
         raise UsageError(f"{out} exists; pass --force to overwrite it")

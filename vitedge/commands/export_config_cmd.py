@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from vitedge.camera_apps.exports import export_config
+
 
 @click.command("export-config")
 @click.argument("bundle", type=click.Path(path_type=Path))
@@ -19,7 +21,6 @@ def command(bundle: Path, kind: str, out: Path | None, force: bool) -> None:
     DeepStream's nvinfer (a primary classifier, or tensor output for embedding models) or a Triton
     model repository for the bundle's backend (TensorRT plan, ONNX Runtime, OpenVINO).
     See docs/camera-apps.md; neither is run on a device by vitedge."""
-    from vitedge.camera_apps.exports import export_config
 
     out = out or bundle.with_name(f"{bundle.name}-{kind}")
     files = export_config(kind, bundle, out, force=force)

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
 
 from vitedge.cli_options import MODEL_OPTION_NAMES, with_intake
+from vitedge.errors import UsageError
+from vitedge.fsutil import atomic_write_path
+from vitedge.models.intake import load_model
+from vitedge.profiles import list_profiles, resolve_profile_path
+from vitedge.project_config import load_config
+from vitedge.project_init import config_target, render_config
 
 
 @click.command("init")
@@ -23,14 +30,7 @@ def command(model, calib, val, targets, output, config_out, force, intake) -> No
     """Write a commented starter vitedge.toml for MODEL: the model, what vitedge understood of it
     (family, size, heads, classes, preprocessing), calibration and validation data, targets,
     output folder and the thresholds table. Model flags given here are written too."""
-    import dataclasses
 
-    from vitedge.errors import UsageError
-    from vitedge.fsutil import atomic_write_path
-    from vitedge.models.intake import load_model
-    from vitedge.profiles import list_profiles, resolve_profile_path
-    from vitedge.project_config import load_config
-    from vitedge.project_init import config_target, render_config
 
     path = config_target(config_out)
     if path.exists() and not force:

@@ -5,8 +5,13 @@ from __future__ import annotations
 import json
 
 import click
+from rich.console import Console
+from rich.table import Table
 
 from vitedge.cli_options import with_intake
+from vitedge.errors import UsageError
+from vitedge.models.intake import load_model
+from vitedge.models.presets import PRESETS
 
 
 @click.command("inspect")
@@ -18,17 +23,14 @@ def command(model: str | None, intake, as_json: bool, list_archs: bool) -> None:
     """Show family, image and patch size, tokens, width, depth, heads, classes,
     parameters and preprocessing of MODEL, with where each came from
     (the file, a preset, a flag or a default)."""
-    from vitedge.errors import UsageError
 
     if list_archs:
-        from vitedge.models.presets import PRESETS
 
         for p in PRESETS.values():
             click.echo(f"{p.name:34s} patch {p.patch_size:>2}  width {p.embed_dim:>4}  depth {p.depth:>2}  heads {p.num_heads:>2}  {p.image_size}px  {p.variant}")
         return
     if model is None:
         raise UsageError("inspect needs a MODEL path (or --list-archs)")
-    from vitedge.models.intake import load_model
 
     loaded = load_model(model, intake)
     if as_json:
@@ -38,8 +40,6 @@ def command(model: str | None, intake, as_json: bool, list_archs: bool) -> None:
 
 
 def print_spec(loaded) -> None:
-    from rich.console import Console
-    from rich.table import Table
 
     spec = loaded.spec
     src = spec.sources

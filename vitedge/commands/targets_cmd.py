@@ -7,12 +7,13 @@ import json
 
 import click
 
+from vitedge.target_table import collect, render_text
+
 
 @click.command("targets")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document (targets, families, install hints) for scripts.")
 def command(as_json: bool) -> None:
     """List target profiles and families, and whether each can build and run on this machine."""
-    from vitedge.target_table import collect, render_text
 
     listing = collect()
     if as_json:

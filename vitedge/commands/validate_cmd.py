@@ -5,11 +5,25 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
+from vitedge.calibration.sources import open_source
+from vitedge.calibration.split import validation_part
 from vitedge.cli_options import seed_option, threshold_options
-from vitedge.project_config import config_bundles, with_project_config
 from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides
-from vitedge.validation.defaults import DEFAULT_LATENCY_SECONDS, DEFAULT_SENSITIVITY_SAMPLES
+from vitedge.errors import CalibrationError, DataError, GateFailure, UsageError
+from vitedge.manifest import verify_bundle
+from vitedge.profiles import Thresholds
+from vitedge.project_config import config_bundles, with_project_config
+from vitedge.ui import StageLog
+from vitedge.validation.bundle import ValidateOptions, validate_bundle
+from vitedge.validation.data_record import DataRecord, open_recorded
+from vitedge.validation.defaults import (
+    DEFAULT_LATENCY_SECONDS,
+    DEFAULT_SENSITIVITY_SAMPLES,
+)
+from vitedge.validation.latency import LatencySettings
+from vitedge.validation.report import append_step_summary, check_report_dir
 
 
 @click.command("validate")
@@ -47,11 +61,7 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     Without BUNDLE: every bundle the project config's build writes (vitedge.toml).
 
     Exit code 0 when every threshold holds, 1 when one fails, 2 for bad input."""
-    from click.core import ParameterSource
 
-    from vitedge.errors import GateFailure, UsageError
-    from vitedge.profiles import Thresholds
-    from vitedge.validation.report import check_report_dir
 
     ctx = click.get_current_context()
     overrides = {"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms,
@@ -78,14 +88,6 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
 def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
                  sensitivity_samples, threads, quiet):
     """Validate one bundle, write its reports and print its verdict; the BundleValidation."""
-    from vitedge.calibration.split import validation_part
-    from vitedge.errors import CalibrationError, DataError, UsageError
-    from vitedge.manifest import verify_bundle
-    from vitedge.ui import StageLog
-    from vitedge.validation.bundle import ValidateOptions, validate_bundle
-    from vitedge.validation.data_record import DataRecord, open_recorded
-    from vitedge.validation.latency import LatencySettings
-    from vitedge.validation.report import append_step_summary
 
     log = StageLog(quiet=quiet)
     with log.stage("verify", str(bundle)):
@@ -138,7 +140,6 @@ def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, override
 
 
 def open_source_for(data: Path, spec, data_size, seed, *, progress: bool):
-    from vitedge.calibration.sources import open_source
 
     return open_source(data, spec.preprocess, limit=data_size, seed=seed, class_names=spec.class_names, progress=progress)
 

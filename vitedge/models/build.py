@@ -8,8 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vitedge.errors import MissingDependencyError, ModelLoadError, UsageError
+from vitedge.errors import ModelLoadError, UsageError
 from vitedge.models.layouts import Layout
+from vitedge.models.loading import load_strict, require_library
+from vitedge.models.user_code import import_user_file
 
 
 def resample_pos_embed(pos_embed, old_grid: tuple[int, int], new_grid: tuple[int, int], num_prefix: int):
@@ -29,31 +31,8 @@ def resample_pos_embed(pos_embed, old_grid: tuple[int, int], new_grid: tuple[int
     return torch.cat([prefix, grid], dim=1)
 
 
-def _require(module: str, what: str, extra: str):
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        raise MissingDependencyError(what, f"pip install 'vitedge[{extra}]'") from None
-
-
-def _load_strict(module, sd: dict[str, Any], where: str):
-    try:
-        missing, unexpected = module.load_state_dict(sd, strict=False)
-    except RuntimeError as err:  # shape mismatches
-        detail = next((ln.strip() for ln in str(err).splitlines() if "size mismatch" in ln), str(err).splitlines()[0])
-        raise ModelLoadError(f"{where}: the weights do not fit the model built for them: {detail[:200]}") from err
-    if missing or unexpected:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing (e.g. {missing[0]})")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
-        raise ModelLoadError(f"{where}: the weights do not fit the model built for them: {'; '.join(parts)}")
-    return module.eval()
-
-
 def build_timm(layout: Layout, sd: dict[str, Any], *, num_heads: int, image_size: tuple[int, int], hybrid_name: str | None, where: str):
-    _require("timm", "timm (to build timm / DeiT ViTs)", "models")
+    require_library("timm", "timm (to build timm / DeiT ViTs)", "models")
     import timm
     from timm.models.deit import VisionTransformerDistilled
     from timm.models.vision_transformer import VisionTransformer
@@ -65,12 +44,12 @@ def build_timm(layout: Layout, sd: dict[str, Any], *, num_heads: int, image_size
         kwargs = dict(layout.timm_kwargs, num_heads=num_heads, img_size=image_size)
         cls = VisionTransformerDistilled if layout.variant == "deit-distilled" else VisionTransformer
         module = cls(**kwargs)
-    return _load_strict(module, sd, where)
+    return load_strict(module, sd, where)
 
 
 def find_hybrid_arch(sd: dict[str, Any], where: str) -> str:
     """The timm hybrid (ResNet stem + ViT) whose backbone and blocks have these exact shapes."""
-    _require("timm", "timm (to build hybrid ResNet+ViT models)", "models")
+    require_library("timm", "timm (to build hybrid ResNet+ViT models)", "models")
     import timm
     import torch
 
@@ -100,7 +79,7 @@ def hybrid_patch_size(name: str) -> int:
 
 
 def build_torchvision(layout: Layout, sd: dict[str, Any], *, num_heads: int, image_size: tuple[int, int], where: str):
-    _require("torchvision", "torchvision (to build torchvision ViTs)", "models")
+    require_library("torchvision", "torchvision (to build torchvision ViTs)", "models")
     import torch
     from torchvision.models.vision_transformer import VisionTransformer
 
@@ -121,7 +100,7 @@ def build_torchvision(layout: Layout, sd: dict[str, Any], *, num_heads: int, ima
         module.conv_proj = torch.nn.Conv2d(int(conv.shape[1]), layout.embed_dim, kernel_size=layout.patch_size, stride=layout.patch_size)
     if layout.num_classes == 0:
         module.heads = torch.nn.Identity()  # encoder: the class-token embedding is the output
-    return _load_strict(module, sd, where)
+    return load_strict(module, sd, where)
 
 
 def build_custom(spec: str, kwargs: dict[str, Any], sd: dict[str, Any] | None, where: str):
@@ -140,7 +119,6 @@ def build_custom(spec: str, kwargs: dict[str, Any], sd: dict[str, Any] | None, w
         raise UsageError(f"--model-class: cannot import {path} as Python")
     module_obj = importlib.util.module_from_spec(loader_spec)
     sys.modules[mod_name] = module_obj
-    from vitedge.models.user_code import import_user_file
 
     import_user_file(loader_spec.loader, module_obj, path)
     cls = getattr(module_obj, class_name, None)
@@ -155,5 +133,5 @@ def build_custom(spec: str, kwargs: dict[str, Any], sd: dict[str, Any] | None, w
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"--model-class: {class_name} is not a torch.nn.Module")
     if sd is not None:
-        _load_strict(model, sd, where)
+        load_strict(model, sd, where)
     return model.eval()

@@ -14,6 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from vitedge.fsutil import atomic_write_path
+
 META_KEY = "vitedge"
 # Keys under which common training scripts nest the weights (DeiT uses "model").
 STATE_DICT_KEYS = ("state_dict", "model", "model_state_dict", "module", "state_dict_ema", "model_ema")
@@ -31,7 +33,6 @@ def save_checkpoint(
     """Write a weights-only-loadable checkpoint with vitedge metadata (atomically)."""
     import torch
 
-    from vitedge.fsutil import atomic_write_path
 
     meta: dict[str, Any] = {"family": family, "model_kwargs": dict(model_kwargs)}
     if preprocess is not None:

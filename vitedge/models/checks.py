@@ -7,8 +7,11 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from vitedge.errors import ModelLoadError, UsageError
 from vitedge.onnxutil import graph_inputs
+from vitedge.spec import INTERPOLATIONS, Preprocess
 
 
 def check_finite_weights(tensors: Mapping[str, Any], where: str) -> None:
@@ -28,7 +31,6 @@ def check_finite_weights(tensors: Mapping[str, Any], where: str) -> None:
 
 def check_finite_onnx_weights(graph, where: str) -> None:
     """The same for an ONNX graph's float initializers."""
-    import numpy as np
     from onnx import numpy_helper
 
     for init in graph.initializer:
@@ -56,7 +58,6 @@ def check_meta(meta: Mapping[str, Any], where: str) -> None:
         raise ModelLoadError(f"{where}: its metadata says num_heads = {heads!r}; it must be a positive integer")
     pre = meta.get("preprocess")
     if pre:
-        from vitedge.spec import Preprocess
 
         try:
             Preprocess.from_dict(dict(pre, crop_size=list(pre.get("crop_size") or (224, 224))))
@@ -64,7 +65,6 @@ def check_meta(meta: Mapping[str, Any], where: str) -> None:
             detail = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
             raise ModelLoadError(f"{where}: its metadata field 'preprocess' is malformed ({detail}); "
                                  "fix it, or override with --mean/--std/--crop-pct/--interpolation") from None
-        from vitedge.spec import INTERPOLATIONS
 
         if "interpolation" in pre and pre["interpolation"] not in INTERPOLATIONS:
             raise ModelLoadError(f"{where}: its metadata preprocess.interpolation = {pre['interpolation']!r} is not one of "

@@ -20,6 +20,7 @@ read by ``layouts.py``.
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from collections.abc import Callable
@@ -27,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vitedge.errors import ModelLoadError, UsageError
-from vitedge.models.layouts import _count_indices
+from vitedge.models.loading import count_indices, load_strict, require_library
+from vitedge.spec import SOURCE_FILE, SOURCE_FLAG, SOURCE_PRESET
 
 # Heads of every published model of a width, per family (tiny/small/base/large/...).
 _HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16, 1408: 16, 1152: 16}
@@ -94,7 +96,7 @@ def _is_relpos(sd: dict[str, Any]) -> bool:
 def _read_relpos(sd: dict[str, Any], where: str) -> FamilyLayout:
     proj = sd["patch_embed.proj.weight"]
     dim, patch = int(proj.shape[0]), int(proj.shape[-1])
-    depth = _count_indices(sd, r"blocks\.(\d+)\.")
+    depth = count_indices(sd, r"blocks\.(\d+)\.")
     prefix = "shared_rel_pos." if _any(sd, r"shared_rel_pos\.") else "blocks.0.attn.rel_pos."
     kwargs: dict[str, Any] = {
         "embed_dim": dim, "depth": depth, "patch_size": patch,
@@ -135,7 +137,7 @@ def _is_eva(sd: dict[str, Any]) -> bool:
 def _read_eva(sd: dict[str, Any], where: str) -> FamilyLayout:
     proj = sd["patch_embed.proj.weight"]
     dim, patch = int(proj.shape[0]), int(proj.shape[-1])
-    depth = _count_indices(sd, r"blocks\.(\d+)\.")
+    depth = count_indices(sd, r"blocks\.(\d+)\.")
     fc2_in = int(sd["blocks.0.mlp.fc2.weight"].shape[1])
     unfused_glu = "blocks.0.mlp.fc1_g.weight" in sd
     fc1_out = int(sd["blocks.0.mlp.fc1_g.weight" if unfused_glu else "blocks.0.mlp.fc1.weight"].shape[0])
@@ -186,7 +188,7 @@ def _is_beit(sd: dict[str, Any]) -> bool:
 def _read_beit(sd: dict[str, Any], where: str) -> FamilyLayout:
     proj = sd["patch_embed.proj.weight"]
     dim, patch = int(proj.shape[0]), int(proj.shape[-1])
-    depth = _count_indices(sd, r"blocks\.(\d+)\.")
+    depth = count_indices(sd, r"blocks\.(\d+)\.")
     shared = "rel_pos_bias.relative_position_bias_table" in sd
     table = sd["rel_pos_bias.relative_position_bias_table" if shared else "blocks.0.attn.relative_position_bias_table"]
     grid = _table_grid(int(table.shape[0]), 3)  # + cls->token, token->cls, cls->cls
@@ -217,8 +219,8 @@ def _is_swin(sd: dict[str, Any]) -> bool:
 def _read_swin(sd: dict[str, Any], where: str) -> FamilyLayout:
     proj = sd["patch_embed.proj.weight"]
     dim, patch = int(proj.shape[0]), int(proj.shape[-1])
-    stages = _count_indices(sd, r"layers\.(\d+)\.")
-    depths = tuple(_count_indices(sd, rf"layers\.{s}\.blocks\.(\d+)\.") for s in range(stages))
+    stages = count_indices(sd, r"layers\.(\d+)\.")
+    depths = tuple(count_indices(sd, rf"layers\.{s}\.blocks\.(\d+)\.") for s in range(stages))
     tables = [sd[f"layers.{s}.blocks.0.attn.relative_position_bias_table"] for s in range(stages)]
     heads = tuple(int(t.shape[1]) for t in tables)
     window = _table_grid(int(tables[0].shape[0]), 0)
@@ -246,7 +248,7 @@ def _read_tv_swin(sd: dict[str, Any], where: str) -> FamilyLayout:
     dim, patch = int(proj.shape[0]), int(proj.shape[-1])
     # features: 0 patch embedding, then (stage, patch merging) pairs: 1, 3, 5, 7 are stages.
     stage_ids = sorted({int(m.group(1)) for k in sd if (m := re.match(r"features\.(\d+)\.\d+\.attn\.", k))})
-    depths = tuple(_count_indices(sd, rf"features\.{s}\.(\d+)\.attn\.") for s in stage_ids)
+    depths = tuple(count_indices(sd, rf"features\.{s}\.(\d+)\.attn\.") for s in stage_ids)
     v2 = "features.1.0.attn.logit_scale" in sd
     if v2:
         heads = tuple(int(sd[f"features.{s}.0.attn.logit_scale"].shape[0]) for s in stage_ids)
@@ -298,7 +300,6 @@ def recognise(sd: dict[str, Any], where: str) -> FamilyLayout | None:
 
 def resolve_heads(fl: FamilyLayout, flag: int | None, meta_heads: int | None) -> tuple[int | tuple[int, ...], str]:
     """Heads from the weights, then the flag / file metadata, then the width's standard value."""
-    from vitedge.spec import SOURCE_FILE, SOURCE_FLAG, SOURCE_PRESET
 
     if fl.heads is not None:
         if flag and flag != fl.first_heads:
@@ -337,13 +338,12 @@ def check_image_size(fl: FamilyLayout, size: tuple[int, int]) -> tuple[int, int]
 
 def build_family(fl: FamilyLayout, sd: dict[str, Any], *, heads, image_size: tuple[int, int], where: str):
     """The module of ``fl``'s family at ``image_size`` with ``sd`` loaded strictly."""
-    from vitedge.models.build import _load_strict, _require
 
     if fl.family == "torchvision":
-        _require("torchvision", "torchvision (to build torchvision Swin models)", "models")
+        require_library("torchvision", "torchvision (to build torchvision Swin models)", "models")
         module = _build_tv_swin(fl, heads)
-        return _load_strict(module, sd, where)
-    _require("timm", f"timm (to build {fl.variant} models)", "models")
+        return load_strict(module, sd, where)
+    require_library("timm", f"timm (to build {fl.variant} models)", "models")
     import timm
 
     kwargs = dict(fl.kwargs, num_classes=fl.num_classes, in_chans=fl.in_chans, img_size=image_size)
@@ -352,7 +352,7 @@ def build_family(fl: FamilyLayout, sd: dict[str, Any], *, heads, image_size: tup
     if fl.grid is not None and tuple(image_size) != default_image_size(fl):
         sd = _resize_for(module, sd, fl, where)
     explicit_attention(module)
-    return _load_strict(module, sd, where)
+    return load_strict(module, sd, where)
 
 
 def explicit_attention(module) -> None:
@@ -365,7 +365,6 @@ def explicit_attention(module) -> None:
 
 def _resize_for(module, sd: dict[str, Any], fl: FamilyLayout, where: str) -> dict[str, Any]:
     """timm's own checkpoint filter resamples position embeddings / relative position tables."""
-    import importlib
 
     mod = importlib.import_module(type(module).__module__)
     fn = getattr(mod, "checkpoint_filter_fn", None)

@@ -6,8 +6,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vitedge.errors import MissingDependencyError, ModelLoadError, UnsafePickleError, UsageError
-from vitedge.spec import IMAGENET_MEAN, IMAGENET_STD, SOURCE_DEFAULT, SOURCE_FILE, Preprocess
+from vitedge.errors import (
+    MissingDependencyError,
+    ModelLoadError,
+    UnsafePickleError,
+    UsageError,
+)
+from vitedge.models.build import resample_pos_embed
+from vitedge.spec import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    SOURCE_DEFAULT,
+    SOURCE_FILE,
+    Preprocess,
+)
 
 # PIL resample codes used in preprocessor_config.json
 _RESAMPLE = {0: "nearest", 1: "lanczos", 2: "bilinear", 3: "bicubic"}
@@ -55,7 +67,6 @@ def load_hf_folder(folder: Path, *, input_size: tuple[int, int] | None) -> tuple
         import transformers
     except ImportError:
         raise MissingDependencyError("transformers (to read Hugging Face model folders)", "pip install 'vitedge[hf]'") from None
-    import torch
 
     try:
         config = transformers.AutoConfig.from_pretrained(str(folder), local_files_only=True)
@@ -100,7 +111,6 @@ def load_hf_folder(folder: Path, *, input_size: tuple[int, int] | None) -> tuple
 def _resize_hf(model, config, input_size, auto):
     import torch
 
-    from vitedge.models.build import resample_pos_embed
 
     if input_size[0] != input_size[1]:
         raise UsageError("Hugging Face ViT folders support square --input-size only")

@@ -15,8 +15,16 @@ from vitedge.errors import ModelLoadError, UsageError
 from vitedge.models import build, checks, families
 from vitedge.models import channels as chan
 from vitedge.models.formats import RawModel, read_model_file
+from vitedge.models.hf import load_hf_folder, read_preprocess
 from vitedge.models.layouts import Layout, infer_layout
-from vitedge.models.presets import HEADS_BY_WIDTH, PRESETS, ArchPreset, get_preset, match_preset
+from vitedge.models.presets import (
+    HEADS_BY_WIDTH,
+    PRESETS,
+    ArchPreset,
+    get_preset,
+    match_preset,
+)
+from vitedge.models.timm_arch import load_timm_arch
 from vitedge.onnxutil import graph_inputs
 from vitedge.spec import (
     IMAGENET_MEAN,
@@ -29,6 +37,7 @@ from vitedge.spec import (
     ModelSpec,
     Preprocess,
     default_stats,
+    fit_stats,
 )
 
 ONNX_SPEC_KEY = "vitedge.spec"
@@ -107,7 +116,6 @@ def _load_state_dict(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
         module = build.build_custom(opt.model_class, kwargs, sd, where)
         return _from_module(raw, opt, module, family="custom", meta=meta, kwargs=kwargs)
     if opt.arch and opt.arch not in PRESETS:
-        from vitedge.models.timm_arch import load_timm_arch
 
         module = load_timm_arch(opt.arch, sd, where, input_size=opt.input_size)
         return _from_module(raw, opt, module, family="timm", meta=meta, kwargs={}, arch_name=opt.arch)
@@ -205,7 +213,6 @@ def _load_family(raw: RawModel, opt: IntakeOptions, sd: dict[str, Any], fam: "fa
 
 
 def _maybe_preset(name: str) -> ArchPreset | None:
-    from vitedge.models.presets import PRESETS
 
     return PRESETS.get(name)
 
@@ -307,7 +314,6 @@ def _fit_channels(pre: Preprocess, channels: int, source: str) -> Preprocess:
 
 
 def _apply_preprocess_flags(pre: Preprocess, source: str, opt: IntakeOptions) -> tuple[Preprocess, str]:
-    from vitedge.spec import fit_stats
 
     changes: dict[str, Any] = {}
     for name in ("mean", "std", "crop_pct", "interpolation"):
@@ -536,7 +542,6 @@ def _probe_output(module, image_size, where: str, channels: int | None = None) -
 def _load_huggingface(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     import torch
 
-    from vitedge.models.hf import load_hf_folder, read_preprocess
 
     module, facts = load_hf_folder(raw.path, input_size=opt.input_size)
     checks.check_finite_weights(module.state_dict(), str(raw.path))

@@ -8,11 +8,12 @@ looks like instead.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from vitedge.errors import ModelLoadError
+from vitedge.models.loading import count_indices
+from vitedge.models.timm_arch import closest_archs, format_matches
 
 
 @dataclass
@@ -28,12 +29,6 @@ class Layout:
     num_prefix_tokens: int
     timm_kwargs: dict[str, Any] = field(default_factory=dict)
     representation_size: int | None = None  # torchvision pre-logits layer
-
-
-def _count_indices(sd: dict[str, Any], pattern: str) -> int:
-    rx = re.compile(pattern)
-    idx = {int(m.group(1)) for k in sd if (m := rx.match(k))}
-    return (max(idx) + 1) if idx else 0
 
 
 def _square_grid(tokens: int) -> tuple[int, int] | None:
@@ -70,7 +65,6 @@ def _not_a_vit_message(sd: dict[str, Any], where: str) -> str:
         return f"{where}: found {what}; pass the model folder with its config.json instead of the weights file alone"
     else:
         what = f"a state_dict of {len(keys)} tensors that matches no known ViT layout (first keys: {', '.join(keys[:4])})"
-        from vitedge.models.timm_arch import closest_archs, format_matches
 
         best = closest_archs(sd)
         hint = f"; closest timm architectures (pass one as --arch NAME): {format_matches(best)}" if best else ""
@@ -88,7 +82,7 @@ def _timm_layout(sd: dict[str, Any], where: str) -> Layout:
     if hybrid:
         # The ResNet stem downsamples 16x (s16) or 32x (s32); the 1x1 projection follows it.
         patch = _hybrid_stride(sd) * patch
-    depth = _count_indices(sd, r"blocks\.(\d+)\.")
+    depth = count_indices(sd, r"blocks\.(\d+)\.")
     fc1 = sd.get("blocks.0.mlp.fc1.weight")
     mlp_dim = int(fc1.shape[0]) if fc1 is not None else 4 * embed_dim
     has_cls = "cls_token" in sd
@@ -140,7 +134,7 @@ def _timm_layout(sd: dict[str, Any], where: str) -> Layout:
 
 
 def _hybrid_stride(sd: dict[str, Any]) -> int:
-    stages = _count_indices(sd, r"patch_embed\.backbone\.stages\.(\d+)\.")
+    stages = count_indices(sd, r"patch_embed\.backbone\.stages\.(\d+)\.")
     # stem /4, then every stage after the first halves the resolution.
     return 4 * 2 ** max(stages - 1, 0) if stages else 16
 
@@ -148,7 +142,7 @@ def _hybrid_stride(sd: dict[str, Any]) -> int:
 def _torchvision_layout(sd: dict[str, Any], where: str) -> Layout:
     proj = sd["conv_proj.weight"]
     embed_dim, patch = int(proj.shape[0]), int(proj.shape[-1])
-    depth = _count_indices(sd, r"encoder\.layers\.encoder_layer_(\d+)\.")
+    depth = count_indices(sd, r"encoder\.layers\.encoder_layer_(\d+)\.")
     mlp_key = next((k for k in ("encoder.layers.encoder_layer_0.mlp.0.weight", "encoder.layers.encoder_layer_0.mlp.linear_1.weight") if k in sd), None)
     mlp_dim = int(sd[mlp_key].shape[0]) if mlp_key else 4 * embed_dim
     pos = sd.get("encoder.pos_embedding")

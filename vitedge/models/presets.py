@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from vitedge.errors import UsageError
 from vitedge.spec import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 
 INCEPTION_MEAN = (0.5, 0.5, 0.5)
@@ -76,7 +77,6 @@ HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16}
 
 
 def get_preset(name: str) -> ArchPreset:
-    from vitedge.errors import UsageError
 
     try:
         return PRESETS[name]

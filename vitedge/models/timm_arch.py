@@ -13,6 +13,8 @@ import re
 from typing import Any
 
 from vitedge.errors import ModelLoadError, UsageError
+from vitedge.models.families import explicit_attention
+from vitedge.models.loading import require_library
 
 MAX_CANDIDATES = 6
 
@@ -27,9 +29,8 @@ _WIDTH_WORDS = {192: ("tiny",), 384: ("small",), 512: ("medium", "mediumd"), 768
 
 
 def _timm():
-    from vitedge.models.build import _require
 
-    return _require("timm", "timm (for --arch with timm architectures)", "models")
+    return require_library("timm", "timm (for --arch with timm architectures)", "models")
 
 
 def _is_transformer(module) -> bool:
@@ -76,7 +77,6 @@ def load_timm_arch(name: str, sd: dict[str, Any], where: str, *, input_size: tup
         hint = f"; closest timm architectures: {format_matches(best)}" if best else ""
         raise ModelLoadError(f"{where}: the weights do not fit timm's {name}: {'; '.join(p for p in parts if p)}{hint}")
     module.load_state_dict(sd, strict=True)
-    from vitedge.models.families import explicit_attention
 
     explicit_attention(module)
     return module.eval()

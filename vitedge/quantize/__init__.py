@@ -12,7 +12,13 @@ from vitedge.quantize.calibrate import Calibration, calibrate
 from vitedge.quantize.checker import Violation, assert_qdq_graph, check_qdq_graph
 from vitedge.quantize.config import LAYER_KINDS, METHODS, QUANTIZER_VERSION, QuantConfig
 from vitedge.quantize.graph import QuantLayer
-from vitedge.quantize.qdq import METADATA_KEY, QuantizedGraph, build_qdq, quantize, resolve_keep_float
+from vitedge.quantize.qdq import (
+    METADATA_KEY,
+    QuantizedGraph,
+    build_qdq,
+    quantize,
+    resolve_keep_float,
+)
 
 __all__ = [
     "LAYER_KINDS",

@@ -20,15 +20,42 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from vitedge.calibration._common import CalibrationSource, SourceSummary
 from vitedge.errors import CalibrationError, QuantizationError, UsageError
 from vitedge.fsutil import sha256_bytes
-from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata, graph_inputs
+from vitedge.onnxutil import (
+    FLOAT_NCHW,
+    INPUT_FORMAT_KEY,
+    SPEC_KEY,
+    UINT8_NHWC_RGB,
+    get_metadata,
+    graph_inputs,
+    onnx_sha256,
+    ort_session,
+)
 from vitedge.quantize import smoothquant, stats
 from vitedge.quantize.cache import CalibrationCache, cache_key
 from vitedge.quantize.config import QUANTIZER_VERSION, QuantConfig
-from vitedge.quantize.graph import GraphIndex, QuantLayer, SmoothSite, find_layers, find_smooth_sites, prepare, softmax_outputs
+from vitedge.quantize.graph import (
+    GraphIndex,
+    QuantLayer,
+    SmoothSite,
+    find_layers,
+    find_smooth_sites,
+    prepare,
+    softmax_outputs,
+)
+from vitedge.spec import ModelSpec
 
 # Fixed so the statistics do not depend on the machine. (ONNX Runtime's CPU results were
 # bit-identical for 1-4 threads and batch 1 vs 8 in our measurements; fixing both anyway
@@ -111,7 +138,6 @@ def calibrate(
         raise QuantizationError(f"{path} is not a readable ONNX graph: {str(err).splitlines()[0][:160] if str(err) else type(err).__name__}") from err
     fp32_sha = sha256_bytes(raw)
     if external:  # the weights in the external data file are part of what the cache keys on
-        from vitedge.onnxutil import onnx_sha256
 
         fp32_sha = onnx_sha256(path)
     meta = get_metadata(model)
@@ -262,7 +288,6 @@ class _Runner:
         self.uint8 = meta.get(INPUT_FORMAT_KEY, FLOAT_NCHW) == UINT8_NHWC_RGB
         self.preprocess = None
         if self.uint8:
-            from vitedge.spec import ModelSpec
 
             try:
                 self.preprocess = ModelSpec.from_json(meta[SPEC_KEY]).preprocess
@@ -280,7 +305,6 @@ class _Runner:
         import onnx
         from onnx import TensorProto, helper
 
-        from vitedge.onnxutil import ort_session
 
         # the graph's outputs are swapped in place and restored: a copy of a 2.5 GB graph (vit_h_14)
         # would cost as much memory again
@@ -307,8 +331,6 @@ class _Runner:
         total = -(-len(self.source) // self.batch)
         bar = None
         if self.progress:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
             bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("batches"),
                            TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True), transient=False)

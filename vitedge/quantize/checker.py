@@ -16,6 +16,8 @@ from typing import Any
 import numpy as np
 
 from vitedge.errors import QuantizationError
+from vitedge.onnxutil import opset_version
+from vitedge.quantize.graph import GraphIndex, attr
 
 MIN_OPSET = 13  # per-axis QuantizeLinear / DequantizeLinear
 
@@ -46,8 +48,6 @@ def check_qdq_graph(model: Any) -> list[Violation]:
     """Every TensorRT explicit-quantization rule ``model`` (an onnx.ModelProto) breaks."""
     from onnx import TensorProto
 
-    from vitedge.onnxutil import opset_version
-    from vitedge.quantize.graph import GraphIndex, attr
 
     out: list[Violation] = []
     opset = opset_version(model)
@@ -123,7 +123,6 @@ def check_qdq_graph(model: Any) -> list[Violation]:
 
 
 def _check_axis(gi: Any, dq: Any, name: str, weight: np.ndarray | None, scale: np.ndarray) -> list[Violation]:
-    from vitedge.quantize.graph import attr
 
     if weight is None:
         return []
@@ -143,7 +142,6 @@ def _check_axis(gi: Any, dq: Any, name: str, weight: np.ndarray | None, scale: n
 
 
 def _output_channel_axis(node: Any, idx: int, rank: int) -> int | None:
-    from vitedge.quantize.graph import attr
 
     if node.op_type == "MatMul" and idx == 1:
         return rank - 1

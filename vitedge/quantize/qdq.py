@@ -19,12 +19,23 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.errors import UsageError
-from vitedge.onnxutil import save_onnx, set_metadata, topological_sort
+from vitedge.errors import QuantizationError, UsageError
+from vitedge.onnxutil import (
+    NameScope,
+    cleanup,
+    save_onnx,
+    set_metadata,
+    topological_sort,
+)
 from vitedge.quantize.calibrate import Calibration, calibrate
 from vitedge.quantize.checker import Violation, check_qdq_graph
-from vitedge.quantize.config import FLOAT_KINDS, LAYER_KINDS, QUANTIZER_VERSION, QuantConfig
-from vitedge.quantize.graph import GraphIndex, NameScope, QuantLayer, cleanup
+from vitedge.quantize.config import (
+    FLOAT_KINDS,
+    LAYER_KINDS,
+    QUANTIZER_VERSION,
+    QuantConfig,
+)
+from vitedge.quantize.graph import GraphIndex, QuantLayer
 from vitedge.quantize.stats import QMAX
 from vitedge.quantize.weight_range import CPU_REQUIREMENT, quantize_weight
 
@@ -182,7 +193,6 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
     set_metadata(m, {METADATA_KEY: json.dumps(info, sort_keys=True)})
     violations = check_qdq_graph(m)
     if violations:
-        from vitedge.errors import QuantizationError
 
         raise QuantizationError(f"internal error: the Q/DQ graph breaks {len(violations)} rule(s), first: {violations[0]}")
     return QuantizedGraph(

@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.onnxutil import topological_sort
-from vitedge.quantize.graph import GraphIndex, NameScope, SmoothSite, attr, cleanup
+from vitedge.onnxutil import NameScope, cleanup, topological_sort
+from vitedge.quantize.graph import GraphIndex, SmoothSite, attr
 
 S_MIN, S_MAX = 1e-5, 1e5
 

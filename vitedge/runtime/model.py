@@ -12,17 +12,21 @@ import dataclasses
 import importlib.util
 import queue
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vitedge.backends import get_backend, list_backends
+from vitedge.cpu import check_requirement, mismatch_allowed
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.manifest import Manifest, read_manifest, verify_bundle
 from vitedge.onnxutil import FLOAT_NCHW, UINT8_NHWC_RGB
 from vitedge.runtime.frames import as_frame_list, check_color, prepare_batch
-from vitedge.runtime.results import SMALL_HEAD, Prediction, Predictions, top_k as _top_k, top_k_one
+from vitedge.runtime.results import SMALL_HEAD, Prediction, Predictions, top_k_one
+from vitedge.runtime.results import top_k as _top_k
 from vitedge.spec import Preprocess
 
 CPU_BACKENDS = ("onnxruntime", "openvino")
@@ -88,9 +92,7 @@ def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: i
 
 def _check_cpu(bundle: Path, manifest: Manifest, backend_name: str, allow: bool | None) -> None:
     """Refuse (or, when allowed, warn about) a CPU bundle whose INT8 kernels would saturate here."""
-    import warnings
 
-    from vitedge.cpu import check_requirement, mismatch_allowed
 
     if backend_name not in CPU_BACKENDS:
         return
@@ -109,7 +111,6 @@ def _missing(backend_name: str, manifest: Manifest) -> MissingDependencyError:
 
 
 def _backend(name: str, manifest: Manifest):
-    from vitedge.backends import get_backend, list_backends
 
     if name not in list_backends():
         raise BundleError(f"the bundle's manifest names backend '{name}', which this vitedge does not know "

@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import platform
 import time
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge import __version__
+from vitedge.backends import get_backend
 from vitedge.bundle_trust import locked_thresholds
 from vitedge.errors import BundleError, VitedgeError
 from vitedge.profiles import TargetProfile, Thresholds, parse_profile
@@ -29,6 +29,7 @@ from vitedge.validation import report as rpt
 from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
 from vitedge.validation.latency import MEMORY_METHOD, LatencySettings
 from vitedge.validation.run import ValidationResult, validate_artifact
+from vitedge.validation.sensitivity import first_inputs, layer_sensitivity
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,6 @@ def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = V
                     log=None, bundle_label: str | None = None, backend=None) -> BundleValidation:
     """Validate the artifact of ``bundle`` (described by ``manifest``) on ``source``; ``backend``: the
     one to run it with (default: the registry's for the manifest's backend)."""
-    from vitedge.backends import get_backend
 
     start = time.perf_counter()
     bundle = Path(bundle)
@@ -169,7 +169,6 @@ def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = V
 
 
 def _sensitivity(bundle: Path, manifest, source, kind: str, spec, options: ValidateOptions, info):
-    from vitedge.validation.sensitivity import first_inputs, layer_sensitivity
 
     arts = manifest.artifacts
     fp32, qdq = arts.get("fp32_onnx"), arts.get("qdq")

@@ -22,8 +22,11 @@ from typing import Any
 from vitedge import __version__
 from vitedge.errors import DataError, UsageError
 from vitedge.validation import report as rpt
-from vitedge.validation.defaults import DEFAULT_MAX_ACCURACY_REGRESSION, DEFAULT_MAX_LATENCY_REGRESSION
-from vitedge.validation.run import FAIL, PASS, SKIP, GateRow
+from vitedge.validation.defaults import (
+    DEFAULT_MAX_ACCURACY_REGRESSION,
+    DEFAULT_MAX_LATENCY_REGRESSION,
+)
+from vitedge.validation.gate import FAIL, PASS, SKIP, GateRow
 
 
 def parse_fraction(text: str | float, flag: str = "--max-latency-regression") -> float:

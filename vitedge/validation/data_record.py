@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitedge.errors import UsageError
+from vitedge.calibration.sources import open_source
+from vitedge.errors import CalibrationError, UsageError
 
 ROLES = ("validation", "calibration")
 
@@ -60,8 +61,6 @@ class DataRecord:
 
 def open_recorded(record: DataRecord, spec, *, progress: bool):
     """Open exactly the items the build validated on; a one-line UsageError naming --data if they moved or changed."""
-    from vitedge.calibration.sources import open_source
-    from vitedge.errors import CalibrationError
 
     what = "calibration images" if record.role == "calibration" else "validation set"
     if not Path(record.path).exists():

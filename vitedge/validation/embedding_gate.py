@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from vitedge.profiles import Thresholds
-from vitedge.validation.run import FAIL, PASS, SKIP, GateRow
+from vitedge.validation.gate import FAIL, PASS, SKIP, GateRow
 
 # the rows an embedding model adds to the gate, in order (after min_agreement, before min_speedup)
 EMBEDDING_GATE_NAMES = ("min_embedding_cosine", "min_embedding_cosine_low", "min_nn_agreement")

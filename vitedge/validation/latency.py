@@ -13,6 +13,7 @@ half of its samples agree within ``rel_tol``; timing stops when every model is s
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -152,8 +153,6 @@ def current_rss() -> int | None:
     try:
         with open("/proc/self/statm") as f:
             pages = int(f.read().split()[1])
-        import os
-
         return pages * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError, AttributeError):
         pass

@@ -18,6 +18,11 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from vitedge.errors import UsageError
+from vitedge.fsutil import atomic_output_dir, atomic_write_path
+
 SCHEMA = "vitedge.validation/1"
 COMPARE_SCHEMA = "vitedge.comparison/1"
 
@@ -350,7 +355,6 @@ def latency_plot(latency: dict[str, dict[str, Any]], title: str) -> bytes | None
     batches = sorted(latency.get("int8", {}), key=int)
     if plt is None or not batches:
         return None
-    import numpy as np
 
     fig, axes = plt.subplots(1, len(batches), figsize=(4.2 * len(batches), 3.2), squeeze=False)
     for ax, b in zip(axes[0], batches):
@@ -421,8 +425,6 @@ def write_report_files(report_dir: Path, files: dict[str, bytes | str], owned: I
     """Write rendered reports into ``report_dir``: each file atomically, a new folder as a whole.
 
     Files of ``owned`` that this run did not produce are removed (stale plots)."""
-    from vitedge.errors import UsageError
-    from vitedge.fsutil import atomic_output_dir, atomic_write_path
 
     report_dir = Path(report_dir)
     if report_dir.exists() and not report_dir.is_dir():
@@ -451,7 +453,6 @@ def write_report_files(report_dir: Path, files: dict[str, bytes | str], owned: I
 
 def check_report_dir(report_dir: Path | None) -> None:
     """Fail early (before any work) on a --report-dir that cannot be a folder."""
-    from vitedge.errors import UsageError
 
     if report_dir is None:
         return

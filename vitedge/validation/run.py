@@ -7,7 +7,6 @@ wraps both for a bundle folder: `vitedge build` and `vitedge validate` both go t
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,40 +15,25 @@ import numpy as np
 
 from vitedge.errors import DataError
 from vitedge.profiles import Thresholds
-from vitedge.validation.accuracy import collect_outputs, compare_embeddings, compare_logits
+from vitedge.validation.accuracy import (
+    collect_outputs,
+    compare_embeddings,
+    compare_logits,
+)
+from vitedge.validation.embedding_gate import agreement_skip_row, embedding_rows
+from vitedge.validation.gate import FAIL, PASS, SKIP, GateRow  # noqa: F401 - re-exported: callers read the verdicts from run
 from vitedge.validation.inputs import feed_for
+from vitedge.validation.latency import (
+    LatencySettings,
+    LatencyStats,
+    current_rss,
+    measure_interleaved,
+    peak_rss,
+)
 from vitedge.validation.sanity import fp32_warnings
-from vitedge.validation.latency import LatencySettings, LatencyStats, current_rss, measure_interleaved, peak_rss
 
-PASS, FAIL, SKIP = "pass", "fail", "skip"
 THRESHOLD_NAMES = ("max_top1_drop", "min_agreement", "min_embedding_cosine", "min_embedding_cosine_low", "min_nn_agreement",
                    "min_speedup", "max_p99_ms")  # the embedding rows only for encoders (vitedge.validation.embedding_gate)
-
-
-@dataclass
-class GateRow:
-    """One threshold of the gate: its measured value, its limit and the verdict.
-
-    ``margin`` is how far the value is on the wrong side of the limit (positive: failing
-    by that much, in the threshold's unit); ``status`` is pass, fail or skip (not
-    measurable here: no labels, latency not measured, no limit set)."""
-
-    name: str
-    value: float | None
-    limit: float | None
-    passed: bool
-    detail: str
-    status: str = PASS
-    unit: str = ""
-    margin: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status, "passed": self.passed, "value": _finite(self.value),
-                "limit": self.limit, "unit": self.unit, "margin": _finite(self.margin), "detail": self.detail}
-
-
-def _finite(v: float | None) -> float | None:
-    return None if v is None or not math.isfinite(v) else float(v)
 
 
 @dataclass
@@ -124,7 +108,6 @@ def evaluate_gate(accuracy: dict[str, Any], speedup: float | None, p99_ms: float
     agree = accuracy.get("top1_agreement")
     what = "top-1 agreement with FP32"
     if accuracy.get("output_kind") == "embedding":
-        from vitedge.validation.embedding_gate import agreement_skip_row, embedding_rows
 
         rows += [agreement_skip_row(t), *embedding_rows(accuracy, t)]
     elif agree is not None:

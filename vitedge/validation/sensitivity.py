@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +37,23 @@ from typing import Any
 import numpy as np
 
 from vitedge.errors import BundleError, QuantizationError
+from vitedge.onnxutil import (
+    FLOAT_NCHW,
+    INPUT_FORMAT_KEY,
+    SPEC_KEY,
+    UINT8_NHWC_RGB,
+    NameScope,
+    SessionSettings,
+    cleanup,
+    get_metadata,
+    graph_inputs,
+    ort_session,
+)
+from vitedge.quantize.graph import GraphIndex, attr, find_layers, prepare
+from vitedge.quantize.qdq import METADATA_KEY
+from vitedge.spec import ModelSpec
 from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
+from vitedge.validation.inputs import to_uint8_frames
 
 RUNTIME = "onnxruntime (CPUExecutionProvider)"
 _UNSMOOTHED_TOL = 0.02  # |s - 1| below this on every channel: the weight was not smoothed
@@ -150,7 +166,6 @@ def _prepare(fp32: Any, qdq: Any, recover_smoothing: bool = True) -> _Prepared:
     import onnx
     from onnx import numpy_helper
 
-    from vitedge.quantize.graph import GraphIndex, NameScope, find_layers, prepare
 
     fp32_model = prepare(_load(fp32))
     ref = GraphIndex(fp32_model)
@@ -199,7 +214,6 @@ def _prepare(fp32: Any, qdq: Any, recover_smoothing: bool = True) -> _Prepared:
 
 
 def _dequantize(gi: Any, dq: Any) -> np.ndarray:
-    from vitedge.quantize.graph import attr
 
     q = np.asarray(gi.value(dq.input[0]), dtype=np.float64)
     scale = np.asarray(gi.value(dq.input[1]), dtype=np.float64)
@@ -234,7 +248,6 @@ def _variant(prep: _Prepared, keep: set[str]) -> Any:
     """The Q/DQ graph with every INT8 layer but ``keep`` returned to float, serialized."""
     import onnx
 
-    from vitedge.quantize.graph import GraphIndex, cleanup
 
     m = onnx.ModelProto()
     m.CopyFrom(prep.qdq)
@@ -260,23 +273,19 @@ def _variant(prep: _Prepared, keep: set[str]) -> Any:
 
 
 def _input_feed(model: Any, inputs: np.ndarray, preprocess: Any) -> tuple[str, np.ndarray]:
-    from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata, graph_inputs
 
     meta = get_metadata(model)
     name = graph_inputs(model)[0].name
     if meta.get(INPUT_FORMAT_KEY, FLOAT_NCHW) != UINT8_NHWC_RGB:
         return name, np.ascontiguousarray(inputs, dtype=np.float32)
-    from vitedge.validation.inputs import to_uint8_frames
 
     if preprocess is None:
-        from vitedge.spec import ModelSpec
 
         preprocess = ModelSpec.from_json(meta[SPEC_KEY]).preprocess
     return name, to_uint8_frames(inputs, preprocess)
 
 
 def _run(model: Any, name: str, feed: np.ndarray, batch: int, threads: int | None) -> np.ndarray:
-    from vitedge.onnxutil import SessionSettings, ort_session
 
     sess = ort_session(model, SessionSettings(threads=threads, optimization="disabled"))  # reference Q/DQ semantics, quick to open
     outs = [np.asarray(sess.run(None, {name: feed[i : i + batch]})[0], dtype=np.float32) for i in range(0, len(feed), batch)]
@@ -352,8 +361,6 @@ def layer_sensitivity(
 
 def quantization_metadata(qdq: Any) -> dict[str, Any]:
     """The ``vitedge.quantization`` metadata the quantizer writes into the Q/DQ graph ({} if none)."""
-    from vitedge.onnxutil import get_metadata
-    from vitedge.quantize.qdq import METADATA_KEY
 
     raw = get_metadata(_load(qdq)).get(METADATA_KEY)
     try:

@@ -24,8 +24,31 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vitedge.backends.base import Backend, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
-from vitedge.backends.tensorrt.plan import ENGINE, REFERENCE_ENGINE, TensorRtOptions, assumed_capabilities, capabilities_from_module
+from vitedge.backends.base import (
+    Backend,
+    BuildContext,
+    BuiltArtifact,
+    EnvironmentStatus,
+    Runner,
+)
+from vitedge.backends.tensorrt.bundle import (
+    build_on_device,
+    load_checked_graph,
+    offline_info,
+    plan_bundle,
+)
+from vitedge.backends.tensorrt.device import cudart_module, read_device_facts
+from vitedge.backends.tensorrt.family import build_family
+from vitedge.backends.tensorrt.members import FamilyOptions
+from vitedge.backends.tensorrt.plan import (
+    ENGINE,
+    REFERENCE_ENGINE,
+    TensorRtOptions,
+    assumed_capabilities,
+    capabilities_from_module,
+)
+from vitedge.backends.tensorrt.report import report_lines
+from vitedge.backends.tensorrt.runner import TensorRtRunner
 from vitedge.errors import MissingDependencyError
 
 INSTALL_HINT = ("on the device: pip install 'vitedge[tensorrt]' --extra-index-url https://pypi.nvidia.com "
@@ -47,8 +70,6 @@ class TensorRtBackend(Backend):
             return EnvironmentStatus(False, False, "TensorRT is not installed", INSTALL_HINT)
         version = getattr(trt, "__version__", "?")
         try:
-            from vitedge.backends.tensorrt.device import cudart_module
-
             cudart = cudart_module()
         except ImportError:
             return EnvironmentStatus(False, False, f"TensorRT {version} is installed but cuda-python is not",
@@ -64,7 +85,6 @@ class TensorRtBackend(Backend):
         if err != 0 or count == 0:
             why = f"CUDA reports {err_name}" if err != 0 else "CUDA sees 0 devices"
             return EnvironmentStatus(False, False, f"no CUDA GPU ({why}; TensorRT {version} is installed)", GPU_HINT)
-        from vitedge.backends.tensorrt.device import read_device_facts
 
         return EnvironmentStatus(True, True, read_device_facts(trt, cudart).describe())
 
@@ -76,17 +96,13 @@ class TensorRtBackend(Backend):
         return {"tensorrt": str(getattr(trt, "__version__", "?"))}
 
     def report_lines(self, backend_info: dict[str, Any]) -> list[str]:
-        from vitedge.backends.tensorrt.report import report_lines
 
         return report_lines(backend_info)
 
     def build(self, ctx: BuildContext) -> BuiltArtifact:
-        from vitedge.backends.tensorrt.bundle import build_on_device, load_checked_graph, offline_info, plan_bundle
 
-        from vitedge.backends.tensorrt.members import FamilyOptions
 
         if isinstance(ctx.options, FamilyOptions):  # --target jetson / nvidia-gpu: plans for every member
-            from vitedge.backends.tensorrt.family import build_family
 
             return build_family(ctx, self._offline_capabilities)
         say = ctx.log or (lambda _m: None)
@@ -119,7 +135,6 @@ class TensorRtBackend(Backend):
         return capabilities_from_module(trt)  # TensorRT is here, only the GPU is missing
 
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
-        from vitedge.backends.tensorrt.runner import TensorRtRunner
 
         return TensorRtRunner(model_path, options or TensorRtOptions())
 
@@ -139,7 +154,6 @@ class BoundTensorRtBackend(TensorRtBackend):
         return {"tensorrt": str(getattr(self.trt, "__version__", "?"))}
 
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
-        from vitedge.backends.tensorrt.runner import TensorRtRunner
 
         return TensorRtRunner(model_path, options or TensorRtOptions(), trt=self.trt, cudart=self.cudart,
                               device_facts=self.facts)

@@ -18,6 +18,7 @@ from typing import Any
 from vitedge.backends.tensorrt.engine_inspect import one_line, summarize_layers
 from vitedge.backends.tensorrt.plan import BuildPlan
 from vitedge.errors import BundleError
+from vitedge.fsutil import atomic_write_path
 
 __all__ = ["EngineBuild", "apply_plan", "make_logger", "summarize_layers", "write_engine"]
 
@@ -242,7 +243,6 @@ def _inspect(trt: Any, logger: Any, engine_bytes: bytes, plan: BuildPlan, warnin
 
 
 def write_engine(path: Path, data: bytes) -> None:
-    from vitedge.fsutil import atomic_write_path
 
     with atomic_write_path(path) as tmp:
         tmp.write_bytes(data)

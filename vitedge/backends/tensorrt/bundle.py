@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vitedge.backends.tensorrt.attention import attention_blocks, fusion_warnings
 from vitedge.backends.tensorrt.build import EngineBuild, apply_plan, write_engine
 from vitedge.backends.tensorrt.device import FACTS_FILE, DeviceFacts, read_device_facts
 from vitedge.backends.tensorrt.plan import (
@@ -29,13 +30,18 @@ from vitedge.backends.tensorrt.plan import (
     GraphFacts,
     TensorRtOptions,
     TrtCapabilities,
+    capabilities_from_module,
     plan_build,
     reference_plan,
     trtexec_command,
     write_plan_files,
 )
+from vitedge.backends.tensorrt.typed import make_strongly_typed
 from vitedge.errors import UsageError
-from vitedge.fsutil import sha256_bytes
+from vitedge.fsutil import atomic_write_path, sha256_bytes
+from vitedge.onnxutil import save_onnx
+from vitedge.paths import cache_dir
+from vitedge.quantize.checker import assert_qdq_graph
 
 NEXT_STEP = "build the engine on the device: vitedge engine BUNDLE"
 NOT_MEASURED = "no engine was built here, so no TensorRT accuracy or latency was measured"
@@ -60,7 +66,6 @@ def load_checked_graph(qdq_path: Path) -> Any:
     """The Q/DQ graph, after the TensorRT explicit-quantization checker passed on it."""
     import onnx
 
-    from vitedge.quantize.checker import assert_qdq_graph
 
     model = onnx.load(str(qdq_path))  # with its external data: the typed graph rewrites weights
     assert_qdq_graph(model)  # raises QuantizationError naming the broken rules
@@ -76,7 +81,6 @@ def plan_bundle(out_dir: Path, options: TensorRtOptions, batch_sizes: tuple[int,
     graph = GraphFacts.from_model(model)
     plan = plan_build(options, batch_sizes, caps, graph=graph)
     ref = reference_plan(plan)
-    from vitedge.backends.tensorrt.attention import attention_blocks, fusion_warnings
 
     blocks = attention_blocks(model)
     attention = [b.to_dict() for b in blocks]
@@ -84,8 +88,6 @@ def plan_bundle(out_dir: Path, options: TensorRtOptions, batch_sizes: tuple[int,
     files = write_plan_files(out_dir, [plan, ref], caps, graph, {"blocks": attention, "warnings": warnings})
     typed_report = None
     if plan.typed_graph is not None:
-        from vitedge.backends.tensorrt.typed import make_strongly_typed
-        from vitedge.onnxutil import save_onnx
 
         typed, report = make_strongly_typed(model, **plan.typed_graph)
         save_onnx(typed, out_dir / TYPED_GRAPH)
@@ -126,7 +128,6 @@ def timing_cache_key(facts: DeviceFacts, plan: BuildPlan) -> str:
 
 
 def _user_cache_path(key: str) -> Path:
-    from vitedge.paths import cache_dir
 
     return cache_dir() / "tensorrt" / f"timing-{key}.cache"
 
@@ -177,7 +178,6 @@ def _read_sidecar(path: Path) -> str | None:
 
 
 def _store_user_cache(key: str, data: bytes) -> None:
-    from vitedge.fsutil import atomic_write_path
 
     path = _user_cache_path(key)
     try:
@@ -196,7 +196,6 @@ def build_on_device(trt: Any, out_dir: Path, options: TensorRtOptions, batch_siz
                     previous: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Plan for the TensorRT found here, build the INT8 and FP32-reference engines into
     ``out_dir`` and record the device. Returns (backend_info, extra files)."""
-    from vitedge.backends.tensorrt.plan import capabilities_from_module
 
     say = log or (lambda _m: None)
     caps = capabilities_from_module(trt)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitedge.errors import BundleError, IncompatibleEngineError
+from vitedge.errors import BundleError, IncompatibleEngineError, MissingDependencyError
 
 FACTS_FILE = "engine_facts.json"
 NV_TEGRA_RELEASE = Path("/etc/nv_tegra_release")
@@ -122,7 +122,6 @@ def cudart_module() -> Any:
         from cuda import cudart as runtime  # cuda-python 12.0-12.5
     missing = [name for name in REQUIRED_CALLS if not hasattr(runtime, name)]
     if missing:
-        from vitedge.errors import MissingDependencyError
 
         raise MissingDependencyError(f"a cuda-python whose {runtime.__name__} has {', '.join(missing[:3])}",
                                      f"pip install 'cuda-python{CUDA_PYTHON_RANGE}'")

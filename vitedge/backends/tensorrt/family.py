@@ -12,17 +12,22 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.backends.base import BuildContext, BuiltArtifact
+from vitedge.backends.tensorrt.bundle import (
+    NEXT_STEP,
+    NOT_MEASURED,
+    load_checked_graph,
+    plan_bundle,
+)
 from vitedge.backends.tensorrt.device import DeviceFacts
+from vitedge.backends.tensorrt.members import FamilyOptions, ModuleFacts, select_member
 from vitedge.backends.tensorrt.plan import ENGINE, REFERENCE_ENGINE, TensorRtOptions
 from vitedge.errors import BundleError
-from vitedge.backends.tensorrt.members import FamilyOptions, ModuleFacts, select_member
 
 PLANS_DIR = "plans"
 
 
 def build_family(ctx: BuildContext, offline_caps) -> BuiltArtifact:
     """Plan every member of the family into plans/NAME/ (build_plan.json, trtexec.txt)."""
-    from vitedge.backends.tensorrt.bundle import NEXT_STEP, NOT_MEASURED, load_checked_graph, plan_bundle
 
     say = ctx.log or (lambda _m: None)
     opts: FamilyOptions = ctx.options

@@ -9,6 +9,7 @@ and compatible strings, the L4T release); `select_member` applies them.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,7 +124,6 @@ def parse_family(data: dict[str, Any], path: Path) -> TargetFamily:
 
 
 def _release_tuple(text: str | None) -> tuple[int, ...]:
-    import re
 
     return tuple(int(p) for p in re.findall(r"\d+", str(text or "")))
 

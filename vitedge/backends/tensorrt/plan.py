@@ -28,7 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vitedge.backends.tensorrt import versions as tv
+from vitedge.backends.tensorrt.versions import trtexec_flag_available
 from vitedge.errors import UsageError
+from vitedge.fsutil import atomic_write_path
 from vitedge.onnxutil import graph_inputs, opset_version
 
 FLOAT_PRECISIONS = ("fp16", "fp32")
@@ -166,7 +169,6 @@ def capabilities_from_module(trt: Any) -> TrtCapabilities:
 def assumed_capabilities(major: int) -> TrtCapabilities:
     """The documented features of the TensorRT vitedge assumes for a major (versions:
     8 -> 8.6, 10 -> 10.3 as in JetPack 6, 11 -> 11.4), for planning where none is installed."""
-    from vitedge.backends.tensorrt import versions as tv
 
     major = int(major or DEFAULT_ASSUMED_MAJOR)
     if major not in tv.ASSUMED_VERSION:
@@ -442,7 +444,6 @@ def trtexec_command(plan: BuildPlan, *, tf32_flag: bool = True) -> str:
 
 def _check_trtexec_flags(args: list[str], plan: BuildPlan) -> None:
     """Every flag written must exist in the trtexec of the planned TensorRT (versions)."""
-    from vitedge.backends.tensorrt.versions import trtexec_flag_available
 
     version = parse_version(plan.trt_version)
     missing = [a for a in args if not trtexec_flag_available(a, version)]
@@ -455,7 +456,6 @@ def write_plan_files(out_dir: Path, plans: list[BuildPlan], caps: TrtCapabilitie
                      attention: dict[str, Any] | None = None) -> list[str]:
     """build_plan.json and trtexec.txt; returns the file names written. ``attention`` (blocks and
     the warnings of attention) goes into both, so a trtexec-only user reads it too."""
-    from vitedge.fsutil import atomic_write_path
 
     payload = {
         "schema": "vitedge.tensorrt-plan/1",

@@ -19,7 +19,14 @@ from typing import Any
 import numpy as np
 
 from vitedge.backends.base import Runner
-from vitedge.backends.tensorrt.device import check_engine_facts, cuda_call, cudart_module, read_device_facts, read_facts_file
+from vitedge.backends.tensorrt.build import last_error, make_logger
+from vitedge.backends.tensorrt.device import (
+    check_engine_facts,
+    cuda_call,
+    cudart_module,
+    read_device_facts,
+    read_facts_file,
+)
 from vitedge.errors import BundleError, MissingDependencyError
 from vitedge.onnxutil import FLOAT_NCHW, UINT8_NHWC_RGB
 
@@ -81,7 +88,6 @@ class TensorRtRunner(Runner):
             self.relaxed = check_engine_facts(record, current, engine=self.model_path.name)
         if not self.model_path.is_file():
             raise BundleError(f"{self.model_path} does not exist; build the engine on the device with `vitedge engine BUNDLE`")
-        from vitedge.backends.tensorrt.build import make_logger
 
         self._logger = logger = make_logger(trt)
         runtime = trt.Runtime(logger)
@@ -113,7 +119,6 @@ class TensorRtRunner(Runner):
         self.stream = cuda_call(cudart.cudaStreamCreate(), "cudaStreamCreate")
 
     def _why(self) -> str:
-        from vitedge.backends.tensorrt.build import last_error
 
         why = last_error(getattr(self, "_logger", None))
         return f": {why}" if why else ""
