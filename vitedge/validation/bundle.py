@@ -127,8 +127,11 @@ class BundleValidation:
 
 
 def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = ValidateOptions(), *,
-                    log=None, bundle_label: str | None = None) -> BundleValidation:
-    """Validate the artifact of ``bundle`` (described by ``manifest``) on ``source``."""
+                    log=None, bundle_label: str | None = None, artifact_validator=validate_artifact) -> BundleValidation:
+    """Validate the artifact of ``bundle`` (described by ``manifest``) on ``source``.
+
+    ``artifact_validator`` (the signature of ``validate_artifact``) measures the artifact; the
+    sharded validator of `vitedge.distributed` replaces it for `validate --workers/--ray-address`."""
     from vitedge.backends import get_backend
 
     start = time.perf_counter()
@@ -155,7 +158,7 @@ def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = V
             raise BundleError(f"{bundle}: the {role} file {arts.get(role)!r} named in manifest.json is missing; rebuild the bundle")
     spec = manifest.spec
     kind = manifest.output.get("kind", spec.output_kind)
-    result = validate_artifact(backend, profile.backend_options, bundle / arts["model"], bundle / arts["reference"], source, spec,
+    result = artifact_validator(backend, profile.backend_options, bundle / arts["model"], bundle / arts["reference"], source, spec,
                                thresholds, profile.batch_sizes, measure_speed=options.measure_speed, threads=options.threads,
                                latency=options.latency, output_kind=kind, log=info)
     sens = None
