@@ -40,7 +40,8 @@ def bundle(built_bundle, tmp_path) -> Path:
 
 
 def test_core_imports_never_load_ray():
-    code = ("import sys, vitedge, vitedge.runtime, vitedge.cli, vitedge.commands.validate_cmd, vitedge.distributed.ray_validate, "
+    code = ("import sys, vitedge, vitedge.runtime, vitedge.cli, vitedge.commands.validate_cmd, vitedge.commands.build_matrix_cmd, "
+            "vitedge.distributed.ray_validate, vitedge.distributed.matrix, vitedge.distributed.matrix_report, "
             "vitedge.distributed.cluster; bad = [m for m in ('ray',) if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -132,3 +133,62 @@ def test_without_ray_the_flag_says_how_to_install(bundle):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert proc.returncode == 2, proc.stderr
     assert "vitedge[ray]" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _matrix(tmp_path: Path, extra_build: str = "") -> Path:
+    text = f"""
+targets = ["onnx", "intel-cpu"]
+out = "out"
+
+[build]
+calib_size = 32
+latency = false
+fallback = false
+cache_dir = "cache"
+{extra_build}
+
+[[models]]
+name = "digits"
+path = "{REPO / 'examples' / 'digits_vit.pt'}"
+calib = "{REPO / 'calibration' / 'digits' / 'calib'}"
+val = "{VAL_DIR}"
+"""
+    path = tmp_path / "matrix.toml"
+    path.write_text(text)
+    return path
+
+
+def test_build_matrix_on_ray_shares_calibration_names_failures_and_resumes(ray_cluster, capsys, tmp_path):
+    import xml.etree.ElementTree as ET
+
+    matrix = _matrix(tmp_path, "min_agreement = 1.0")  # INT8 agrees on 99.75% of the set: both rows fail the gate
+    code, out, err = run_cli(capsys, "build-matrix", matrix, "--workers", 2)
+    assert code == 1, err
+    assert "digits/onnx" in err and "digits/intel-cpu" in err and "failed the gate" in err
+    doc = json.loads((tmp_path / "out" / "matrix.json").read_text())
+    rows = {r["label"]: r for r in doc["rows"]}
+    assert [rows["digits/onnx"]["calibration"], rows["digits/intel-cpu"]["calibration"]] == ["computed", "cache"]
+    assert all(r["status"] == "fail" and not r["resumed"] for r in rows.values())
+    assert doc["engine"].startswith("ray") and doc["failed"] == ["digits/onnx", "digits/intel-cpu"]
+    suite = ET.parse(tmp_path / "out" / "matrix-junit.xml").getroot().find("testsuite")
+    assert suite.get("tests") == "2" and suite.get("failures") == "2"
+    for label in rows:
+        assert (tmp_path / "out" / label / "manifest.json").is_file()
+    # a re-run resumes from the complete bundles: nothing is rebuilt, the verdict is the same
+    code, out, err = run_cli(capsys, "build-matrix", matrix, "--workers", 2)
+    assert code == 1
+    again = json.loads((tmp_path / "out" / "matrix.json").read_text())
+    assert all(r["resumed"] for r in again["rows"])
+    # without Ray: the same matrix, sequentially, and it says so
+    script = ("import sys; sys.modules['ray'] = None; from vitedge.cli import main; "
+              f"main(['build-matrix', {str(matrix)!r}])")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 1, proc.stderr
+    assert "Ray is not installed" in proc.stdout and "sequentially" in proc.stdout
+    assert json.loads((tmp_path / "out" / "matrix.json").read_text())["engine"].startswith("sequential")
+
+
+def test_build_matrix_bad_file_is_one_line(capsys, tmp_path):
+    matrix = _matrix(tmp_path, "colour = 'red'")
+    code, out, err = run_cli(capsys, "build-matrix", matrix, "--sequential")
+    assert code == 2 and "unknown key 'colour' in [build]" in err and "Traceback" not in err
