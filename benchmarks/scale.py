@@ -50,7 +50,7 @@ def build(model: Path, out: Path, calib: Path, val: Path | None, calib_size: int
     return out
 
 
-def accuracy_pass(bundle: Path, data: Path, size: int | None, validator=None) -> tuple[float, dict[str, Any]]:
+def accuracy_pass(bundle: Path, data: Path, size: int | None, validator=None, threads: int | None = None) -> tuple[float, dict[str, Any]]:
     from vitedge.calibration.sources import open_source
     from vitedge.manifest import verify_bundle
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
@@ -58,11 +58,15 @@ def accuracy_pass(bundle: Path, data: Path, size: int | None, validator=None) ->
     manifest = verify_bundle(bundle)
     spec = manifest.spec
     source = open_source(data, spec.preprocess, limit=size, seed=0, class_names=spec.class_names)
-    options = ValidateOptions(measure_speed=False, sensitivity=False, threshold_overrides={"max_top1_drop": 100, "min_agreement": 0})
-    kwargs = {} if validator is None else {"artifact_validator": validator(bundle, source, size)}
+    options = ValidateOptions(measure_speed=False, sensitivity=False, threads=threads, threshold_overrides={"max_top1_drop": 100, "min_agreement": 0})
+    sharded = None if validator is None else validator(bundle, source, size)
+    kwargs = {} if sharded is None else {"artifact_validator": sharded}
     t0 = time.perf_counter()
     result = validate_bundle(bundle, manifest, source, options, **kwargs)
-    return time.perf_counter() - t0, result.document
+    seconds = time.perf_counter() - t0
+    if sharded is not None:
+        sharded.annotate(result.document)
+    return seconds, result.document
 
 
 def measure(name: str, bundle: Path, data: Path, size: int | None) -> dict[str, Any]:
@@ -72,10 +76,15 @@ def measure(name: str, bundle: Path, data: Path, size: int | None) -> dict[str, 
     from vitedge.distributed.ray_validate import sharded_validator
 
     log(f"== {name}: single process")
+    single_cold, single_doc = accuracy_pass(bundle, data, size)  # first in this process: imports, first sessions
     single_s, single_doc = accuracy_pass(bundle, data, size)
     items = single_doc["data"]["items"]
-    log(f"   {single_s:.1f} s for {items} images")
-    rows: dict[str, Any] = {"single": {"seconds": single_s, "images_per_s": items / single_s}}
+    log(f"   cold {single_cold:.1f} s, warm {single_s:.1f} s for {items} images")
+    rows: dict[str, Any] = {"single": {"cold_s": single_cold, "seconds": single_s, "images_per_s": items / single_s}}
+    one_s, one_doc = accuracy_pass(bundle, data, size, threads=1)
+    assert one_doc["accuracy"] == single_doc["accuracy"], "1 thread changed the outputs"
+    rows["single_1thread"] = {"seconds": one_s, "images_per_s": items / one_s}
+    log(f"   single process, 1 thread: {one_s:.1f} s")
     for w in WORKERS:
         t0 = time.perf_counter()
         ray.init(num_cpus=w, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
@@ -108,15 +117,19 @@ def markdown(res: dict[str, Any]) -> str:
              f"Measured {env['date']} on {env['machine']}; CPU ISA {res['cpu']['isa']}; "
              f"os.cpu_count() = {res['cpu_count']}. Ray {res['ray']}. Produced by `benchmarks/scale.py`.", "",
              "Accuracy pass only (FP32 and INT8 outputs of every image, then the metrics; no latency, no sensitivity). "
-             "`warm` is a second run on the same Ray session (worker processes already started and imported); "
-             "`cold` includes starting them. `ray.init` is paid once per command. Every sharded run's accuracy section "
+             "`warm` is a second run in the same process / on the same Ray session (modules imported, worker processes "
+             "started); `cold` is the first (for Ray: starting the worker processes and importing vitedge and ONNX Runtime in them). `ray.init` is paid once per command. Every sharded run's accuracy section "
              "was checked identical to the single-process one. The machine is shared with other jobs while this ran.", ""]
     for b in res["benchmarks"]:
         lines += [f"## {b['name']} ({b['items']} images)", "",
                   "| run | ray.init s | cold s | warm s | img/s (warm) | speedup vs 1 worker | vs single process |",
                   "|---|---|---|---|---|---|---|"]
         s = b["rows"]["single"]
-        lines.append(f"| single process (ORT default threads) | - | - | {s['seconds']:.1f} | {s['images_per_s']:.1f} | - | 1.00x |")
+        lines.append(f"| single process (ORT default threads) | - | {s['cold_s']:.1f} | {s['seconds']:.1f} | {s['images_per_s']:.1f} | - | 1.00x |")
+        if "single_1thread" in b["rows"]:
+            t = b["rows"]["single_1thread"]
+            lines.append(f"| single process, 1 thread (`--threads 1`) | - | - | {t['seconds']:.1f} | {t['images_per_s']:.1f} | - | "
+                         f"{s['seconds'] / t['seconds']:.2f}x |")
         for w in WORKERS:
             r = b["rows"][f"ray{w}"]
             lines.append(f"| Ray, {w} worker(s), {r['shards']} shard(s), 1 thread each | {r['ray_init_s']:.1f} | {r['cold_s']:.1f} | "

@@ -68,6 +68,9 @@ def test_sharded_validate_matches_single_process(ray_cluster, bundle, capsys, tm
     assert code == 0, err
     a = json.loads((single / "validation.json").read_text())
     b = json.loads((sharded / "validation.json").read_text())
+    from vitedge.validation.report import check_validation_document
+
+    assert check_validation_document(b) == []
     assert a["data"] == b["data"] and b["data"]["items"] == 397
     for key, value in a["accuracy"].items():
         assert b["accuracy"][key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
