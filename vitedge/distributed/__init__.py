@@ -8,5 +8,8 @@ Ray is imported only inside functions of ``cluster`` (never at module top level)
     cluster       start/attach Ray, run tasks, turn dead workers into per-task failures
     shard_tasks   what one worker runs: a shard's raw outputs, or the latency alone
     ray_validate  `vitedge validate --workers/--ray-address`: shard, merge, same metrics
-    matrix        `vitedge build-matrix`: models x targets, Ray tasks or sequential
+    matrix_config matrix.toml -> checked rows (model, target, data, bundle folder)
+    matrix_rows   one row on whichever process runs it: resume or the one build call
+    matrix        `vitedge build-matrix`: calibration groups first, then the rest, on Ray or sequentially
+    matrix_report one table, one JUnit file, one JSON for the whole matrix
 """
