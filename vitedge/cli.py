@@ -22,6 +22,7 @@ COMMANDS = {
     "export": "export_cmd",
     "export-config": "export_config_cmd",
     "build": "build_cmd",
+    "build-matrix": "build_matrix_cmd",
     "engine": "engine_cmd",
     "calibrate": "calibrate_cmd",
     "targets": "targets_cmd",

@@ -138,6 +138,10 @@ class CalibrationSource:
         """Each item's class index, in order; None for unlabeled data."""
         return [int(it.label) for it in self._items] if self.summary.labeled else None
 
+    def shard(self, start: int, stop: int) -> "CalibrationSource":
+        """Items ``start:stop`` (same order, same summary): one worker's part of a sharded validation."""
+        return CalibrationSource(self.summary, self._items[start:stop], self._loader)
+
     def batches(self, batch_size: int) -> Iterator[Batch]:
         """Yield the items in order; every call starts again from the first item."""
         if int(batch_size) < 1:

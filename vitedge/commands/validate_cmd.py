@@ -11,6 +11,7 @@ from vitedge.calibration.sources import open_source
 from vitedge.calibration.split import validation_part
 from vitedge.cli_options import seed_option, threshold_options
 from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides
+from vitedge.distributed.ray_validate import ray_session, scale_from_flags
 from vitedge.errors import CalibrationError, DataError, GateFailure, UsageError
 from vitedge.manifest import verify_bundle
 from vitedge.profiles import Thresholds
@@ -47,9 +48,13 @@ from vitedge.validation.report import append_step_summary, check_report_dir
               help="Inputs the sensitivity runs on (the first N of the data).")
 @click.option("--threads", type=click.IntRange(min=1), default=None, help="Runtime threads (default: the profile's).")
 @embedding_gate_flags
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Shard the data over N Ray workers on a local Ray started for the run (needs vitedge[ray]); same metrics.")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="Shard the data over an existing Ray cluster (e.g. auto, ray://head:10001); see docs/scale.md.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict and the report paths.")
 def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
-            latency_seconds, sensitivity, sensitivity_samples, threads, quiet, **embedding_gate) -> None:
+            latency_seconds, sensitivity, sensitivity_samples, threads, workers, ray_address, quiet, **embedding_gate) -> None:
     """Validate BUNDLE's artifact against its FP32 reference on the same runtime and the same inputs.
 
     Verifies the bundle's file hashes first, then measures accuracy (top-1/top-5 with labels,
@@ -76,17 +81,19 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     for d in dirs.values():
         check_report_dir(d)
     failed = []
-    for b in bundles:
-        result = validate_one(b, dirs[b], data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
-                              sensitivity_samples, threads, quiet)
-        if not result.passed:
-            failed.append(result.failure_line())
+    scale = scale_from_flags(workers, ray_address)
+    with ray_session(scale):
+        for b in bundles:
+            result = validate_one(b, dirs[b], data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
+                                  sensitivity_samples, threads, quiet, scale=scale)
+            if not result.passed:
+                failed.append(result.failure_line())
     if failed:
         raise GateFailure("; ".join(failed))
 
 
 def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
-                 sensitivity_samples, threads, quiet):
+                 sensitivity_samples, threads, quiet, scale=None):
     """Validate one bundle, write its reports and print its verdict; the BundleValidation."""
 
     log = StageLog(quiet=quiet)
@@ -96,6 +103,7 @@ def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, override
                  f"({manifest.target.get('backend')}), model {manifest.model.get('source')}")
     spec = manifest.spec
     role = "validation"
+    subset = (data_size, seed)  # how the items were picked: workers re-open exactly these
     if data is None:
         record = DataRecord.from_manifest(manifest)
         if record is None:
@@ -104,6 +112,7 @@ def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, override
         if data_size is not None:
             raise UsageError("--data-size takes a subset of --data; without --data the build's own set is used as it was")
         role = record.role
+        subset = (record.subset_size, record.seed)
         log.info(f"no --data given: re-validating on {record.describe()}")
         with log.stage("data", record.path):
             source = open_recorded(record, spec, progress=not quiet)
@@ -124,7 +133,15 @@ def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, override
         sensitivity=sensitivity, sensitivity_samples=sensitivity_samples, threads=threads, producer="vitedge validate",
     )
     with log.stage("validate", f"{manifest.target.get('name')}: INT8 vs FP32 on {len(source)} inputs, same runtime"):
-        result = validate_bundle(bundle, manifest, source, options, log=log, bundle_label=str(bundle))
+        validator = None
+        if scale is not None:
+            from vitedge.distributed.ray_validate import sharded_validator
+
+            validator = sharded_validator(scale, bundle, source, *subset)
+        result = validate_bundle(bundle, manifest, source, options, log=log, bundle_label=str(bundle),
+                                 **({"artifact_validator": validator} if validator else {}))
+        if validator is not None:
+            validator.annotate(result.document)
     written, notes = result.write(report_dir)
     for w in (result.document.get("accuracy") or {}).get("warnings") or ():
         click.echo(f"vitedge: WARNING: {w}", err=True)

@@ -8,6 +8,8 @@ import numpy as np
 
 from vitedge.validation.inputs import feed_for
 
+EVAL_BATCH = 32  # inputs per inference call while collecting outputs (vitedge.distributed aligns its shards on it)
+
 
 @dataclass
 class Outputs:
@@ -15,7 +17,7 @@ class Outputs:
     labels: np.ndarray | None
 
 
-def collect_outputs(runner, source, pre, *, batch_size: int = 32) -> Outputs:
+def collect_outputs(runner, source, pre, *, batch_size: int = EVAL_BATCH) -> Outputs:
     outs, labels = [], []
     has_labels = True
     for batch in source.batches(batch_size):

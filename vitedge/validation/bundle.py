@@ -127,9 +127,13 @@ class BundleValidation:
 
 
 def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = ValidateOptions(), *,
-                    log=None, bundle_label: str | None = None, backend=None) -> BundleValidation:
+                    log=None, bundle_label: str | None = None, backend=None,
+                    artifact_validator=validate_artifact) -> BundleValidation:
     """Validate the artifact of ``bundle`` (described by ``manifest``) on ``source``; ``backend``: the
-    one to run it with (default: the registry's for the manifest's backend)."""
+    one to run it with (default: the registry's for the manifest's backend).
+
+    ``artifact_validator`` (the signature of ``validate_artifact``) measures the artifact; the
+    sharded validator of `vitedge.distributed` replaces it for `validate --workers/--ray-address`."""
 
     start = time.perf_counter()
     bundle = Path(bundle)
@@ -155,7 +159,7 @@ def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = V
             raise BundleError(f"{bundle}: the {role} file {arts.get(role)!r} named in manifest.json is missing; rebuild the bundle")
     spec = manifest.spec
     kind = manifest.output.get("kind", spec.output_kind)
-    result = validate_artifact(backend, profile.backend_options, bundle / arts["model"], bundle / arts["reference"], source, spec,
+    result = artifact_validator(backend, profile.backend_options, bundle / arts["model"], bundle / arts["reference"], source, spec,
                                thresholds, profile.batch_sizes, measure_speed=options.measure_speed, threads=options.threads,
                                latency=options.latency, output_kind=kind, log=info)
     sens = None

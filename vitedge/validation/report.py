@@ -263,6 +263,8 @@ def validation_markdown(doc: dict[str, Any], *, heading: str = "##", plots: Iter
             lines.append(f"| {b} | {_num(f.get('p50_ms'))} | {_num(s['p50_ms'])} | {_num(s['p90_ms'])} | {_num(s['p99_ms'])} | "
                          f"{_num(s['throughput'], '.1f')} | {_num(lat['speedup'].get(b), '.2f')}x | {s['iterations']} | {stable} |")
         lines += ["", f"<sub>{lat['method']}</sub>"]
+        if lat.get("measured_on"):  # a sharded run (vitedge.distributed): one worker timed alone
+            lines += ["", f"Measured on {lat['measured_on']}, alone (no other shard running)."]
     else:
         lines.append("Not measured (--no-latency).")
     mem = doc.get("memory", {})
@@ -287,6 +289,10 @@ def validation_markdown(doc: dict[str, Any], *, heading: str = "##", plots: Iter
         lines.append("")
     elif sens and sens.get("error"):
         lines += [f"Sensitivity not computed: {sens['error']}", ""]
+    dist = doc.get("distributed")
+    if dist:
+        lines += [f"Accuracy sharded over {dist['shards']} Ray tasks on {len(dist['nodes'])} node(s); "
+                  f"every metric computed on the driver from the merged per-sample outputs.", ""]
     plots = list(plots)
     if plots:
         lines += ["Plots: " + ", ".join(f"`{p}`" for p in plots), ""]

@@ -153,7 +153,11 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
                       batch_sizes: tuple[int, ...] = (1,), *, measure_speed: bool = True, threads: int | None = None,
                       latency: LatencySettings | None = None, output_kind: str | None = None,
                       log=None) -> ValidationResult:
-    """Run the artifact and its FP32 reference on the same backend and the same inputs."""
+    """Run the artifact and its FP32 reference on the same backend and the same inputs.
+
+    Built from the pieces `vitedge.distributed` runs on separate workers (``collect_pair``,
+    ``measure_speed_pair``) and on the driver (``accuracy_of``, ``assemble_result``), so a
+    sharded run computes its metrics with exactly these functions."""
     pre = spec.preprocess
     kind = output_kind or spec.output_kind
     settings = latency or LatencySettings()
@@ -169,40 +173,62 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
             if rss0 is not None and rss1 is not None and rss2 is not None:
                 memory["fp32_load_rss_bytes"] = max(0, rss1 - rss0)
                 memory["int8_load_rss_bytes"] = max(0, rss2 - rss1)
-            if ref.values.shape != got.values.shape:
-                raise DataError(f"the artifact outputs shape {got.values.shape[1:]} but its FP32 reference {ref.values.shape[1:]}: "
-                                "the bundle's two models do not belong together; rebuild it")
-            if kind == "embedding":
-                accuracy = compare_embeddings(ref.values, got.values, thresholds.embedding_cosine_percentile)
-            else:
-                check_labels(ref.labels, int(ref.values.shape[1]), source.summary.path)
-                accuracy = compare_logits(ref.values, got.values, ref.labels)
-                warnings = fp32_warnings(accuracy, int(ref.values.shape[1]), len(ref.values))
-                if warnings:
-                    accuracy["warnings"] = warnings
-                    for w in warnings:
-                        info("WARNING " + w)
-            accuracy["output_kind"] = kind
-            accuracy["labeled"] = ref.labels is not None and kind != "embedding"
+            accuracy = accuracy_of(ref, got, kind, thresholds, source.summary.path, info)
             stats: dict[str, dict[str, LatencyStats]] = {"fp32": {}, "int8": {}}
             speedup = None
             if measure_speed:
                 first = next(iter(source.batches(max(batch_sizes))))
-                for b in sorted(set((1,) + tuple(batch_sizes))):
-                    x = np.repeat(first.images, int(np.ceil(b / len(first.images))), axis=0)[:b]
-                    f_ref, f_int8 = feed_for(ref_runner, x, pre), feed_for(int8_runner, x, pre)
-                    pair = measure_interleaved({"fp32": lambda: ref_runner.infer(f_ref), "int8": lambda: int8_runner.infer(f_int8)},
-                                               b, settings)
-                    stats["fp32"][str(b)], stats["int8"][str(b)] = pair["fp32"], pair["int8"]
-                    info(f"batch {b}: FP32 p50 {pair['fp32'].p50_ms:.3f} ms, INT8 p50 {pair['int8'].p50_ms:.3f} ms "
-                         f"({pair['int8'].iterations} iterations{'' if pair['int8'].stable and pair['fp32'].stable else ', median not stable'})")
-                speedup = stats["fp32"]["1"].p50_ms / stats["int8"]["1"].p50_ms
+                stats, speedup = measure_speed_pair(ref_runner, int8_runner, first.images, batch_sizes, pre, settings, info)
     memory["peak_rss_bytes"] = peak_rss()
-    result = ValidationResult(
-        accuracy=accuracy, latency=stats, speedup=speedup, memory=memory,
-        latency_settings=settings if measure_speed else None,
-        data={"path": source.summary.path, "kind": source.summary.kind, "items": len(source), "labeled": source.summary.labeled,
-              "data_hash": source.summary.data_hash, "classes_present": source.summary.classes_present},
-    )
+    return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, source_data(source), thresholds)
+
+
+def accuracy_of(ref, got, kind: str, thresholds: Thresholds, data_path: str, info) -> dict[str, Any]:
+    """Accuracy of INT8 outputs ``got`` against FP32 outputs ``ref`` (both ``Outputs``, same inputs in the same order)."""
+    if ref.values.shape != got.values.shape:
+        raise DataError(f"the artifact outputs shape {got.values.shape[1:]} but its FP32 reference {ref.values.shape[1:]}: "
+                        "the bundle's two models do not belong together; rebuild it")
+    if kind == "embedding":
+        accuracy = compare_embeddings(ref.values, got.values, thresholds.embedding_cosine_percentile)
+    else:
+        check_labels(ref.labels, int(ref.values.shape[1]), data_path)
+        accuracy = compare_logits(ref.values, got.values, ref.labels)
+        warnings = fp32_warnings(accuracy, int(ref.values.shape[1]), len(ref.values))
+        if warnings:
+            accuracy["warnings"] = warnings
+            for w in warnings:
+                info("WARNING " + w)
+    accuracy["output_kind"] = kind
+    accuracy["labeled"] = ref.labels is not None and kind != "embedding"
+    return accuracy
+
+
+def measure_speed_pair(ref_runner, int8_runner, first_images: np.ndarray, batch_sizes: tuple[int, ...], pre,
+                       settings: LatencySettings, info) -> tuple[dict[str, dict[str, LatencyStats]], float]:
+    """Interleaved FP32/INT8 latency at batch 1 and every profile batch size; the stats and the batch-1 speedup."""
+    stats: dict[str, dict[str, LatencyStats]] = {"fp32": {}, "int8": {}}
+    for b in sorted(set((1,) + tuple(batch_sizes))):
+        x = np.repeat(first_images, int(np.ceil(b / len(first_images))), axis=0)[:b]
+        f_ref, f_int8 = feed_for(ref_runner, x, pre), feed_for(int8_runner, x, pre)
+        pair = measure_interleaved({"fp32": lambda: ref_runner.infer(f_ref), "int8": lambda: int8_runner.infer(f_int8)},
+                                   b, settings)
+        stats["fp32"][str(b)], stats["int8"][str(b)] = pair["fp32"], pair["int8"]
+        info(f"batch {b}: FP32 p50 {pair['fp32'].p50_ms:.3f} ms, INT8 p50 {pair['int8'].p50_ms:.3f} ms "
+             f"({pair['int8'].iterations} iterations{'' if pair['int8'].stable and pair['fp32'].stable else ', median not stable'})")
+    return stats, stats["fp32"]["1"].p50_ms / stats["int8"]["1"].p50_ms
+
+
+def source_data(source) -> dict[str, Any]:
+    """The ``data`` section of a result: what the inputs were."""
+    s = source.summary
+    return {"path": s.path, "kind": s.kind, "items": len(source), "labeled": s.labeled, "data_hash": s.data_hash,
+            "classes_present": s.classes_present}
+
+
+def assemble_result(accuracy: dict[str, Any], stats: dict[str, dict[str, LatencyStats]], speedup: float | None,
+                    memory: dict[str, Any], settings: LatencySettings | None, data: dict[str, Any],
+                    thresholds: Thresholds) -> ValidationResult:
+    """The ValidationResult of measured accuracy, latency and memory, with its gate."""
+    result = ValidationResult(accuracy=accuracy, latency=stats, speedup=speedup, memory=memory, latency_settings=settings, data=data)
     result.gate = evaluate_gate(accuracy, speedup, result.p99_ms(), thresholds)
     return result

@@ -1,0 +1,108 @@
+"""One row of a build matrix on whichever process runs it (a Ray worker or the driver), Ray-free.
+
+``build_row`` resumes a row whose bundle is already complete (its manifest verifies and names
+this model and target), otherwise builds it with the one call into the build application
+layer (``_run_one_build``); the build writes the bundle atomically, so a killed row leaves no
+half-written bundle and the next run rebuilds just that row.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vitedge.distributed.matrix_config import MatrixRow
+
+PASS, FAIL, NOT_VALIDATED, ERROR = "pass", "fail", "not validated", "error"
+
+
+@dataclass
+class RowResult:
+    label: str
+    model: str
+    target: str
+    bundle: str
+    status: str  # PASS | FAIL | NOT_VALIDATED | ERROR
+    resumed: bool = False  # the bundle was complete from an earlier run
+    calibration: str = "-"  # "computed" | "cache" | "-"
+    detail: str = ""  # the gate's failures or the error
+    host: str = ""
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.status in (FAIL, ERROR)
+
+
+def completed_manifest(row: MatrixRow):
+    """The manifest of ``row``'s bundle when it is complete and of this row; None otherwise."""
+    from vitedge.errors import VitedgeError
+    from vitedge.fsutil import sha256_file
+    from vitedge.manifest import verify_bundle
+
+    if not (row.bundle / "manifest.json").is_file():
+        return None
+    try:
+        manifest = verify_bundle(row.bundle)
+    except VitedgeError:
+        return None
+    if manifest.target.get("name") != row.target_name or manifest.model.get("source") != row.model.name:
+        return None
+    if row.model.is_file() and row.model.suffix != ".onnx" and manifest.model.get("source_sha256") != sha256_file(row.model):
+        return None
+    return manifest
+
+
+def _metrics(validation: dict[str, Any] | None) -> dict[str, Any]:
+    if not validation:
+        return {}
+    acc, lat = validation.get("accuracy") or {}, validation.get("latency") or {}
+    return {"top1_fp32": acc.get("fp32_top1"), "top1_int8": acc.get("int8_top1"), "agreement": acc.get("top1_agreement"),
+            "speedup": validation.get("speedup"), "int8_ms": (lat.get("int8") or {}).get("1", {}).get("p50_ms"),
+            "failures": list(validation.get("failures") or [])}
+
+
+def result_from_manifest(row: MatrixRow, manifest, resumed: bool) -> RowResult:
+    validation = manifest.validation
+    metrics = _metrics(validation)
+    if validation is None:
+        status, detail = NOT_VALIDATED, "not validated here (artifact finished on the device, or its runtime is missing)"
+    else:
+        status = PASS if validation.get("passed") else FAIL
+        detail = "; ".join(metrics["failures"])
+    reused = (manifest.calibration or {}).get("reused")
+    return RowResult(row.label, row.model_name, row.target_name, str(row.bundle), status, resumed,
+                     "cache" if reused else "computed", detail, socket.gethostname(), metrics)
+
+
+def _run_one_build(row: MatrixRow) -> None:
+    """The single call into the build application layer (vitedge.build.pipeline), as `vitedge build` makes it."""
+    from vitedge.budget import BudgetSettings
+    from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.ui import StageLog
+
+    s = row.settings
+    req = BuildRequest(model=row.model, targets=(row.target,), calib=row.calib, val=row.val, out=row.bundle,
+                       force=row.bundle.exists(), calib_size=s.calib_size, seed=s.seed, threshold_overrides=dict(s.thresholds),
+                       cache_dir=s.cache_dir, measure_speed=s.latency,
+                       budget=BudgetSettings(enabled=s.fallback, measure_cost=s.latency))
+    run_build(req, StageLog(quiet=True))
+
+
+def build_row(row: MatrixRow) -> RowResult:
+    """Resume ``row`` from its complete bundle, or build it; a gate failure is a FAIL row, not an exception."""
+    from vitedge.errors import VitedgeError
+    from vitedge.manifest import read_manifest
+
+    done = completed_manifest(row)
+    if done is not None:
+        return result_from_manifest(row, done, resumed=True)
+    try:
+        _run_one_build(row)
+    except VitedgeError as err:  # this row's failure (bad data, budget not met, ...); the other rows go on
+        status = FAIL if err.exit_code == 1 else ERROR
+        return RowResult(row.label, row.model_name, row.target_name, str(row.bundle), status, detail=str(err),
+                         host=socket.gethostname())
+    return result_from_manifest(row, read_manifest(row.bundle), resumed=False)
