@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
+
+from vitedge.distributed.cluster import (
+    INSTALL,
+    ClusterSettings,
+    WorkerFailure,
+    connected,
+    ray_available,
+)
+from vitedge.distributed.matrix import run_matrix
+from vitedge.distributed.matrix_config import load_matrix
+from vitedge.distributed.matrix_report import print_table, write_reports
+from vitedge.distributed.matrix_rows import ERROR
+from vitedge.errors import GateFailure, UsageError
 
 
 @click.command("build-matrix")
@@ -27,14 +41,7 @@ def command(matrix, out, workers, ray_address, sequential, quiet) -> None:
     Writes OUT/matrix.md, OUT/matrix-junit.xml and OUT/matrix.json. Exit code 0 when every
     row passes its gate, 1 when a gate fails (the failing rows named), 2 for bad input or a
     row that could not be built."""
-    import os
 
-    from vitedge.distributed.cluster import INSTALL, ClusterSettings, WorkerFailure, connected, ray_available
-    from vitedge.distributed.matrix import run_matrix
-    from vitedge.distributed.matrix_config import load_matrix
-    from vitedge.distributed.matrix_report import print_table, write_reports
-    from vitedge.distributed.matrix_rows import ERROR
-    from vitedge.errors import GateFailure, UsageError
 
     if sequential and (workers or ray_address):
         raise UsageError("--sequential runs without Ray; drop --workers / --ray-address")

@@ -11,7 +11,11 @@ from vitedge.calibration.sources import open_source
 from vitedge.calibration.split import validation_part
 from vitedge.cli_options import seed_option, threshold_options
 from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides
-from vitedge.distributed.ray_validate import ray_session, scale_from_flags
+from vitedge.distributed.ray_validate import (
+    ray_session,
+    scale_from_flags,
+    sharded_validator,
+)
 from vitedge.errors import CalibrationError, DataError, GateFailure, UsageError
 from vitedge.manifest import verify_bundle
 from vitedge.profiles import Thresholds
@@ -135,7 +139,6 @@ def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, override
     with log.stage("validate", f"{manifest.target.get('name')}: INT8 vs FP32 on {len(source)} inputs, same runtime"):
         validator = None
         if scale is not None:
-            from vitedge.distributed.ray_validate import sharded_validator
 
             validator = sharded_validator(scale, bundle, source, *subset)
         result = validate_bundle(bundle, manifest, source, options, log=log, bundle_label=str(bundle),

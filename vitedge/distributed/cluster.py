@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from vitedge.errors import EnvironmentFault, MissingDependencyError, UsageError, VitedgeError
+from vitedge.errors import (
+    EnvironmentFault,
+    MissingDependencyError,
+    UsageError,
+    VitedgeError,
+)
 
 INSTALL = "pip install 'vitedge[ray]'"
 DEFAULT_RETRIES = 2
@@ -106,7 +112,6 @@ def cluster_nodes() -> list[str]:
 
 def _with_node(fn: Callable[[Any], Any], payload: Any) -> tuple[Any, dict[str, str]]:
     """Run ``fn(payload)`` on a worker and say where it ran."""
-    import socket
 
     import ray
 

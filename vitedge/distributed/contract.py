@@ -12,8 +12,10 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from vitedge.calibration.sources import open_source
 from vitedge.errors import BundleError, CalibrationError, DataError
 from vitedge.fsutil import sha256_file
+from vitedge.manifest import verify_bundle
 
 MANIFEST = "manifest.json"
 
@@ -49,7 +51,6 @@ class DataAddress:
 
 def open_bundle(address: BundleAddress):
     """The bundle's manifest after checking every file against it; a BundleError when this worker sees other files."""
-    from vitedge.manifest import verify_bundle
 
     bundle = Path(address.path)
     if not (bundle / MANIFEST).is_file():
@@ -63,7 +64,6 @@ def open_bundle(address: BundleAddress):
 
 def open_data(address: DataAddress, spec):
     """The same items the driver validated on; a DataError when this worker reads other content."""
-    from vitedge.calibration.sources import open_source
 
     try:
         source = open_source(address.path, spec.preprocess, limit=address.limit, seed=address.seed, class_names=spec.class_names)

@@ -25,12 +25,14 @@ target is one UsageError naming the matrix file and the entry.
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import tomllib
+
 from vitedge.errors import ProfileError, UsageError
+from vitedge.profiles import load_profile
 
 BUILD_KEYS = {"calib_size": int, "seed": int, "latency": bool, "max_top1_drop": (int, float), "min_agreement": (int, float),
               "min_speedup": (int, float), "max_p99_ms": (int, float), "fallback": bool, "cache_dir": str}
@@ -121,7 +123,6 @@ def _build_settings(matrix: Path, base: Path, data: Any) -> BuildSettings:
 
 def load_matrix(path: Path, out: Path | None = None) -> Matrix:
     """The matrix at ``path``, every row checked; ``out`` (the --out flag) overrides the file's."""
-    from vitedge.profiles import load_profile
 
     path = Path(path)
     if not path.is_file():

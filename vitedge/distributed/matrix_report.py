@@ -6,8 +6,13 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.table import Table
+
 from vitedge.distributed.matrix import MatrixRun
 from vitedge.distributed.matrix_rows import ERROR, FAIL, NOT_VALIDATED, PASS, RowResult
+from vitedge.fsutil import atomic_write_path
+from vitedge.validation.report import junit_xml
 
 SCHEMA = "vitedge.matrix/1"
 FILES = ("matrix.md", "matrix-junit.xml", "matrix.json")
@@ -48,7 +53,6 @@ def markdown(run: MatrixRun) -> str:
 
 
 def junit(run: MatrixRun) -> str:
-    from vitedge.validation.report import junit_xml
 
     status = {PASS: "pass", FAIL: "fail", ERROR: "fail", NOT_VALIDATED: "skip"}
     cases = [{"name": r.label, "status": status[r.status], "detail": _detail(r), "value": None, "limit": None} for r in run.rows]
@@ -62,7 +66,6 @@ def _detail(r: RowResult) -> str:
 
 
 def write_reports(run: MatrixRun) -> list[Path]:
-    from vitedge.fsutil import atomic_write_path
 
     run.matrix.out.mkdir(parents=True, exist_ok=True)
     contents = {"matrix.md": markdown(run), "matrix-junit.xml": junit(run),
@@ -77,8 +80,6 @@ def write_reports(run: MatrixRun) -> list[Path]:
 
 
 def print_table(run: MatrixRun) -> None:
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table(title=f"vitedge build-matrix ({run.engine})", header_style="bold", padding=(0, 1))
     for col in COLUMNS:

@@ -10,10 +10,15 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from vitedge.budget import BudgetSettings
+from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.distributed.matrix_config import MatrixRow
+from vitedge.errors import VitedgeError
+from vitedge.fsutil import sha256_file
+from vitedge.manifest import read_manifest, verify_bundle
+from vitedge.ui import StageLog
 
 PASS, FAIL, NOT_VALIDATED, ERROR = "pass", "fail", "not validated", "error"
 
@@ -38,9 +43,6 @@ class RowResult:
 
 def completed_manifest(row: MatrixRow):
     """The manifest of ``row``'s bundle when it is complete and of this row; None otherwise."""
-    from vitedge.errors import VitedgeError
-    from vitedge.fsutil import sha256_file
-    from vitedge.manifest import verify_bundle
 
     if not (row.bundle / "manifest.json").is_file():
         return None
@@ -79,9 +81,6 @@ def result_from_manifest(row: MatrixRow, manifest, resumed: bool) -> RowResult:
 
 def _run_one_build(row: MatrixRow) -> None:
     """The single call into the build application layer (vitedge.build.pipeline), as `vitedge build` makes it."""
-    from vitedge.budget import BudgetSettings
-    from vitedge.build.pipeline import BuildRequest, run_build
-    from vitedge.ui import StageLog
 
     s = row.settings
     req = BuildRequest(model=row.model, targets=(row.target,), calib=row.calib, val=row.val, out=row.bundle,
@@ -93,8 +92,6 @@ def _run_one_build(row: MatrixRow) -> None:
 
 def build_row(row: MatrixRow) -> RowResult:
     """Resume ``row`` from its complete bundle, or build it; a gate failure is a FAIL row, not an exception."""
-    from vitedge.errors import VitedgeError
-    from vitedge.manifest import read_manifest
 
     done = completed_manifest(row)
     if done is not None:

@@ -15,19 +15,38 @@ are the single-process ones.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from vitedge.distributed.cluster import ClusterSettings, WorkerFailure, cluster_nodes, largest_node_cpus, run_tasks
+from vitedge.distributed.cluster import (
+    ClusterSettings,
+    WorkerFailure,
+    cluster_nodes,
+    connected,
+    largest_node_cpus,
+    require_ray,
+    run_tasks,
+)
 from vitedge.distributed.contract import BundleAddress, DataAddress
-from vitedge.distributed.shard_tasks import LatencyTask, ShardTask, run_latency, run_shard
+from vitedge.distributed.shard_tasks import (
+    LatencyTask,
+    ShardTask,
+    run_latency,
+    run_shard,
+)
 from vitedge.distributed.sharding import shard_ranges
 from vitedge.validation.accuracy import Outputs
 from vitedge.validation.latency import LatencySettings
-from vitedge.validation.run import ValidationResult, accuracy_of, assemble_result, source_data
+from vitedge.validation.run import (
+    ValidationResult,
+    accuracy_of,
+    assemble_result,
+    source_data,
+)
 
 
 @dataclass
@@ -106,7 +125,6 @@ def _raise_failures(outcomes, names: list[str]) -> None:
 
 def sharded_validator(cluster: ClusterSettings, bundle: Path, source, limit: int | None, seed: int) -> ShardedValidator:
     """The validator for ``bundle`` on the opened ``source`` (opened with ``limit``/``seed``): one shard per worker slot."""
-    from vitedge.distributed.cluster import require_ray
 
     ray = require_ray()
     total = int(ray.cluster_resources().get("CPU", 1))
@@ -123,8 +141,6 @@ def scale_from_flags(workers: int | None, ray_address: str | None) -> ClusterSet
 
 def ray_session(scale: ClusterSettings | None):
     """Ray for the whole command when ``scale`` is set; a no-op context otherwise (Ray never imported)."""
-    from contextlib import nullcontext
 
-    from vitedge.distributed.cluster import connected
 
     return nullcontext() if scale is None else connected(scale)

@@ -15,9 +15,24 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.distributed.contract import BundleAddress, DataAddress, host, open_bundle, open_data
+from vitedge.backends import get_backend
+from vitedge.distributed.contract import (
+    BundleAddress,
+    DataAddress,
+    host,
+    open_bundle,
+    open_data,
+)
 from vitedge.distributed.sharding import Shard
-from vitedge.validation.latency import LatencySettings, LatencyStats, current_rss, peak_rss
+from vitedge.validation.accuracy import collect_outputs
+from vitedge.validation.bundle import bundle_profile
+from vitedge.validation.latency import (
+    LatencySettings,
+    LatencyStats,
+    current_rss,
+    peak_rss,
+)
+from vitedge.validation.run import measure_speed_pair
 
 
 @dataclass(frozen=True)
@@ -57,8 +72,6 @@ class LatencyOutputs:
 
 
 def _backend_for(manifest, bundle: Path):
-    from vitedge.backends import get_backend
-    from vitedge.validation.bundle import bundle_profile
 
     profile = bundle_profile(manifest, bundle)
     return get_backend(manifest.target.get("backend", profile.backend)), profile
@@ -66,7 +79,6 @@ def _backend_for(manifest, bundle: Path):
 
 def run_shard(task: ShardTask) -> ShardOutputs:
     """FP32 and INT8 outputs of the shard's items, in order (the same batches as a single-process run)."""
-    from vitedge.validation.accuracy import collect_outputs
 
     manifest = open_bundle(task.bundle)
     bundle = Path(task.bundle.path)
@@ -91,7 +103,6 @@ def run_shard(task: ShardTask) -> ShardOutputs:
 
 def run_latency(task: LatencyTask) -> LatencyOutputs:
     """Interleaved FP32/INT8 latency on this worker, with the single-process code and inputs (the data's first batch)."""
-    from vitedge.validation.run import measure_speed_pair
 
     manifest = open_bundle(task.bundle)
     bundle = Path(task.bundle.path)
