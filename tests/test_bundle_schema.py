@@ -13,7 +13,11 @@ import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from helpers.cli import run_vitedge
 from helpers.jetson_devices import STANDIN_GPU
-from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
+from helpers.tensorrt_standin import (
+    make_fake_cudart,
+    make_fake_trt,
+    skip_if_real_tensorrt,
+)
 
 from vitedge.manifest import read_manifest, verify_bundle
 
@@ -28,12 +32,7 @@ def built(tmp_path_factory):
     example = EXAMPLES / "digits_vit.pt"
     if not (example.is_file() and CALIB_DIR.is_dir() and VAL_DIR.is_dir()):
         pytest.skip("the bundled example is not in this checkout")
-    try:
-        import tensorrt  # noqa: F401
-
-        pytest.skip("TensorRT is installed here: this test completes the GPU-less bundle with the stand-in")
-    except ImportError:
-        pass
+    skip_if_real_tensorrt("this test completes the GPU-less bundle with the stand-in")
     out = tmp_path_factory.mktemp("schema") / "digits"
     code, text = run_vitedge(["build", str(example), "--target", "intel-cpu", "--target", "jetson-orin", "--calib", str(CALIB_DIR),
                        "--val", str(VAL_DIR), "-o", str(out), "--no-latency"])

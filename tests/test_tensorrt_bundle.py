@@ -14,7 +14,11 @@ import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from helpers.cli import run_vitedge
 from helpers.jetson_devices import STANDIN_GPU
-from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
+from helpers.tensorrt_standin import (
+    make_fake_cudart,
+    make_fake_trt,
+    skip_if_real_tensorrt,
+)
 
 from vitedge.backends.tensorrt.device import DeviceFacts
 from vitedge.errors import BundleError, IncompatibleEngineError, UsageError
@@ -33,12 +37,7 @@ def planned(tmp_path_factory):
     """`vitedge build --target jetson-orin examples/digits_vit.pt --calib calibration/digits/calib -o OUT` here."""
     if not _have_example():
         pytest.skip("the bundled example (examples/digits_vit.pt, calibration/digits/calib) is not in this checkout yet")
-    try:
-        import tensorrt  # noqa: F401
-
-        pytest.skip("TensorRT is installed here: this test is about the GPU-less bundle")
-    except ImportError:
-        pass
+    skip_if_real_tensorrt("this test is about the GPU-less bundle")
     out = tmp_path_factory.mktemp("bundles") / "digits-jetson-orin"
     code, text = run_vitedge(["build", "--target", "jetson-orin", str(EXAMPLE), "--calib", str(CALIB_DIR), "-o", str(out)])
     assert code == 0, text

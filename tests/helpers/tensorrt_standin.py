@@ -39,6 +39,7 @@ import types
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 _OP_LAYER = {
     "LayerNormalization": "NORMALIZATION", "MatMul": "MATRIX_MULTIPLY", "Gemm": "MATRIX_MULTIPLY", "Conv": "CONVOLUTION",
@@ -568,3 +569,13 @@ def make_fake_cudart(*, gpu: bytes = b"Stand-in GPU (not a real device)", cc=(8,
     rt.cudaRuntimeGetVersion = lambda: (ok, runtime)
     rt.cudaDriverGetVersion = lambda: (ok, runtime)
     return rt
+
+
+def skip_if_real_tensorrt(reason: str) -> None:
+    """Skip the calling test where a real TensorRT is installed: it is about the GPU-less bundle
+    that the stand-in completes (``reason`` says why)."""
+    try:
+        import tensorrt  # noqa: F401
+    except ImportError:
+        return
+    pytest.skip(f"TensorRT is installed here: {reason}")
