@@ -123,3 +123,45 @@ def test_refinement_is_cached_with_the_statistics(digits):
     first = digits["cals"]["gptq"].refinement.weights
     assert again.refinement.weights.keys() == first.keys()
     assert all(np.array_equal(again.refinement.weights[k][0], first[k][0]) for k in first)
+
+
+def test_method_auto_picks_per_tensor_the_candidate_with_the_least_layer_output_error(digits):
+    from vitedge.quantize import QuantConfig, calibrate
+    from vitedge.quantize.graph import GraphIndex
+    from vitedge.quantize.refine import fake_quant, refinable
+    from vitedge.quantize.stats import CANDIDATES
+
+    cal = calibrate(digits["path"], digits["src"], QuantConfig(method="auto"), cache_dir=digits["cache"])
+    chosen = cal.refinement.chosen
+    layers = refinable(cal.layers)
+    assert set(chosen) == {l.inputs[0] for l in layers} and set(chosen.values()) <= set(CANDIDATES)
+    assert all(cal.thresholds[t] == cal.refinement.thresholds[t] for t in chosen)
+    entropy = digits["cals"]["rtn"].thresholds  # same statistics, method entropy
+    gi = GraphIndex(cal.model)
+    acts = _run(cal.model, sorted(chosen), digits["x"])
+    for t in chosen:
+        w = np.concatenate([np.asarray(gi.value(l.weight)) if l.weight_axis == 1 else np.asarray(gi.value(l.weight)).T
+                            for l in layers if l.inputs[0] == t], axis=1)
+        x = acts[t].reshape(-1, w.shape[0])
+
+        def err(th):
+            return float(np.sum(np.square((fake_quant(x, th) - x) @ w)))
+
+        assert err(cal.thresholds[t]) <= err(entropy[t]) * (1 + 1e-6), t
+
+
+def test_smoothquant_search_picks_alphas_from_the_grid_and_keeps_the_fp32_function(digits):
+    from vitedge.quantize import QuantConfig, calibrate
+    from vitedge.quantize.smooth_search import ALPHA_GRID
+
+    cfg = QuantConfig(smoothquant_search=True)
+    assert "alpha per layer" in cfg.describe() and cfg.smoothquant_params()["search"] is True
+    cal = calibrate(digits["path"], digits["src"], cfg, cache_dir=digits["cache"])
+    fixed = digits["cals"]["rtn"]
+    assert cal.smoothing.keys() == fixed.smoothing.keys()
+    assert any(not np.allclose(cal.smoothing[n], fixed.smoothing[n]) for n in cal.smoothing)  # some site left 0.5
+    x = digits["x"][:8]
+    out = _run(cal.model, [cal.model.graph.output[0].name], x)[cal.model.graph.output[0].name]
+    ref = _run(fixed.model, [fixed.model.graph.output[0].name], x)[fixed.model.graph.output[0].name]
+    assert np.abs(out - ref).max() <= 1e-3 * np.abs(ref).max()
+    assert len(ALPHA_GRID) > 1

@@ -162,9 +162,15 @@ def calibrate(
         site_inputs = sorted({t for s in sites for t in s.inputs})
         amax0, chan = runner.absmax_pass(tensors, site_inputs)
         scales = {}
+        alphas: dict[str, float] = {}
+        if config.smoothquant_search and sites:
+            from vitedge.quantize.smooth_search import choose_alphas
+
+            alphas = choose_alphas(runner, gi, sites, chan, config.weight_range)
         for site in sites:
             x = np.max([chan[t] for t in site.inputs], axis=0)
-            scales[site.norm] = smoothquant.smoothing_scales(x, smoothquant.weight_input_absmax(gi, site), float(config.smoothquant_alpha))
+            alpha = alphas.get(site.norm, float(config.smoothquant_alpha))
+            scales[site.norm] = smoothquant.smoothing_scales(x, smoothquant.weight_input_absmax(gi, site), alpha)
         smoothed, renamed = smoothquant.apply(prepared, sites, scales)
         amax = {renamed.get(t, t): v for t, v in amax0.items()}
         for site in sites:

@@ -34,6 +34,7 @@ DEFAULT_WEIGHT_RANGE = "pairwise"
 WEIGHT_ROUNDINGS = ("nearest", "gptq")
 DEFAULT_WEIGHT_ROUNDING = "nearest"
 DEFAULT_BIAS_CORRECTION = False
+DEFAULT_SMOOTHQUANT_SEARCH = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,6 +63,8 @@ class QuantConfig:
                        inputs' Hessian; same scales and weight_range limits); see gptq.py
     bias_correction    subtract each INT8 Linear layer's mean output error on the
                        calibration data from its bias; see refine.py
+    smoothquant_search choose SmoothQuant's alpha per smoothing site (LayerNorm) from a grid,
+                       by its layers' INT8 output error; see smooth_search.py
     """
 
     method: str = DEFAULT_METHOD
@@ -73,6 +76,7 @@ class QuantConfig:
     weight_range: str = DEFAULT_WEIGHT_RANGE
     weight_rounding: str = DEFAULT_WEIGHT_ROUNDING
     bias_correction: bool = DEFAULT_BIAS_CORRECTION
+    smoothquant_search: bool = DEFAULT_SMOOTHQUANT_SEARCH
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -89,11 +93,13 @@ class QuantConfig:
                 raise UsageError(f"--smoothquant-alpha must be between 0 and 1 (e.g. 0.5), got {a!r}")
         if self.weight_rounding not in WEIGHT_ROUNDINGS:
             raise UsageError(f"--weight-rounding must be one of {', '.join(WEIGHT_ROUNDINGS)}, got {self.weight_rounding!r}")
-        for name in ("quantize_attention", "smoothquant_shared", "bias_correction"):
+        for name in ("quantize_attention", "smoothquant_shared", "bias_correction", "smoothquant_search"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.weight_range not in WEIGHT_RANGES:
             raise UsageError(f"--weight-range must be one of {', '.join(WEIGHT_RANGES)}, got {self.weight_range!r}")
+        if self.smoothquant_search and self.smoothquant_alpha is None:
+            raise UsageError("the per-layer SmoothQuant alpha search needs SmoothQuant on (a smoothquant_alpha)")
         if isinstance(self.num_bins, bool) or not isinstance(self.num_bins, int) or not 256 <= self.num_bins <= 65536:
             raise UsageError(f"num_bins must be an integer between 256 and 65536, got {self.num_bins!r}")
 
@@ -105,7 +111,10 @@ class QuantConfig:
         """The SmoothQuant settings that change the statistics (part of the cache key)."""
         if self.smoothquant_alpha is None:
             return None
-        return {"alpha": float(self.smoothquant_alpha), "shared": self.smoothquant_shared}
+        params: dict[str, Any] = {"alpha": float(self.smoothquant_alpha), "shared": self.smoothquant_shared}
+        if self.smoothquant_search:
+            params["search"] = True
+        return params
 
     def refine_params(self) -> dict[str, Any] | None:
         """The refinement settings (part of the refinement's cache key); None when off."""
@@ -125,6 +134,8 @@ class QuantConfig:
     def describe(self) -> str:
         method = self.method + (f" {self.percentile:g}%" if self.method == "percentile" else "")
         sq = "off" if self.smoothquant_alpha is None else f"alpha {self.smoothquant_alpha:g}"
+        if self.smoothquant_alpha is not None and self.smoothquant_search:
+            sq = "alpha per layer"
         if self.smoothquant_alpha is not None and self.smoothquant_shared:
             sq += " (+ Mul at shared LayerNorms)"
         out = f"{method}, SmoothQuant {sq}, attention matmuls {'INT8' if self.quantize_attention else 'float'}"
