@@ -52,9 +52,9 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
     ("+ bias correction", {"weight_rounding": "nearest", "bias_correction": True}),
     ("+ GPTQ rounding", {"weight_rounding": "gptq", "bias_correction": False}),
     ("+ GPTQ rounding + bias correction", {"weight_rounding": "gptq", "bias_correction": True}),
-    ("per-tensor threshold choice (method auto)", {"method": "auto"}),
+    ("per-tensor threshold choice (method auto)", {"method": "auto", "bias_correction": False}),
     ("method auto + bias correction", {"method": "auto", "bias_correction": True}),
-    ("per-layer SmoothQuant alpha", {"smoothquant_search": True}),
+    ("per-layer SmoothQuant alpha", {"smoothquant_search": True, "bias_correction": False}),
     ("method auto + GPTQ + bias correction", {"method": "auto", "weight_rounding": "gptq", "bias_correction": True}),
 ]
 

@@ -39,8 +39,8 @@ def digits(tmp_path_factory):
     x = next(src.batches(CALIB_ITEMS)).images
     cache = tmp_path_factory.mktemp("refine-cache")
     cals = {name: calibrate(path, src, QuantConfig(**kw), cache_dir=cache) for name, kw in {
-        "rtn": {},
-        "gptq": {"weight_rounding": "gptq"},
+        "rtn": {"bias_correction": False},
+        "gptq": {"weight_rounding": "gptq", "bias_correction": False},
         "bias": {"bias_correction": True},
     }.items()}
     return {"path": path, "spec": spec, "src": src, "x": x, "cache": cache, "cals": cals}
@@ -54,7 +54,8 @@ def test_config_validates_the_new_settings():
         QuantConfig(weight_rounding="adaround")
     with pytest.raises(UsageError, match="bias_correction"):
         QuantConfig(bias_correction="yes")
-    assert QuantConfig().refine_params() is None or QuantConfig().refine_params()["weight_range"] == "pairwise"
+    assert QuantConfig().bias_correction and QuantConfig().refine_params()["weight_range"] == "pairwise"  # measured default
+    assert QuantConfig(bias_correction=False).refine_params() is None
     assert "gptq rounding" in QuantConfig(weight_rounding="gptq").describe()
 
 
@@ -118,7 +119,7 @@ def test_bias_correction_lowers_the_mean_output_error_of_the_int8_layers(digits)
 def test_refinement_is_cached_with_the_statistics(digits):
     from vitedge.quantize import QuantConfig, calibrate
 
-    again = calibrate(digits["path"], digits["src"], QuantConfig(weight_rounding="gptq"), cache_dir=digits["cache"])
+    again = calibrate(digits["path"], digits["src"], QuantConfig(weight_rounding="gptq", bias_correction=False), cache_dir=digits["cache"])
     assert again.reused and again.forward_passes == 0
     first = digits["cals"]["gptq"].refinement.weights
     assert again.refinement.weights.keys() == first.keys()
