@@ -232,6 +232,7 @@ def _refinement(cache: CalibrationCache, parts: dict[str, Any], config: QuantCon
     from vitedge.quantize.refine import Refinement, refine
 
     rkey = cache_key(dict(parts, refine=config.refine_params()))
+    cache = CalibrationCache(cache.root, kind="refinement")
     entry = cache.load(rkey)
     if entry is not None:
         try:
