@@ -37,11 +37,15 @@ def cache_key(parts: dict[str, Any]) -> str:
 
 
 class CalibrationCache:
-    def __init__(self, root: str | os.PathLike[str] | None = None):
+    """``kind`` is the entries' folder under the root: ``calibration`` (statistics) or
+    ``refinement`` (GPTQ weights, corrected biases: vitedge.quantize.refine)."""
+
+    def __init__(self, root: str | os.PathLike[str] | None = None, kind: str = "calibration"):
         self.root = Path(root).expanduser() if root is not None else default_cache_dir()
+        self.kind = kind
 
     def path_for(self, key: str) -> Path:
-        return self.root / "calibration" / f"{key}.npz"
+        return self.root / self.kind / f"{key}.npz"
 
     def load(self, key: str) -> dict[str, Any] | None:
         """The stored entry, or None when absent, unreadable or not for this key."""

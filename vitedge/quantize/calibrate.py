@@ -91,6 +91,7 @@ class Calibration:
     timings: dict[str, float] = field(default_factory=dict)
     cache_path: Path | None = None
     cache_note: str | None = None  # why the entry could not be written, if it could not
+    refinement: Any = None  # vitedge.quantize.refine.Refinement when GPTQ / bias correction is on
 
     def to_dict(self) -> dict[str, Any]:
         """Deterministic description (no timings): goes into the Q/DQ graph's metadata."""
@@ -175,8 +176,9 @@ def calibrate(
     restored = _restore(entry, sites, tensors) if entry is not None else None
     passes = 0
     cache_note = None
+    candidates: dict[str, dict[str, float]] = {}
     if restored is not None:
-        thresholds, amax, scales = restored
+        thresholds, amax, scales, candidates = restored
         smoothed, renamed = smoothquant.apply(prepared, sites, scales)
         reused = True
     else:
@@ -186,9 +188,15 @@ def calibrate(
         site_inputs = sorted({t for s in sites for t in s.inputs})
         amax0, chan = runner.absmax_pass(tensors, site_inputs)
         scales = {}
+        alphas: dict[str, float] = {}
+        if config.smoothquant_search and sites:
+            from vitedge.quantize.smooth_search import choose_alphas
+
+            alphas = choose_alphas(runner, gi, sites, chan, config.weight_range)
         for site in sites:
             x = np.max([chan[t] for t in site.inputs], axis=0)
-            scales[site.norm] = smoothquant.smoothing_scales(x, smoothquant.weight_input_absmax(gi, site), float(config.smoothquant_alpha))
+            alpha = alphas.get(site.norm, float(config.smoothquant_alpha))
+            scales[site.norm] = smoothquant.smoothing_scales(x, smoothquant.weight_input_absmax(gi, site), alpha)
         smoothed, renamed = smoothquant.apply(prepared, sites, scales)
         amax = {renamed.get(t, t): v for t, v in amax0.items()}
         for site in sites:
@@ -203,15 +211,18 @@ def calibrate(
         # large values are what attention attends to (measured: clipping them cost
         # agreement on the digits ViT with every histogram method).
         probs = softmax_outputs(GraphIndex(smoothed), amax)
+        base_method = "entropy" if config.method == "auto" else config.method
         thresholds = {
-            t: stats.threshold("minmax" if t in probs else config.method, amax[t], hists[t] if hists else None, percentile=config.percentile)
+            t: stats.threshold("minmax" if t in probs else base_method, amax[t], hists[t] if hists else None, percentile=config.percentile)
             for t in sorted(amax)
         }
+        if config.method == "auto":  # the candidates the refinement pass chooses from, per tensor
+            candidates = {t: stats.candidate_thresholds(amax[t], hists[t]) for t in sorted(amax) if t not in probs}
         passes = runner.runs
         timings["statistics"] = time.perf_counter() - t0
         reused = False
         try:
-            _store(cache, key, parts, summary, thresholds, amax, scales)
+            _store(cache, key, parts, summary, thresholds, amax, scales, candidates)
         except OSError as err:
             cache_note = f"could not write the calibration cache in {cache.root}: {err.strerror or err}"
     smoothed_layers = tuple(sorted({name for s in sites if s.norm in scales for name in s.layers}))
@@ -219,13 +230,50 @@ def calibrate(
     missing = [t for t in _activation_tensors(layers_after) if t not in thresholds]
     if missing:  # a bug, not a user error
         raise QuantizationError(f"no statistics for activation '{missing[0]}' ({len(missing)} missing)")
+    refinement = None
+    if config.refine_params() is not None:
+        if config.method == "auto" and not candidates:
+            raise QuantizationError("method 'auto' found no candidate thresholds in the statistics (stale cache entry?)")
+        refinement, refine_passes = _refinement(cache, parts, config, prepared, meta, source, progress, smoothed, layers_after,
+                                                thresholds, candidates)
+        thresholds = dict(thresholds, **refinement.thresholds)
+        passes += refine_passes
+        if refine_passes:
+            reused = False
+            timings["refinement"] = refinement.seconds
     timings["total"] = time.perf_counter() - start
     return Calibration(
         fp32_path=path, fp32_sha256=fp32_sha, config=config, model=smoothed, layers=layers_after,
         thresholds=thresholds, absmax=amax, smoothing=scales, smoothed_layers=smoothed_layers, summary=summary,
         key=key, reused=reused, forward_passes=passes, timings=timings,
-        cache_path=cache.path_for(key) if cache_note is None else None, cache_note=cache_note,
+        cache_path=cache.path_for(key) if cache_note is None else None, cache_note=cache_note, refinement=refinement,
     )
+
+
+def _refinement(cache: CalibrationCache, parts: dict[str, Any], config: QuantConfig, prepared: Any, meta: dict[str, str],
+                source: CalibrationSource, progress: bool, smoothed: Any, layers: tuple[QuantLayer, ...],
+                thresholds: dict[str, float], candidates: dict[str, dict[str, float]]):
+    """GPTQ weights / corrected biases: from the cache, or from one more pass over the data.
+    Returns (refinement, forward passes run)."""
+    from vitedge.quantize.refine import Refinement, refine
+
+    rkey = cache_key(dict(parts, refine=config.refine_params()))
+    cache = CalibrationCache(cache.root, kind="refinement")
+    entry = cache.load(rkey)
+    if entry is not None:
+        try:
+            return Refinement.from_arrays(entry["meta"]["refinement"], entry["arrays"]), 0
+        except (KeyError, TypeError, ValueError, IndexError):
+            pass
+    runner = _Runner(prepared, meta, source, progress)
+    result = refine(runner, smoothed, layers, thresholds, gptq=config.weight_rounding == "gptq",
+                    bias_correction=config.bias_correction, weight_range=config.weight_range, candidates=candidates)
+    index, arrays = result.to_arrays()
+    try:
+        cache.save(rkey, {"parts": dict(parts, refine=config.refine_params()), "refinement": index}, arrays)
+    except OSError:
+        pass
+    return result, result.forward_passes
 
 
 def _activation_tensors(layers: list[QuantLayer] | tuple[QuantLayer, ...]) -> list[str]:
@@ -236,13 +284,16 @@ def _activation_tensors(layers: list[QuantLayer] | tuple[QuantLayer, ...]) -> li
 
 
 def _store(cache: CalibrationCache, key: str, parts: dict[str, Any], summary: SourceSummary,
-           thresholds: dict[str, float], amax: dict[str, float], scales: dict[str, np.ndarray]) -> None:
+           thresholds: dict[str, float], amax: dict[str, float], scales: dict[str, np.ndarray],
+           candidates: dict[str, dict[str, float]]) -> None:
     names = sorted(thresholds)
     norms = sorted(scales)
     arrays = {
         "thresholds": np.array([thresholds[n] for n in names], dtype=np.float64),
         "amax": np.array([amax[n] for n in names], dtype=np.float64),
     }
+    for c in stats.CANDIDATES if candidates else ():
+        arrays[f"candidate_{c}"] = np.array([candidates[n][c] if n in candidates else np.nan for n in names], dtype=np.float64)
     for k, norm in enumerate(norms):
         arrays[f"smooth_{k}"] = np.asarray(scales[norm], dtype=np.float64)
     meta = {"parts": parts, "tensors": names, "norms": norms, "summary": summary.to_dict()}
@@ -271,7 +322,13 @@ def _restore(entry: dict[str, Any], sites: list[SmoothSite], tensors: list[str])
     unsmoothed = set(tensors) - {t for s in sites for t in s.inputs}
     if not unsmoothed <= set(thresholds):
         return None
-    return thresholds, amax, scales
+    candidates: dict[str, dict[str, float]] = {}
+    if all(f"candidate_{c}" in arrays for c in stats.CANDIDATES):
+        for k, n in enumerate(names):
+            row = {c: float(arrays[f"candidate_{c}"][k]) for c in stats.CANDIDATES}
+            if all(np.isfinite(v) for v in row.values()):
+                candidates[n] = row
+    return thresholds, amax, scales, candidates
 
 
 # --------------------------------------------------------------------------- running the graph

@@ -116,6 +116,7 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
     floats |= {l.name for l in layers if l.kind in FLOAT_KINDS}
     chosen = [l for l in layers if l.name not in floats]
     weight_range = calibration.config.weight_range
+    refinement = calibration.refinement
 
     m = onnx.ModelProto()
     m.CopyFrom(calibration.model)
@@ -148,9 +149,12 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
         key = (layer.weight, layer.weight_axis)
         if key in weight_dq:
             return weight_dq[key]
-        w = np.asarray(gi.value(layer.weight), dtype=np.float32)
         axis = int(layer.weight_axis)
-        q, scale = quantize_weight(w, axis, layer.op_type, weight_range)
+        refined = refinement.weights.get(layer.name) if refinement is not None else None
+        if refined is not None:
+            q, scale = refined
+        else:
+            q, scale = quantize_weight(np.asarray(gi.value(layer.weight), dtype=np.float32), axis, layer.op_type, weight_range)
         base = layer.weight
         q_name, s_name, z_name = names(f"{base}_quantized"), names(f"{base}_scale"), names(f"{base}_zero_point")
         dq_out = names(f"{base}_dequantized")
@@ -163,6 +167,11 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
 
     for layer in chosen:
         node = gi.nodes_by_name[layer.name]
+        fix = refinement.biases.get(layer.name) if refinement is not None else None
+        if fix is not None:  # bias correction: this layer's corrected bias
+            b_name = names(f"{layer.name}/corrected_bias")
+            new_inits.append(numpy_helper.from_array(fix.values.reshape(gi.value(gi.nodes_by_name[fix.node].input[fix.index]).shape), b_name))
+            gi.nodes_by_name[fix.node].input[fix.index] = b_name
         if layer.weight is not None:
             node.input[1] = weight(layer)
             node.input[0] = activation(layer.inputs[0])
@@ -189,6 +198,8 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
         "weight_range": weight_range,
         "cpu_requirement": CPU_REQUIREMENT[weight_range],
         "activations": "int8 symmetric per-tensor",
+        "refined": {"gptq_layers": len([l for l in chosen if refinement is not None and l.name in refinement.weights]),
+                    "bias_corrected_layers": len([l for l in chosen if refinement is not None and l.name in refinement.biases])},
     })
     set_metadata(m, {METADATA_KEY: json.dumps(info, sort_keys=True)})
     violations = check_qdq_graph(m)

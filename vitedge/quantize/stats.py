@@ -53,6 +53,8 @@ def threshold(method: str, amax: float, hist: np.ndarray | None, *, percentile: 
     """The clipping threshold for one tensor (always > 0)."""
     if amax <= 0.0:
         return _TINY
+    if method == "auto":  # placeholder until the refinement pass chooses: entropy
+        method = "entropy"
     if method == "minmax" or hist is None or hist.sum() == 0:
         return float(amax)
     width = amax / hist.size
@@ -65,6 +67,21 @@ def threshold(method: str, amax: float, hist: np.ndarray | None, *, percentile: 
     else:  # pragma: no cover - QuantConfig validates
         raise ValueError(method)
     return float(min(max(t, _TINY), amax))
+
+
+# What method "auto" chooses from, per tensor (vitedge.quantize.refine picks one).
+CANDIDATES = ("entropy", "p99.99", "p99.999", "minmax", "mse")
+
+
+def candidate_thresholds(amax: float, hist: np.ndarray | None) -> dict[str, float]:
+    """The threshold of every candidate in ``CANDIDATES`` for one tensor."""
+    out = {}
+    for c in CANDIDATES:
+        if c.startswith("p"):
+            out[c] = threshold("percentile", amax, hist, percentile=float(c[1:]))
+        else:
+            out[c] = threshold(c, amax, hist)
+    return out
 
 
 def _percentile(hist: np.ndarray, p: float) -> int:
