@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from test_quantize_models import bundled_model, source_for
+from helpers.quantize_models import bundled_model, source_for
 
 CALIB_ITEMS = 32
 

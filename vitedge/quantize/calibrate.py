@@ -55,6 +55,8 @@ from vitedge.quantize.graph import (
     prepare,
     softmax_outputs,
 )
+from vitedge.quantize.refine import Refinement, refine
+from vitedge.quantize.smooth_search import choose_alphas
 from vitedge.spec import ModelSpec
 
 # Fixed so the statistics do not depend on the machine. (ONNX Runtime's CPU results were
@@ -190,7 +192,6 @@ def calibrate(
         scales = {}
         alphas: dict[str, float] = {}
         if config.smoothquant_search and sites:
-            from vitedge.quantize.smooth_search import choose_alphas
 
             alphas = choose_alphas(runner, gi, sites, chan, config.weight_range)
         for site in sites:
@@ -255,7 +256,6 @@ def _refinement(cache: CalibrationCache, parts: dict[str, Any], config: QuantCon
                 thresholds: dict[str, float], candidates: dict[str, dict[str, float]]):
     """GPTQ weights / corrected biases: from the cache, or from one more pass over the data.
     Returns (refinement, forward passes run)."""
-    from vitedge.quantize.refine import Refinement, refine
 
     rkey = cache_key(dict(parts, refine=config.refine_params()))
     cache = CalibrationCache(cache.root, kind="refinement")

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from vitedge.quantize.gptq import gptq_quantize
 from vitedge.quantize.graph import GraphIndex, QuantLayer, attr
 from vitedge.quantize.weight_range import quantize_weight
 
@@ -187,7 +188,6 @@ def refine(runner: Any, model: Any, layers: tuple[QuantLayer, ...], thresholds: 
 
 
 def gptq_quantize_layer(w_kn: np.ndarray, hessian: np.ndarray, weight_range: str) -> tuple[np.ndarray, np.ndarray]:
-    from vitedge.quantize.gptq import gptq_quantize
 
     return gptq_quantize(w_kn, hessian, weight_range)
 
