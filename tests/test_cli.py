@@ -85,3 +85,13 @@ def test_unsafe_pickle_message_explains_risk(timm_vit, tmp_path):
 def test_list_archs():
     r = vitedge("inspect", "--list-archs")
     assert r.returncode == 0 and "vit_base_patch16_224" in r.stdout and "deit_base_distilled_patch16_224" in r.stdout
+
+
+def test_help_lists_each_command_with_its_own_short_help():
+    """`vitedge --help` reads the short help from the command modules' source (no import): it must be
+    what the command itself says."""
+    from vitedge.cli import COMMANDS, _listed_command, cli
+
+    for name in COMMANDS:
+        real = cli.get_command(None, name)
+        assert _listed_command(name).get_short_help_str(60) == real.get_short_help_str(60), name

@@ -7,8 +7,10 @@ Errors become one line on stderr and a documented exit code (see vitedge.errors)
 
 from __future__ import annotations
 
+import ast
 import importlib
 import sys
+from pathlib import Path
 import traceback
 
 import click
@@ -42,6 +44,25 @@ class LazyGroup(click.Group):
         if module is None:
             return None
         return importlib.import_module(f"vitedge.commands.{module}").command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of `vitedge --help`, read from each command's docstring in its source:
+        importing every command (and the workflows it imports) only to print one line each would
+        make `vitedge --help` load numpy, rich and the quantizer."""
+        rows = [(name, _listed_command(name)) for name in self.list_commands(ctx)]
+        limit = formatter.width - 6 - max(len(name) for name, _ in rows)
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
+
+
+def _listed_command(name: str) -> click.Command:
+    """A help-only stand-in for a command: its name and the docstring of its `command` function,
+    which is the help click shows for it (the one source)."""
+    source = Path(__file__).parent / "commands" / f"{COMMANDS[name]}.py"
+    tree = ast.parse(source.read_text(encoding="utf-8"))
+    doc = next((ast.get_docstring(node, clean=False) for node in tree.body
+                if isinstance(node, ast.FunctionDef) and node.name == "command"), None)
+    return click.Command(name, help=doc)
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 110})

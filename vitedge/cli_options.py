@@ -18,8 +18,7 @@ import click
 from vitedge.cli_stats import stats_option
 from vitedge.errors import UsageError
 from vitedge.models.intake import IntakeOptions
-from vitedge.quantize.config import METHODS, QuantConfig
-from vitedge.quantize.weight_range import WEIGHT_RANGES
+from vitedge.quantize.config import METHODS, WEIGHT_RANGES, QuantConfig
 from vitedge.spec import INTERPOLATIONS
 
 

@@ -7,7 +7,16 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from vitedge.errors import UsageError
-from vitedge.quantize.weight_range import WEIGHT_RANGES
+
+# The weight-range rules (vitedge.quantize.weight_range applies them).
+WEIGHT_RANGES = ("pairwise", "7bit", "full")
+
+# What each rule needs of an x86 CPU's INT8 kernels (recorded in the manifest).
+CPU_REQUIREMENT = {
+    "pairwise": "any-x86",
+    "7bit": "any-x86",
+    "full": "vnni",
+}
 
 # Bump when a change would make cached statistics or the Q/DQ graph differ for the same
 # inputs (placement, statistics, threshold search, SmoothQuant rewrite).

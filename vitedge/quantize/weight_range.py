@@ -30,18 +30,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from vitedge.quantize.config import CPU_REQUIREMENT, WEIGHT_RANGES  # noqa: F401 - the rules' names live with the settings
+
 QMAX = 127
 PAIR_LIMIT = 128  # 255 * 128 = 32640 <= 32767
 SEVEN_BIT = 64  # 255 * 2 * 64 = 32640
 
-WEIGHT_RANGES = ("pairwise", "7bit", "full")
-
-# What each rule needs of an x86 CPU's INT8 kernels (recorded in the manifest).
-CPU_REQUIREMENT = {
-    "pairwise": "any-x86",
-    "7bit": "any-x86",
-    "full": "vnni",
-}
 
 
 def weight_scales(w: np.ndarray, axis: int, op_type: str, rule: str) -> np.ndarray:

@@ -41,7 +41,6 @@ from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_write_path, sha256_bytes
 from vitedge.onnxutil import save_onnx
 from vitedge.paths import cache_dir
-from vitedge.quantize.checker import assert_qdq_graph
 
 NEXT_STEP = "build the engine on the device: vitedge engine BUNDLE"
 NOT_MEASURED = "no engine was built here, so no TensorRT accuracy or latency was measured"
@@ -66,6 +65,8 @@ def load_checked_graph(qdq_path: Path) -> Any:
     """The Q/DQ graph, after the TensorRT explicit-quantization checker passed on it."""
     import onnx
 
+    # The quantizer is not in the runtime distribution, which ships this module: imported here.
+    from vitedge.quantize.checker import assert_qdq_graph
 
     model = onnx.load(str(qdq_path))  # with its external data: the typed graph rewrites weights
     assert_qdq_graph(model)  # raises QuantizationError naming the broken rules
