@@ -9,7 +9,8 @@ Options that change the artifact (layers kept in float) are other bundles, given
     python benchmarks/openvino_int8.py --bundle /tmp/ovb/intel-cpu \\
         --variant "MLP FCs float=/tmp/ovkf_mlp/intel-cpu" --variant "attention FCs float=/tmp/ovkf_attn/intel-cpu"
 
-Prints a Markdown table; --json writes the records.
+Prints a Markdown table; --json writes the records. ``--counters N`` prints instead what OpenVINO
+itself says: the INT8 IR's executed matrix kernels and per-(layer type, kernel) time of both IRs.
 """
 
 from __future__ import annotations
@@ -99,6 +100,23 @@ def runtime_layers(core, bundle: Path, threads: int) -> dict[str, int]:
     return dict(counts)
 
 
+def counters(core, bundle: Path, threads: int, iterations: int) -> None:
+    """OpenVINO's performance counters for both IRs at batch 1 and 8, summed by (layer type, kernel)."""
+    for batch in (1, 8):
+        reqs, dims = compile_pair(core, bundle, {"PERF_COUNT": "YES"}, threads, batch)
+        x = np.random.default_rng(0).standard_normal(dims).astype(np.float32)
+        for label, req in zip(("FP32", "INT8"), reqs):
+            sums: collections.Counter[str] = collections.Counter()
+            for _ in range(iterations):
+                req.infer({0: x})
+                for info in req.profiling_info:
+                    sums[f"{info.node_type} {info.exec_type}"] += info.real_time.total_seconds() * 1e3 / iterations
+            total = sum(sums.values())
+            print(f"\n{label} batch {batch}: counters sum {total:.3f} ms")
+            for key, ms in sums.most_common(8):
+                print(f"  {ms:9.3f} ms {100 * ms / total:5.1f}%  {key}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bundle", type=Path, required=True, help="an intel-cpu bundle folder (model.xml, reference.fp32.xml)")
@@ -108,6 +126,8 @@ def main() -> None:
     ap.add_argument("--per-round", type=int, default=5)
     ap.add_argument("--only", action="append", default=[], help="time only these options (names as in the table)")
     ap.add_argument("--agreement-images", type=int, default=0, help="at most this many validation images (0: all)")
+    ap.add_argument("--counters", type=int, default=0, metavar="N",
+                    help="print OpenVINO's performance counters over N inferences per IR and batch, then exit")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
@@ -116,6 +136,11 @@ def main() -> None:
     core = ov.Core()
     supported = set(core.get_property("CPU", "SUPPORTED_PROPERTIES"))
     cpu = read_cpu()
+    if args.counters:
+        print(f"CPU: {cpu.model} ({cpu.isa}); OpenVINO {ov.__version__}; {args.threads} threads")
+        print("INT8 IR executes:", runtime_layers(core, args.bundle, args.threads))
+        counters(core, args.bundle, args.threads, args.counters)
+        return
     images = val_set(args.bundle)[: args.agreement_images or None]
     rows = [(name, args.bundle, extra) for name, extra in OPTIONS.items() if not args.only or name in args.only]
     rows += [(v.split("=", 1)[0], Path(v.split("=", 1)[1]), {}) for v in args.variant]
