@@ -29,7 +29,7 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from vitedge.cpu import read_cpu  # noqa: E402
+from vitedge.cpu import read_cpu
 
 # OpenVINO compile settings, one option per row (added to the baseline: LATENCY hint, f32 float regions).
 OPTIONS: dict[str, dict[str, object]] = {
@@ -94,9 +94,9 @@ def runtime_layers(core, bundle: Path, threads: int) -> dict[str, int]:
     counts: collections.Counter[str] = collections.Counter()
     for op in compiled.get_runtime_model().get_ordered_ops():
         info = op.get_rt_info()
-        get = lambda k: str(info[k].astype(str)) if k in info else "?"  # noqa: E731
-        if get("layerType") in ("FullyConnected", "MatMul", "Convolution"):
-            counts[f"{get('layerType')} {get('runtimePrecision')} {get('primitiveType')}"] += 1
+        layer, prec, kernel = (str(info[k].astype(str)) if k in info else "?" for k in ("layerType", "runtimePrecision", "primitiveType"))
+        if layer in ("FullyConnected", "MatMul", "Convolution"):
+            counts[f"{layer} {prec} {kernel}"] += 1
     return dict(counts)
 
 

@@ -12,7 +12,12 @@ from pathlib import Path
 from helpers.cli import run_vitedge
 
 from vitedge.cpu import CpuInfo, read_cpu
-from vitedge.target_table import NOT_FASTER, collect, int8_not_faster_sentence, render_text
+from vitedge.target_table import (
+    NOT_FASTER,
+    collect,
+    int8_not_faster_sentence,
+    render_text,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = str(REPO / "examples" / "digits_vit.pt")

@@ -14,7 +14,11 @@ from vitedge.backends import get_backend
 from vitedge.budget import write_budget_report
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_write_path
-from vitedge.target_table import cpu_profile_gates, faster_cpu_target, int8_not_faster_sentence
+from vitedge.target_table import (
+    cpu_profile_gates,
+    faster_cpu_target,
+    int8_not_faster_sentence,
+)
 from vitedge.validation.report import SCHEMA, gate_table, validation_markdown
 
 

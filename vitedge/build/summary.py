@@ -5,7 +5,11 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from vitedge.target_table import cpu_profile_gates, faster_cpu_target, int8_not_faster_sentence
+from vitedge.target_table import (
+    cpu_profile_gates,
+    faster_cpu_target,
+    int8_not_faster_sentence,
+)
 
 
 def _pct(v):
