@@ -9,11 +9,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vitedge.backends import get_backend
+from vitedge.cpu import CpuInfo, read_cpu
 from vitedge.errors import VitedgeError
 from vitedge.families import list_families
 from vitedge.profiles import family_profile, list_profiles, load_profile
 
 WIDTH = 80
+# Backends whose INT8 runs on this machine's CPU: the ones a CPU's ISA (VNNI or not) makes fast or slow.
+CPU_BACKENDS = ("onnxruntime", "openvino")
+NOT_FASTER = "INT8 is not faster than FP32 on this CPU"
 STATUS_TEXT = {"ready": "builds, runs", "bundle-only": "bundle only", "unavailable": "cannot build", "invalid": "invalid"}
 
 
@@ -70,8 +74,59 @@ def _status(backend_name: str, notes: list[str]) -> tuple[str, str, int | None]:
     return "unavailable", env.detail, _note(notes, hint)
 
 
-def collect() -> TargetListing:
+def _cpu_label(cpu: CpuInfo) -> str:
+    no_vnni = cpu.is_x86 and cpu.int8_dot_product is False
+    return f"{cpu.model or cpu.machine}, {cpu.isa}" + (", no VNNI/AMX" if no_vnni and "no vnni" not in cpu.isa else "")
 
+
+def faster_cpu_target(slow_backend: str, gates: dict[str, dict[str, Any]]) -> str | None:
+    """The profile to use instead on a CPU where ``slow_backend``'s INT8 is slower than FP32: one on
+    another CPU runtime whose gate asks for an INT8 speedup >= 1x on every CPU (``gates``: profile
+    name -> [thresholds] as a dict, with "backend" added)."""
+    for name, gate in sorted(gates.items()):
+        if gate.get("backend") in CPU_BACKENDS and gate.get("backend") != slow_backend \
+                and gate.get("min_speedup_without_vnni") is None and (gate.get("min_speedup") or 0) >= 1:
+            return name
+    return None
+
+
+def cpu_profile_gates() -> dict[str, dict[str, Any]]:
+    """Every valid profile's thresholds and backend, for faster_cpu_target."""
+    gates = {}
+    for path in list_profiles():
+        try:
+            prof = load_profile(str(path))
+        except VitedgeError:
+            continue
+        gates[prof.name] = dict(prof.thresholds.to_dict(), backend=prof.backend)
+    return gates
+
+
+def int8_not_faster_sentence(target: str, backend: str, speedup: float | None, cpu: CpuInfo | None = None,
+                             faster: str | None = None) -> str | None:
+    """The plain sentence for a CPU target whose INT8 ran slower than its FP32 here (measured
+    ``speedup`` = FP32 / INT8 latency at batch 1 below 1), naming the ``faster`` target; None otherwise."""
+    if backend not in CPU_BACKENDS or speedup is None or speedup >= 1:
+        return None
+    text = f"{target}: {NOT_FASTER} ({_cpu_label(cpu or read_cpu())}): INT8 ran at {speedup:.2f}x FP32 speed at batch 1"
+    return text + (f"; the {faster} target is faster here" if faster else "; use the FP32 model on this CPU")
+
+
+def _slow_without_vnni_note(prof, cpu: CpuInfo, gates: dict[str, dict[str, Any]]) -> str | None:
+    """For `vitedge targets` on an x86 CPU without VNNI/AMX: a profile that itself accepts an INT8
+    speedup below 1x there (min_speedup_without_vnni) says so, and names the faster target."""
+    floor = prof.thresholds.min_speedup_without_vnni
+    if floor is None or floor >= 1 or prof.backend not in CPU_BACKENDS or not (cpu.is_x86 and cpu.int8_dot_product is False):
+        return None
+    faster = faster_cpu_target(prof.backend, gates)
+    return (f"{prof.name}: {NOT_FASTER} ({_cpu_label(cpu)}); its gate accepts {floor:g}x here"
+            + (f"; the {faster} target is faster here" if faster else "") + " (docs/cpu-targets.md)")
+
+
+def collect(cpu: CpuInfo | None = None) -> TargetListing:
+
+    cpu = cpu or read_cpu()
+    gates = cpu_profile_gates()
     rows: list[TargetRow] = []
     notes: list[str] = []
     for kind, paths, load in (("profile", list_profiles(), lambda p: load_profile(str(p))),
@@ -83,6 +138,8 @@ def collect() -> TargetListing:
                 rows.append(TargetRow(path.stem, kind, "?", [], {}, "invalid", str(err), _note(notes, f"{path.stem}: {err}")))
                 continue
             status, detail, note = _status(prof.backend, notes)
+            if note is None and kind == "profile":
+                note = _note(notes, _slow_without_vnni_note(prof, cpu, gates))
             members = list(getattr(prof.backend_options, "members", {}) or {})
             rows.append(TargetRow(prof.name, kind, prof.backend, list(prof.batch_sizes), prof.thresholds.to_dict(), status,
                                   detail, note, members, prof.description))
@@ -113,7 +170,7 @@ def render_text(listing: TargetListing) -> str:
 
     profiles = [r for r in listing.rows if r.kind == "profile"]
     families = [r for r in listing.rows if r.kind == "family"]
-    lines = _table(["target", "backend", "batch", "gate: drop agree speedup", "here"],
+    lines = _table(["target", "backend", "batch", "gate: drop agree speed", "here"],
                    [[r.name, r.backend, ",".join(map(str, r.batch_sizes)), _gate(r.gate), here(r)] for r in profiles])
     if families:
         lines += [""] + textwrap.wrap("families: one bundle with a plan per profile; `vitedge engine BUNDLE` on the device "

@@ -14,6 +14,11 @@ from vitedge.backends import get_backend
 from vitedge.budget import write_budget_report
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_write_path
+from vitedge.target_table import (
+    cpu_profile_gates,
+    faster_cpu_target,
+    int8_not_faster_sentence,
+)
 from vitedge.validation.report import SCHEMA, gate_table, validation_markdown
 
 
@@ -37,6 +42,12 @@ def build_report_markdown(manifest) -> str:
     if m.quantization.get("weight_range"):
         lines.append(f"- INT8 weight range: {m.quantization['weight_range']} (correct on: "
                      f"{'every CPU' if m.quantization.get('cpu_requirement') == 'any-x86' else 'x86 CPUs with VNNI/AMX, Arm, GPUs'})")
+    backend_name = str(m.target.get("backend", ""))
+    speedup = (m.validation or {}).get("speedup")
+    not_faster = int8_not_faster_sentence(m.target["name"], backend_name, speedup if isinstance(speedup, (int, float)) else None,
+                                          faster=faster_cpu_target(backend_name, cpu_profile_gates()))
+    if not_faster:
+        lines.append(f"- {not_faster}")
     lines.append("")
     lines += _backend_lines(m)
     v = m.validation

@@ -5,6 +5,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from vitedge.target_table import (
+    cpu_profile_gates,
+    faster_cpu_target,
+    int8_not_faster_sentence,
+)
+
 
 def _pct(v):
     return "-" if v is None else f"{100 * v:.2f}%"
@@ -27,6 +33,21 @@ def summary_rows(results) -> list[tuple[str, ...]]:
     return rows
 
 
+def not_faster_lines(results) -> list[str]:
+    """One plain line per CPU target whose INT8 measured slower than its FP32 here, naming a target of
+    this build that measured faster (else the profile meant for such CPUs)."""
+    measured = {r.profile.name: (r.profile.backend, r.summary.get("speedup")) for r in results}
+    faster_here = [name for name, (backend, speedup) in measured.items() if speedup and speedup >= 1]
+    lines = []
+    for name, (backend, speedup) in measured.items():
+        others = [n for n in faster_here if measured[n][0] != backend]
+        faster = others[0] if others else faster_cpu_target(backend, cpu_profile_gates())
+        line = int8_not_faster_sentence(name, backend, speedup, faster=faster)
+        if line:
+            lines.append(line)
+    return lines
+
+
 def print_build_summary(results, timings: dict[str, float]) -> None:
 
     table = Table(title="vitedge build", show_header=True, header_style="bold", padding=(0, 1))
@@ -40,5 +61,7 @@ def print_build_summary(results, timings: dict[str, float]) -> None:
     console.print(table)
     for r in results:
         console.print(f"  {r.profile.name}: {r.bundle}/ ({r.summary.get('artifact', '-')}{'' if r.built else ', engine to be built on the device'})", highlight=False)
+    for line in not_faster_lines(results):
+        console.print(f"  {line}", highlight=False, soft_wrap=True)
     if timings:
         console.print("  stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()), highlight=False)
