@@ -10,8 +10,8 @@ from __future__ import annotations
 import ast
 import importlib
 import sys
-from pathlib import Path
 import traceback
+from pathlib import Path
 
 import click
 
