@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -157,6 +158,32 @@ def quantizer_option(*decls: str, help: str | None, **attrs: Any) -> Callable:
 
 def calibration_method_option(help: str) -> Callable:
     return quantizer_option("--method", type=RegistryChoice(_methods), default=None, help=help)
+
+
+def percentile_option(help: str) -> Callable:
+    return quantizer_option("--percentile", type=float, default=None, help=help)
+
+
+def smoothquant_options(alpha_help: str) -> Callable:
+    """--smoothquant-alpha A and --no-smoothquant."""
+    def apply(func: Callable) -> Callable:
+        func = click.option("--no-smoothquant", is_flag=True, help="Switch SmoothQuant off.")(func)
+        return quantizer_option("--smoothquant-alpha", type=float, default=None, metavar="A", help=alpha_help)(func)
+    return apply
+
+
+def quantize_attention_option(help: str) -> Callable:
+    return quantizer_option("--quantize-attention/--no-quantize-attention", default=None, help=help)
+
+
+def keep_float_option(func: Callable) -> Callable:
+    return click.option("--keep-float", multiple=True, metavar="PATTERN",
+                        help="Keep layers in float: node name, kind (linear, head, ...) or fnmatch pattern. Repeatable.")(func)
+
+
+def cache_dir_option(func: Callable) -> Callable:
+    return click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
+                        help="Calibration cache [default: $VITEDGE_CACHE_DIR or ~/.cache/vitedge].")(func)
 
 
 def weight_range_option(help: str) -> Callable:

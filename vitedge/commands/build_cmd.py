@@ -11,9 +11,14 @@ from vitedge.budget import BudgetSettings
 from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.build.summary import print_build_summary
 from vitedge.cli_options import (
+    cache_dir_option,
     calib_size_option,
     calibration_method_option,
+    keep_float_option,
+    percentile_option,
+    quantize_attention_option,
     seed_option,
+    smoothquant_options,
     threshold_options,
     weight_range_option,
     with_intake,
@@ -39,12 +44,11 @@ from vitedge.ui import StageLog
 @calib_size_option("Use a seeded subset of N calibration items.")
 @seed_option()
 @calibration_method_option("Calibration method (default: the profile's, else vitedge's measured default).")
-@click.option("--percentile", type=float, default=None)
-@click.option("--smoothquant-alpha", type=float, default=None, help="SmoothQuant migration strength.")
-@click.option("--no-smoothquant", is_flag=True, help="Switch SmoothQuant off.")
-@click.option("--quantize-attention/--no-quantize-attention", default=None, help="Quantize the Q.K^T and P.V matmuls.")
+@percentile_option("Percentile of |x| kept; implies --method percentile (default: the profile's, else {percentile}).")
+@smoothquant_options("SmoothQuant migration strength in [0, 1] (default: the profile's, else {smoothquant_alpha}).")
+@quantize_attention_option("Quantize the Q.K^T and P.V matmuls (default: the profile's, else {quantize_attention}).")
 @weight_range_option("INT8 weight range (default: the profile's, else {weight_range}: correct on every x86 CPU; full: VNNI/AMX CPUs and GPUs only).")
-@click.option("--keep-float", multiple=True, metavar="PATTERN", help="Keep layers matching PATTERN (node name or kind, fnmatch) in float.")
+@keep_float_option
 @click.option("--bake-preprocess", is_flag=True, help="Artifacts take uint8 NHWC RGB frames and normalise them in the graph.")
 @threshold_options
 @click.option("--no-latency", is_flag=True, help="Skip latency measurement (and the speed gate).")
@@ -52,7 +56,7 @@ from vitedge.ui import StageLog
               help="Accuracy budget off: ship the full INT8 graph even when it misses --max-top1-drop/--min-agreement (its gate then fails).")
 @click.option("--fallback-max-evals", type=click.IntRange(min=1), default=12, show_default=True,
               help="Accuracy budget: most candidate graphs evaluated (the full INT8 one included) while returning the most harmful layers to float.")
-@click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Calibration cache (default $VITEDGE_CACHE_DIR or ~/.cache/vitedge).")
+@cache_dir_option
 @embedding_gate_flags
 @click.option("-q", "--quiet", is_flag=True, help="Only the summary.")
 def command(model, targets, calib, val, out, force, intake, calib_size, seed, method, percentile, smoothquant_alpha, no_smoothquant,

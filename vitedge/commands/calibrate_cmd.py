@@ -10,10 +10,14 @@ import click
 from vitedge.calibration.sources import open_source
 from vitedge.calibration.split import calibration_part
 from vitedge.cli_options import (
+    cache_dir_option,
     calib_size_option,
     calibration_method_option,
-    quantizer_option,
+    keep_float_option,
+    percentile_option,
+    quantize_attention_option,
     seed_option,
+    smoothquant_options,
     weight_range_option,
     with_intake,
 )
@@ -33,16 +37,12 @@ from vitedge.quantize import QuantConfig, build_qdq, calibrate
 @calib_size_option("Use a seeded subset of N calibration items (default: all).")
 @seed_option("Seed of the --calib-size subset.")
 @calibration_method_option("How activation ranges are chosen [default: {method}].")
-@quantizer_option("--percentile", type=float, default=None,
-                  help="Percentile of |x| kept; implies --method percentile [default: {percentile}].")
-@quantizer_option("--smoothquant-alpha", type=float, default=None, metavar="A",
-                  help="SmoothQuant migration strength in [0, 1] [default: {smoothquant_alpha}].")
-@click.option("--no-smoothquant", is_flag=True, help="Switch SmoothQuant off.")
-@quantizer_option("--quantize-attention/--no-quantize-attention", default=None,
-                  help="Quantize the Q.K^T and P.V matmuls [default: {quantize_attention}].")
+@percentile_option("Percentile of |x| kept; implies --method percentile [default: {percentile}].")
+@smoothquant_options("SmoothQuant migration strength in [0, 1] [default: {smoothquant_alpha}].")
+@quantize_attention_option("Quantize the Q.K^T and P.V matmuls [default: {quantize_attention}].")
 @weight_range_option("INT8 weight range [default: {weight_range}, correct on every x86 CPU; full: VNNI/AMX CPUs and GPUs only].")
-@click.option("--keep-float", multiple=True, metavar="PATTERN", help="Keep layers in float: node name, kind (linear, head, ...) or fnmatch pattern. Repeatable.")
-@click.option("--cache-dir", type=click.Path(path_type=Path), default=None, help="Calibration cache [default: $VITEDGE_CACHE_DIR or ~/.cache/vitedge].")
+@keep_float_option
+@cache_dir_option
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
 def command(model: str, calib: str, out: Path | None, force: bool, intake, calib_size: int | None, seed: int, method: str | None,
             percentile: float | None, smoothquant_alpha: float | None, no_smoothquant: bool, quantize_attention: bool | None,
