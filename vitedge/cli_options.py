@@ -173,6 +173,13 @@ def seed_option(help: str | None = None) -> Callable:
     return click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help=help)
 
 
+def reference_cache_option() -> Callable:
+    """Reuse FP32 validation outputs cached beside the calibration cache (build, validate)."""
+    return click.option("--reference-cache/--no-reference-cache", default=True, show_default=True,
+                        help="Reuse the FP32 reference outputs of an earlier validation with the same FP32 graph, data, runtime "
+                             "and settings, cached in the cache dir under reference/ (INT8 is always run).")
+
+
 # ---- the parity gate (build, validate) ---------------------------------------------------------
 
 # flag -> help; each sets the vitedge.profiles.Thresholds field of its name over the profile's

@@ -46,6 +46,7 @@ from vitedge.quantize.weight_range import CPU_REQUIREMENT
 from vitedge.ui import StageLog
 from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.data_record import DataRecord
+from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class BuildRequest:
     threshold_overrides: dict[str, Any] = field(default_factory=dict)
     bake_preprocess: bool = False
     cache_dir: Path | None = None
+    reference_cache: bool = True  # reuse FP32 validation outputs cached under cache_dir (vitedge.validation.reference_cache)
     keep_float: tuple[str, ...] = ()
     measure_speed: bool = True
     min_calib: int = 16
@@ -258,7 +260,8 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                 with log.stage("validate", f"{profile.name}: INT8 vs FP32 on {len(t.val)} inputs, same runtime"):
                     checked = validate_bundle(tmp, manifest, t.val, ValidateOptions(
                         threshold_overrides=req.threshold_overrides, measure_speed=req.measure_speed, producer="vitedge build",
-                        data_role=(val_record or {}).get("role")),
+                        data_role=(val_record or {}).get("role"),
+                        reference_cache=ReferenceCacheSettings(enabled=req.reference_cache, root=req.cache_dir)),
                         log=log, bundle_label=str(bundle_dir))
                     validation = manifest.validation = checked.document
                     for row in checked.result.gate:

@@ -1,0 +1,119 @@
+"""FP32 reference outputs are computed once per (FP32 graph, data, runtime, settings, batch) and reused
+(vitedge.validation.reference_cache): by `vitedge validate` re-runs and by targets sharing a runtime.
+Real bundles of the bundled digits example, real ONNX Runtime."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import VAL_DIR
+from helpers.cli import run_cli
+
+LENIENT = ("--max-top1-drop", 100, "--min-agreement", 0)  # these tests are about the cache, not the gate
+
+
+def _validate(capsys, bundle: Path, cache: Path, *extra) -> tuple[dict, str]:
+    code, out, err = run_cli(capsys, "validate", bundle, "--data", VAL_DIR, "--no-latency", "--no-sensitivity",
+                             "--cache-dir", cache, *LENIENT, *extra)
+    assert code == 0, err
+    return json.loads((bundle / "report" / "validation.json").read_text()), out + err
+
+
+def test_second_validate_reads_the_cache_and_reports_the_same_accuracy(bundle, capsys, tmp_path):
+    cache = tmp_path / "cache"
+    first, log1 = _validate(capsys, bundle, cache, "--data-size", 40)
+    second, log2 = _validate(capsys, bundle, cache, "--data-size", 40)
+    assert first["data"]["reference"]["cache"] == "miss" and second["data"]["reference"]["cache"] == "hit"
+    assert first["data"]["reference"]["key"] == second["data"]["reference"]["key"]
+    assert second["accuracy"] == first["accuracy"]
+    assert "computed at batch 8" in log1 and "read from the cache" in log2  # the onnx profile's batch sizes are 1 and 8
+    entries = list((cache / "reference").glob("*.npz"))
+    assert [p.stem for p in entries] == [first["data"]["reference"]["key"]]
+
+
+def test_other_data_misses(bundle, capsys, tmp_path):
+    cache = tmp_path / "cache"
+    a, _ = _validate(capsys, bundle, cache, "--data-size", 40)
+    b, _ = _validate(capsys, bundle, cache, "--data-size", 40, "--seed", 1)
+    c, _ = _validate(capsys, bundle, cache, "--data-size", 32)
+    assert [d["data"]["reference"]["cache"] for d in (a, b, c)] == ["miss", "miss", "miss"]
+    assert len({d["data"]["reference"]["key"] for d in (a, b, c)}) == 3
+    assert len(list((cache / "reference").glob("*.npz"))) == 3
+
+
+def test_another_fp32_graph_misses(bundle, tmp_path):
+    import onnx
+
+    from vitedge.calibration.sources import open_source
+    from vitedge.manifest import read_manifest
+    from vitedge.validation.bundle import ValidateOptions, validate_bundle
+    from vitedge.validation.reference_cache import ReferenceCacheSettings
+
+    manifest = read_manifest(bundle)
+    source = open_source(VAL_DIR, manifest.spec.preprocess, limit=24, seed=0, class_names=manifest.spec.class_names)
+    options = ValidateOptions(measure_speed=False, reference_cache=ReferenceCacheSettings(root=tmp_path / "cache"))
+    before = validate_bundle(bundle, manifest, source, options).document["data"]["reference"]
+    again = validate_bundle(bundle, manifest, source, options).document["data"]["reference"]
+    ref = bundle / manifest.artifacts["reference"]
+    graph = onnx.load(str(ref))
+    graph.doc_string = "another FP32 graph (same weights, other bytes)"
+    onnx.save(graph, str(ref))
+    after = validate_bundle(bundle, manifest, source, options).document["data"]["reference"]
+    assert (before["cache"], again["cache"], after["cache"]) == ("miss", "hit", "miss")
+    assert after["key"] != before["key"]
+
+
+def test_a_corrupt_entry_is_recomputed_with_a_warning(bundle, capsys, tmp_path):
+    cache = tmp_path / "cache"
+    first, _ = _validate(capsys, bundle, cache, "--data-size", 40)
+    entry = cache / "reference" / f"{first['data']['reference']['key']}.npz"
+    entry.write_bytes(entry.read_bytes()[:200])  # truncated
+    second, log = _validate(capsys, bundle, cache, "--data-size", 40)
+    assert second["data"]["reference"]["cache"] == "miss"
+    assert "WARNING ignored the unreadable FP32 reference cache entry" in log
+    assert second["accuracy"] == first["accuracy"]
+    third, _ = _validate(capsys, bundle, cache, "--data-size", 40)  # rewritten, readable again
+    assert third["data"]["reference"]["cache"] == "hit"
+
+
+def test_a_foreign_entry_under_the_key_is_not_trusted(bundle, capsys, tmp_path):
+    import numpy as np
+
+    cache = tmp_path / "cache"
+    first, _ = _validate(capsys, bundle, cache, "--data-size", 40)
+    entry = cache / "reference" / f"{first['data']['reference']['key']}.npz"
+    np.savez(entry, meta=np.array(json.dumps({"format": "vitedge-reference-cache-1", "key": "other"})),
+             values=np.zeros((40, 10), np.float32))
+    second, log = _validate(capsys, bundle, cache, "--data-size", 40)
+    assert second["data"]["reference"]["cache"] == "miss" and "WARNING" in log
+    assert second["accuracy"] == first["accuracy"]
+
+
+def test_env_var_is_the_default_cache_root(bundle, capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "env-cache"))
+    code, _, err = run_cli(capsys, "validate", bundle, "--data", VAL_DIR, "--data-size", 24, "--no-latency", "--no-sensitivity", *LENIENT)
+    assert code == 0, err
+    doc = json.loads((bundle / "report" / "validation.json").read_text())
+    assert doc["data"]["reference"]["cache"] == "miss"
+    assert Path(doc["data"]["reference"]["path"]).parent == tmp_path / "env-cache" / "reference"
+
+
+def test_no_reference_cache_computes_and_writes_nothing(bundle, capsys, tmp_path):
+    cache = tmp_path / "cache"
+    for _ in range(2):
+        doc, log = _validate(capsys, bundle, cache, "--data-size", 24, "--no-reference-cache")
+        assert doc["data"]["reference"] == {"cache": "off", "batch": 8}
+        assert "reference cache off" in log
+    assert not (cache / "reference").exists()
+
+
+def test_eval_batch_follows_the_profile():
+    from vitedge.validation.accuracy import EVAL_BATCH, eval_batch
+
+    assert eval_batch((1, 8)) == 8
+    assert eval_batch((1, 4)) == 4
+    assert eval_batch((1, 8, 32)) == 32
+    assert eval_batch((1, 64)) == 1
+    assert eval_batch((64, 128)) == EVAL_BATCH
+    assert eval_batch(()) == EVAL_BATCH
