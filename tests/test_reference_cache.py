@@ -4,6 +4,7 @@ Real bundles of the bundled digits example, real ONNX Runtime."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -117,3 +118,34 @@ def test_eval_batch_follows_the_profile():
     assert eval_batch((1, 64)) == 1
     assert eval_batch((64, 128)) == EVAL_BATCH
     assert eval_batch(()) == EVAL_BATCH
+
+
+def test_targets_sharing_a_runtime_and_a_warm_rebuild_reuse_fp32(tmp_path):
+    """Two ONNX Runtime targets with the same settings validate once on FP32; a rebuild reads the
+    budget's and the validation's FP32 outputs from the cache."""
+    from conftest import CALIB_DIR, EXAMPLES, REPO
+
+    from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.ui import StageLog
+
+    twin = tmp_path / "onnx-twin.toml"
+    twin.write_text((REPO / "targets" / "onnx.toml").read_text().replace('name = "onnx"', 'name = "onnx-twin"'))
+    req = BuildRequest(model=EXAMPLES / "digits_vit.pt", targets=("onnx", str(twin)), calib=CALIB_DIR, val=VAL_DIR,
+                       out=tmp_path / "out", cache_dir=tmp_path / "cache", calib_size=32, measure_speed=False)
+
+    def build(force: bool) -> tuple[dict[str, dict], list[str]]:
+        lines: list[str] = []
+        log = StageLog(quiet=True)
+        log.info = lambda msg: lines.append(msg)  # what the stages say, also when quiet
+        results = run_build(dataclasses.replace(req, force=force), log)
+        docs = {r.profile.name: json.loads((r.bundle / "report" / "validation.json").read_text()) for r in results}
+        return docs, lines
+
+    cold, cold_log = build(False)
+    assert [cold[t]["data"]["reference"]["cache"] for t in ("onnx", "onnx-twin")] == ["miss", "hit"]
+    assert any(line.startswith("budget onnxruntime") and "computed" in line for line in cold_log)
+    warm, warm_log = build(True)
+    assert [warm[t]["data"]["reference"]["cache"] for t in ("onnx", "onnx-twin")] == ["hit", "hit"]
+    assert any(line.startswith("budget onnxruntime") and "read from the cache" in line for line in warm_log)
+    for t in ("onnx", "onnx-twin"):
+        assert warm[t]["accuracy"] == cold[t]["accuracy"]

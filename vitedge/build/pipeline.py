@@ -150,7 +150,8 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             consumers = [q for q in profiles if QuantConfigKey.of(configs[q.name]) == key]
             budgets[key] = budget = run_budget(BudgetJob(
                 calibration=calibration, graph=graph, fp32=fp32, validation=val, spec=spec, targets=consumers, backends=backends,
-                thresholds=thresholds, keep_float=req.keep_float, cache_dir=req.cache_dir),
+                thresholds=thresholds, keep_float=req.keep_float, cache_dir=req.cache_dir,
+                reference_cache=req.reference_cache),
                 req.budget or BudgetSettings(measure_cost=req.measure_speed), log)
             graph = budget.graph
             qdq = work / f"qdq-{len(qdq_paths)}" / "model.int8.onnx"  # the bundle's name: external data keeps its location

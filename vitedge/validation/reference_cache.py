@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -185,18 +186,20 @@ class ReferenceCache:
 
 
 def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCacheSettings | None,
-                      key_of) -> tuple[Outputs, ReferenceLookup]:
+                      key_of: Callable[[], dict[str, Any]], compute: Callable[[], Outputs] | None = None) -> tuple[Outputs, ReferenceLookup]:
     """The FP32 outputs of ``runner`` on ``source``: read from the cache when ``settings`` enable it and
-    an entry for ``key_of()`` (its key parts) exists; otherwise computed at ``batch`` and stored."""
+    an entry for ``key_of()`` (its key parts) exists; otherwise computed at ``batch`` (or by ``compute``,
+    a caller's own pass) and stored."""
+    run = compute or (lambda: collect_outputs(runner, source, pre, batch_size=batch))
     if settings is None or not settings.enabled:
-        return collect_outputs(runner, source, pre, batch_size=batch), ReferenceLookup(OFF, batch)
+        return run(), ReferenceLookup(OFF, batch)
     parts = key_of()
     key = cache_key(parts)
     cache = ReferenceCache(settings)
     found, note = cache.load(key, len(source))
     if found is not None:
         return found, ReferenceLookup(HIT, batch, key, str(cache.path_for(key)))
-    outputs = collect_outputs(runner, source, pre, batch_size=batch)
+    outputs = run()
     path = None
     try:
         path = str(cache.save(key, parts, outputs))
