@@ -149,3 +149,26 @@ def test_targets_sharing_a_runtime_and_a_warm_rebuild_reuse_fp32(tmp_path):
     assert any(line.startswith("budget onnxruntime") and "read from the cache" in line for line in warm_log)
     for t in ("onnx", "onnx-twin"):
         assert warm[t]["accuracy"] == cold[t]["accuracy"]
+
+
+def test_openvino_ir_key_ignores_generated_names_not_weights(built_bundle, tmp_path):
+    """Each conversion of the same FP32 ONNX numbers the IR's layers anew (Reshape_368962): the key
+    leaves names out, so a rebuild's IR hits; other weights (.bin) miss."""
+    import pytest
+
+    ov = pytest.importorskip("openvino")
+    from vitedge.fsutil import sha256_file
+    from vitedge.validation.reference_cache import graph_sha256
+
+    irs = []
+    for i in range(2):
+        path = tmp_path / f"ir{i}" / "reference.fp32.xml"
+        path.parent.mkdir()
+        ov.save_model(ov.convert_model(str(built_bundle / "reference.fp32.onnx")), str(path), compress_to_fp16=False)
+        irs.append(path)
+    print("raw .xml sha256 equal:", sha256_file(irs[0]) == sha256_file(irs[1]))
+    assert graph_sha256(irs[0]) == graph_sha256(irs[1])
+    weights = bytearray(irs[1].with_suffix(".bin").read_bytes())
+    weights[len(weights) // 2] ^= 0xFF
+    irs[1].with_suffix(".bin").write_bytes(bytes(weights))
+    assert graph_sha256(irs[0]) != graph_sha256(irs[1])

@@ -4,7 +4,8 @@ The FP32 side of a validation is the same for every target that runs the same re
 on the same runtime with the same settings, for a warm rebuild and for `vitedge validate`
 re-runs. An entry is keyed by everything that can change those outputs:
 
-- the reference graph's bytes (the file and its weight side files: ONNX external data, OpenVINO .bin);
+- the reference graph's bytes (the file and its weight side files: ONNX external data, OpenVINO .bin;
+  an OpenVINO .xml without its generated layer names, see ``graph_sha256``);
 - the data's content hash (``SourceSummary.data_hash``: the items used, their content and labels)
   and the preprocessing that turns them into inputs;
 - the runtime (backend name and its versions) and every backend option (device, precision hints,
@@ -22,7 +23,9 @@ more than ``MAX_BYTES``. The INT8 side is never cached: it is what validation ch
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,15 +87,24 @@ class ReferenceLookup:
 
 
 def graph_sha256(path: Path) -> str:
-    """sha256 of a model file as the runtime reads it: the file, its ONNX external data, or its OpenVINO .bin."""
+    """sha256 of a model file as the runtime reads it: the file, its ONNX external data, or its OpenVINO .bin.
+
+    In an OpenVINO IR the layer and tensor names (``name=``, ``names=``) are left out: the conversion
+    numbers them from a process-wide counter (``Reshape_368962``), so the same ONNX graph converts to
+    another .xml on each build, and names do not change what the network computes. Everything else
+    (layer types, ids, edges, shapes, attributes, rt_info, the weights in .bin) is hashed."""
     path = Path(path)
     if path.suffix == ".onnx":
         return onnx_sha256(path)
-    digest = sha256_file(path)
+    if path.suffix != ".xml":
+        return sha256_file(path)
+    text = _IR_NAMES.sub("", path.read_text(encoding="utf-8", errors="surrogateescape"))
     side = path.with_suffix(".bin")
-    if path.suffix == ".xml" and side.is_file():
-        digest = cache_key({"xml": digest, "bin": sha256_file(side)})
-    return digest
+    return cache_key({"xml_without_names": hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest(),
+                      "bin": sha256_file(side) if side.is_file() else None})
+
+
+_IR_NAMES = re.compile(r'\s(?:name|names)="[^"]*"')
 
 
 def key_parts(reference_path: Path, source, pre, backend, options, threads: int | None, batch: int) -> dict[str, Any]:
