@@ -105,8 +105,9 @@ class ShardedValidator:
             "latency_node": lat_node,
             "memory_from": "the latency worker" if measure_speed else "shard 0's worker",
         }
-        return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, source_data(source),
-                               thresholds)
+        data = dict(source_data(source), reference={"cache": "off", "batch": eval_batch(batch_sizes),
+                                                    "note": "sharded: each worker computes its shard's FP32 outputs"})
+        return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, data, thresholds)
 
     def annotate(self, document: dict[str, Any]) -> None:
         """Add what ran where to a validation document."""
