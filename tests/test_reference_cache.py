@@ -172,3 +172,22 @@ def test_openvino_ir_key_ignores_generated_names_not_weights(built_bundle, tmp_p
     weights[len(weights) // 2] ^= 0xFF
     irs[1].with_suffix(".bin").write_bytes(bytes(weights))
     assert graph_sha256(irs[0]) != graph_sha256(irs[1])
+
+
+def test_prune_removes_least_recently_used_entries_past_the_limit(tmp_path):
+    import os
+
+    import numpy as np
+
+    from vitedge.validation.accuracy import Outputs
+    from vitedge.validation.reference_cache import ReferenceCache, ReferenceCacheSettings
+
+    cache = ReferenceCache(ReferenceCacheSettings(root=tmp_path))
+    paths = [cache.save(f"{i:064x}", {"i": i}, Outputs(np.full((100, 10), i, np.float32), None)) for i in range(3)]
+    for age, p in zip((300, 200, 100), paths):  # entry 0 the oldest
+        os.utime(p, (p.stat().st_mtime - age, p.stat().st_mtime - age))
+    size = paths[0].stat().st_size
+    cache.prune(keep=paths[0], limit=2 * size)
+    assert [p.exists() for p in paths] == [True, False, True]  # the kept one stays; the next oldest goes
+    values, note = cache.load(f"{2:064x}", 100)
+    assert note is None and float(values.values[0, 0]) == 2.0

@@ -16,15 +16,17 @@ re-runs. An entry is keyed by everything that can change those outputs:
 Entries are single ``.npz`` files under ``<cache root>/reference/`` (the calibration cache's root:
 ``--cache-dir``, ``$VITEDGE_CACHE_DIR``, ``~/.cache/vitedge``), written atomically. One that cannot
 be read, or does not match its key and the data's length, is ignored with a one-line warning and
-recomputed, never trusted. After a write, the oldest entries are removed while the folder holds
-more than ``MAX_BYTES``. The INT8 side is never cached: it is what validation checks.
+recomputed, never trusted. After a write, the least recently used entries are removed while the
+folder holds more than ``MAX_BYTES``. The INT8 side is never cached: it is what validation checks.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,7 +44,7 @@ from vitedge.validation.accuracy import Outputs, collect_outputs
 
 FORMAT = "vitedge-reference-cache-1"
 SUBDIR = "reference"
-MAX_BYTES = 2 * 2**30  # the reference/ folder is pruned, oldest first, past this size
+MAX_BYTES = 2 * 2**30  # the reference/ folder is pruned, least recently used first, past this size
 
 HIT, MISS, OFF = "hit", "miss", "off"
 
@@ -179,7 +181,7 @@ class ReferenceCache:
         return path
 
     def prune(self, keep: Path | None = None, limit: int = MAX_BYTES) -> None:
-        """Remove the least recently written entries while the folder is over ``limit`` bytes."""
+        """Remove the least recently used (written or read) entries while the folder is over ``limit`` bytes."""
         try:
             entries = sorted((p.stat().st_mtime, p.stat().st_size, p) for p in self.folder.glob("*.npz"))
         except OSError:
@@ -210,6 +212,8 @@ def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCac
     cache = ReferenceCache(settings)
     found, note = cache.load(key, len(source))
     if found is not None:
+        with contextlib.suppress(OSError):
+            os.utime(cache.path_for(key))  # pruning removes the least recently used entries first
         return found, ReferenceLookup(HIT, batch, key, str(cache.path_for(key)))
     outputs = run()
     path = None
