@@ -64,6 +64,8 @@ def test_sharded_validate_matches_single_process(ray_cluster, bundle, capsys, tm
     from vitedge.validation.report import check_validation_document
 
     assert check_validation_document(b) == []
+    ref_a, ref_b = a["data"].pop("reference"), b["data"].pop("reference")  # FP32: cached or not; sharded: on the workers
+    assert ref_b["cache"] == "off" and ref_b["batch"] == ref_a["batch"]
     assert a["data"] == b["data"] and b["data"]["items"] == 397
     for key, value in a["accuracy"].items():
         assert b["accuracy"][key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
@@ -75,7 +77,9 @@ def test_sharded_validate_matches_single_process(ray_cluster, bundle, capsys, tm
             assert rows[r["name"]]["value"] == r["value"] and rows[r["name"]]["status"] == r["status"]
     assert sorted(p.name for p in single.iterdir() if p.suffix != ".png") == sorted(p.name for p in sharded.iterdir() if p.suffix != ".png")
     dist = b["distributed"]
-    assert dist["shards"] == 2 and [s["start"] for s in dist["shard_nodes"]] == [0, 224]
+    batch = ref_a["batch"]  # the single-process batch (the profile's, vitedge.validation.accuracy.eval_batch): shards start on it
+    blocks = -(-397 // batch)
+    assert dist["shards"] == 2 and [s["start"] for s in dist["shard_nodes"]] == [0, -(-blocks // 2) * batch]
     assert dist["torch_on_workers"] is False
     assert b["latency"]["measured"] and b["latency"]["measured_on"].startswith(dist["latency_node"]["host"])
     assert "Measured on" in (sharded / "summary.md").read_text()

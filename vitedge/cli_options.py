@@ -183,7 +183,7 @@ def keep_float_option(func: Callable) -> Callable:
 
 def cache_dir_option(func: Callable) -> Callable:
     return click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
-                        help="Calibration cache [default: $VITEDGE_CACHE_DIR or ~/.cache/vitedge].")(func)
+                        help="Calibration and FP32 reference cache [default: $VITEDGE_CACHE_DIR or ~/.cache/vitedge].")(func)
 
 
 def weight_range_option(help: str) -> Callable:
@@ -197,6 +197,13 @@ def calib_size_option(help: str) -> Callable:
 def seed_option(help: str | None = None) -> Callable:
     """The seed of a seeded subset (--calib-size, --data-size)."""
     return click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help=help)
+
+
+def reference_cache_option() -> Callable:
+    """Reuse FP32 validation outputs cached beside the calibration cache (build, validate)."""
+    return click.option("--reference-cache/--no-reference-cache", default=True, show_default=True,
+                        help="Reuse the FP32 reference outputs of an earlier validation with the same FP32 graph, data, runtime "
+                             "and settings, cached in the cache dir under reference/ (INT8 is always run).")
 
 
 # ---- the parity gate (build, validate) ---------------------------------------------------------

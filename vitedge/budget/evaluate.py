@@ -22,8 +22,14 @@ import numpy as np
 from vitedge.onnxutil import ort_session, save_onnx
 from vitedge.profiles import TargetProfile
 from vitedge.ui import StageLog
-from vitedge.validation.accuracy import compare_embeddings, compare_logits
+from vitedge.validation.accuracy import Outputs, compare_embeddings, compare_logits
 from vitedge.validation.embedding_gate import ACCURACY_GATE_NAMES
+from vitedge.validation.reference_cache import (
+    ReferenceCacheSettings,
+    ReferenceLookup,
+    key_parts,
+    reference_outputs,
+)
 from vitedge.validation.run import evaluate_gate
 
 _EVAL_BATCH = 64
@@ -41,7 +47,11 @@ class Evaluator:
     passes on all of them: the build gate of each target is what the budget must predict."""
 
     def __init__(self, fp32: Any, source: Any, output_kind: str, thresholds: Any, *, threads: int | None = None,
-                 runtimes: Sequence[RuntimeOpener] | None = None):
+                 runtimes: Sequence[RuntimeOpener] | None = None, reference_cache: ReferenceCacheSettings | None = None,
+                 runtime_facts: dict[str, tuple[Any, Any]] | None = None, preprocess: Any = None):
+        """``reference_cache`` and ``runtime_facts`` (runtime name -> (backend, its options), see
+        ``runtime_facts``): the FP32 outputs of each runtime are read from, or written to, the FP32
+        reference cache of validation (under their own key: this pass feeds batches of 64 as they are)."""
         self.source = source
         self.output_kind = output_kind
         self.thresholds = thresholds
@@ -57,9 +67,33 @@ class Evaluator:
             memo.append(batch)
         self._memo = memo
         self.labels = None
-        self.refs = {name: self._outputs(fp32, opener)[0] for name, opener in self.runtimes}
+        self.reference_cache, self.runtime_facts, self.preprocess = reference_cache, runtime_facts or {}, preprocess
+        self.lookups: dict[str, ReferenceLookup] = {}
+        self.refs = {name: self._reference(fp32, name, opener) for name, opener in self.runtimes}
         self.ref = self.refs[self.runtimes[0][0]]
         self.runs = 0
+
+    def _reference(self, fp32: Any, name: str, opener: Callable[[Path], Any] | None) -> np.ndarray:
+        """FP32 outputs on runtime ``name``: from the reference cache when it is on and knows them."""
+        facts = self.runtime_facts.get(name)
+        if self.reference_cache is None or not self.reference_cache.enabled or facts is None or not isinstance(fp32, (str, Path)):
+            return self._outputs(fp32, opener)[0]
+        backend, options = facts
+
+        def key() -> dict[str, Any]:
+            return dict(key_parts(Path(fp32), self.source, self.preprocess, backend, options, self.threads, _EVAL_BATCH),
+                        feed="budget: source batches as float32")
+
+        def compute() -> Outputs:
+            values, _ = self._outputs(fp32, opener)
+            return Outputs(values, self.labels)
+
+        outputs, lookup = reference_outputs(None, self.source, self.preprocess, batch=_EVAL_BATCH, settings=self.reference_cache,
+                                            key_of=key, compute=compute)
+        self.lookups[name] = lookup
+        if self.labels is None and outputs.labels is not None:
+            self.labels = outputs.labels
+        return outputs.values
 
     def _batches(self):
         return iter(self._memo) if self._memo is not None else self.source.batches(_EVAL_BATCH)
@@ -201,7 +235,22 @@ def target_runtimes(profiles: list[TargetProfile], backends: dict[str, Any], thr
     """The runtimes the accuracy budget must hold on: each target's own that runs here (once per
     backend and options). TensorRT runs on the device: its plan is checked there, and the budget
     stands in with ONNX Runtime when no other target runs here."""
-    runtimes: list[RuntimeOpener] = []
+    runtimes: list[RuntimeOpener] = [
+        (name, lambda path, b=backend, o=p.backend_options: b.open_runner(path, o, threads=threads))
+        for name, backend, p in _runtimes_here(profiles, backends)]
+    if not runtimes:
+        log.info("accuracy budget: no target runtime runs here; evaluating in ONNX Runtime (CPU) as a stand-in")
+    return runtimes
+
+
+def runtime_facts(profiles: list[TargetProfile], backends: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Runtime name (as ``target_runtimes`` names it) -> (backend, backend options): what the FP32
+    reference cache keys each runtime's outputs on."""
+    return {name: (backend, p.backend_options) for name, backend, p in _runtimes_here(profiles, backends)}
+
+
+def _runtimes_here(profiles: list[TargetProfile], backends: dict[str, Any]) -> list[tuple[str, Any, TargetProfile]]:
+    out: list[tuple[str, Any, TargetProfile]] = []
     seen: set[str] = set()
     for p in profiles:
         backend = backends[p.name]
@@ -213,7 +262,5 @@ def target_runtimes(profiles: list[TargetProfile], backends: dict[str, Any], thr
             continue
         seen.add(key)
         name = p.backend if all(q.backend != p.backend or q is p for q in profiles) else f"{p.backend} ({p.name})"
-        runtimes.append((name, lambda path, b=backend, o=p.backend_options: b.open_runner(path, o, threads=threads)))
-    if not runtimes:
-        log.info("accuracy budget: no target runtime runs here; evaluating in ONNX Runtime (CPU) as a stand-in")
-    return runtimes
+        out.append((name, backend, p))
+    return out

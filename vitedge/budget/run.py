@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.budget.cost import float_layers, measure_costs
-from vitedge.budget.evaluate import strictest, target_runtimes
+from vitedge.budget.evaluate import runtime_facts, strictest, target_runtimes
 from vitedge.budget.record import BudgetResult
 from vitedge.budget.report import budget_criterion
 from vitedge.budget.search import meet_budget
@@ -20,6 +20,7 @@ from vitedge.errors import GateFailure
 from vitedge.profiles import TargetProfile, Thresholds
 from vitedge.spec import ModelSpec
 from vitedge.ui import StageLog
+from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 
 class BudgetNotMet(GateFailure):
@@ -40,6 +41,7 @@ class BudgetJob:
     thresholds   thresholds by target name (the budget is the strictest of the targets')
     keep_float   the user's pins (``--keep-float``): float, never searched
     cache_dir    cache root (the per-layer sensitivities are cached beside the calibration)
+    reference_cache  read and write FP32 outputs in validation's reference cache under cache_dir
     """
 
     calibration: Any
@@ -52,6 +54,7 @@ class BudgetJob:
     thresholds: Mapping[str, Thresholds]
     keep_float: tuple[str, ...] = ()
     cache_dir: Path | None = None
+    reference_cache: bool = True  # FP32 outputs from validation's reference cache under cache_dir
 
 
 def run_budget(job: BudgetJob, settings: BudgetSettings, log: StageLog) -> BudgetResult:
@@ -65,7 +68,9 @@ def run_budget(job: BudgetJob, settings: BudgetSettings, log: StageLog) -> Budge
     with log.stage("budget", f"accuracy budget: {what}"):
         result = meet_budget(job.calibration, val, budget_thresholds, fp32=fp32, full=job.graph, keep_float=job.keep_float,
                              settings=settings, output_kind=spec.output_kind, preprocess=spec.preprocess, cache_dir=job.cache_dir,
-                             log=log.info, runtimes=runtimes or None)
+                             log=log.info, runtimes=runtimes or None,
+                             reference_cache=ReferenceCacheSettings(enabled=job.reference_cache, root=job.cache_dir),
+                             runtime_facts=runtime_facts(list(job.targets), dict(job.backends)))
         if result.status == "fallback" and settings.measure_cost:
             measure_costs(result, fp32, next(iter(val.batches(1))).images, threads=settings.threads)
         else:

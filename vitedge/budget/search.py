@@ -40,6 +40,8 @@ def meet_budget(
     cache_dir: str | Path | None = None,
     log: Callable[[str], None] | None = None,
     runtimes: Sequence[RuntimeOpener] | None = None,
+    reference_cache: Any = None,
+    runtime_facts: dict[str, tuple[Any, Any]] | None = None,
 ) -> BudgetResult:
     """Build the Q/DQ graph that meets ``thresholds`` on ``source`` with the fewest layers in float.
 
@@ -51,6 +53,8 @@ def meet_budget(
     keep_float   the user's pins (node names, kinds, op types, fnmatch patterns): float, never touched
     runtimes     the runtimes of the targets that will consume the graph, each as (name, open(path));
                  a candidate must pass on every one (default: ONNX Runtime's CPU provider)
+    reference_cache, runtime_facts  the FP32 reference cache of validation (ReferenceCacheSettings) and
+                 each runtime's (backend, options) it keys on: FP32 outputs are reused across builds
     """
 
     settings = settings or BudgetSettings()
@@ -69,7 +73,9 @@ def meet_budget(
         return result
 
     ev = Evaluator(fp32 if fp32 is not None else calibration.model, source, output_kind, thresholds, threads=settings.threads,
-                   runtimes=runtimes)
+                   runtimes=runtimes, reference_cache=reference_cache, runtime_facts=runtime_facts, preprocess=preprocess)
+    for name, lookup in ev.lookups.items():
+        info(f"budget {name}: " + lookup.one_line(len(source)))
     result.runtimes = [name for name, _ in ev.runtimes]
     graphs: dict[tuple[str, ...], Any] = {}  # the passing candidates only (a ViT-B graph is ~100 MB)
 

@@ -46,6 +46,7 @@ from vitedge.quantize.weight_range import CPU_REQUIREMENT
 from vitedge.ui import StageLog
 from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.data_record import DataRecord
+from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class BuildRequest:
     threshold_overrides: dict[str, Any] = field(default_factory=dict)
     bake_preprocess: bool = False
     cache_dir: Path | None = None
+    reference_cache: bool = True  # reuse FP32 validation outputs cached under cache_dir (vitedge.validation.reference_cache)
     keep_float: tuple[str, ...] = ()
     measure_speed: bool = True
     min_calib: int = 16
@@ -148,7 +150,8 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             consumers = [q for q in profiles if QuantConfigKey.of(configs[q.name]) == key]
             budgets[key] = budget = run_budget(BudgetJob(
                 calibration=calibration, graph=graph, fp32=fp32, validation=val, spec=spec, targets=consumers, backends=backends,
-                thresholds=thresholds, keep_float=req.keep_float, cache_dir=req.cache_dir),
+                thresholds=thresholds, keep_float=req.keep_float, cache_dir=req.cache_dir,
+                reference_cache=req.reference_cache),
                 req.budget or BudgetSettings(measure_cost=req.measure_speed), log)
             graph = budget.graph
             qdq = work / f"qdq-{len(qdq_paths)}" / "model.int8.onnx"  # the bundle's name: external data keeps its location
@@ -258,7 +261,8 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                 with log.stage("validate", f"{profile.name}: INT8 vs FP32 on {len(t.val)} inputs, same runtime"):
                     checked = validate_bundle(tmp, manifest, t.val, ValidateOptions(
                         threshold_overrides=req.threshold_overrides, measure_speed=req.measure_speed, producer="vitedge build",
-                        data_role=(val_record or {}).get("role")),
+                        data_role=(val_record or {}).get("role"),
+                        reference_cache=ReferenceCacheSettings(enabled=req.reference_cache, root=req.cache_dir)),
                         log=log, bundle_label=str(bundle_dir))
                     validation = manifest.validation = checked.document
                     for row in checked.result.gate:

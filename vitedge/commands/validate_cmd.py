@@ -9,7 +9,12 @@ from click.core import ParameterSource
 
 from vitedge.calibration.sources import open_source
 from vitedge.calibration.split import validation_part
-from vitedge.cli_options import seed_option, threshold_options
+from vitedge.cli_options import (
+    cache_dir_option,
+    reference_cache_option,
+    seed_option,
+    threshold_options,
+)
 from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides
 from vitedge.distributed.ray_validate import (
     ray_session,
@@ -28,6 +33,7 @@ from vitedge.validation.defaults import (
     DEFAULT_SENSITIVITY_SAMPLES,
 )
 from vitedge.validation.latency import LatencySettings
+from vitedge.validation.reference_cache import ReferenceCacheSettings
 from vitedge.validation.report import append_step_summary, check_report_dir
 
 
@@ -56,9 +62,12 @@ from vitedge.validation.report import append_step_summary, check_report_dir
               help="Shard the data over N Ray workers on a local Ray started for the run (needs vitedge[ray]); same metrics.")
 @click.option("--ray-address", default=None, metavar="ADDR",
               help="Shard the data over an existing Ray cluster (e.g. auto, ray://head:10001); see docs/scale.md.")
+@cache_dir_option
+@reference_cache_option()
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict and the report paths.")
 def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
-            latency_seconds, sensitivity, sensitivity_samples, threads, workers, ray_address, quiet, **embedding_gate) -> None:
+            latency_seconds, sensitivity, sensitivity_samples, threads, workers, ray_address, cache_dir, reference_cache, quiet,
+            **embedding_gate) -> None:
     """Validate BUNDLE's artifact against its FP32 reference on the same runtime and the same inputs.
 
     Verifies the bundle's file hashes first, then measures accuracy (top-1/top-5 with labels,
@@ -89,7 +98,8 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     with ray_session(scale):
         for b in bundles:
             result = validate_one(b, dirs[b], data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
-                                  sensitivity_samples, threads, quiet, scale=scale)
+                                  sensitivity_samples, threads, quiet, scale=scale,
+                                  reference=ReferenceCacheSettings(enabled=reference_cache, root=cache_dir))
             if not result.passed:
                 failed.append(result.failure_line())
     if failed:
@@ -97,7 +107,7 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
 
 
 def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
-                 sensitivity_samples, threads, quiet, scale=None):
+                 sensitivity_samples, threads, quiet, scale=None, reference: ReferenceCacheSettings | None = None):
     """Validate one bundle, write its reports and print its verdict; the BundleValidation."""
 
     log = StageLog(quiet=quiet)
@@ -135,6 +145,7 @@ def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, override
         data_role=role, threshold_overrides=overrides, measure_speed=not no_latency,
         latency=LatencySettings.for_budget(latency_seconds),
         sensitivity=sensitivity, sensitivity_samples=sensitivity_samples, threads=threads, producer="vitedge validate",
+        reference_cache=reference if reference is not None else ReferenceCacheSettings(),
     )
     with log.stage("validate", f"{manifest.target.get('name')}: INT8 vs FP32 on {len(source)} inputs, same runtime"):
         validator = None

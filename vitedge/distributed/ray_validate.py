@@ -39,7 +39,7 @@ from vitedge.distributed.shard_tasks import (
     run_shard,
 )
 from vitedge.distributed.sharding import shard_ranges
-from vitedge.validation.accuracy import Outputs
+from vitedge.validation.accuracy import Outputs, eval_batch
 from vitedge.validation.latency import LatencySettings
 from vitedge.validation.run import (
     ValidationResult,
@@ -61,11 +61,13 @@ class ShardedValidator:
 
     def __call__(self, backend, options, model_path: Path, reference_path: Path, source, spec, thresholds,
                  batch_sizes: tuple[int, ...] = (1,), *, measure_speed: bool = True, threads: int | None = None,
-                 latency: LatencySettings | None = None, output_kind: str | None = None, log=None) -> ValidationResult:
+                 latency: LatencySettings | None = None, output_kind: str | None = None, log=None,
+                 reference_cache=None) -> ValidationResult:
+        """``reference_cache`` is not used: each worker computes its shard's FP32 outputs."""
         info = log or (lambda _m: None)
         kind = output_kind or spec.output_kind
         settings = latency or LatencySettings()
-        shards = shard_ranges(len(source), self.shards)
+        shards = shard_ranges(len(source), self.shards, align=eval_batch(batch_sizes))
         shard_threads = threads or self.cluster.cpus_per_task
         info(f"{len(shards)} shard(s) of {len(source)} inputs on {self.cluster.describe()} ({', '.join(cluster_nodes())})")
         tasks = [ShardTask(self.bundle, self.data, s, shard_threads) for s in shards]
@@ -103,8 +105,9 @@ class ShardedValidator:
             "latency_node": lat_node,
             "memory_from": "the latency worker" if measure_speed else "shard 0's worker",
         }
-        return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, source_data(source),
-                               thresholds)
+        data = dict(source_data(source), reference={"cache": "off", "batch": eval_batch(batch_sizes),
+                                                    "note": "sharded: each worker computes its shard's FP32 outputs"})
+        return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, data, thresholds)
 
     def annotate(self, document: dict[str, Any]) -> None:
         """Add what ran where to a validation document."""

@@ -24,7 +24,7 @@ from vitedge.distributed.contract import (
     open_data,
 )
 from vitedge.distributed.sharding import Shard
-from vitedge.validation.accuracy import collect_outputs
+from vitedge.validation.accuracy import collect_outputs, eval_batch
 from vitedge.validation.bundle import bundle_profile
 from vitedge.validation.latency import (
     LatencySettings,
@@ -86,13 +86,14 @@ def run_shard(task: ShardTask) -> ShardOutputs:
     backend, profile = _backend_for(manifest, bundle)
     pre = manifest.spec.preprocess
     arts = manifest.artifacts
+    batch = eval_batch(profile.batch_sizes)  # the single-process batch: the shard starts on a multiple of it
     memory: dict[str, Any] = {}
     rss0 = current_rss()
     with backend.open_runner(bundle / arts["reference"], profile.backend_options, threads=task.threads) as runner:
-        ref = collect_outputs(runner, source, pre)
+        ref = collect_outputs(runner, source, pre, batch_size=batch)
         rss1 = current_rss()
     with backend.open_runner(bundle / arts["model"], profile.backend_options, threads=task.threads) as runner:
-        got = collect_outputs(runner, source, pre)
+        got = collect_outputs(runner, source, pre, batch_size=batch)
         rss2 = current_rss()
     if rss0 is not None and rss1 is not None and rss2 is not None:
         memory["fp32_load_rss_bytes"] = max(0, rss1 - rss0)

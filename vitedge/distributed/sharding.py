@@ -1,6 +1,7 @@
 """Split N items into contiguous shards whose boundaries fall on the evaluation batch.
 
-Single-process validation runs the data in batches of ``EVAL_BATCH`` from the first item;
+Single-process validation runs the data in batches of ``eval_batch(profile batch sizes)`` (at most
+``EVAL_BATCH``) from the first item; ``align`` is that batch.
 shards that start on a multiple of that batch put every input into the same batch as a
 single-process run, so each per-sample output is computed by the same kernels on the same
 batch shape and the merged outputs are the single-process outputs.

@@ -8,7 +8,17 @@ import numpy as np
 
 from vitedge.validation.inputs import feed_for
 
-EVAL_BATCH = 32  # inputs per inference call while collecting outputs (vitedge.distributed aligns its shards on it)
+EVAL_BATCH = 32  # the most inputs per inference call while collecting outputs
+
+
+def eval_batch(batch_sizes: tuple[int, ...] | list[int] = ()) -> int:
+    """Inputs per inference call while collecting outputs: the largest of the profile's batch sizes up to
+    EVAL_BATCH (an engine built for batches up to 4 runs at 4), EVAL_BATCH when none fits.
+
+    The one rule for single-process validation and the shards of `vitedge.distributed`, which start on
+    multiples of it so every input runs in the same batch either way."""
+    fits = [int(b) for b in batch_sizes if 1 <= int(b) <= EVAL_BATCH]
+    return max(fits) if fits else EVAL_BATCH
 
 
 @dataclass

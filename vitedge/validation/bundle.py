@@ -28,6 +28,7 @@ from vitedge.profiles import TargetProfile, Thresholds, parse_profile
 from vitedge.validation import report as rpt
 from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
 from vitedge.validation.latency import MEMORY_METHOD, LatencySettings
+from vitedge.validation.reference_cache import ReferenceCacheSettings
 from vitedge.validation.run import ValidationResult, validate_artifact
 from vitedge.validation.sensitivity import first_inputs, layer_sensitivity
 
@@ -42,6 +43,7 @@ class ValidateOptions:
     threads: int | None = None
     producer: str = "vitedge validate"
     data_role: str | None = None  # "validation" | "calibration" (the build's calibration images), when known
+    reference_cache: ReferenceCacheSettings = field(default_factory=ReferenceCacheSettings)  # FP32 outputs, reused when known
 
 
 def bundle_profile(manifest, bundle: Path) -> TargetProfile:
@@ -161,7 +163,7 @@ def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = V
     kind = manifest.output.get("kind", spec.output_kind)
     result = artifact_validator(backend, profile.backend_options, bundle / arts["model"], bundle / arts["reference"], source, spec,
                                thresholds, profile.batch_sizes, measure_speed=options.measure_speed, threads=options.threads,
-                               latency=options.latency, output_kind=kind, log=info)
+                               latency=options.latency, output_kind=kind, log=info, reference_cache=options.reference_cache)
     sens = None
     sens_doc: dict[str, Any] | None = None
     if options.sensitivity:

@@ -19,6 +19,7 @@ from vitedge.validation.accuracy import (
     collect_outputs,
     compare_embeddings,
     compare_logits,
+    eval_batch,
 )
 from vitedge.validation.embedding_gate import agreement_skip_row, embedding_rows
 from vitedge.validation.gate import FAIL, PASS, SKIP, GateRow  # noqa: F401 - re-exported: callers read the verdicts from run
@@ -29,6 +30,11 @@ from vitedge.validation.latency import (
     current_rss,
     measure_interleaved,
     peak_rss,
+)
+from vitedge.validation.reference_cache import (
+    ReferenceCacheSettings,
+    key_parts,
+    reference_outputs,
 )
 from vitedge.validation.sanity import fp32_warnings
 
@@ -152,8 +158,10 @@ def check_labels(labels: np.ndarray | None, classes: int, data_path: str) -> Non
 def validate_artifact(backend, options, model_path: Path, reference_path: Path, source, spec, thresholds: Thresholds,
                       batch_sizes: tuple[int, ...] = (1,), *, measure_speed: bool = True, threads: int | None = None,
                       latency: LatencySettings | None = None, output_kind: str | None = None,
-                      log=None) -> ValidationResult:
-    """Run the artifact and its FP32 reference on the same backend and the same inputs.
+                      log=None, reference_cache: ReferenceCacheSettings | None = None) -> ValidationResult:
+    """Run the artifact and its FP32 reference on the same backend and the same inputs, in batches of
+    ``eval_batch(batch_sizes)``. The FP32 outputs come from ``reference_cache`` when it holds them
+    (``vitedge.validation.reference_cache``); the artifact's are always computed.
 
     Built from the pieces `vitedge.distributed` runs on separate workers (``collect_pair``,
     ``measure_speed_pair``) and on the driver (``accuracy_of``, ``assemble_result``), so a
@@ -163,12 +171,17 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
     settings = latency or LatencySettings()
     info = log or (lambda _msg: None)
     memory: dict[str, Any] = {}
+    batch = eval_batch(batch_sizes)
     rss0 = current_rss()
     with backend.open_runner(reference_path, options, threads=threads) as ref_runner:
-        ref = collect_outputs(ref_runner, source, pre)
+        ref, lookup = reference_outputs(ref_runner, source, pre, batch=batch, settings=reference_cache,
+                                        key_of=lambda: key_parts(reference_path, source, pre, backend, options, threads, batch))
+        if lookup.note:
+            info("WARNING " + lookup.note)
+        info(lookup.one_line(len(source)))
         rss1 = current_rss()
         with backend.open_runner(model_path, options, threads=threads) as int8_runner:
-            got = collect_outputs(int8_runner, source, pre)
+            got = collect_outputs(int8_runner, source, pre, batch_size=batch)
             rss2 = current_rss()
             if rss0 is not None and rss1 is not None and rss2 is not None:
                 memory["fp32_load_rss_bytes"] = max(0, rss1 - rss0)
@@ -180,7 +193,8 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
                 first = next(iter(source.batches(max(batch_sizes))))
                 stats, speedup = measure_speed_pair(ref_runner, int8_runner, first.images, batch_sizes, pre, settings, info)
     memory["peak_rss_bytes"] = peak_rss()
-    return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, source_data(source), thresholds)
+    data = dict(source_data(source), reference=lookup.to_dict())
+    return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, data, thresholds)
 
 
 def accuracy_of(ref, got, kind: str, thresholds: Thresholds, data_path: str, info) -> dict[str, Any]:

@@ -1,0 +1,225 @@
+"""On-disk cache of FP32 reference outputs, so validation does not recompute what it already knows.
+
+The FP32 side of a validation is the same for every target that runs the same reference graph
+on the same runtime with the same settings, for a warm rebuild and for `vitedge validate`
+re-runs. An entry is keyed by everything that can change those outputs:
+
+- the reference graph's bytes (the file and its weight side files: ONNX external data, OpenVINO .bin;
+  an OpenVINO .xml without its generated layer names, see ``graph_sha256``);
+- the data's content hash (``SourceSummary.data_hash``: the items used, their content and labels)
+  and the preprocessing that turns them into inputs;
+- the runtime (backend name and its versions) and every backend option (device, precision hints,
+  streams, threads) plus the thread count requested for this run: kept in the key, conservatively,
+  since thread count can change float reductions in the last bits;
+- the inference batch size, the CPU (model, ISA flags: kernels differ by ISA) and a format version.
+
+Entries are single ``.npz`` files under ``<cache root>/reference/`` (the calibration cache's root:
+``--cache-dir``, ``$VITEDGE_CACHE_DIR``, ``~/.cache/vitedge``), written atomically. One that cannot
+be read, or does not match its key and the data's length, is ignored with a one-line warning and
+recomputed, never trusted. After a write, the least recently used entries are removed while the
+folder holds more than ``MAX_BYTES``. The INT8 side is never cached: it is what validation checks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vitedge import __version__
+from vitedge.cpu import read_cpu
+from vitedge.fsutil import atomic_write_path, sha256_file
+from vitedge.onnxutil import onnx_sha256
+from vitedge.quantize.cache import cache_key, default_cache_dir
+from vitedge.validation.accuracy import Outputs, collect_outputs
+
+FORMAT = "vitedge-reference-cache-1"
+SUBDIR = "reference"
+MAX_BYTES = 2 * 2**30  # the reference/ folder is pruned, least recently used first, past this size
+
+HIT, MISS, OFF = "hit", "miss", "off"
+
+
+@dataclass(frozen=True)
+class ReferenceCacheSettings:
+    enabled: bool = True
+    root: Path | None = None  # the cache root; None: $VITEDGE_CACHE_DIR or ~/.cache/vitedge
+
+    def folder(self) -> Path:
+        root = Path(self.root).expanduser() if self.root is not None else default_cache_dir()
+        return root / SUBDIR
+
+
+@dataclass
+class ReferenceLookup:
+    """Where the FP32 outputs of one validation came from, for validation.json and the log."""
+
+    cache: str  # HIT | MISS | OFF
+    batch: int
+    key: str | None = None
+    path: str | None = None
+    note: str | None = None  # a warning: a corrupt entry, an unwritable folder
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"cache": self.cache, "batch": self.batch}
+        if self.key is not None:
+            out["key"] = self.key
+        if self.path is not None:
+            out["path"] = self.path
+        if self.note is not None:
+            out["note"] = self.note
+        return out
+
+    def one_line(self, items: int) -> str:
+        if self.cache == HIT:
+            return f"FP32 reference: {items} outputs read from the cache ({self.key[:12]}), not recomputed"
+        how = f"FP32 reference: {items} outputs computed at batch {self.batch}"
+        if self.cache == OFF:
+            return how + "; reference cache off"
+        return how + (f", cached as {self.key[:12]}" if self.path else "")
+
+
+def graph_sha256(path: Path) -> str:
+    """sha256 of a model file as the runtime reads it: the file, its ONNX external data, or its OpenVINO .bin.
+
+    In an OpenVINO IR the layer and tensor names (``name=``, ``names=``) are left out: the conversion
+    numbers them from a process-wide counter (``Reshape_368962``), so the same ONNX graph converts to
+    another .xml on each build, and names do not change what the network computes. Everything else
+    (layer types, ids, edges, shapes, attributes, rt_info, the weights in .bin) is hashed."""
+    path = Path(path)
+    if path.suffix == ".onnx":
+        return onnx_sha256(path)
+    if path.suffix != ".xml":
+        return sha256_file(path)
+    text = _IR_NAMES.sub("", path.read_text(encoding="utf-8", errors="surrogateescape"))
+    side = path.with_suffix(".bin")
+    return cache_key({"xml_without_names": hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest(),
+                      "bin": sha256_file(side) if side.is_file() else None})
+
+
+_IR_NAMES = re.compile(r'\s(?:name|names)="[^"]*"')
+
+
+def key_parts(reference_path: Path, source, pre, backend, options, threads: int | None, batch: int) -> dict[str, Any]:
+    """Everything the FP32 outputs depend on (see the module docstring)."""
+    try:
+        versions = backend.versions()
+    except Exception:  # noqa: BLE001 - a runtime that cannot say: the key says so, and stays conservative
+        versions = {"unknown": backend.name}
+    cpu = read_cpu().to_dict()
+    return {
+        "format": FORMAT,
+        "vitedge_version": __version__,
+        "graph_sha256": graph_sha256(reference_path),
+        "data_hash": source.summary.data_hash,
+        "items": len(source),
+        "preprocess": pre.to_dict() if hasattr(pre, "to_dict") else repr(pre),
+        "runtime": backend.name,
+        "runtime_versions": versions,
+        "backend_options": _plain(options),
+        "threads": threads,
+        "batch": int(batch),
+        "cpu": {"machine": cpu["machine"], "model": cpu["model"], "flags": cpu["flags"]},
+    }
+
+
+def _plain(options: Any) -> Any:
+    if options is None:
+        return None
+    if hasattr(options, "to_dict"):
+        return options.to_dict()
+    if dataclasses.is_dataclass(options):
+        return dataclasses.asdict(options)
+    return repr(options)
+
+
+class ReferenceCache:
+    def __init__(self, settings: ReferenceCacheSettings):
+        self.settings = settings
+        self.folder = settings.folder()
+
+    def path_for(self, key: str) -> Path:
+        return self.folder / f"{key}.npz"
+
+    def load(self, key: str, items: int) -> tuple[Outputs | None, str | None]:
+        """The stored outputs, or None; and a warning when an entry was there but is not usable."""
+        path = self.path_for(key)
+        if not path.is_file():
+            return None, None
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                meta = json.loads(str(data["meta"]))
+                values = np.array(data["values"], dtype=np.float32)
+                labels = np.array(data["labels"]) if "labels" in data.files else None
+            if meta.get("format") != FORMAT or meta.get("key") != key:
+                raise ValueError("written for another key or format")
+            if values.ndim != 2 or len(values) != items or (labels is not None and len(labels) != items):
+                raise ValueError(f"holds {len(values)} outputs for {items} inputs")
+        except Exception as err:  # noqa: BLE001 - corrupt, truncated, foreign: recompute and overwrite
+            why = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
+            return None, f"ignored the unreadable FP32 reference cache entry {path} ({why}); recomputed"
+        return Outputs(values, labels), None
+
+    def save(self, key: str, parts: dict[str, Any], outputs: Outputs) -> Path:
+        path = self.path_for(key)
+        arrays: dict[str, np.ndarray] = {"values": np.asarray(outputs.values, dtype=np.float32)}
+        if outputs.labels is not None:
+            arrays["labels"] = np.asarray(outputs.labels)
+        meta = {"format": FORMAT, "key": key, "parts": parts}
+        with atomic_write_path(path) as tmp, open(tmp, "wb") as f:
+            np.savez(f, meta=np.array(json.dumps(meta, sort_keys=True)), **arrays)
+        self.prune(keep=path)
+        return path
+
+    def prune(self, keep: Path | None = None, limit: int = MAX_BYTES) -> None:
+        """Remove the least recently used (written or read) entries while the folder is over ``limit`` bytes."""
+        try:
+            entries = sorted((p.stat().st_mtime, p.stat().st_size, p) for p in self.folder.glob("*.npz"))
+        except OSError:
+            return
+        total = sum(size for _, size, _ in entries)
+        for _, size, p in entries:
+            if total <= limit:
+                break
+            if keep is not None and p == keep:
+                continue
+            try:
+                p.unlink()
+                total -= size
+            except OSError:
+                pass
+
+
+def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCacheSettings | None,
+                      key_of: Callable[[], dict[str, Any]], compute: Callable[[], Outputs] | None = None) -> tuple[Outputs, ReferenceLookup]:
+    """The FP32 outputs of ``runner`` on ``source``: read from the cache when ``settings`` enable it and
+    an entry for ``key_of()`` (its key parts) exists; otherwise computed at ``batch`` (or by ``compute``,
+    a caller's own pass) and stored."""
+    run = compute or (lambda: collect_outputs(runner, source, pre, batch_size=batch))
+    if settings is None or not settings.enabled:
+        return run(), ReferenceLookup(OFF, batch)
+    parts = key_of()
+    key = cache_key(parts)
+    cache = ReferenceCache(settings)
+    found, note = cache.load(key, len(source))
+    if found is not None:
+        with contextlib.suppress(OSError):
+            os.utime(cache.path_for(key))  # pruning removes the least recently used entries first
+        return found, ReferenceLookup(HIT, batch, key, str(cache.path_for(key)))
+    outputs = run()
+    path = None
+    try:
+        path = str(cache.save(key, parts, outputs))
+    except OSError as err:
+        note = (note + "; " if note else "") + f"could not write the FP32 reference cache in {cache.folder}: {err.strerror or err}"
+    return outputs, ReferenceLookup(MISS, batch, key, path, note)
+
