@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 
 from rich.console import Console
 
+from vitedge.signals import raise_if_interrupted
+
 
 @dataclass
 class StageLog:
@@ -32,6 +34,9 @@ class StageLog:
 
     @contextlib.contextmanager
     def stage(self, name: str, what: str) -> Iterator[None]:
+        # A Ctrl-C that a runtime swallowed on the way (a bare except in a converter, a destructor)
+        # stops the work at the next stage boundary instead of when the bundle is published.
+        raise_if_interrupted()
         if not self.quiet:
             self._console().print(f"[bold]{name:>10}[/bold] {what} ...")
         self.counts[name] = self.counts.get(name, 0) + 1
@@ -45,6 +50,7 @@ class StageLog:
             self.timings[name] = self.timings.get(name, 0.0) + seconds - inner
             if self._nested:
                 self._nested[-1] += seconds
+        raise_if_interrupted()
         if not self.quiet:
             inside = f" ({seconds - inner:.1f} s outside nested stages)" if inner > 0 else ""
             self._console().print(f"{'':>10} {name} done in {seconds:.1f} s{inside}")
