@@ -40,9 +40,8 @@ from vitedge.outputs import interrupted_after, prepare_outputs, work_prefix
 from vitedge.preflight import check_data_labels, preflight
 from vitedge.profiles import TargetProfile, Thresholds, load_profile
 from vitedge.quantize.calibrate import calibrate
-from vitedge.quantize.config import QuantConfig
+from vitedge.quantize.config import CPU_REQUIREMENT, QuantConfig
 from vitedge.quantize.qdq import build_qdq
-from vitedge.quantize.weight_range import CPU_REQUIREMENT
 from vitedge.ui import StageLog
 from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.data_record import DataRecord

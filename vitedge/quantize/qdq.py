@@ -30,6 +30,7 @@ from vitedge.onnxutil import (
 from vitedge.quantize.calibrate import Calibration, calibrate
 from vitedge.quantize.checker import Violation, check_qdq_graph
 from vitedge.quantize.config import (
+    CPU_REQUIREMENT,
     FLOAT_KINDS,
     LAYER_KINDS,
     QUANTIZER_VERSION,
@@ -37,7 +38,7 @@ from vitedge.quantize.config import (
 )
 from vitedge.quantize.graph import GraphIndex, QuantLayer
 from vitedge.quantize.stats import QMAX
-from vitedge.quantize.weight_range import CPU_REQUIREMENT, quantize_weight
+from vitedge.quantize.weight_range import quantize_weight
 
 METADATA_KEY = "vitedge.quantization"
 
