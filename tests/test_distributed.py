@@ -56,8 +56,9 @@ def test_sharded_validate_matches_single_process(ray_cluster, bundle, capsys, tm
     code, out, err = run_cli(capsys, "validate", bundle, "--data", VAL_DIR, "--no-latency", "--no-sensitivity",
                              "--report-dir", single, *LENIENT)
     assert code == 0, err
+    # latency is measured (the plumbing under test), but --min-speedup 0: 0.05 s of timing on a shared machine is noise
     code, out, err = run_cli(capsys, "validate", bundle, "--data", VAL_DIR, "--workers", 2, "--latency-seconds", 0.05,
-                             "--no-sensitivity", "--report-dir", sharded, *LENIENT)
+                             "--no-sensitivity", "--report-dir", sharded, "--min-speedup", 0, *LENIENT)
     assert code == 0, err
     a = json.loads((single / "validation.json").read_text())
     b = json.loads((sharded / "validation.json").read_text())
