@@ -39,7 +39,10 @@ def test_build_says_int8_not_faster_exactly_when_measured_slower(tmp_path):
         if speedup < 1:
             assert said in text and said in report, (target, speedup, text)
             line = next(ln for ln in text.splitlines() if said in ln)
-            assert f"{speedup:.2f}x FP32 speed" in line and "target is faster here" in line, line
+            assert f"{speedup:.2f}x FP32 speed" in line, line
+            # names a faster target, or (when no target of this build measured >= 1x, which timing noise
+            # on a shared machine can do to onnx) says to use the FP32 model
+            assert "target is faster here" in line or "use the FP32 model on this CPU" in line, line
         else:
             assert said not in text and said not in report, (target, speedup)
 
