@@ -220,7 +220,7 @@ def target_row(bundle: Path, x: np.ndarray, labels: np.ndarray) -> dict[str, Any
     budget = man["quantization"].get("budget") or {}
     return {
         "fp32_top1": acc["fp32_top1"] * 100, "int8_top1": acc["int8_top1"] * 100, "top1_drop": acc["top1_drop_points"],
-        "agreement": acc["top1_agreement"] * 100, "cos_mean": mine["cos_mean"], "cos_p5": mine["cos_p5"],
+        "agreement": acc["top1_agreement"] * 100, "samples": acc["samples"], "cos_mean": mine["cos_mean"], "cos_p5": mine["cos_p5"],
         "report_cos_mean": acc["logit_cosine_mean"], "report_cos_min": acc["logit_cosine_min"],
         "recomputed_agreement": mine["agreement"], "recomputed_fp32_top1": float((ref.argmax(1) == labels).mean() * 100),
         "gate": "pass" if doc["passed"] else "fail", "failures": doc["failures"],
@@ -252,7 +252,7 @@ def ort_anchor(fp32: Path, pre, x: np.ndarray, labels: np.ndarray, ref: np.ndarr
     got = ort_predict(out, x)
     fp32_top1 = float((ref.argmax(1) == labels).mean() * 100)
     int8_top1 = float((got.argmax(1) == labels).mean() * 100)
-    return {"fp32_top1": fp32_top1, "int8_top1": int8_top1, "top1_drop": fp32_top1 - int8_top1, **score(ref, got)}
+    return {"fp32_top1": fp32_top1, "int8_top1": int8_top1, "top1_drop": fp32_top1 - int8_top1, "samples": len(x), **score(ref, got)}
 
 
 def sweep_trained(name: str, ckpt: Path, facts: dict[str, Any], work: Path) -> dict[str, Any]:
@@ -285,6 +285,11 @@ def sweep_trained(name: str, ckpt: Path, facts: dict[str, Any], work: Path) -> d
         res["ort_quantize_static"] = ort_anchor(fp32, pre, x, labels, ort_predict(fp32, x), work)
     res["seconds"] = time.perf_counter() - t0
     return res
+
+
+def _agree(percent: float, samples: int) -> str:
+    """98.99% (392/397): the count shows which side of the 99.5% gate a rounded figure is on."""
+    return f"{percent:.2f}% ({round(percent * samples / 100)}/{samples})"
 
 
 def markdown_trained(res: dict[str, Any]) -> str:
@@ -323,14 +328,14 @@ def markdown_trained(res: dict[str, Any]) -> str:
                     continue
                 back = ", ".join(r["returned_to_float"]) if r["returned_to_float"] else "-"
                 out.append(f"| {fam['family']} | `{flags}` | {target} | {label} | {r['fp32_top1']:.2f}% | {r['int8_top1']:.2f}% | "
-                           f"{r['top1_drop']:+.2f} | {r['agreement']:.2f}% | {r['cos_mean']:.5f} | {r['cos_p5']:.5f} | "
+                           f"{r['top1_drop']:+.2f} | {_agree(r['agreement'], r['samples'])} | {r['cos_mean']:.5f} | {r['cos_p5']:.5f} | "
                            f"{r['gate']} | {back} |")
         a = fam.get("ort_quantize_static")
         if a and "error" in a:
             out.append(f"| {fam['family']} | `{flags}` | onnxruntime | ORT quantize_static | error: {a['error']} | | | | | | | |")
         elif a:
             out.append(f"| {fam['family']} | `{flags}` | onnxruntime | ORT quantize_static | {a['fp32_top1']:.2f}% | {a['int8_top1']:.2f}% | "
-                       f"{a['top1_drop']:+.2f} | {a['agreement']:.2f}% | {a['cos_mean']:.5f} | {a['cos_p5']:.5f} | - | - |")
+                       f"{a['top1_drop']:+.2f} | {_agree(a['agreement'], a['samples'])} | {a['cos_mean']:.5f} | {a['cos_p5']:.5f} | - | - |")
     out += ["", "Drop is FP32 minus INT8 top-1 in points (negative: INT8 got more right). INT8 placement of the shipped "
             "(default) graph per family:", "",
             "| family | model | read as | parameters | file | sidecar FP32 top-1 | onnx placement | intel-cpu placement |",

@@ -112,7 +112,8 @@ FAMILIES: dict[str, FamilyRecipe] = {
         flags={"num_heads": 2}),
     "beit": FamilyRecipe(
         "timm Beit (relative position bias tables, layer scale)",
-        _timm("beit_base_patch16_224", **_VIT), _call("timm.create_model('beit_base_patch16_224', ", _VIT)),
+        _timm("beit_base_patch16_224", **_VIT), _call("timm.create_model('beit_base_patch16_224', ", _VIT),
+        epochs=60),  # at 40 epochs its calib top-1 was 0.930 (the others: 0.94-0.995)
     "swin_timm": FamilyRecipe(
         "timm SwinTransformer (shifted windows 4x4, 2 stages)",
         _timm("swin_tiny_patch4_window7_224", **_SWIN_TIMM), _call("timm.create_model('swin_tiny_patch4_window7_224', ", _SWIN_TIMM)),
