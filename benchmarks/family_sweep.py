@@ -266,6 +266,7 @@ def sweep_trained(name: str, ckpt: Path, facts: dict[str, Any], work: Path) -> d
     x = np.concatenate([b.images for b in batches])
     labels = np.concatenate([b.labels for b in batches])
     res: dict[str, Any] = {"family": name, "model": facts["model"], "checkpoint": facts["checkpoint"], "flags": facts["vitedge_flags"],
+                           "flags_needed": facts.get("vitedge_flags_needed"),
                            "params": facts["num_params"], "checkpoint_bytes": facts["checkpoint_bytes"],
                            "sidecar_fp32_top1": facts["fp32_top1_val"] * 100, "read_as": facts["vitedge_reads_as"], "builds": {}}
     for mode, extra in (("default", ()), ("no-fallback", ("--no-fallback",))):
@@ -285,6 +286,15 @@ def sweep_trained(name: str, ckpt: Path, facts: dict[str, Any], work: Path) -> d
         res["ort_quantize_static"] = ort_anchor(fp32, pre, x, labels, ort_predict(fp32, x), work)
     res["seconds"] = time.perf_counter() - t0
     return res
+
+
+def _flags_cell(fam: dict[str, Any]) -> str:
+    """`--input-size 32 32 --num-heads 2` (needed: `--num-heads 2`)."""
+    given = f"`{' '.join(fam.get('flags', []))}`"
+    needed = fam.get("flags_needed")
+    if needed is None or needed == fam.get("flags"):
+        return given
+    return f"{given} (needed: {'`' + ' '.join(needed) + '`' if needed else 'none'})"
 
 
 def _agree(percent: float, samples: int) -> str:
@@ -313,28 +323,28 @@ def markdown_trained(res: dict[str, Any]) -> str:
         "default accuracy gate (top-1 drop <= 0.2 points, agreement >= 99.5%); latency not measured. The anchor is ONNX "
         "Runtime `quantize_static(fp32, out, reader)` with its defaults on the onnx bundle's FP32 graph (same 200 "
         "calibration images), run in ONNX Runtime.", "",
-        "| family | flags | target | build | FP32 top-1 | INT8 top-1 | drop (pts) | agreement | cosine mean | cosine p5 | gate | returned to float |",
+        "| family | flags (needed) | target | build | FP32 top-1 | INT8 top-1 | drop (pts) | agreement | cosine mean | cosine p5 | gate | returned to float |",
         "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for fam in res["families"]:
-        flags = " ".join(f for f in fam.get("flags", []))
+        flags = _flags_cell(fam)
         if "error" in fam:
             out.append(f"| {fam['family']} | {flags} | - | - | error: {fam['error']} | | | | | | | |")
             continue
         for mode, label in (("default", "default"), ("no-fallback", "full INT8")):
             for target, r in fam["builds"][mode]["targets"].items():
                 if "error" in r:
-                    out.append(f"| {fam['family']} | `{flags}` | {target} | {label} | error (exit {fam['builds'][mode]['exit_code']}) | | | | | | | |")
+                    out.append(f"| {fam['family']} | {flags} | {target} | {label} | error (exit {fam['builds'][mode]['exit_code']}) | | | | | | | |")
                     continue
                 back = ", ".join(r["returned_to_float"]) if r["returned_to_float"] else "-"
-                out.append(f"| {fam['family']} | `{flags}` | {target} | {label} | {r['fp32_top1']:.2f}% | {r['int8_top1']:.2f}% | "
+                out.append(f"| {fam['family']} | {flags} | {target} | {label} | {r['fp32_top1']:.2f}% | {r['int8_top1']:.2f}% | "
                            f"{r['top1_drop']:+.2f} | {_agree(r['agreement'], r['samples'])} | {r['cos_mean']:.5f} | {r['cos_p5']:.5f} | "
                            f"{r['gate']} | {back} |")
         a = fam.get("ort_quantize_static")
         if a and "error" in a:
-            out.append(f"| {fam['family']} | `{flags}` | onnxruntime | ORT quantize_static | error: {a['error']} | | | | | | | |")
+            out.append(f"| {fam['family']} | {flags} | onnxruntime | ORT quantize_static | error: {a['error']} | | | | | | | |")
         elif a:
-            out.append(f"| {fam['family']} | `{flags}` | onnxruntime | ORT quantize_static | {a['fp32_top1']:.2f}% | {a['int8_top1']:.2f}% | "
+            out.append(f"| {fam['family']} | {flags} | onnxruntime | ORT quantize_static | {a['fp32_top1']:.2f}% | {a['int8_top1']:.2f}% | "
                        f"{a['top1_drop']:+.2f} | {_agree(a['agreement'], a['samples'])} | {a['cos_mean']:.5f} | {a['cos_p5']:.5f} | - | - |")
     out += ["", "Drop is FP32 minus INT8 top-1 in points (negative: INT8 got more right). INT8 placement of the shipped "
             "(default) graph per family:", "",

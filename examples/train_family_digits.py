@@ -60,14 +60,20 @@ class FamilyRecipe:
     make: Callable[[float], Any]  # drop_path_rate -> module
     constructor: str  # the call, for the sidecar
     flags: dict[str, Any] = field(default_factory=dict)  # IntakeOptions fields beyond input_size
+    size_in_weights: bool = True  # False: the weights fit any size (vitedge defaults to 224 without --input-size)
     epochs: int = 40
     lr: float = 2e-3  # as train_gray_digits_vit.py (a 4-block, width-64 ViT); chosen there on calib, never on val
 
     def cli_flags(self) -> list[str]:
+        """The flags every build of it is given (--input-size always, for one command line per family)."""
         out = ["--input-size", str(SIZE), str(SIZE)]
         for key, value in self.flags.items():
             out += [f"--{key.replace('_', '-')}", str(value)]
         return out
+
+    def needed_flags(self) -> list[str]:
+        """The flags vitedge cannot do without: --input-size only where the weights do not say the size."""
+        return self.cli_flags()[3:] if self.size_in_weights else self.cli_flags()
 
 
 def _timm(name: str, **kw) -> Callable[[float], Any]:
@@ -105,7 +111,8 @@ FAMILIES: dict[str, FamilyRecipe] = {
         flags={"num_heads": 2}),
     "relpos": FamilyRecipe(
         "timm vit_relpos (relative position MLP)",
-        _timm("vit_relpos_base_patch16_224", **_VIT), _call("timm.create_model('vit_relpos_base_patch16_224', ", _VIT)),
+        _timm("vit_relpos_base_patch16_224", **_VIT), _call("timm.create_model('vit_relpos_base_patch16_224', ", _VIT),
+        size_in_weights=False),
     "eva02": FamilyRecipe(
         "timm Eva, EVA-02 style (rotary embeddings, SwiGLU)",
         _timm("eva02_tiny_patch14_224", **_VIT), _call("timm.create_model('eva02_tiny_patch14_224', ", _VIT),
@@ -116,10 +123,12 @@ FAMILIES: dict[str, FamilyRecipe] = {
         epochs=60),  # at 40 epochs its calib top-1 was 0.930 (the others: 0.94-0.995)
     "swin_timm": FamilyRecipe(
         "timm SwinTransformer (shifted windows 4x4, 2 stages)",
-        _timm("swin_tiny_patch4_window7_224", **_SWIN_TIMM), _call("timm.create_model('swin_tiny_patch4_window7_224', ", _SWIN_TIMM)),
+        _timm("swin_tiny_patch4_window7_224", **_SWIN_TIMM), _call("timm.create_model('swin_tiny_patch4_window7_224', ", _SWIN_TIMM),
+        size_in_weights=False),
     "swin_tv": FamilyRecipe(
         "torchvision SwinTransformer (shifted windows 4x4, 2 stages)",
-        _tv_swin(**_SWIN_TV), _call("torchvision.models.swin_transformer.SwinTransformer(", _SWIN_TV)),
+        _tv_swin(**_SWIN_TV), _call("torchvision.models.swin_transformer.SwinTransformer(", _SWIN_TV),
+        size_in_weights=False),
 }
 
 
@@ -185,6 +194,7 @@ def train_family(name: str, recipe: FamilyRecipe, *, seed: int, epochs: int | No
         "checkpoint_sha256": hashlib.sha256(ckpt.read_bytes()).hexdigest(),
         "num_params": num_params,
         "vitedge_flags": recipe.cli_flags(),
+        "vitedge_flags_needed": recipe.needed_flags(),
         "vitedge_reads_as": {"family": spec.family, "variant": spec.variant, "arch_name": spec.arch_name,
                              "embed_dim": spec.embed_dim, "depth": spec.depth, "num_heads": spec.num_heads,
                              "patch_size": spec.patch_size, "image_size": list(spec.image_size)},

@@ -69,6 +69,9 @@ def test_family_checkpoint_reads_as_its_family_and_keeps_its_accuracy(name):
             total += len(b.labels)
     assert total == facts["val_images"] == 397
     assert abs(hits / total - facts["fp32_top1_val"]) < 1e-4
+    # Only the flags the sidecar calls needed: the same model at the trained size.
+    minimal = load_model(REPO / facts["checkpoint"], _options(facts["vitedge_flags_needed"])).spec
+    assert (minimal.image_size, minimal.num_heads, minimal.variant) == (spec.image_size, spec.num_heads, spec.variant)
 
 
 def test_trained_family_builds_for_both_cpu_targets_and_passes_the_default_gate(tmp_path, capsys):
