@@ -551,6 +551,7 @@ class _Runner:
                 values[t] = feed
             self.runs += 1 if sess is not None else 0
             yield values
+            del values  # not alive while the next batch's outputs are computed
 
     def collect(self, collector: _Collector) -> None:
         for values in self._run(collector.outputs, "calibrating"):
