@@ -284,7 +284,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--arch", default="vit_base_patch16_224")
+    ap.add_argument("--arch", default="vit_base_patch16_224", help="'' skips the MinMax speed rows")
     ap.add_argument("--images", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--entropy-arch", default="vit_small_patch16_224", help="'' skips the Entropy anchor")
@@ -295,6 +295,8 @@ def main() -> None:
     ap.add_argument("--memory-limit-gib", type=float, default=None, help="(jobs) address-space cap of a child process")
     ap.add_argument("--work", type=Path, default=None, help="keep graphs and images here (default: a temporary folder)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--memory-from", type=Path, default=None,
+                    help="take the memory rows from this earlier run's calibration_speed.json (run beside this one) instead of measuring them")
     ap.add_argument("--job", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.job:
@@ -311,21 +313,25 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="vitedge-calspeed-") as tmp:
         work = args.work or Path(tmp)
         work.mkdir(parents=True, exist_ok=True)
-        log(f"== speed: {args.arch}, {args.images} images")
-        fp32 = export_random(args.arch, work)
-        res["speed"].append(speed(fp32, DIGITS, args.images, ["vitedge", "ort_minmax"], args.rounds, None))
-        save(res, start, args.out)
+        if args.arch:
+            log(f"== speed: {args.arch}, {args.images} images")
+            fp32 = export_random(args.arch, work)
+            res["speed"].append(speed(fp32, DIGITS, args.images, ["vitedge", "ort_minmax"], args.rounds, None))
+            save(res, start, args.out)
         if args.entropy_arch:
             log(f"== speed with the Entropy anchor: {args.entropy_arch}, {args.entropy_images} images")
             small = export_random(args.entropy_arch, work)
             res["speed"].append(speed(small, DIGITS, args.entropy_images, ["vitedge", "ort_minmax", "ort_entropy"],
-                                      args.entropy_rounds, 8.0))
+                                      args.entropy_rounds, None))
             save(res, start, args.out)
-        if args.memory_arch:
+        if args.memory_from:
+            res["memory"] = json.loads(args.memory_from.read_text())["memory"]
+            res["memory"]["from"] = f"{args.memory_from.name} of a run beside this one: {res['memory'].get('argv', '')}"
+        elif args.memory_arch:
             counts = [int(c) for c in args.memory_images.split(",") if c]
             log(f"== memory: {args.memory_arch} at {counts} images")
             images = synthetic_images(work / "synthetic", max(counts))
-            res["memory"] = memory(export_random(args.memory_arch, work), images, counts)
+            res["memory"] = dict(memory(export_random(args.memory_arch, work), images, counts), argv=argv)
     print(save(res, start, args.out))
 
 

@@ -128,8 +128,12 @@ class ChannelHistogram:
 
     def mean_fake_quant(self, threshold: float, scale: np.ndarray | None = None) -> np.ndarray:
         """Per channel, the mean of ``Q(x_c / scale_c)`` with ``Q`` the INT8 Q/DQ of
-        ``threshold`` (step ``threshold / 127``, levels -128..127), values spread evenly
-        inside each bin (signed histograms only)."""
+        ``threshold`` (step ``threshold / 127``, levels -128..127) (signed histograms only).
+
+        The exact mean of x / s plus the mean quantisation error ``Q(y) - y``, the error
+        integrated over each bin with its values spread evenly: a bin many steps wide then
+        contributes its clipping error and about no rounding error, whatever the shape of
+        the values inside it (the mean of x itself never comes from bin centres)."""
         if not self.signed:
             raise ValueError("mean_fake_quant needs a signed histogram")
         step = threshold / QMAX
@@ -139,14 +143,14 @@ class ChannelHistogram:
         width = self.top / self.bins / s  # a bin's width in units of x / s
         lo = np.arange(self.bins, dtype=np.float64)[None, :] * width[:, None] / step  # bin edges in steps
         hi = lo + (width / step)[:, None]
-        out = np.zeros(self.channels, dtype=np.float64)
+        error = np.zeros(self.channels, dtype=np.float64)
         for side, sign, cap in ((0, 1.0, QMAX), (1, -1.0, -QMIN)):
             n = self.counts[:, side, :].astype(np.float64)
             with np.errstate(divide="ignore", invalid="ignore"):
                 mean_level = np.where(hi > lo, (_round_integral(hi, cap) - _round_integral(lo, cap)) / (hi - lo),
                                       np.minimum(np.rint(lo), cap))
-            out += sign * step * np.sum(n * mean_level, axis=1)
-        return out / max(self.rows, 1)
+            error += sign * step * np.sum(n * (mean_level - (lo + hi) / 2.0), axis=1)
+        return self.mean() / s + error / max(self.rows, 1)
 
 
 def _round_integral(z: np.ndarray, cap: int) -> np.ndarray:
