@@ -45,7 +45,11 @@ class ChannelHistogram:
         self.sums = np.zeros(self.channels, dtype=np.float64)  # sum of x (signed histograms only)
         self.rows = 0
         self._scale = np.zeros(self.channels, dtype=np.float32)  # bins / top, 0 while top is 0
-        self._offset = (np.arange(self.channels, dtype=np.intp) * (self.sides * self.bins))[None, :]
+        # each channel's first index in the bincount (float32: exact below 2^24)
+        first = np.arange(self.channels, dtype=np.float64) * (self.sides * self.bins) + (self.bins if signed else 0)
+        if first.size and first[-1] + self.bins >= 2**24:
+            raise ValueError(f"{channels} channels x {bins} bins is too many for one histogram")
+        self._offset_f = first.astype(np.float32)[None, :]
 
     # ------------------------------------------------------------------ collecting
     def add(self, x: np.ndarray) -> float:
@@ -56,24 +60,36 @@ class ChannelHistogram:
         x2 = x.reshape(-1, self.channels)
         if not x2.shape[0]:
             return 0.0
-        a = np.abs(x2)
-        cmax = a.max(axis=0).astype(np.float64)
+        if self.signed:
+            cmax = np.maximum(x2.max(axis=0), -x2.min(axis=0)).astype(np.float64)
+        else:
+            a = np.abs(x2)
+            cmax = a.max(axis=0).astype(np.float64)
         peak = float(cmax.max())
         if not np.isfinite(peak):
             return peak
         self._grow(cmax)
         np.maximum(self.absmax, cmax, out=self.absmax)
         self.rows += x2.shape[0]
-        a *= self._scale[None, :]
-        idx = a.astype(np.intp)
-        del a
-        np.minimum(idx, self.bins - 1, out=idx)
-        if self.channels > 1:
-            idx += self._offset
+        b = self.bins
         if self.signed:
-            idx += (x2 < 0) * self.bins
+            # floor(x * bins / top) in [-bins, bins): bin j of |x| is index bins + j for
+            # x >= 0 and bins - 1 - j for x < 0 (the offsets are exact in float32)
+            y = x2 * self._scale[None, :]
+            np.floor(y, out=y)
+            np.clip(y, -b, b - 1, out=y)
+            y += self._offset_f
+            counts = np.bincount(y.astype(np.intp).ravel(), minlength=self.counts.size).reshape(self.channels, 2 * b)
+            del y
+            self.counts[:, 0] += counts[:, b:].astype(self.counts.dtype, copy=False)
+            self.counts[:, 1] += counts[:, b - 1::-1].astype(self.counts.dtype, copy=False)
             self.sums += x2.sum(axis=0, dtype=np.float64)
-        counts = np.bincount(idx.ravel(), minlength=self.counts.size)
+            return peak
+        a *= self._scale[None, :]
+        np.minimum(a, b - 1, out=a)
+        if self.channels > 1:
+            a += self._offset_f
+        counts = np.bincount(a.astype(np.intp).ravel(), minlength=self.counts.size)
         self.counts += counts.reshape(self.counts.shape).astype(self.counts.dtype, copy=False)
         return peak
 
