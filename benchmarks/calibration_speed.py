@@ -251,14 +251,15 @@ def markdown(res: dict[str, Any]) -> str:
              "side by side, are the result, not the seconds. Pre-VNNI AVX2 CPU: ISA above.", ""]
     for sec in res["speed"]:
         lines += [f"## Speed: {sec['graph']}, {sec['images']} images, {sec['rounds']} rounds", "",
-                  "| contender | median s | runs (s) | load avg (1 min) at start |", "|---|---:|---|---|"]
+                  "| contender | median s | runs (s) | peak RSS MiB | load avg (1 min) at start |", "|---|---:|---|---|---|"]
         for kind, runs in sec["runs"].items():
             secs = ", ".join(f"{r['seconds']:.1f}" if "seconds" in r else r.get("error", "?") for r in runs)
+            rss = ", ".join(f"{r['maxrss_mib']:,.0f}" for r in runs if "maxrss_mib" in r)
             loads = ", ".join(f"{r['load_average_1min']:.2f}" for r in runs)
             med = sec["medians_s"].get(kind)
-            lines.append(f"| {kind} | {med:.1f} | {secs} | {loads} |" if med is not None else f"| {kind} | - | {secs} | {loads} |")
+            lines.append(f"| {kind} | {med:.1f} | {secs} | {rss} | {loads} |" if med is not None else f"| {kind} | - | {secs} | {rss} | {loads} |")
         if "vitedge+qdq" in sec["medians_s"]:
-            lines.append(f"| vitedge + build_qdq + save | {sec['medians_s']['vitedge+qdq']:.1f} | | |")
+            lines.append(f"| vitedge + build_qdq + save | {sec['medians_s']['vitedge+qdq']:.1f} | | | |")
         lines += ["", "| ratio | ratio of medians | median of per-round ratios |", "|---|---:|---:|"]
         for name, r in sec["ratios"].items():
             per = r.get("median_per_round")
