@@ -132,7 +132,11 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         import contextlib
         import io
 
-        from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, quantize_static
+        from onnxruntime.quantization import (
+            CalibrationDataReader,
+            CalibrationMethod,
+            quantize_static,
+        )
 
         name = _input_name(fp32)
         batches = [b.images for b in src.batches(8)]
@@ -167,7 +171,7 @@ def child(job: dict[str, Any], memory_limit_gib: float | None = None) -> dict[st
     if memory_limit_gib:
         cmd += ["--memory-limit-gib", str(memory_limit_gib)]
     load_before = os.getloadavg()[0]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
         return {"kind": job["kind"], "error": f"exit {proc.returncode}: {tail[:200]}", "load_average_1min": load_before}
@@ -239,16 +243,16 @@ def environment() -> dict[str, Any]:
 def markdown(res: dict[str, Any]) -> str:
     env = res["environment"]
     lines = ["# Calibration speed and memory (issue 19 items 1-2)", "",
-             f"Measured {env['date']} by `python benchmarks/calibration_speed.py {res['argv']}` on {env['cpu_model']} "
-             f"(ISA {env['cpu_isa']}, INT8 dot product: {env['int8_dot_product']}), {env['cores']} cores; "
-             f"ONNX Runtime {env['onnxruntime']}, onnx {env['onnx']}, numpy {env['numpy']}, Python {env['python']}.", "",
-             "Method: the same exported FP32 graph (random timm weights) and the same images for every contender, each run a "
-             "fresh child process, rounds interleaved with the order rotating. vitedge = `calibrate()` with an empty cache and "
-             "the default settings (entropy, SmoothQuant 0.5, bias correction), the build's calibrate stage, image decoding "
-             "included; `+qdq` adds `build_qdq()` and saving the graph. ONNX Runtime = `quantize_static` (QDQ), its reader "
-             "handing over batches of 8 decoded beforehand.", "",
-             "Caveats: a shared 2-core machine with other jobs running (load average beside every row): the ratios, measured "
-             "side by side, are the result, not the seconds. Pre-VNNI AVX2 CPU: ISA above.", ""]
+             (f"Measured {env['date']} by `python benchmarks/calibration_speed.py {res['argv']}` on {env['cpu_model']} "
+              f"(ISA {env['cpu_isa']}, INT8 dot product: {env['int8_dot_product']}), {env['cores']} cores; "
+              f"ONNX Runtime {env['onnxruntime']}, onnx {env['onnx']}, numpy {env['numpy']}, Python {env['python']}."), "",
+             ("Method: the same exported FP32 graph (random timm weights) and the same images for every contender, each run a "
+              "fresh child process, rounds interleaved with the order rotating. vitedge = `calibrate()` with an empty cache and "
+              "the default settings (entropy, SmoothQuant 0.5, bias correction), the build's calibrate stage, image decoding "
+              "included; `+qdq` adds `build_qdq()` and saving the graph. ONNX Runtime = `quantize_static` (QDQ), its reader "
+              "handing over batches of 8 decoded beforehand."), "",
+             ("Caveats: a shared 2-core machine with other jobs running (load average beside every row): the ratios, measured "
+              "side by side, are the result, not the seconds. Pre-VNNI AVX2 CPU: ISA above."), ""]
     for sec in res["speed"]:
         lines += [f"## Speed: {sec['graph']}, {sec['images']} images, {sec['rounds']} rounds", "",
                   "| contender | median s | runs (s) | peak RSS MiB | load avg (1 min) at start |", "|---|---:|---|---|---|"]
