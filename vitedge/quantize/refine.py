@@ -13,9 +13,12 @@ quantizes (a budget search returns layers to float without recalibrating):
   activation's own Q/DQ (its calibrated threshold), ``W_q`` the weights as built (after
   GPTQ when that is on). Layers without a bias are left as they are.
 
-One extra pass over the calibration data (more when the Hessians of a large model would
-not fit ``HESSIAN_BUDGET_BYTES`` at once) collects, per distinct layer input, the channel
-means of ``x`` and ``Q(x)`` and, for GPTQ, ``X^T X``. Convolutions (the patch embedding of
+Bias correction alone needs only the channel means of ``x`` and ``Q(x)`` per distinct
+layer input: ``correct_biases`` takes them from the calibration pass's per-channel
+histograms (vitedge.quantize.histogram), no pass of its own. With GPTQ or method ``auto``,
+``refine`` makes one extra pass over the calibration data (more when the Hessians of a
+large model would not fit ``HESSIAN_BUDGET_BYTES`` at once) collecting those means, the
+output errors of each candidate threshold and, for GPTQ, ``X^T X``. Convolutions (the patch embedding of
 timm/torchvision ViTs) are not refined.
 """
 
