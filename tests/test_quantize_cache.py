@@ -22,7 +22,7 @@ def test_second_run_loads_without_forward_passes(tmp_path):
     path, spec = _model()
     src = source_for(spec, limit=8)
     first = calibrate(path, src, QuantConfig(**BASE), cache_dir=tmp_path)
-    assert not first.reused and first.forward_passes == 3  # 1 batch x (max pass + histogram pass + bias-correction pass)
+    assert not first.reused and first.forward_passes == 1  # 1 batch, one pass (statistics and bias correction together)
     assert first.cache_path is not None and first.cache_path.is_file()
     second = calibrate(path, src, QuantConfig(**BASE), cache_dir=tmp_path)
     assert second.reused and second.forward_passes == 0

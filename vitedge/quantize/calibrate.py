@@ -6,9 +6,16 @@ may go on, the clipping threshold of the chosen method. Statistics are collected
 *every* quantizable layer, attention matmuls included, so ``build_qdq`` can return any
 of them to float, or quantize them, without calibrating again.
 
-Passes over the data: one (max |x|, plus per-channel max |x| at SmoothQuant sites),
-and a second for histograms when the method needs them (every method but minmax).
-Softmax outputs always take max |x| as their threshold, whatever the method.
+One streaming pass over the data (``_Collector``) measures everything: max |x| of every
+activation; for the histogram methods a histogram of |x| per activation whose range grows
+with the data (``vitedge.quantize.histogram``); per-channel histograms at the SmoothQuant
+sites, from which the histogram of the smoothed activation x / s is derived once the
+scales s are known; and, for bias correction, per-channel histograms and sums at the
+inputs of the Linear layers. Memory is fixed by the graph, not by the number of images.
+Softmax outputs always take max |x| as their threshold, whatever the method. Only the
+options that need the final thresholds applied to the data run more passes: GPTQ and
+method ``auto`` (one refinement pass, vitedge.quantize.refine) and the per-layer
+SmoothQuant alpha search (one pass, vitedge.quantize.smooth_search).
 """
 
 from __future__ import annotations
@@ -55,7 +62,8 @@ from vitedge.quantize.graph import (
     prepare,
     softmax_outputs,
 )
-from vitedge.quantize.refine import Refinement, refine
+from vitedge.quantize.histogram import ChannelHistogram
+from vitedge.quantize.refine import Refinement, correct_biases, refinable, refine
 from vitedge.quantize.smooth_search import choose_alphas
 from vitedge.spec import ModelSpec
 
@@ -179,6 +187,7 @@ def calibrate(
     passes = 0
     cache_note = None
     candidates: dict[str, dict[str, float]] = {}
+    moments: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
     if restored is not None:
         thresholds, amax, scales, candidates = restored
         smoothed, renamed = smoothquant.apply(prepared, sites, scales)
@@ -186,39 +195,46 @@ def calibrate(
     else:
         t0 = time.perf_counter()
         runner = _Runner(prepared, meta, source, progress)
-        # pass 1: max |x| of every activation, per-channel max |x| at SmoothQuant sites
+        probs = softmax_outputs(gi, tensors)
         site_inputs = sorted({t for s in sites for t in s.inputs})
-        amax0, chan = runner.absmax_pass(tensors, site_inputs)
+        moment_inputs = {l.inputs[0] for l in refinable(layers)} if _biases_from_the_pass(config) else set()
+        collector = _Collector(tensors, site_inputs, probs, config.num_bins if config.needs_histograms else 0, moment_inputs)
+        # the one pass: max |x|, histograms with a growing range, per-channel histograms at
+        # SmoothQuant sites and at the bias correction's layer inputs
+        runner.collect(collector)
+        amax0, chan = collector.absmax(), collector.channel_absmax()
         scales = {}
         alphas: dict[str, float] = {}
         if config.smoothquant_search and sites:
 
             alphas = choose_alphas(runner, gi, sites, chan, config.weight_range)
+        site_scale: dict[str, np.ndarray] = {}
         for site in sites:
             x = np.max([chan[t] for t in site.inputs], axis=0)
             alpha = alphas.get(site.norm, float(config.smoothquant_alpha))
             scales[site.norm] = smoothquant.smoothing_scales(x, smoothquant.weight_input_absmax(gi, site), alpha)
+            site_scale.update({t: scales[site.norm] for t in site.inputs})
         smoothed, renamed = smoothquant.apply(prepared, sites, scales)
         amax = {renamed.get(t, t): v for t, v in amax0.items()}
-        for site in sites:
-            s = scales[site.norm]
-            for t in site.inputs:
-                amax[renamed.get(t, t)] = float(np.max(chan[t] / s)) if chan[t].size else 0.0
+        for t, s in site_scale.items():
+            amax[renamed.get(t, t)] = float(np.max(chan[t] / s)) if chan[t].size else 0.0
         hists = None
         if config.needs_histograms:
-            runner.model = smoothed
-            hists = runner.histogram_pass(sorted(amax), amax, config.num_bins)
+            hists = {renamed.get(t, t): collector.histogram(t, amax[renamed.get(t, t)], config.num_bins, site_scale.get(t))
+                     for t in tensors if t not in probs}
         # Softmax outputs (attention probabilities, in [0, 1]) are never clipped: their few
         # large values are what attention attends to (measured: clipping them cost
         # agreement on the digits ViT with every histogram method).
-        probs = softmax_outputs(GraphIndex(smoothed), amax)
+        probs = {renamed.get(t, t) for t in probs}
         base_method = "entropy" if config.method == "auto" else config.method
         thresholds = {
-            t: stats.threshold("minmax" if t in probs else base_method, amax[t], hists[t] if hists else None, percentile=config.percentile)
+            t: stats.threshold("minmax" if t in probs else base_method, amax[t], hists.get(t) if hists else None, percentile=config.percentile)
             for t in sorted(amax)
         }
         if config.method == "auto":  # the candidates the refinement pass chooses from, per tensor
             candidates = {t: stats.candidate_thresholds(amax[t], hists[t]) for t in sorted(amax) if t not in probs}
+        moments = {renamed.get(t, t): collector.moments(t, thresholds[renamed.get(t, t)], site_scale.get(t))
+                   for t in collector.moment_tensors}
         passes = runner.runs
         timings["statistics"] = time.perf_counter() - t0
         reused = False
@@ -236,7 +252,7 @@ def calibrate(
         if config.method == "auto" and not candidates:
             raise QuantizationError("method 'auto' found no candidate thresholds in the statistics (stale cache entry?)")
         refinement, refine_passes = _refinement(cache, parts, config, prepared, meta, source, progress, smoothed, layers_after,
-                                                thresholds, candidates)
+                                                thresholds, candidates, moments)
         thresholds = dict(thresholds, **refinement.thresholds)
         passes += refine_passes
         if refine_passes:
@@ -253,8 +269,10 @@ def calibrate(
 
 def _refinement(cache: CalibrationCache, parts: dict[str, Any], config: QuantConfig, prepared: Any, meta: dict[str, str],
                 source: CalibrationSource, progress: bool, smoothed: Any, layers: tuple[QuantLayer, ...],
-                thresholds: dict[str, float], candidates: dict[str, dict[str, float]]):
-    """GPTQ weights / corrected biases: from the cache, or from one more pass over the data.
+                thresholds: dict[str, float], candidates: dict[str, dict[str, float]],
+                moments: dict[str, tuple[np.ndarray, np.ndarray]] | None):
+    """GPTQ weights / corrected biases: from the cache, from the calibration pass's channel
+    moments (bias correction alone), or from one more pass over the data.
     Returns (refinement, forward passes run)."""
 
     rkey = cache_key(dict(parts, refine=config.refine_params()))
@@ -265,15 +283,24 @@ def _refinement(cache: CalibrationCache, parts: dict[str, Any], config: QuantCon
             return Refinement.from_arrays(entry["meta"]["refinement"], entry["arrays"]), 0
         except (KeyError, TypeError, ValueError, IndexError):
             pass
-    runner = _Runner(prepared, meta, source, progress)
-    result = refine(runner, smoothed, layers, thresholds, gptq=config.weight_rounding == "gptq",
-                    bias_correction=config.bias_correction, weight_range=config.weight_range, candidates=candidates)
+    if moments is not None and _biases_from_the_pass(config):
+        result = correct_biases(smoothed, layers, moments, config.weight_range)
+    else:
+        runner = _Runner(prepared, meta, source, progress)
+        result = refine(runner, smoothed, layers, thresholds, gptq=config.weight_rounding == "gptq",
+                        bias_correction=config.bias_correction, weight_range=config.weight_range, candidates=candidates)
     index, arrays = result.to_arrays()
     try:
         cache.save(rkey, {"parts": dict(parts, refine=config.refine_params()), "refinement": index}, arrays)
     except OSError:
         pass
     return result, result.forward_passes
+
+
+def _biases_from_the_pass(config: QuantConfig) -> bool:
+    """Bias correction alone (no GPTQ, no per-tensor threshold choice) needs only channel
+    means of x and Q(x): the calibration pass's per-channel histograms give both."""
+    return config.bias_correction and config.weight_rounding == "nearest" and config.method != "auto"
 
 
 def _activation_tensors(layers: list[QuantLayer] | tuple[QuantLayer, ...]) -> list[str]:
@@ -329,6 +356,90 @@ def _restore(entry: dict[str, Any], sites: list[SmoothSite], tensors: list[str])
             if all(np.isfinite(v) for v in row.values()):
                 candidates[n] = row
     return thresholds, amax, scales, candidates
+
+
+# --------------------------------------------------------------------------- the statistics of the pass
+
+# One-channel histograms of |x| are kept this many times finer than num_bins (the range
+# grows by doubling, so the final [0, max] still spans at least 4x num_bins of their bins).
+FINE_BINS_FACTOR = 8
+# Bins per channel and sign of the per-channel histograms (SmoothQuant sites, the bias
+# correction's layer inputs); fewer (down to MIN_CHANNEL_BINS) when all of them would
+# pass CHANNEL_HISTOGRAM_BUDGET_BYTES (int32 counts).
+CHANNEL_BINS = 256
+MIN_CHANNEL_BINS = 64
+CHANNEL_HISTOGRAM_BUDGET_BYTES = 256 * 2**20
+
+
+class _Collector:
+    """Everything calibration measures, accumulated batch by batch in one pass.
+
+    Per activation tensor: max |x| (softmax outputs: only that); a one-channel histogram of
+    |x| when the method needs histograms; per-channel signed histograms (and channel sums)
+    at SmoothQuant sites (the histogram of x / s is derived once s is known) and at the
+    inputs of the layers whose biases get corrected."""
+
+    def __init__(self, tensors: list[str], site_inputs: list[str], probs: set[str], num_bins: int, moment_inputs: set[str]):
+        self.tensors = list(tensors)
+        self.site_inputs = set(site_inputs)
+        self.probs = set(probs)
+        self.num_bins = num_bins
+        self.moment_tensors = sorted(set(moment_inputs) & set(self.tensors))
+        self.per_channel = sorted(self.site_inputs | set(self.moment_tensors))
+        self.peak: dict[str, float] = {t: 0.0 for t in self.tensors}
+        self.whole: dict[str, ChannelHistogram] = {}
+        self.channel: dict[str, ChannelHistogram] = {}
+        self.channel_bins = CHANNEL_BINS
+
+    @property
+    def outputs(self) -> list[str]:
+        return sorted(set(self.tensors) | self.site_inputs)
+
+    def add(self, values: dict[str, np.ndarray]) -> None:
+        if not self.channel and self.per_channel:
+            self._size_channel_histograms(values)
+        for t, v in values.items():
+            v = np.asarray(v)
+            peak = None
+            if t in self.channel:
+                peak = self.channel[t].add(v)
+            if t in self.whole or (self.num_bins and t not in self.probs and t not in self.site_inputs):
+                h = self.whole.get(t)
+                if h is None:
+                    h = self.whole[t] = ChannelHistogram(1, FINE_BINS_FACTOR * self.num_bins)
+                peak = h.add(v)
+            if peak is None:
+                peak = stats.absmax(v)
+            if not np.isfinite(peak):
+                raise CalibrationError(f"activation '{t}' is not finite (inf/NaN) on the calibration data: check the model and its preprocessing")
+            if t in self.peak:
+                self.peak[t] = max(self.peak[t], peak)
+
+    def _size_channel_histograms(self, values: dict[str, np.ndarray]) -> None:
+        widths = {t: int(np.asarray(values[t]).shape[-1]) for t in self.per_channel}
+        bins = CHANNEL_BINS
+        while bins > MIN_CHANNEL_BINS and sum(widths.values()) * 2 * bins * 4 > CHANNEL_HISTOGRAM_BUDGET_BYTES:
+            bins //= 2
+        self.channel_bins = bins
+        self.channel = {t: ChannelHistogram(w, bins, signed=t in self.moment_tensors) for t, w in widths.items()}
+
+    def absmax(self) -> dict[str, float]:
+        return dict(self.peak)
+
+    def channel_absmax(self) -> dict[str, np.ndarray]:
+        return {t: self.channel[t].absmax.copy() for t in self.site_inputs if t in self.channel}
+
+    def histogram(self, t: str, top: float, num_bins: int, scale: np.ndarray | None) -> np.ndarray:
+        """The histogram of |x| (of |x / s| at a SmoothQuant site) over [0, top]."""
+        if t in self.site_inputs:
+            return self.channel[t].histogram(top, num_bins, scale)
+        return self.whole[t].histogram(top, num_bins)
+
+    def moments(self, t: str, threshold: float, scale: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Per channel: the mean of x and of Q(x) (x / s and Q(x / s) at a SmoothQuant site)."""
+        h = self.channel[t]
+        s = np.ones(h.channels) if scale is None else np.asarray(scale, dtype=np.float64)
+        return h.mean() / s, h.mean_fake_quant(threshold, s)
 
 
 # --------------------------------------------------------------------------- running the graph
@@ -440,25 +551,9 @@ class _Runner:
                 values[t] = feed
             self.runs += 1 if sess is not None else 0
             yield values
+            del values  # not alive while the next batch's outputs are computed
 
-    def absmax_pass(self, tensors: list[str], channel_tensors: list[str]) -> tuple[dict[str, float], dict[str, np.ndarray]]:
-        amax = {t: 0.0 for t in tensors}
-        chan: dict[str, np.ndarray] = {}
-        for values in self._run(sorted(set(tensors) | set(channel_tensors)), "calibrating: max |x|"):
-            for t, v in values.items():
-                v = np.asarray(v)
-                if not np.all(np.isfinite(v)):
-                    raise CalibrationError(f"activation '{t}' is not finite (inf/NaN) on the calibration data: check the model and its preprocessing")
-                if t in amax:
-                    amax[t] = max(amax[t], stats.absmax(v))
-                if t in channel_tensors:
-                    c = stats.channel_absmax(v)
-                    chan[t] = c if t not in chan else np.maximum(chan[t], c)
-        return amax, chan
-
-    def histogram_pass(self, tensors: list[str], amax: dict[str, float], num_bins: int) -> dict[str, np.ndarray]:
-        hists = {t: np.zeros(num_bins, dtype=np.int64) for t in tensors}
-        for values in self._run(tensors, "calibrating: histograms"):
-            for t, v in values.items():
-                hists[t] += stats.histogram(np.asarray(v), amax[t], num_bins)
-        return hists
+    def collect(self, collector: _Collector) -> None:
+        for values in self._run(collector.outputs, "calibrating"):
+            collector.add(values)
+            del values

@@ -13,9 +13,12 @@ quantizes (a budget search returns layers to float without recalibrating):
   activation's own Q/DQ (its calibrated threshold), ``W_q`` the weights as built (after
   GPTQ when that is on). Layers without a bias are left as they are.
 
-One extra pass over the calibration data (more when the Hessians of a large model would
-not fit ``HESSIAN_BUDGET_BYTES`` at once) collects, per distinct layer input, the channel
-means of ``x`` and ``Q(x)`` and, for GPTQ, ``X^T X``. Convolutions (the patch embedding of
+Bias correction alone needs only the channel means of ``x`` and ``Q(x)`` per distinct
+layer input: ``correct_biases`` takes them from the calibration pass's per-channel
+histograms (vitedge.quantize.histogram), no pass of its own. With GPTQ or method ``auto``,
+``refine`` makes one extra pass over the calibration data (more when the Hessians of a
+large model would not fit ``HESSIAN_BUDGET_BYTES`` at once) collecting those means, the
+output errors of each candidate threshold and, for GPTQ, ``X^T X``. Convolutions (the patch embedding of
 timm/torchvision ViTs) are not refined.
 """
 
@@ -169,22 +172,49 @@ def refine(runner: Any, model: Any, layers: tuple[QuantLayer, ...], thresholds: 
             q_kn, scale = gptq_quantize_layer(w, hess[t] / rows[t], weight_range)
             weights[layer.name] = (q_kn.T.copy() if layer.weight_axis == 0 else q_kn, scale)
         if bias_correction and rows.get(t):
-            where = find_bias(gi, layer)
-            if where is None:
-                continue
-            if layer.name in weights:
-                q_kn = weights[layer.name][0].T if layer.weight_axis == 0 else weights[layer.name][0]
-                scale = weights[layer.name][1]
-            else:
-                q_kn, scale = quantize_weight(w, 1, "MatMul", weight_range)
-            wq = q_kn.astype(np.float64) * scale.astype(np.float64)[None, :]
-            mean_x, mean_qx = sums[t] / rows[t], qsums[t][picked[t]] / rows[t]
-            shift = mean_qx @ wq - mean_x @ w.astype(np.float64)
-            node = gi.nodes_by_name[where[0]]
-            bias = np.asarray(gi.value(node.input[where[1]]), dtype=np.float64)
-            biases[layer.name] = BiasFix(where[0], where[1], (bias - shift.reshape(bias.shape)).astype(np.float32))
+            fix = _bias_fix(gi, layer, w, weights.get(layer.name), sums[t] / rows[t], qsums[t][picked[t]] / rows[t], weight_range)
+            if fix is not None:
+                biases[layer.name] = fix
     auto = {t: float(options[t][picked[t]]) for t in tensors if candidates and t in candidates}
     return Refinement(weights=weights, biases=biases, thresholds=auto, chosen={t: picked[t] for t in auto}, forward_passes=runner.runs - runs_before, seconds=time.perf_counter() - start)
+
+
+def correct_biases(model: Any, layers: tuple[QuantLayer, ...], moments: dict[str, tuple[np.ndarray, np.ndarray]],
+                   weight_range: str) -> Refinement:
+    """Bias correction from channel means measured elsewhere (the calibration pass):
+    ``moments[t] = (E[x], E[Q(x)])`` per input channel of activation ``t``, in ``model``'s
+    terms (the smoothed graph). No pass over the data."""
+    start = time.perf_counter()
+    gi = GraphIndex(model)
+    biases: dict[str, BiasFix] = {}
+    for layer in refinable(layers):
+        t = layer.inputs[0]
+        if t not in moments:
+            continue
+        w = _weight_kn(gi, layer)
+        mean_x, mean_qx = moments[t]
+        fix = _bias_fix(gi, layer, w, None, np.asarray(mean_x, dtype=np.float64), np.asarray(mean_qx, dtype=np.float64), weight_range)
+        if fix is not None:
+            biases[layer.name] = fix
+    return Refinement(biases=biases, seconds=time.perf_counter() - start)
+
+
+def _bias_fix(gi: GraphIndex, layer: QuantLayer, w: np.ndarray, rounded: tuple[np.ndarray, np.ndarray] | None,
+              mean_x: np.ndarray, mean_qx: np.ndarray, weight_range: str) -> BiasFix | None:
+    """The layer's corrected bias: ``E[Q(x)] W_q - E[x] W`` subtracted; None when it has no bias."""
+    where = find_bias(gi, layer)
+    if where is None:
+        return None
+    if rounded is not None:
+        q_kn = rounded[0].T if layer.weight_axis == 0 else rounded[0]
+        scale = rounded[1]
+    else:
+        q_kn, scale = quantize_weight(w, 1, "MatMul", weight_range)
+    wq = q_kn.astype(np.float64) * scale.astype(np.float64)[None, :]
+    shift = mean_qx @ wq - mean_x @ w.astype(np.float64)
+    node = gi.nodes_by_name[where[0]]
+    bias = np.asarray(gi.value(node.input[where[1]]), dtype=np.float64)
+    return BiasFix(where[0], where[1], (bias - shift.reshape(bias.shape)).astype(np.float32))
 
 
 def gptq_quantize_layer(w_kn: np.ndarray, hessian: np.ndarray, weight_range: str) -> tuple[np.ndarray, np.ndarray]:

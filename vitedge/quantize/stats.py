@@ -21,6 +21,7 @@ import numpy as np
 
 QMAX = 127  # symmetric INT8: [-127, 127] * scale covers [-t, t]
 _TINY = 1e-12
+_EPS = 1e-10  # KL: an empty q bin under a non-empty p bin counts as holding this much
 
 
 def absmax(x: np.ndarray) -> float:
@@ -92,44 +93,43 @@ def _percentile(hist: np.ndarray, p: float) -> int:
 
 
 def _entropy(hist: np.ndarray, levels: int = QMAX + 1) -> int:
-    """TensorRT's entropy calibration on a |x| histogram: returns the number of bins kept."""
-    hist = hist.astype(np.float64)
+    """TensorRT's entropy calibration on a |x| histogram: returns the number of bins kept.
+
+    For every candidate ``i`` (bins kept) in ``[levels, n]`` the reference ``p`` is
+    ``hist[:i]`` with the clipped tail added to its last bin, and ``q`` quantises ``hist[:i]``
+    into ``levels`` groups (bin ``floor(g i / levels)`` starts group ``g``), each group's
+    count spread evenly over its non-empty bins. The ``i`` of least KL(p || q) wins (the first
+    of equals). ``q`` is constant over a group's non-empty bins, so the KL of a candidate is
+    a sum over its ``levels`` groups, not its ``i`` bins: all candidates at once, as one
+    (candidates x levels) array, from prefix sums."""
+    hist = np.asarray(hist, dtype=np.float64)
     n = hist.size
     if n <= levels:
         return n
-    total_tail = np.concatenate([np.cumsum(hist[::-1])[::-1], [0.0]])  # total_tail[i] = sum(hist[i:])
-    best_i, best_kl = n, np.inf
-    for i in range(levels, n + 1):
-        ref = hist[:i].copy()
-        ref[-1] += total_tail[i]  # outliers clipped into the last kept bin
-        if ref.sum() == 0:
-            continue
-        # quantise hist[:i] into `levels` groups, then spread each group back over its
-        # non-empty bins
-        starts = (np.arange(levels) * i) // levels
-        part = hist[:i]
-        nonzero = (part != 0).astype(np.float64)
-        sums = np.add.reduceat(part, starts)
-        counts = np.add.reduceat(nonzero, starts)
-        sizes = np.diff(np.append(starts, i))
-        per_bin = np.repeat(np.divide(sums, counts, out=np.zeros_like(sums), where=counts > 0), sizes)
-        q = per_bin * nonzero
-        kl = _kl(ref, q)
-        if kl < best_kl:
-            best_kl, best_i = kl, i
-    return best_i
-
-
-def _kl(p: np.ndarray, q: np.ndarray, eps: float = 1e-10) -> float:
-    """KL(p || q) of two (unnormalised) histograms; an empty q bin under a non-empty p bin
-    costs as if q held ``eps`` there."""
-    ps, qs = p.sum(), q.sum()
-    if ps <= 0 or qs <= 0:
-        return np.inf
-    p = p / ps
-    q = q / qs
-    m = p > 0
-    return float(np.sum(p[m] * np.log(p[m] / np.maximum(q[m], eps))))
+    total = float(hist.sum())
+    if total <= 0:
+        return n
+    csum = np.concatenate([[0.0], np.cumsum(hist)])  # csum[j] = sum(hist[:j])
+    cnz = np.concatenate([[0.0], np.cumsum(hist != 0, dtype=np.float64)])
+    p = hist / total
+    with np.errstate(divide="ignore", invalid="ignore"):
+        plogp = np.concatenate([[0.0], np.cumsum(np.where(hist > 0, p * np.log(np.where(hist > 0, p, 1.0)), 0.0))])
+        cand = np.arange(levels, n + 1)  # candidates i
+        edges = (np.arange(levels + 1)[None, :] * cand[:, None]) // levels  # group g is bins [edges[g], edges[g+1])
+        sums = csum[edges[:, 1:]] - csum[edges[:, :-1]]
+        counts = cnz[edges[:, 1:]] - cnz[edges[:, :-1]]
+        kept = csum[cand]  # = sum of q before normalising
+        q_group = np.maximum(sums / np.maximum(counts, 1.0) / kept[:, None], _EPS)  # q of each non-empty bin of a group
+        log_q = np.log(q_group)
+        cross = np.sum(np.where(counts > 0, (sums / total) * log_q, 0.0), axis=1)  # sum p log q over the kept bins
+        last = cand - 1
+        tail = (total - kept) / total
+        p_last = p[last] + tail
+        # the last kept bin holds the tail too: its q is its group's (or eps when the bin is empty)
+        cross += tail * np.where(hist[last] > 0, log_q[:, -1], np.log(_EPS))
+        self_term = plogp[last] + np.where(p_last > 0, p_last * np.log(np.where(p_last > 0, p_last, 1.0)), 0.0)
+        kl = np.where(kept > 0, self_term - cross, np.inf)
+    return int(cand[int(np.argmin(kl))])
 
 
 def _mse(hist: np.ndarray, width: float) -> float:

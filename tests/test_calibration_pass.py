@@ -1,0 +1,105 @@
+"""Calibration in one streaming pass: the growing-range histograms give what a second pass
+over a known range would have counted, SmoothQuant's smoothed histograms and the bias
+correction's channel means come out of the same pass, and the default settings run the
+FP32 graph once per batch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers.quantize_models import fp32_model, source_for
+
+from vitedge.quantize import QuantConfig, calibrate, stats
+from vitedge.quantize.histogram import ChannelHistogram
+from vitedge.quantize.refine import fake_quant
+
+RNG = np.random.default_rng(7)
+
+
+def test_max_in_the_first_batch_gives_exactly_the_two_pass_histogram():
+    batches = [RNG.standard_normal((40, 16)).astype(np.float32) * 4] + [RNG.standard_normal((40, 16)).astype(np.float32) for _ in range(4)]
+    h = ChannelHistogram(1, 8 * 512)
+    for b in batches:
+        h.add(b)
+    x = np.concatenate(batches)
+    top = stats.absmax(x)
+    assert np.array_equal(h.histogram(top, 512), stats.histogram(x, top, 512))
+
+
+def test_a_growing_range_keeps_every_count_and_the_thresholds():
+    batches = [RNG.standard_normal((60, 32)).astype(np.float32) * s for s in (0.01, 1.0, 0.5, 9.0, 2.0)]
+    h = ChannelHistogram(1, 8 * 2048)
+    for b in batches:
+        h.add(b)
+    x = np.concatenate(batches)
+    top = stats.absmax(x)
+    got, want = h.histogram(top, 2048), stats.histogram(x, top, 2048)
+    assert got.sum() == want.sum() == x.size
+    # counts only move between neighbouring bins (an old bin split across two new ones)
+    assert np.abs(np.cumsum(got) - np.cumsum(want)).max() <= np.max(want) + 1e-9
+    for method in ("entropy", "percentile", "mse"):
+        assert stats.threshold(method, top, got) == pytest.approx(stats.threshold(method, top, want), rel=0.01), method
+
+
+def test_smoothed_histogram_and_fake_quant_means_come_from_channel_counts():
+    c = 48
+    spread = np.exp(RNG.standard_normal(c)).astype(np.float32)
+    batches = [(RNG.standard_normal((300, c)) * spread * f + 0.2 * spread).astype(np.float32) for f in (0.5, 1.0, 3.0)]
+    h = ChannelHistogram(c, 256, signed=True)
+    for b in batches:
+        h.add(b)
+    x = np.concatenate(batches)
+    s = np.exp(RNG.standard_normal(c) * 0.5)
+    y = (x / s).astype(np.float32)
+    top = stats.absmax(y)
+    assert np.max(h.absmax / s) == pytest.approx(top, rel=1e-6)
+    assert stats.threshold("percentile", top, h.histogram(top, 2048, s)) == pytest.approx(
+        stats.threshold("percentile", top, stats.histogram(y, top, 2048)), rel=0.02)
+    np.testing.assert_allclose(h.mean() / s, y.mean(axis=0, dtype=np.float64), rtol=1e-5, atol=1e-6)
+    for threshold in (top, top / 2, top / 4):  # what entropy / percentile thresholds clip
+        step = threshold / 127
+        want = fake_quant(y, threshold).mean(axis=0, dtype=np.float64)
+        assert np.abs(h.mean_fake_quant(threshold, s) - want).max() < 0.05 * step, threshold
+
+
+def test_zeros_then_values_and_inf_are_handled():
+    h = ChannelHistogram(3, 64)
+    h.add(np.zeros((5, 3), np.float32))
+    h.add(np.array([[0.0, 1.0, 0.0]], np.float32))
+    assert h.histogram(1.0, 16).sum() == 18 and h.absmax.tolist() == [0.0, 1.0, 0.0]
+    assert not np.isfinite(h.add(np.array([[np.inf, 0.0, 0.0]], np.float32)))
+
+
+def test_default_settings_run_the_graph_once_per_batch(tmp_path):
+    path, spec = fp32_model("timm")
+    src = source_for(spec, limit=24)  # 3 batches of 8
+    cal = calibrate(path, src, QuantConfig(), cache_dir=tmp_path)
+    assert cal.forward_passes == 3
+    assert cal.refinement is not None and cal.refinement.biases  # bias correction came from that pass
+    gptq = calibrate(path, src, QuantConfig(weight_rounding="gptq"), cache_dir=tmp_path / "gptq")
+    assert gptq.forward_passes == 6  # GPTQ needs the data again, with the final thresholds
+
+
+def test_one_pass_bias_correction_matches_the_refinement_pass(tmp_path):
+    from vitedge.quantize.calibrate import _Runner
+    from vitedge.quantize.refine import refine
+
+    path, spec = fp32_model("timm")
+    src = source_for(spec, limit=16)
+    cal = calibrate(path, src, QuantConfig(), cache_dir=tmp_path)
+    import onnx
+
+    from vitedge.onnxutil import get_metadata
+
+    meta = get_metadata(onnx.load(str(path)))
+    by_pass = refine(_Runner(cal.model, meta, src, False), cal.model, cal.layers, cal.thresholds, gptq=False,
+                     bias_correction=True, weight_range=cal.config.weight_range)
+    assert set(by_pass.biases) == set(cal.refinement.biases)
+    from vitedge.quantize.graph import GraphIndex
+
+    gi = GraphIndex(cal.model)
+    for name, fix in by_pass.biases.items():
+        original = np.asarray(gi.value(gi.nodes_by_name[fix.node].input[fix.index]), dtype=np.float64)
+        shift_pass = original - fix.values
+        shift_one = original - cal.refinement.biases[name].values
+        assert np.abs(shift_one - shift_pass).max() <= 0.1 * np.abs(shift_pass).max() + 1e-6, name
