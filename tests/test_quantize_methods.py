@@ -166,3 +166,24 @@ def test_smoothquant_search_picks_alphas_from_the_grid_and_keeps_the_fp32_functi
     ref = _run(fixed.model, [fixed.model.graph.output[0].name], x)[fixed.model.graph.output[0].name]
     assert np.abs(out - ref).max() <= 1e-3 * np.abs(ref).max()
     assert len(ALPHA_GRID) > 1
+
+
+
+def test_the_image_input_is_never_clipped_while_activations_are(tmp_path):
+    """The patch embedding's input keeps its exact range under the default histogram method:
+    preprocessing bounds it, and with ImageNet mean/std the digits' bright strokes are its rare
+    extremes, which entropy clipped (benchmarks/results/families.md, SigLIP-MAP)."""
+    from helpers.quantize_models import fp32_model
+
+    from vitedge.quantize import QuantConfig, calibrate
+
+    path, spec = fp32_model("timm")  # timm preprocessing: ImageNet mean/std
+    cal = calibrate(path, source_for(spec, limit=CALIB_ITEMS), QuantConfig(), cache_dir=tmp_path)
+    assert cal.config.method == "entropy"
+    image = {layer.inputs[0] for layer in cal.layers if layer.kind == "patch_embed"}
+    assert image
+    for t in image:
+        assert cal.thresholds[t] == pytest.approx(cal.absmax[t], rel=1e-6), t
+    clipped = [t for layer in cal.layers if layer.kind == "linear" for t in layer.inputs[:1]
+               if cal.thresholds[t] < 0.999 * cal.absmax[t]]
+    assert clipped  # the rule is for the image only: entropy still clips the activations' tails

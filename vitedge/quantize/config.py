@@ -20,7 +20,7 @@ CPU_REQUIREMENT = {
 
 # Bump when a change would make cached statistics or the Q/DQ graph differ for the same
 # inputs (placement, statistics, threshold search, SmoothQuant rewrite).
-QUANTIZER_VERSION = "3"
+QUANTIZER_VERSION = "4"
 
 METHODS = ("minmax", "percentile", "entropy", "mse", "auto")
 HISTOGRAM_METHODS = ("percentile", "entropy", "mse", "auto")
