@@ -59,29 +59,101 @@ def is_large(model: Any) -> bool:
     return model.ByteSize() > external_data_threshold()
 
 
-def save_onnx(model: Any, path: Path, *, external: bool | None = None) -> None:
-    """Save atomically. A graph over protobuf's 2 GB limit (see external_data_threshold), or any
-    graph with ``external=True``, keeps its weights in ``<name>.data`` beside it; ``model`` keeps
-    its weights in memory either way."""
+def save_onnx(model: Any, path: Path, *, external: bool | None = None, base_dir: Path | None = None) -> None:
+    """Save atomically. A graph over protobuf's 2 GB limit (see external_data_threshold), any graph
+    with ``external=True``, and a graph whose weights are still in files (loaded with
+    ``load_external_data=False``; ``base_dir`` is where they are) keep their weights in
+    ``<name>.data`` beside it; ``model`` is left as it was either way."""
     import onnx
 
     path = Path(path)
-    if not (is_large(model) if external is None else external):
+    if external is None:
+        external = has_external_tensors(model) or is_large(model)
+    if not external:
         with atomic_write_path(path) as tmp:
             onnx.save_model(model, str(tmp))
         return
+    save_external(model, path, base_dir=base_dir)
+
+
+EXTERNAL_MIN_BYTES = 1024  # smaller tensors (scales, zero points, shapes) stay inline
+EXTERNAL_ALIGN = 4096  # data offsets on page boundaries: ONNX Runtime can map the weights instead of copying them
+
+
+def has_external_tensors(model: Any) -> bool:
+    """True when some initializer of ``model`` (a ModelProto) names an external data file."""
+    from onnx.external_data_helper import uses_external_data
+
+    return any(uses_external_data(t) for t in model.graph.initializer)
+
+
+def save_external(model: Any, path: Path, *, base_dir: Path | None = None) -> None:
+    """Write ``model`` as ``path`` plus ``<name>.data`` (initializers of 1 KiB and more), atomically,
+    streaming one tensor at a time: ``model`` is neither changed nor copied (onnx's own external-data
+    save moves the weights out of the message and a read-back doubles protobuf's arena: 2 x 2.5 GB
+    for vit_h_14). Tensors already in files (a graph loaded without its weights) are read from
+    ``base_dir``, so this also merges a graph's many data files into one."""
+    import onnx
+
+    path = Path(path)
     data = path.with_name(path.name + DATA_SUFFIX)
     path.parent.mkdir(parents=True, exist_ok=True)
+    shell = onnx.ModelProto()
+    _copy_fields(model, shell, skip=("graph",))
+    _copy_fields(model.graph, shell.graph, skip=("initializer",))
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.", suffix=".partial", dir=path.parent) as tmp_dir:
-        tmp = Path(tmp_dir) / path.name
-        onnx.save_model(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=data.name, size_threshold=1024)
-        # saving moved the weights out of `model`; read them back so callers keep a whole graph
-        from onnx.external_data_helper import load_external_data_for_model
+        tmp_graph, tmp_data = Path(tmp_dir) / path.name, Path(tmp_dir) / data.name
+        with open(tmp_data, "wb") as fh:
+            for tensor in model.graph.initializer:
+                out = shell.graph.initializer.add()
+                blob = _external_bytes(tensor, base_dir)
+                if blob is None:
+                    out.CopyFrom(tensor)
+                    continue
+                _copy_fields(tensor, out, skip=("raw_data", "external_data", "data_location"))
+                offset = -(-fh.tell() // EXTERNAL_ALIGN) * EXTERNAL_ALIGN
+                fh.seek(offset)
+                fh.write(blob)
+                out.data_location = onnx.TensorProto.EXTERNAL
+                for key, value in (("location", data.name), ("offset", str(offset)), ("length", str(len(blob)))):
+                    entry = out.external_data.add()
+                    entry.key, entry.value = key, value
+                del blob
+        onnx.save_model(shell, str(tmp_graph))
+        os.replace(tmp_data, data)  # the weights first: the graph never names a missing file
+        os.replace(tmp_graph, path)
 
-        load_external_data_for_model(model, tmp_dir)
-        os.replace(tmp.with_name(data.name), data)  # the weights first: the graph never names a missing file
-        os.replace(tmp, path)
+
+def _external_bytes(tensor: Any, base_dir: Path | None) -> bytes | None:
+    """The bytes of ``tensor`` that go to the data file; None: it stays inline."""
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    if uses_external_data(tensor):
+        info = ExternalDataInfo(tensor)
+        if base_dir is None:
+            raise ModelLoadError(f"tensor '{tensor.name}' is in external file '{info.location}' and no folder was given to read it from")
+        with open(Path(base_dir) / info.location, "rb") as fh:
+            fh.seek(info.offset or 0)
+            return fh.read(info.length) if info.length else fh.read()
+    if not tensor.HasField("raw_data") or tensor.ByteSize() < EXTERNAL_MIN_BYTES:
+        return None
+    return tensor.raw_data
+
+
+def _copy_fields(src: Any, dst: Any, *, skip: tuple[str, ...]) -> None:
+    """Copy every set field of protobuf message ``src`` but ``skip`` into ``dst``."""
+    for fd, value in src.ListFields():
+        if fd.name in skip:
+            continue
+        repeated = getattr(fd, "is_repeated", None)
+        if repeated is None:
+            repeated = fd.label == fd.LABEL_REPEATED
+        if repeated:
+            getattr(dst, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(dst, fd.name).CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
 
 
 def external_data_files(path: Path) -> list[Path]:
@@ -117,8 +189,8 @@ def copy_onnx(src: Path, dst: Path) -> list[Path]:
             shutil.copyfile(src, tmp)
         return [dst]
     if len(files) > 1:  # vitedge writes one data file; a user's graph may have several: merge them
-        model = onnx.load(str(src))
-        save_onnx(model, dst, external=True)
+        model = onnx.load(str(src), load_external_data=False)  # the weights are streamed, one tensor at a time
+        save_external(model, dst, base_dir=src.parent)
         return [dst, dst.with_name(dst.name + DATA_SUFFIX)]
     data = dst.with_name(dst.name + DATA_SUFFIX)
     model = onnx.load(str(src), load_external_data=False)
@@ -175,7 +247,7 @@ def session_source(model: Any):
     elif is_large(model):
         with tempfile.TemporaryDirectory(prefix="vitedge-large-") as tmp:
             path = Path(tmp) / "model.onnx"
-            save_onnx(model, path, external=True)
+            save_external(model, path)  # streamed: the ModelProto is not copied
             yield str(path)
     else:
         yield model.SerializeToString()
@@ -195,6 +267,7 @@ class SessionSettings:
     optimized_model_path: str | Path | None = None  # where ONNX Runtime writes the graph it optimized for this CPU
     spinning: bool = True  # idle intra-op threads busy-wait (ONNX Runtime's default); off for sessions timed interleaved
     prepacking: bool = True  # off: no pre-packed second copy of the weights (a graph past 2 GB in a full process)
+    arena: bool = True  # off: no CPU memory arena; what a run allocates goes back when it ends (large graphs)
     profile_prefix: str | None = None  # turn ONNX Runtime's profiler on; its JSON file starts with this
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
 
@@ -222,10 +295,19 @@ def _session_options(settings: SessionSettings) -> Any:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if not settings.prepacking:
         so.add_session_config_entry("session.disable_prepacking", "1")
+    if not settings.arena:
+        so.enable_cpu_mem_arena = False
     if settings.profile_prefix:
         so.enable_profiling = True
         so.profile_file_prefix = settings.profile_prefix
     return so
+
+
+def lean_settings(settings: SessionSettings | None = None) -> SessionSettings:
+    """``settings`` (default: ONNX Runtime's) for a graph past 2 GB, whose weights alone are 2.5 GB
+    (vit_h_14): no pre-packed second copy of the weights, no memory arena holding on to the largest
+    run's buffers. Measured on vit_h_14: see benchmarks/results/large_graph.md."""
+    return dataclasses.replace(settings or SessionSettings(), prepacking=False, arena=False)
 
 
 def ort_session(model: Any, settings: SessionSettings | None = None, *, threads: int | None = None) -> Any:
