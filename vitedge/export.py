@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from vitedge.errors import ExportError, UsageError, environment_error
+from vitedge.memory import release_freed_memory
 from vitedge.models.intake import LoadedModel, _program_input_shape
 from vitedge.onnxutil import (
     DATA_SUFFIX,
@@ -115,7 +116,7 @@ def export_onnx(loaded: LoadedModel, out_path: str | Path, options: ExportOption
             opset = opset_version(model)
             if options.free_module:
                 loaded.module = None  # from here on only the graph is used: the weights go (2.5 GB for vit_h_14)
-                gc.collect()
+                release_freed_memory()
         graph_input = graph_inputs(model)[0].name
         if options.bake_preprocess:
             model = bake_preprocess(model, loaded.spec.preprocess)
@@ -130,6 +131,7 @@ def export_onnx(loaded: LoadedModel, out_path: str | Path, options: ExportOption
         output = model.graph.output[0].name
         save_onnx(model, out_path, external=large, base_dir=base_dir)
     del model  # the check opens the file just written, as every later stage does
+    release_freed_memory()
     diff = tol = None
     if probe is not None:
         try:

@@ -56,7 +56,48 @@ def external_data_threshold() -> int:
 
 def is_large(model: Any) -> bool:
     """True when ``model`` (a ModelProto) must travel as a file with external data."""
-    return model.ByteSize() > external_data_threshold()
+    return serialized_size(model) > external_data_threshold()
+
+
+def serialized_size(model: Any) -> int:
+    """About how many bytes ``model`` serializes to (within a few bytes per tensor), without
+    serializing it: upb protobuf's ByteSize() encodes the whole message to measure it, which for
+    vit_h_14 briefly cost ~10 GB on top of the 2.5 GB graph. Weights count by their raw size."""
+    total = 0
+    for fd, value in model.ListFields():
+        if fd.name != "graph":
+            total += _field_size(value)
+    g = model.graph
+    for fd, value in g.ListFields():
+        if fd.name == "initializer":
+            total += sum(_tensor_size(t) for t in value)
+        else:
+            total += _field_size(value)
+    return total
+
+
+def _field_size(value: Any) -> int:
+    if hasattr(value, "ByteSize"):
+        return value.ByteSize()
+    if isinstance(value, (str, bytes)):
+        return len(value)
+    try:  # a repeated field
+        return sum(_field_size(v) for v in value)
+    except TypeError:
+        return 8
+
+
+def _tensor_size(tensor: Any) -> int:
+    """Serialized size of a TensorProto; raw data by its length, without copying it out."""
+    if not tensor.HasField("raw_data"):
+        return tensor.ByteSize()
+    from onnx import helper
+
+    n = 1
+    for d in tensor.dims:
+        n *= d
+    raw = n * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    return raw + 16 + len(tensor.name) + 10 * len(tensor.dims)
 
 
 def save_onnx(model: Any, path: Path, *, external: bool | None = None, base_dir: Path | None = None) -> None:
@@ -98,9 +139,7 @@ def save_external(model: Any, path: Path, *, base_dir: Path | None = None) -> No
     path = Path(path)
     data = path.with_name(path.name + DATA_SUFFIX)
     path.parent.mkdir(parents=True, exist_ok=True)
-    shell = onnx.ModelProto()
-    _copy_fields(model, shell, skip=("graph",))
-    _copy_fields(model.graph, shell.graph, skip=("initializer",))
+    shell = _shell(model)
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.", suffix=".partial", dir=path.parent) as tmp_dir:
         tmp_graph, tmp_data = Path(tmp_dir) / path.name, Path(tmp_dir) / data.name
         with open(tmp_data, "wb") as fh:
@@ -124,6 +163,37 @@ def save_external(model: Any, path: Path, *, base_dir: Path | None = None) -> No
         os.replace(tmp_graph, path)
 
 
+def _shell(model: Any) -> Any:
+    """A copy of ``model`` without its initializers."""
+    import onnx
+
+    shell = onnx.ModelProto()
+    _copy_fields(model, shell, skip=("graph",))
+    _copy_fields(model.graph, shell.graph, skip=("initializer",))
+    return shell
+
+
+def weightless_copy(model: Any) -> Any:
+    """A copy of ``model`` whose initializers of 1 KiB and more name a data file that does not
+    exist: what shape inference and graph analysis need (names, types, dims, the small constants
+    such as Reshape targets), a few MB for vit_h_14 instead of 2.5 GB."""
+    import onnx
+
+    shell = _shell(model)
+    for tensor in model.graph.initializer:
+        out = shell.graph.initializer.add()
+        heavy = tensor.data_location == onnx.TensorProto.EXTERNAL or (
+            tensor.HasField("raw_data") and _tensor_size(tensor) >= EXTERNAL_MIN_BYTES)
+        if not heavy:
+            out.CopyFrom(tensor)
+            continue
+        _copy_fields(tensor, out, skip=("raw_data", "external_data", "data_location"))
+        out.data_location = onnx.TensorProto.EXTERNAL
+        entry = out.external_data.add()
+        entry.key, entry.value = "location", "vitedge-weights-not-loaded"
+    return shell
+
+
 def _external_bytes(tensor: Any, base_dir: Path | None) -> bytes | None:
     """The bytes of ``tensor`` that go to the data file; None: it stays inline."""
     from onnx.external_data_helper import ExternalDataInfo, uses_external_data
@@ -135,7 +205,7 @@ def _external_bytes(tensor: Any, base_dir: Path | None) -> bytes | None:
         with open(Path(base_dir) / info.location, "rb") as fh:
             fh.seek(info.offset or 0)
             return fh.read(info.length) if info.length else fh.read()
-    if not tensor.HasField("raw_data") or tensor.ByteSize() < EXTERNAL_MIN_BYTES:
+    if not tensor.HasField("raw_data") or _tensor_size(tensor) < EXTERNAL_MIN_BYTES:
         return None
     return tensor.raw_data
 
