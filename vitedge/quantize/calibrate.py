@@ -219,8 +219,7 @@ def calibrate(
             for t in site.inputs:
                 amax[renamed.get(t, t)] = float(np.max(chan[t] / s)) if chan[t].size else 0.0
         runner.model = smoothed
-        if config.refine_params() is None:
-            prepared = None  # from here only the smoothed copy is used: free the unsmoothed graph before a session opens
+        gi = prepared = None  # only the smoothed copy is used from here: the unsmoothed graph goes before a session opens
         hists = None
         if config.needs_histograms:
             hists = runner.histogram_pass(sorted(amax), amax, config.num_bins)
@@ -242,6 +241,7 @@ def calibrate(
             _store(cache, key, parts, summary, thresholds, amax, scales, candidates)
         except OSError as err:
             cache_note = f"could not write the calibration cache in {cache.root}: {err.strerror or err}"
+    gi = prepared = None  # (the GraphIndex holds the unsmoothed graph too)
     smoothed_layers = tuple(sorted({name for s in sites if s.norm in scales for name in s.layers}))
     layers_after = tuple(find_layers(GraphIndex(smoothed)))
     missing = [t for t in _activation_tensors(layers_after) if t not in thresholds]
@@ -251,7 +251,7 @@ def calibrate(
     if config.refine_params() is not None:
         if config.method == "auto" and not candidates:
             raise QuantizationError("method 'auto' found no candidate thresholds in the statistics (stale cache entry?)")
-        refinement, refine_passes = _refinement(cache, parts, config, prepared, meta, source, progress, smoothed, layers_after,
+        refinement, refine_passes = _refinement(cache, parts, config, smoothed, meta, source, progress, smoothed, layers_after,
                                                 thresholds, candidates)
         thresholds = dict(thresholds, **refinement.thresholds)
         passes += refine_passes
