@@ -124,3 +124,16 @@ def test_prepare_infers_shapes_of_large_graphs_without_their_weights(monkeypatch
     large = prepare(model)
     assert len(large.graph.value_info) == len(small.graph.value_info) > 0  # the same shapes, found on the weightless copy
     assert [t.raw_data for t in large.graph.initializer] == [t.raw_data for t in model.graph.initializer]  # weights untouched
+
+
+def test_cleanup_deletes_unused_initializers_in_place():
+    from onnx import numpy_helper
+
+    from vitedge.onnxutil import cleanup
+
+    model = onnx.load(str(fp32_model("timm")[0]))
+    names = [t.name for t in model.graph.initializer]
+    model.graph.initializer.insert(1, numpy_helper.from_array(np.zeros(300, np.float32), "nobody_reads_this"))
+    model.graph.initializer.append(numpy_helper.from_array(np.ones(3, np.float32), "nor_this"))
+    cleanup(model)
+    assert [t.name for t in model.graph.initializer] == names  # the rest kept, in order (no clear-and-re-add copy)
