@@ -137,3 +137,14 @@ def test_cleanup_deletes_unused_initializers_in_place():
     model.graph.initializer.append(numpy_helper.from_array(np.ones(3, np.float32), "nor_this"))
     cleanup(model)
     assert [t.name for t in model.graph.initializer] == names  # the rest kept, in order (no clear-and-re-add copy)
+
+
+def test_calibration_runner_holds_no_view_into_the_graph():
+    from vitedge.quantize.calibrate import _Runner
+
+    path, spec = fp32_model("timm")
+    model = onnx.load(str(path))
+    runner = _Runner(model, {}, source_for(spec, limit=2), progress=False)
+    model.graph.input[0].name = "renamed"
+    # a sub-message view would keep the whole graph (2.5 GB for vit_h_14) alive after the runner moves on
+    assert runner.input.name == "input"

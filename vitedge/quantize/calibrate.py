@@ -72,6 +72,13 @@ CALIBRATION_BATCH = 8
 LARGE_GRAPH_BATCH = 1
 
 
+def _detached(message: Any) -> Any:
+    """A copy of a protobuf sub-message that does not hold on to the message it came from."""
+    copy = type(message)()
+    copy.CopyFrom(message)
+    return copy
+
+
 def _large_graph_run(model: Any) -> tuple[int | None, SessionSettings]:
     """(batch size or None for the default, session settings) for running ``model`` in calibration."""
     if is_large(model):
@@ -369,7 +376,7 @@ class _Runner:
         inputs = graph_inputs(model)
         if len(inputs) != 1:
             raise QuantizationError(f"vitedge calibrates graphs with one image input; this one has {len(inputs)}")
-        self.input = inputs[0]
+        self.input = _detached(inputs[0])  # not a view into `model`: one would keep the whole graph alive (upb arenas)
         dims = self.input.type.tensor_type.shape.dim
         self.fixed_batch = dims[0].dim_value if len(dims) and dims[0].HasField("dim_value") else 0
         large_batch, self.session_settings = _large_graph_run(model)
