@@ -162,7 +162,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             # every later step reads the saved files: drop the two in-memory graphs (2 x 2.5 GB for vit_h_14)
             graph = graph.without_model()
             calibration = graph.calibration
-            budgets[key] = dataclasses.replace(budget, graph=graph)
+            budget = budgets[key] = dataclasses.replace(budget, graph=graph)
             qdq_paths[key] = (qdq, calibration, graph)
             release_freed_memory()
         if req.bake_preprocess:
