@@ -124,7 +124,14 @@ def main() -> None:
     ap.add_argument("--model", choices=MODELS, default="vit_h_14")
     ap.add_argument("--calib-size", type=int, default=16, help="calibration images; validation runs on the same ones")
     ap.add_argument("--work", type=Path, default=None, help="folder for the model and bundles (default: a temporary one)")
+    ap.add_argument("--refresh", action="store_true",
+                    help="no build: re-read the parity figure and validation metrics of --model's recorded run from --work, rewrite the results")
     args = ap.parse_args()
+    if args.refresh:
+        runs = _load_runs()
+        enrich(runs[args.model], (args.work / f"{args.model}.build.log").read_text(), args.work / "bundles")
+        _write(runs)
+        return
     tmp = None
     if args.work is None:
         tmp = tempfile.TemporaryDirectory(prefix="vitedge-large-")
@@ -143,7 +150,6 @@ def main() -> None:
         sys.stderr.write(log_text[-4000:])
         raise SystemExit(f"the build failed (exit {proc.returncode}) after {wall:.0f} s; log: {log_path}")
     result = json.loads(proc.stdout.split("RESULT ", 1)[1].splitlines()[0])
-    parity = re.search(r"max \|PyTorch - ONNX Runtime\| = ([0-9.e+-]+) \(tolerance ([0-9.e+-]+)\)", log_text)
     files = {t: {p.name: p.stat().st_size for p in sorted((out / t).iterdir()) if p.is_file()} for t in TARGETS}
     doc = {
         "benchmark": "large_graph", "date": _dt.date.today().isoformat(), "machine": platform.platform(),
@@ -152,18 +158,45 @@ def main() -> None:
         "stages": result["stages"],
         "stage_peak_rss_gib": {k: v / 2**30 for k, v in result["stage_peak_bytes"].items()},
         "stage_start_rss_gib": {k: v / 2**30 for k, v in result["stage_start_rss_bytes"].items()},
-        "parity_max_abs_diff": float(parity.group(1)) if parity else None, "parity_tolerance": float(parity.group(2)) if parity else None,
         "results": result["targets"], "files": files,
         "log_tail": [line for line in log_text.splitlines() if line.strip()][-80:],
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / "large_graph.json"
-    runs = {}
-    if path.is_file():
-        old = json.loads(path.read_text())
-        runs = old.get("runs", {}) if isinstance(old, dict) else {}
+    enrich(doc, log_text, out)
+    runs = _load_runs()
     runs[args.model] = doc
-    path.write_text(json.dumps({"benchmark": "large_graph", "runs": runs}, indent=2, default=str) + "\n")
+    _write(runs)
+    print(f"\n{args.model}: {wall:.0f} s wall, peak RSS {doc['peak_rss_gib']:.1f} GiB; results in benchmarks/results/large_graph.md")
+    if tmp is not None:
+        tmp.cleanup()
+
+
+def enrich(doc: dict, log_text: str, bundles: Path) -> None:
+    """Add the export's parity figure (from the build's log; its lines are wrapped) and each
+    built target's INT8-vs-FP32 figures (from its bundle's manifest) to ``doc``."""
+    flat = " ".join(log_text.split())
+    parity = re.search(r"max \|PyTorch - ONNX Runtime\| = ([0-9.e+-]+) \(tolerance ([0-9.e+-]+)\)", flat)
+    doc["parity_max_abs_diff"] = float(parity.group(1)) if parity else None
+    doc["parity_tolerance"] = float(parity.group(2)) if parity else None
+    for row in doc["results"]:
+        manifest = bundles / row["target"] / "manifest.json"
+        validation = json.loads(manifest.read_text()).get("validation") if manifest.is_file() else None
+        if validation:
+            acc = validation["accuracy"]
+            row["accuracy"] = {k: acc.get(k) for k in ("samples", "top1_agreement", "logit_cosine_mean", "logit_cosine_min",
+                                                       "logit_abs_error_max", "embedding_cosine_mean")}
+
+
+def _load_runs() -> dict:
+    path = RESULTS / "large_graph.json"
+    if not path.is_file():
+        return {}
+    old = json.loads(path.read_text())
+    return old.get("runs", {}) if isinstance(old, dict) else {}
+
+
+def _write(runs: dict) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "large_graph.json").write_text(json.dumps({"benchmark": "large_graph", "runs": runs}, indent=2, default=str) + "\n")
     md = RESULTS / "large_graph.md"
     generated = markdown(runs)
     text = md.read_text() if md.is_file() else ""
@@ -172,9 +205,6 @@ def main() -> None:
     else:
         text = generated + text
     md.write_text(text)
-    print(f"\n{args.model}: {wall:.0f} s wall, peak RSS {doc['peak_rss_gib']:.1f} GiB; results in {md.relative_to(REPO)}")
-    if tmp is not None:
-        tmp.cleanup()
 
 
 STAGES = ("load", "export", "data", "calibrate", "quantize", "build", "validate")
@@ -195,9 +225,15 @@ def markdown(runs: dict) -> str:
         for r in doc["results"]:
             s = r["summary"]
             verdict = "n/a" if r["passed"] is None else ("pass" if r["passed"] else "fail: " + "; ".join(s.get("failures", [])))
-            agree, cos = s.get("agreement"), s.get("embedding_cosine_mean")
-            quality = "; ".join(x for x in (f"top-1 agreement {100 * agree:.1f}%" if agree is not None else "",
-                                            f"cosine {cos:.4f}" if cos is not None else "") if x) or "not run here"
+            acc = r.get("accuracy") or {}
+            agree = acc.get("top1_agreement", s.get("agreement"))
+            cos = acc.get("logit_cosine_mean") or acc.get("embedding_cosine_mean") or s.get("embedding_cosine_mean")
+            quality = "; ".join(x for x in (
+                f"{acc['samples']} images" if acc.get("samples") else "",
+                f"top-1 agreement {100 * agree:.1f}%" if agree is not None else "",
+                f"output cosine mean {cos:.4f} (min {acc['logit_cosine_min']:.4f})" if cos is not None and acc.get("logit_cosine_min") else
+                (f"output cosine mean {cos:.4f}" if cos is not None else ""),
+                f"max abs logit error {acc['logit_abs_error_max']:.3f}" if acc.get("logit_abs_error_max") is not None else "") if x) or "not run here"
             files = ", ".join(f"`{n}` {b:,}" for n, b in doc["files"].get(r["target"], {}).items())
             lines.append(f"| {name} | {r['target']} | {r['built']} | {verdict} | {quality} | {files} |")
     lines += ["", END]
