@@ -148,3 +148,12 @@ def test_calibration_runner_holds_no_view_into_the_graph():
     model.graph.input[0].name = "renamed"
     # a sub-message view would keep the whole graph (2.5 GB for vit_h_14) alive after the runner moves on
     assert runner.input.name == "input"
+
+
+def test_bake_preprocess_on_a_graph_whose_weights_stay_in_files(tmp_path, timm_vit, force_external):
+    first = export_onnx(load_model(timm_vit[1]), tmp_path / "m.onnx", ExportOptions())
+    baked = export_onnx(load_model(tmp_path / "m.onnx"), tmp_path / "b.onnx", ExportOptions(bake_preprocess=True))
+    assert baked.input_format == "uint8-nhwc-rgb" and first.input_name == "input"
+    assert external_data_files(tmp_path / "b.onnx") == [tmp_path / "b.onnx.data"]
+    frames = np.random.default_rng(0).integers(0, 256, size=(1, 32, 32, 3), dtype=np.uint8)
+    assert np.isfinite(ort_session(tmp_path / "b.onnx").run(None, {"frames": frames})[0]).all()
