@@ -19,8 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from vitedge.errors import ExportError, UsageError, environment_error
+from vitedge.memory import release_freed_memory
 from vitedge.models.intake import LoadedModel, _program_input_shape
 from vitedge.onnxutil import (
+    DATA_SUFFIX,
     FLOAT_NCHW,
     INPUT_FORMAT_KEY,
     SPEC_KEY,
@@ -28,7 +30,9 @@ from vitedge.onnxutil import (
     SessionSettings,
     get_metadata,
     graph_inputs,
+    has_external_tensors,
     is_large,
+    lean_settings,
     opset_version,
     ort_session,
     save_onnx,
@@ -49,6 +53,7 @@ class ExportOptions:
     rtol: float = 1e-3  # relative to the largest output magnitude
     check_batch: int = 2
     seed: int = 0
+    free_module: bool = False  # drop loaded.module once exported (the build uses only the graph from then on)
 
     def __post_init__(self) -> None:
         if self.opset < MIN_OPSET:
@@ -76,42 +81,71 @@ class ExportResult:
 
 
 def export_onnx(loaded: LoadedModel, out_path: str | Path, options: ExportOptions | None = None) -> ExportResult:
+    """Export (or take) the FP32 graph, write ``out_path`` and check it against PyTorch.
+
+    Memory, for graphs past 2 GB (vit_h_14: 2.5 GB of weights): the graph is held without its
+    weights (they stay in the exporter's files and are streamed into ``<out_path>.data``); the
+    PyTorch reference output is computed before the export, so ``free_module`` can drop the
+    module before ONNX Runtime opens the written file for the parity check."""
     import onnx
 
     options = options or ExportOptions()
     out_path = Path(out_path)
     start = time.perf_counter()
     output_name = "embedding" if loaded.spec.output_kind == "embedding" else "logits"
-    if loaded.is_onnx:
-        model = onnx.load(str(loaded.onnx_path))
-        if get_metadata(model).get(INPUT_FORMAT_KEY) == UINT8_NHWC_RGB:
-            if not options.bake_preprocess:
-                raise UsageError(f"{loaded.path} already takes uint8 frames (preprocessing baked in); pass --bake-preprocess to keep it")
-            options = ExportOptions(**{**options.__dict__, "bake_preprocess": False})
-        opset = opset_version(model)
-        if opset < MIN_OPSET:
-            raise ExportError(f"{loaded.path} uses opset {opset}; vitedge needs opset >= {MIN_OPSET}: re-export it, or pass the PyTorch model")
-    else:
-        model = _torch_to_onnx(loaded, options, output_name)
-        opset = opset_version(model)
-    graph_input = graph_inputs(model)[0].name
-    if options.bake_preprocess:
-        model = bake_preprocess(model, loaded.spec.preprocess)
-        graph_input = "frames"
-    meta = get_metadata(model)
-    set_metadata(model, {
-        SPEC_KEY: loaded.spec.to_json(),
-        INPUT_FORMAT_KEY: UINT8_NHWC_RGB if (options.bake_preprocess or meta.get(INPUT_FORMAT_KEY) == UINT8_NHWC_RGB) else FLOAT_NCHW,
-    })
-    input_format = get_metadata(model)[INPUT_FORMAT_KEY]
+    input_format = UINT8_NHWC_RGB if options.bake_preprocess else FLOAT_NCHW
+    with tempfile.TemporaryDirectory(prefix="vitedge-export-") as tmp:
+        base_dir: Path | None = None
+        probe = None
+        if loaded.is_onnx:
+            model = onnx.load(str(loaded.onnx_path), load_external_data=False)  # weights, if external, stay in their files
+            base_dir = Path(loaded.onnx_path).parent
+            if get_metadata(model).get(INPUT_FORMAT_KEY) == UINT8_NHWC_RGB:
+                if not options.bake_preprocess:
+                    raise UsageError(f"{loaded.path} already takes uint8 frames (preprocessing baked in); pass --bake-preprocess to keep it")
+                options = ExportOptions(**{**options.__dict__, "bake_preprocess": False})
+                input_format = UINT8_NHWC_RGB
+            opset = opset_version(model)
+            if opset < MIN_OPSET:
+                raise ExportError(f"{loaded.path} uses opset {opset}; vitedge needs opset >= {MIN_OPSET}: re-export it, or pass the PyTorch model")
+        else:
+            if options.check:
+                probe = _reference(loaded, input_format, options)  # while the module is here
+            model = _torch_to_onnx(loaded, options, output_name, Path(tmp))
+            base_dir = Path(tmp)
+            opset = opset_version(model)
+            if options.free_module:
+                loaded.module = None  # from here on only the graph is used: the weights go (2.5 GB for vit_h_14)
+                release_freed_memory()
+        graph_input = graph_inputs(model)[0].name
+        if options.bake_preprocess:
+            model = bake_preprocess(model, loaded.spec.preprocess)
+            graph_input = "frames"
+        meta = get_metadata(model)
+        set_metadata(model, {
+            SPEC_KEY: loaded.spec.to_json(),
+            INPUT_FORMAT_KEY: UINT8_NHWC_RGB if (options.bake_preprocess or meta.get(INPUT_FORMAT_KEY) == UINT8_NHWC_RGB) else FLOAT_NCHW,
+        })
+        input_format = get_metadata(model)[INPUT_FORMAT_KEY]
+        large = has_external_tensors(model) or is_large(model)
+        output = model.graph.output[0].name
+        save_onnx(model, out_path, external=large, base_dir=base_dir)
+    del model  # the check opens the file just written, as every later stage does
+    release_freed_memory()
     diff = tol = None
-    if options.check and not loaded.is_onnx:
-        diff, tol = _check_parity(loaded, model, graph_input, input_format, options)
-    save_onnx(model, out_path)
-    return ExportResult(out_path, graph_input, model.graph.output[0].name, input_format, opset, diff, tol, time.perf_counter() - start)
+    if probe is not None:
+        try:
+            diff, tol = _check_parity(out_path, graph_input, probe, large, options)
+        except BaseException:
+            for f in (out_path, out_path.with_name(out_path.name + DATA_SUFFIX)):
+                f.unlink(missing_ok=True)
+            raise
+    return ExportResult(out_path, graph_input, output, input_format, opset, diff, tol, time.perf_counter() - start)
 
 
-def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str):
+def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str, tmp: Path):
+    """The exported graph; past 2 GB its weights stay in the exporter's files in ``tmp``
+    (the graph is loaded without them)."""
     import onnx
     import torch
 
@@ -129,14 +163,15 @@ def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str
                 model = onnx_program.model_proto
             else:
                 # to a file: past 2 GB the exporter writes the weights as external data beside it
-                with tempfile.TemporaryDirectory(prefix="vitedge-export-") as tmp:
-                    path = Path(tmp) / "model.onnx"
-                    torch.onnx.export(
-                        loaded.module, (example,), str(path), opset_version=options.opset, dynamo=False,
-                        input_names=["input"], output_names=[output_name],
-                        dynamic_axes={"input": {0: "batch"}, output_name: {0: "batch"}}, do_constant_folding=True,
-                    )
-                    model = onnx.load(str(path))  # external data, if any, read into memory
+                path = tmp / "model.onnx"
+                torch.onnx.export(
+                    loaded.module, (example,), str(path), opset_version=options.opset, dynamo=False,
+                    input_names=["input"], output_names=[output_name],
+                    dynamic_axes={"input": {0: "batch"}, output_name: {0: "batch"}}, do_constant_folding=True,
+                )
+                del example
+                gc.collect()  # the exporter's temporaries, before the graph is read
+                model = onnx.load(str(path), load_external_data=False)  # external weights stay in their files
     except ExportError:
         raise
     except Exception as err:
@@ -200,13 +235,21 @@ def bake_preprocess(model, pre: Preprocess):
     graph.node.extend(new_nodes)
     graph.input.remove(old_input)
     graph.input.insert(0, frames)
-    onnx.checker.check_model(model)
+    if not has_external_tensors(model):  # weights still in their files: the checker would look for them beside the cwd
+        onnx.checker.check_model(model)
     return model
 
 
-def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str, options: ExportOptions) -> tuple[float, float]:
-    import torch
+@dataclass(frozen=True)
+class _Probe:
+    """The parity check's input (as the graph takes it) and PyTorch's output for it."""
 
+    feed: np.ndarray
+    reference: np.ndarray
+
+
+def _reference(loaded: LoadedModel, input_format: str, options: ExportOptions) -> _Probe:
+    import torch
 
     h, w = loaded.spec.image_size
     rng = np.random.default_rng(options.seed)
@@ -223,13 +266,20 @@ def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str
     with torch.no_grad():
         ref = module(torch.from_numpy(x))
     ref = (ref[0] if isinstance(ref, (tuple, list)) else ref).numpy()
+    return _Probe(feed, ref)
+
+
+def _check_parity(path: Path, input_name: str, probe: _Probe, large: bool, options: ExportOptions) -> tuple[float, float]:
+    """Run the written graph (``path``) in ONNX Runtime on the probe input and compare with PyTorch."""
     try:
-        sess = ort_session(model, _parity_settings(model))  # a graph past 2 GB goes through a file with external data
+        sess = ort_session(path, _parity_settings(large))
     except UsageError:
         raise
     except Exception as err:
         raise ExportError(f"ONNX Runtime cannot load the exported graph: {str(err).splitlines()[0][:200]}") from err
-    got = sess.run(None, {input_name: feed})[0]
+    got = sess.run(None, {input_name: probe.feed})[0]
+    del sess
+    ref = probe.reference
     if got.shape != ref.shape:
         raise ExportError(f"ONNX Runtime output shape {got.shape} differs from PyTorch's {ref.shape}")
     diff = float(np.max(np.abs(got - ref)))
@@ -239,14 +289,10 @@ def _check_parity(loaded: LoadedModel, model, input_name: str, input_format: str
     return diff, tol
 
 
-def _parity_settings(model) -> SessionSettings:
+def _parity_settings(large: bool) -> SessionSettings:
     """ONNX Runtime settings for the parity check: for a graph past 2 GB, no pre-packed second copy
-    of the weights (the torch module and the graph are in memory already; vit_h_14 ran out of 24 GB)."""
-
-    if not is_large(model):
-        return SessionSettings()
-    gc.collect()  # the exporter's temporaries
-    return SessionSettings(prepacking=False)
+    of the weights and no memory arena (vit_h_14 ran out of 24 GB)."""
+    return lean_settings() if large else SessionSettings()
 
 
 def bake_file(src: Path, dst: Path, pre: Preprocess) -> None:

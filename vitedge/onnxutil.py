@@ -56,32 +56,174 @@ def external_data_threshold() -> int:
 
 def is_large(model: Any) -> bool:
     """True when ``model`` (a ModelProto) must travel as a file with external data."""
-    return model.ByteSize() > external_data_threshold()
+    return serialized_size(model) > external_data_threshold()
 
 
-def save_onnx(model: Any, path: Path, *, external: bool | None = None) -> None:
-    """Save atomically. A graph over protobuf's 2 GB limit (see external_data_threshold), or any
-    graph with ``external=True``, keeps its weights in ``<name>.data`` beside it; ``model`` keeps
-    its weights in memory either way."""
+def serialized_size(model: Any) -> int:
+    """About how many bytes ``model`` serializes to (within a few bytes per tensor), without
+    serializing it: upb protobuf's ByteSize() encodes the whole message to measure it, which for
+    vit_h_14 briefly cost ~10 GB on top of the 2.5 GB graph. Weights count by their raw size."""
+    total = 0
+    for fd, value in model.ListFields():
+        if fd.name != "graph":
+            total += _field_size(value)
+    g = model.graph
+    for fd, value in g.ListFields():
+        if fd.name == "initializer":
+            total += sum(_tensor_size(t) for t in value)
+        else:
+            total += _field_size(value)
+    return total
+
+
+def _field_size(value: Any) -> int:
+    if hasattr(value, "ByteSize"):
+        return value.ByteSize()
+    if isinstance(value, (str, bytes)):
+        return len(value)
+    try:  # a repeated field
+        return sum(_field_size(v) for v in value)
+    except TypeError:
+        return 8
+
+
+def _tensor_size(tensor: Any) -> int:
+    """Serialized size of a TensorProto; raw data by its length, without copying it out."""
+    if not tensor.HasField("raw_data"):
+        return tensor.ByteSize()
+    from onnx import helper
+
+    n = 1
+    for d in tensor.dims:
+        n *= d
+    raw = n * helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    return raw + 16 + len(tensor.name) + 10 * len(tensor.dims)
+
+
+def save_onnx(model: Any, path: Path, *, external: bool | None = None, base_dir: Path | None = None) -> None:
+    """Save atomically. A graph over protobuf's 2 GB limit (see external_data_threshold), any graph
+    with ``external=True``, and a graph whose weights are still in files (loaded with
+    ``load_external_data=False``; ``base_dir`` is where they are) keep their weights in
+    ``<name>.data`` beside it; ``model`` is left as it was either way."""
     import onnx
 
     path = Path(path)
-    if not (is_large(model) if external is None else external):
+    if external is None:
+        external = has_external_tensors(model) or is_large(model)
+    if not external:
         with atomic_write_path(path) as tmp:
             onnx.save_model(model, str(tmp))
         return
+    save_external(model, path, base_dir=base_dir)
+
+
+EXTERNAL_MIN_BYTES = 1024  # smaller tensors (scales, zero points, shapes) stay inline
+EXTERNAL_ALIGN = 4096  # data offsets on page boundaries: ONNX Runtime can map the weights instead of copying them
+
+
+def has_external_tensors(model: Any) -> bool:
+    """True when some initializer of ``model`` (a ModelProto) names an external data file."""
+    from onnx.external_data_helper import uses_external_data
+
+    return any(uses_external_data(t) for t in model.graph.initializer)
+
+
+def save_external(model: Any, path: Path, *, base_dir: Path | None = None) -> None:
+    """Write ``model`` as ``path`` plus ``<name>.data`` (initializers of 1 KiB and more), atomically,
+    streaming one tensor at a time: ``model`` is neither changed nor copied (onnx's own external-data
+    save moves the weights out of the message and a read-back doubles protobuf's arena: 2 x 2.5 GB
+    for vit_h_14). Tensors already in files (a graph loaded without its weights) are read from
+    ``base_dir``, so this also merges a graph's many data files into one."""
+    import onnx
+
+    path = Path(path)
     data = path.with_name(path.name + DATA_SUFFIX)
     path.parent.mkdir(parents=True, exist_ok=True)
+    shell = _shell(model)
     with tempfile.TemporaryDirectory(prefix=f".{path.name}.", suffix=".partial", dir=path.parent) as tmp_dir:
-        tmp = Path(tmp_dir) / path.name
-        onnx.save_model(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
-                        location=data.name, size_threshold=1024)
-        # saving moved the weights out of `model`; read them back so callers keep a whole graph
-        from onnx.external_data_helper import load_external_data_for_model
+        tmp_graph, tmp_data = Path(tmp_dir) / path.name, Path(tmp_dir) / data.name
+        with open(tmp_data, "wb") as fh:
+            for tensor in model.graph.initializer:
+                out = shell.graph.initializer.add()
+                blob = _external_bytes(tensor, base_dir)
+                if blob is None:
+                    out.CopyFrom(tensor)
+                    continue
+                _copy_fields(tensor, out, skip=("raw_data", "external_data", "data_location"))
+                offset = -(-fh.tell() // EXTERNAL_ALIGN) * EXTERNAL_ALIGN
+                fh.seek(offset)
+                fh.write(blob)
+                out.data_location = onnx.TensorProto.EXTERNAL
+                for key, value in (("location", data.name), ("offset", str(offset)), ("length", str(len(blob)))):
+                    entry = out.external_data.add()
+                    entry.key, entry.value = key, value
+                del blob
+        onnx.save_model(shell, str(tmp_graph))
+        os.replace(tmp_data, data)  # the weights first: the graph never names a missing file
+        os.replace(tmp_graph, path)
 
-        load_external_data_for_model(model, tmp_dir)
-        os.replace(tmp.with_name(data.name), data)  # the weights first: the graph never names a missing file
-        os.replace(tmp, path)
+
+def _shell(model: Any) -> Any:
+    """A copy of ``model`` without its initializers."""
+    import onnx
+
+    shell = onnx.ModelProto()
+    _copy_fields(model, shell, skip=("graph",))
+    _copy_fields(model.graph, shell.graph, skip=("initializer",))
+    return shell
+
+
+def weightless_copy(model: Any) -> Any:
+    """A copy of ``model`` whose initializers of 1 KiB and more name a data file that does not
+    exist: what shape inference and graph analysis need (names, types, dims, the small constants
+    such as Reshape targets), a few MB for vit_h_14 instead of 2.5 GB."""
+    import onnx
+
+    shell = _shell(model)
+    for tensor in model.graph.initializer:
+        out = shell.graph.initializer.add()
+        heavy = tensor.data_location == onnx.TensorProto.EXTERNAL or (
+            tensor.HasField("raw_data") and _tensor_size(tensor) >= EXTERNAL_MIN_BYTES)
+        if not heavy:
+            out.CopyFrom(tensor)
+            continue
+        _copy_fields(tensor, out, skip=("raw_data", "external_data", "data_location"))
+        out.data_location = onnx.TensorProto.EXTERNAL
+        entry = out.external_data.add()
+        entry.key, entry.value = "location", "vitedge-weights-not-loaded"
+    return shell
+
+
+def _external_bytes(tensor: Any, base_dir: Path | None) -> bytes | None:
+    """The bytes of ``tensor`` that go to the data file; None: it stays inline."""
+    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
+
+    if uses_external_data(tensor):
+        info = ExternalDataInfo(tensor)
+        if base_dir is None:
+            raise ModelLoadError(f"tensor '{tensor.name}' is in external file '{info.location}' and no folder was given to read it from")
+        with open(Path(base_dir) / info.location, "rb") as fh:
+            fh.seek(info.offset or 0)
+            return fh.read(info.length) if info.length else fh.read()
+    if not tensor.HasField("raw_data") or _tensor_size(tensor) < EXTERNAL_MIN_BYTES:
+        return None
+    return tensor.raw_data
+
+
+def _copy_fields(src: Any, dst: Any, *, skip: tuple[str, ...]) -> None:
+    """Copy every set field of protobuf message ``src`` but ``skip`` into ``dst``."""
+    for fd, value in src.ListFields():
+        if fd.name in skip:
+            continue
+        repeated = getattr(fd, "is_repeated", None)
+        if repeated is None:
+            repeated = fd.label == fd.LABEL_REPEATED
+        if repeated:
+            getattr(dst, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(dst, fd.name).CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
 
 
 def external_data_files(path: Path) -> list[Path]:
@@ -117,8 +259,8 @@ def copy_onnx(src: Path, dst: Path) -> list[Path]:
             shutil.copyfile(src, tmp)
         return [dst]
     if len(files) > 1:  # vitedge writes one data file; a user's graph may have several: merge them
-        model = onnx.load(str(src))
-        save_onnx(model, dst, external=True)
+        model = onnx.load(str(src), load_external_data=False)  # the weights are streamed, one tensor at a time
+        save_external(model, dst, base_dir=src.parent)
         return [dst, dst.with_name(dst.name + DATA_SUFFIX)]
     data = dst.with_name(dst.name + DATA_SUFFIX)
     model = onnx.load(str(src), load_external_data=False)
@@ -175,7 +317,7 @@ def session_source(model: Any):
     elif is_large(model):
         with tempfile.TemporaryDirectory(prefix="vitedge-large-") as tmp:
             path = Path(tmp) / "model.onnx"
-            save_onnx(model, path, external=True)
+            save_external(model, path)  # streamed: the ModelProto is not copied
             yield str(path)
     else:
         yield model.SerializeToString()
@@ -195,6 +337,7 @@ class SessionSettings:
     optimized_model_path: str | Path | None = None  # where ONNX Runtime writes the graph it optimized for this CPU
     spinning: bool = True  # idle intra-op threads busy-wait (ONNX Runtime's default); off for sessions timed interleaved
     prepacking: bool = True  # off: no pre-packed second copy of the weights (a graph past 2 GB in a full process)
+    arena: bool = True  # off: no CPU memory arena; what a run allocates goes back when it ends (large graphs)
     profile_prefix: str | None = None  # turn ONNX Runtime's profiler on; its JSON file starts with this
     providers: tuple[str, ...] = ("CPUExecutionProvider",)
 
@@ -222,10 +365,19 @@ def _session_options(settings: SessionSettings) -> Any:
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if not settings.prepacking:
         so.add_session_config_entry("session.disable_prepacking", "1")
+    if not settings.arena:
+        so.enable_cpu_mem_arena = False
     if settings.profile_prefix:
         so.enable_profiling = True
         so.profile_file_prefix = settings.profile_prefix
     return so
+
+
+def lean_settings(settings: SessionSettings | None = None) -> SessionSettings:
+    """``settings`` (default: ONNX Runtime's) for a graph past 2 GB, whose weights alone are 2.5 GB
+    (vit_h_14): no pre-packed second copy of the weights, no memory arena holding on to the largest
+    run's buffers. Measured on vit_h_14: see benchmarks/results/large_graph.md."""
+    return dataclasses.replace(settings or SessionSettings(), prepacking=False, arena=False)
 
 
 def ort_session(model: Any, settings: SessionSettings | None = None, *, threads: int | None = None) -> Any:
@@ -369,10 +521,10 @@ def cleanup(model: Any) -> None:
         del g.node[:]
         g.node.extend(keep)
     used = {i for n in g.node for i in n.input if i} | outputs
-    inits = [t for t in g.initializer if t.name in used]
-    if len(inits) != len(g.initializer):
-        del g.initializer[:]
-        g.initializer.extend(inits)
+    # deleted one by one: clearing and re-adding the kept ones would copy every weight (upb
+    # protobuf keeps the old copies in the message's arena too: +2.5 GB per call for vit_h_14)
+    for k in reversed([k for k, t in enumerate(g.initializer) if t.name not in used]):
+        del g.initializer[k]
     produced = {o for n in g.node for o in n.output} | {t.name for t in g.initializer} | {i.name for i in g.input}
     vis = [v for v in g.value_info if v.name in produced]
     if len(vis) != len(g.value_info):

@@ -34,6 +34,7 @@ from vitedge.manifest_sections import (
     QuantizationSection,
     TargetSection,
 )
+from vitedge.memory import release_freed_memory
 from vitedge.models.intake import IntakeOptions, load_model
 from vitedge.onnxutil import INPUT_FORMAT_KEY, copy_onnx, get_metadata, onnx_sha256
 from vitedge.outputs import interrupted_after, prepare_outputs, work_prefix
@@ -114,11 +115,14 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             spec = loaded.spec
             log.info(f"{spec.family} {spec.variant}, {spec.image_size[0]}x{spec.image_size[1]}, "
                      f"{spec.num_params or 0:,} parameters, output {spec.output_kind}")
+            release_freed_memory()  # the checkpoint the module was loaded from (as large as the weights)
         with log.stage("export", "FP32 ONNX, checked against PyTorch"):
             fp32 = work / "model.fp32.onnx"
-            result = export_onnx(loaded, fp32, ExportOptions())
+            # only the ONNX graph is used from here: the module's weights (2.5 GB for vit_h_14) go before the parity check
+            result = export_onnx(loaded, fp32, ExportOptions(free_module=True))
             log.info(result.one_line())
-            loaded.module = None  # only the ONNX graph is used from here: free the weights (2.5 GB for vit_h_14)
+            loaded.module = None
+            release_freed_memory()
         with log.stage("data", f"calibration set {req.calib}"):
             calib_path, val_path, notes = resolve_data(req.calib, req.val, spec.class_names)
             for note in notes:
@@ -155,7 +159,12 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             graph = budget.graph
             qdq = work / f"qdq-{len(qdq_paths)}" / "model.int8.onnx"  # the bundle's name: external data keeps its location
             graph.save(qdq)
+            # every later step reads the saved files: drop the two in-memory graphs (2 x 2.5 GB for vit_h_14)
+            graph = graph.without_model()
+            calibration = graph.calibration
+            budget = budgets[key] = dataclasses.replace(budget, graph=graph)
             qdq_paths[key] = (qdq, calibration, graph)
+            release_freed_memory()
         if req.bake_preprocess:
             baked = work / "baked"
             baked.mkdir()
@@ -173,6 +182,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
                                      calibration=calibration, graph=graph, loaded=loaded, val=val, thresholds=thresholds[p.name],
                                      budget=budgets[QuantConfigKey.of(configs[p.name])], val_record=val_record)
                 results.append(_build_target(target, req, log))
+                release_freed_memory()  # each target's runtimes (OpenVINO, ONNX Runtime) before the next opens its own
             except KeyboardInterrupt as err:
                 if not results:
                     raise  # nothing was written: the plain interrupt

@@ -45,8 +45,11 @@ from vitedge.onnxutil import (
     INPUT_FORMAT_KEY,
     SPEC_KEY,
     UINT8_NHWC_RGB,
+    SessionSettings,
     get_metadata,
     graph_inputs,
+    is_large,
+    lean_settings,
     onnx_sha256,
     ort_session,
 )
@@ -72,6 +75,23 @@ from vitedge.spec import ModelSpec
 # costs little.)
 CALIBRATION_THREADS = 2
 CALIBRATION_BATCH = 8
+# Past 2 GB (vit_h_14) each run returns every activation of its batch as a graph output (~0.6 GB per
+# image): batches of one, and ONNX Runtime without pre-packed weights or arena (onnxutil.lean_settings).
+LARGE_GRAPH_BATCH = 1
+
+
+def _detached(message: Any) -> Any:
+    """A copy of a protobuf sub-message that does not hold on to the message it came from."""
+    copy = type(message)()
+    copy.CopyFrom(message)
+    return copy
+
+
+def _large_graph_run(model: Any) -> tuple[int | None, SessionSettings]:
+    """(batch size or None for the default, session settings) for running ``model`` in calibration."""
+    if is_large(model):
+        return LARGE_GRAPH_BATCH, lean_settings()
+    return None, SessionSettings()
 
 
 @dataclass(frozen=True)
@@ -171,6 +191,7 @@ def calibrate(
     key = cache_key(parts)
 
     prepared = prepare(model)
+    del model  # prepare copied it: one 2.5 GB graph less (vit_h_14)
     gi = GraphIndex(prepared)
     layers = find_layers(gi)
     if not layers:
@@ -219,6 +240,8 @@ def calibrate(
         amax = {renamed.get(t, t): v for t, v in amax0.items()}
         for t, s in site_scale.items():
             amax[renamed.get(t, t)] = float(np.max(chan[t] / s)) if chan[t].size else 0.0
+        passes = runner.runs
+        runner = None  # it holds the unsmoothed graph: only the smoothed copy is used from here (2.5 GB on vit_h_14)
         hists = None
         if config.needs_histograms:
             hists = {renamed.get(t, t): collector.histogram(t, amax[renamed.get(t, t)], config.num_bins, site_scale.get(t))
@@ -240,13 +263,13 @@ def calibrate(
             candidates = {t: stats.candidate_thresholds(amax[t], hists[t]) for t in sorted(amax) if t not in exact}
         moments = {renamed.get(t, t): collector.moments(t, thresholds[renamed.get(t, t)], site_scale.get(t))
                    for t in collector.moment_tensors}
-        passes = runner.runs
         timings["statistics"] = time.perf_counter() - t0
         reused = False
         try:
             _store(cache, key, parts, summary, thresholds, amax, scales, candidates)
         except OSError as err:
             cache_note = f"could not write the calibration cache in {cache.root}: {err.strerror or err}"
+    gi = prepared = None  # (the GraphIndex holds the unsmoothed graph too)
     smoothed_layers = tuple(sorted({name for s in sites if s.norm in scales for name in s.layers}))
     layers_after = tuple(find_layers(GraphIndex(smoothed)))
     missing = [t for t in _activation_tensors(layers_after) if t not in thresholds]
@@ -256,7 +279,7 @@ def calibrate(
     if config.refine_params() is not None:
         if config.method == "auto" and not candidates:
             raise QuantizationError("method 'auto' found no candidate thresholds in the statistics (stale cache entry?)")
-        refinement, refine_passes = _refinement(cache, parts, config, prepared, meta, source, progress, smoothed, layers_after,
+        refinement, refine_passes = _refinement(cache, parts, config, smoothed, meta, source, progress, smoothed, layers_after,
                                                 thresholds, candidates, moments)
         thresholds = dict(thresholds, **refinement.thresholds)
         passes += refine_passes
@@ -469,10 +492,11 @@ class _Runner:
         inputs = graph_inputs(model)
         if len(inputs) != 1:
             raise QuantizationError(f"vitedge calibrates graphs with one image input; this one has {len(inputs)}")
-        self.input = inputs[0]
+        self.input = _detached(inputs[0])  # not a view into `model`: one would keep the whole graph alive (upb arenas)
         dims = self.input.type.tensor_type.shape.dim
         self.fixed_batch = dims[0].dim_value if len(dims) and dims[0].HasField("dim_value") else 0
-        self.batch = self.fixed_batch or CALIBRATION_BATCH
+        large_batch, self.session_settings = _large_graph_run(model)
+        self.batch = self.fixed_batch or large_batch or CALIBRATION_BATCH
 
     def _session(self, outputs: list[str]):
         import onnx
@@ -493,7 +517,7 @@ class _Runner:
         del m.graph.output[:]
         m.graph.output.extend(wanted)
         try:
-            return ort_session(m, threads=CALIBRATION_THREADS)  # past 2 GB: through external data
+            return ort_session(m, self.session_settings, threads=CALIBRATION_THREADS)  # past 2 GB: through external data
         except Exception as err:
             raise QuantizationError(f"ONNX Runtime cannot run the FP32 graph for calibration: {str(err).splitlines()[0][:200]}") from err
         finally:

@@ -26,7 +26,14 @@ from typing import Any
 import numpy as np
 
 from vitedge.errors import QuantizationError
-from vitedge.onnxutil import graph_inputs, node_index, opset_imports, opset_version
+from vitedge.onnxutil import (
+    graph_inputs,
+    is_large,
+    node_index,
+    opset_imports,
+    opset_version,
+    weightless_copy,
+)
 
 # Ops that only move or select data: a patch embedding's input reaches it through these.
 DATA_MOVEMENT = frozenset({
@@ -200,7 +207,12 @@ def prepare(model: Any) -> Any:
         node.name = name
         used.add(name)
     try:
-        m = onnx.shape_inference.infer_shapes(m, strict_mode=False)
+        if is_large(m):  # past 2 GB infer_shapes cannot serialize the graph: infer on it without its weights
+            inferred = onnx.shape_inference.infer_shapes(weightless_copy(m), strict_mode=False)
+            del m.graph.value_info[:]
+            m.graph.value_info.extend(inferred.graph.value_info)
+        else:
+            m = onnx.shape_inference.infer_shapes(m, strict_mode=False)
     except Exception:  # shapes are a help, not a requirement
         pass
     return m
