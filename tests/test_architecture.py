@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["vitedge", "vitedge.errors", "vitedge.paths", "vitedge.signals", "vitedge.swap", "vitedge.fsutil",
               "vitedge.safefile", "vitedge.spec", "vitedge.cpu", "vitedge.preprocess", "vitedge.ui",
               "vitedge.bundle_trust", "vitedge.manifest_types", "vitedge.manifest_sections", "vitedge.manifest",
-              "vitedge.outputs", "vitedge.onnxutil"]),
+              "vitedge.outputs", "vitedge.onnxutil", "vitedge.memory"]),
     ("inputs", ["vitedge.calibration", "vitedge.models", "vitedge.export", "vitedge.camera_apps"]),
     ("quantize", ["vitedge.quantize"]),
     ("backends", ["vitedge.backends"]),
