@@ -95,7 +95,7 @@ def build_vitb(work: Path, calib_size: int):
     return pt, work / "out", timings
 
 
-def anchor_graphs(work: Path, fp32: Path, calib_batches: list[np.ndarray]):
+def anchor_graphs(work: Path, fp32: Path, calib_batches: list[np.ndarray], nncf_too: bool = True):
     import nncf
     import openvino as ov
     from onnxruntime.quantization import CalibrationDataReader, quantize_static
@@ -114,6 +114,8 @@ def anchor_graphs(work: Path, fp32: Path, calib_batches: list[np.ndarray]):
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         quantize_static(str(fp32), str(ortq), Reader())
     out["ort_static"] = (ortq, time.perf_counter() - t0)
+    if not nncf_too:
+        return out
     log("== anchor: NNCF quantize(model_type=TRANSFORMER) on OpenVINO")
     items = [b[i:i + 1] for b in calib_batches for i in range(len(b))]
     t0 = time.perf_counter()
@@ -263,11 +265,61 @@ def markdown(res) -> str:
     return "\n".join(lines)
 
 
+def build_only(calib_size: int) -> None:
+    """Cold and warm `vitedge build` of ViT-B/16 (both CPU targets), stage by stage, and ONNX Runtime's
+    `quantize_static` on the same graph and images in the same run (the anchor for the calibrate stage)."""
+    from quant_accuracy import environment
+
+    from vitedge.cpu import read_cpu
+    from vitedge.models.intake import IntakeOptions, load_model
+
+    env = environment()
+    cpu = read_cpu()
+    isa = cpu.isa.split(" ")[0]  # file name: avx2, avx512, avx512-vnni, amx, ...
+    load = [os.getloadavg()[0]]
+    with tempfile.TemporaryDirectory(prefix="vitedge-bench-") as tmp:
+        work = Path(tmp)
+        pt, bundles, build_times = build_vitb(work, calib_size)
+        load.append(os.getloadavg()[0])
+        spec = load_model(pt, IntakeOptions(arch="vit_base_patch16_224")).spec
+        anchors = anchor_graphs(work, bundles / "onnx" / "reference.fp32.onnx", calib_batches(spec, calib_size), nncf_too=False)
+        load.append(os.getloadavg()[0])
+    res = {"environment": env, "cpu": cpu.to_dict(), "calib_size": calib_size, "build": build_times,
+           "anchor_seconds": {k: v[1] for k, v in anchors.items()}, "load_average_1min": load}
+    cold, warm = build_times["cold cache"], build_times["warm cache"]
+    stages = list(cold["stages_s"])
+    lines = [f"# Build wall time: ViT-B/16, targets onnx + intel-cpu ({cpu.isa})", "",
+             f"Measured {env['date']} on {env['machine']}; {env['platform']}. Load average (1 min) before, between, after: "
+             + ", ".join(f"{x:.1f}" for x in load) + ".",
+             "Versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()) + ".", "",
+             f"`python benchmarks/build_speed.py --build-only --calib-size {calib_size}`: random-weight timm ViT-B/16 saved as a "
+             "state_dict, `vitedge build` for onnx and intel-cpu, calibration/digits (calibration images and the val split), "
+             "latency and accuracy budget off, first with an empty cache (cold), then again with the calibration and FP32 "
+             "reference caches it left (warm). The anchor is ONNX Runtime `quantize_static` (MinMax defaults) on the onnx "
+             "bundle's FP32 graph and the same calibration images, in the same run. A shared 2-core machine: read the ratios.", "",
+             "| run | total s | " + " | ".join(stages) + " |", "|---|---:|" + "---:|" * len(stages)]
+    for label, b in build_times.items():
+        lines.append(f"| {label} | {b['total_s']:.1f} | " + " | ".join(f"{b['stages_s'].get(k, 0):.1f}" for k in stages) + " |")
+    ort = anchors["ort_static"][1]
+    lines += ["", f"Anchor: `quantize_static` on the same images {ort:.1f} s; vitedge's cold calibrate stage "
+              f"{cold['stages_s'].get('calibrate', 0):.1f} s = {cold['stages_s'].get('calibrate', 0) / ort:.2f}x of it.", ""]
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"build_wall_{isa}.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
+    (RESULTS / f"build_wall_{isa}.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--calib-size", type=int, default=256)
+    ap.add_argument("--build-only", action="store_true",
+                    help="only the cold/warm build wall time and the quantize_static anchor's time on the same images "
+                         "(issue 19 item 4), written to results/build_wall_<isa>.md and .json")
     args = ap.parse_args()
+    if args.build_only:
+        build_only(args.calib_size)
+        return
     from quant_accuracy import environment
 
     from vitedge.models.intake import IntakeOptions, load_model
