@@ -14,6 +14,7 @@ from pathlib import Path
 import onnx
 import pytest
 from conftest import CALIB_DIR, EXAMPLES, REPO, VAL_DIR
+from helpers.cli import default_sigint
 
 from vitedge.backends.ort_attention import fuse_attention
 from vitedge.build.pipeline import BuildRequest, run_build
@@ -130,7 +131,7 @@ def test_user_profile_and_existing_output_refused(tmp_path, two_target_build):
 
 def _cli(*args, **kw):
     return subprocess.Popen([sys.executable, "-m", "vitedge", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **kw)
+                            text=True, preexec_fn=default_sigint, **kw)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])

@@ -13,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from helpers.cli import default_sigint
 
 from vitedge.errors import UsageError
 from vitedge.outputs import check_replaceable, prepare_outputs
@@ -187,7 +188,7 @@ def _build_signalled(tmp_path: Path, sig: str, nth: int, *args) -> subprocess.Co
     env = dict(os.environ, TMPDIR=str(work))
     return subprocess.run([sys.executable, "-c", _SIGNAL_IN_BUILD, sig, str(nth), "build", str(DIGITS), "--calib", str(CALIB),
                            "--no-latency", "--no-fallback", "--calib-size", "16", *map(str, args)],
-                          capture_output=True, text=True, timeout=600, env=env)
+                          capture_output=True, text=True, timeout=600, env=env, preexec_fn=default_sigint)
 
 
 def _leftovers(tmp_path: Path) -> list[str]:

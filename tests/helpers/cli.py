@@ -30,3 +30,12 @@ def run_cli(capsys, *args) -> tuple[int, str, str]:
         main([str(a) for a in args])
     cap = capsys.readouterr()
     return int(exc.value.code or 0), cap.out, cap.err
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` for a child the test interrupts with SIGINT: a shell's background job (nohup,
+    `cmd &` without job control) runs with SIGINT ignored, children inherit that, and Python then
+    leaves it ignored, so the Ctrl-C under test would never arrive."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
