@@ -28,14 +28,6 @@ def absmax(x: np.ndarray) -> float:
     return max(float(x.max()), -float(x.min())) if x.size else 0.0
 
 
-def channel_absmax(x: np.ndarray) -> np.ndarray:
-    """max |x| per channel (last axis), float64."""
-    a = x.reshape(-1, x.shape[-1])
-    if not a.shape[0]:
-        return np.zeros(x.shape[-1])
-    return np.maximum(a.max(axis=0), -a.min(axis=0)).astype(np.float64)
-
-
 def histogram(x: np.ndarray, top: float, num_bins: int) -> np.ndarray:
     """Counts of |x| in ``num_bins`` equal bins over [0, top]; values above ``top`` land in
     the last bin. The bin index is computed in float32 (fast); the result is deterministic."""
