@@ -29,8 +29,53 @@ def test_second_validate_reads_the_cache_and_reports_the_same_accuracy(bundle, c
     assert first["data"]["reference"]["key"] == second["data"]["reference"]["key"]
     assert second["accuracy"] == first["accuracy"]
     assert "computed at batch 8" in log1 and "read from the cache" in log2  # the onnx profile's batch sizes are 1 and 8
-    entries = list((cache / "reference").glob("*.npz"))
-    assert [p.stem for p in entries] == [first["data"]["reference"]["key"]]
+    entries = sorted(p.stem for p in (cache / "reference").glob("*.npz"))
+    assert entries == sorted([first["data"]["reference"]["key"], first["data"]["int8_outputs"]["key"]])
+
+
+def test_a_byte_identical_artifact_reuses_its_int8_outputs_and_says_so(bundle, capsys, tmp_path):
+    cache = tmp_path / "cache"
+    first, log1 = _validate(capsys, bundle, cache, "--data-size", 40)
+    second, log2 = _validate(capsys, bundle, cache, "--data-size", 40)
+    assert (first["data"]["int8_outputs"]["cache"], second["data"]["int8_outputs"]["cache"]) == ("miss", "hit")
+    assert first["data"]["int8_outputs"]["key"] != first["data"]["reference"]["key"]
+    assert "INT8 artifact: 40 outputs computed at batch 8" in log1
+    assert "INT8 artifact: 40 outputs read from the cache" in log2
+    assert second["accuracy"] == first["accuracy"]
+    summary = (bundle / "report" / "summary.md").read_text()
+    assert "Outputs reused from the validation cache" in summary and "INT8 artifact" in summary
+    third, log3 = _validate(capsys, bundle, cache, "--data-size", 40, "--no-int8-cache")
+    assert (third["data"]["reference"]["cache"], third["data"]["int8_outputs"]["cache"]) == ("hit", "off")
+    assert "INT8 artifact: 40 outputs computed at batch 8; not cached" in log3
+    assert third["accuracy"] == first["accuracy"]
+
+
+def test_a_changed_int8_graph_runs_again_and_its_new_outputs_count(bundle, tmp_path):
+    """Reuse is for the same bytes only: a changed quantized weight misses, runs, and the metrics move."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    from vitedge.calibration.sources import open_source
+    from vitedge.manifest import read_manifest
+    from vitedge.validation.bundle import ValidateOptions, validate_bundle
+    from vitedge.validation.reference_cache import ReferenceCacheSettings
+
+    manifest = read_manifest(bundle)
+    source = open_source(VAL_DIR, manifest.spec.preprocess, limit=24, seed=0, class_names=manifest.spec.class_names)
+    options = ValidateOptions(measure_speed=False, reference_cache=ReferenceCacheSettings(root=tmp_path / "cache"))
+    before = validate_bundle(bundle, manifest, source, options).document
+    model = bundle / manifest.artifacts["model"]
+    graph = onnx.load(str(model))
+    scales = [t for t in graph.graph.initializer if t.name.endswith("_scale") and numpy_helper.to_array(t).size > 1]
+    last = scales[-1]  # a per-channel weight scale, late in the graph (the head's): the logits change
+    last.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(last) * np.float32(1.5), last.name))
+    onnx.save(graph, str(model))
+    after = validate_bundle(bundle, manifest, source, options).document
+    assert before["data"]["int8_outputs"]["cache"] == "miss" and after["data"]["int8_outputs"]["cache"] == "miss"
+    assert after["data"]["reference"]["cache"] == "hit"  # the FP32 side did not change
+    assert after["data"]["int8_outputs"]["key"] != before["data"]["int8_outputs"]["key"]
+    assert after["accuracy"]["logit_cosine_mean"] != before["accuracy"]["logit_cosine_mean"]
 
 
 def test_other_data_misses(bundle, capsys, tmp_path):
@@ -40,7 +85,8 @@ def test_other_data_misses(bundle, capsys, tmp_path):
     c, _ = _validate(capsys, bundle, cache, "--data-size", 32)
     assert [d["data"]["reference"]["cache"] for d in (a, b, c)] == ["miss", "miss", "miss"]
     assert len({d["data"]["reference"]["key"] for d in (a, b, c)}) == 3
-    assert len(list((cache / "reference").glob("*.npz"))) == 3
+    assert [d["data"]["int8_outputs"]["cache"] for d in (a, b, c)] == ["miss", "miss", "miss"]
+    assert len(list((cache / "reference").glob("*.npz"))) == 6  # an FP32 and an INT8 entry per data set
 
 
 def test_another_fp32_graph_misses(bundle, tmp_path):
@@ -72,7 +118,7 @@ def test_a_corrupt_entry_is_recomputed_with_a_warning(bundle, capsys, tmp_path):
     entry.write_bytes(entry.read_bytes()[:200])  # truncated
     second, log = _validate(capsys, bundle, cache, "--data-size", 40)
     assert second["data"]["reference"]["cache"] == "miss"
-    assert "WARNING ignored the unreadable FP32 reference cache entry" in log
+    assert "WARNING ignored the unreadable validation cache entry" in log
     assert second["accuracy"] == first["accuracy"]
     third, _ = _validate(capsys, bundle, cache, "--data-size", 40)  # rewritten, readable again
     assert third["data"]["reference"]["cache"] == "hit"
@@ -105,6 +151,7 @@ def test_no_reference_cache_computes_and_writes_nothing(bundle, capsys, tmp_path
     for _ in range(2):
         doc, log = _validate(capsys, bundle, cache, "--data-size", 24, "--no-reference-cache")
         assert doc["data"]["reference"] == {"cache": "off", "batch": 8}
+        assert doc["data"]["int8_outputs"] == {"cache": "off", "batch": 8}  # --no-reference-cache turns every reuse off
         assert "reference cache off" in log
     assert not (cache / "reference").exists()
 
@@ -144,8 +191,10 @@ def test_targets_sharing_a_runtime_and_a_warm_rebuild_reuse_fp32(tmp_path):
     cold, cold_log = build(False)
     assert [cold[t]["data"]["reference"]["cache"] for t in ("onnx", "onnx-twin")] == ["miss", "hit"]
     assert any(line.startswith("budget onnxruntime") and "computed" in line for line in cold_log)
+    assert [cold[t]["data"]["int8_outputs"]["cache"] for t in ("onnx", "onnx-twin")] == ["miss", "hit"]  # one graph, one runtime
     warm, warm_log = build(True)
     assert [warm[t]["data"]["reference"]["cache"] for t in ("onnx", "onnx-twin")] == ["hit", "hit"]
+    assert [warm[t]["data"]["int8_outputs"]["cache"] for t in ("onnx", "onnx-twin")] == ["hit", "hit"]  # an unchanged artifact
     assert any(line.startswith("budget onnxruntime") and "read from the cache" in line for line in warm_log)
     for t in ("onnx", "onnx-twin"):
         assert warm[t]["accuracy"] == cold[t]["accuracy"]

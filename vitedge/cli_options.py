@@ -202,8 +202,15 @@ def seed_option(help: str | None = None) -> Callable:
 def reference_cache_option() -> Callable:
     """Reuse FP32 validation outputs cached beside the calibration cache (build, validate)."""
     return click.option("--reference-cache/--no-reference-cache", default=True, show_default=True,
-                        help="Reuse the FP32 reference outputs of an earlier validation with the same FP32 graph, data, runtime "
-                             "and settings, cached in the cache dir under reference/ (INT8 is always run).")
+                        help="Reuse the FP32 reference outputs of an earlier validation with the same FP32 graph, data, runtime, "
+                             "settings and CPU, cached in the cache dir under reference/ (--no-reference-cache: reuse nothing).")
+
+
+def int8_cache_option() -> Callable:
+    """Reuse the INT8 outputs of a byte-identical artifact from the same cache (build, validate)."""
+    return click.option("--int8-cache/--no-int8-cache", default=True, show_default=True,
+                        help="Also reuse the INT8 outputs of an earlier validation of a byte-identical artifact (same quantized "
+                             "graph and weights, data, runtime, settings and CPU); any change runs it. --no-int8-cache: always run INT8.")
 
 
 # ---- the parity gate (build, validate) ---------------------------------------------------------

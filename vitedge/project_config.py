@@ -63,6 +63,8 @@ KEYS: dict[str, Key] = {
     "no_fallback": Key("no_fallback", "bool"),
     "fallback_max_evals": Key("fallback_max_evals", "int"),
     "cache_dir": Key("cache_dir", "path"),
+    "reference_cache": Key("reference_cache", "bool"),
+    "int8_cache": Key("int8_cache", "bool"),
     # model flags (see `vitedge inspect --help`)
     "arch": Key("arch", "str"),
     "num_heads": Key("num_heads", "int"),

@@ -65,6 +65,7 @@ class BuildRequest:
     bake_preprocess: bool = False
     cache_dir: Path | None = None
     reference_cache: bool = True  # reuse FP32 validation outputs cached under cache_dir (vitedge.validation.reference_cache)
+    int8_cache: bool = True  # also reuse the INT8 outputs of a byte-identical artifact (needs reference_cache)
     keep_float: tuple[str, ...] = ()
     measure_speed: bool = True
     min_calib: int = 16
@@ -271,7 +272,8 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                     checked = validate_bundle(tmp, manifest, t.val, ValidateOptions(
                         threshold_overrides=req.threshold_overrides, measure_speed=req.measure_speed, producer="vitedge build",
                         data_role=(val_record or {}).get("role"),
-                        reference_cache=ReferenceCacheSettings(enabled=req.reference_cache, root=req.cache_dir)),
+                        reference_cache=ReferenceCacheSettings(enabled=req.reference_cache, root=req.cache_dir,
+                                                             int8_outputs=req.int8_cache)),
                         log=log, bundle_label=str(bundle_dir))
                     validation = manifest.validation = checked.document
                     for row in checked.result.gate:

@@ -17,6 +17,7 @@ from vitedge.cli_options import (
     keep_float_option,
     percentile_option,
     quantize_attention_option,
+    int8_cache_option,
     reference_cache_option,
     seed_option,
     smoothquant_options,
@@ -59,11 +60,12 @@ from vitedge.ui import StageLog
               help="Accuracy budget: most candidate graphs evaluated (the full INT8 one included) while returning the most harmful layers to float.")
 @cache_dir_option
 @reference_cache_option()
+@int8_cache_option()
 @embedding_gate_flags
 @click.option("-q", "--quiet", is_flag=True, help="Only the summary.")
 def command(model, targets, calib, val, out, force, intake, calib_size, seed, method, percentile, smoothquant_alpha, no_smoothquant,
             quantize_attention, weight_range, keep_float, bake_preprocess, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
-            no_fallback, fallback_max_evals, cache_dir, reference_cache, quiet, **embedding_gate) -> None:
+            no_fallback, fallback_max_evals, cache_dir, reference_cache, int8_cache, quiet, **embedding_gate) -> None:
     """Quantize MODEL to INT8 once and build it for each --target, validated against FP32.
 
     When the INT8 graph misses the accuracy thresholds on the validation data, the layers that
@@ -91,7 +93,7 @@ def command(model, targets, calib, val, out, force, intake, calib_size, seed, me
         calib_size=calib_size, seed=seed, quant_overrides=quant,
         threshold_overrides={"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms,
                              **embedding_overrides(embedding_gate)},
-        bake_preprocess=bake_preprocess, cache_dir=cache_dir, reference_cache=reference_cache, keep_float=tuple(keep_float), measure_speed=not no_latency,
+        bake_preprocess=bake_preprocess, cache_dir=cache_dir, reference_cache=reference_cache, int8_cache=int8_cache, keep_float=tuple(keep_float), measure_speed=not no_latency,
         budget=BudgetSettings(enabled=not no_fallback, max_evals=fallback_max_evals, measure_cost=not no_latency),
     )
     log = StageLog(quiet=quiet)

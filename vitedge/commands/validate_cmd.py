@@ -11,6 +11,7 @@ from vitedge.calibration.sources import open_source
 from vitedge.calibration.split import validation_part
 from vitedge.cli_options import (
     cache_dir_option,
+    int8_cache_option,
     reference_cache_option,
     seed_option,
     threshold_options,
@@ -64,9 +65,10 @@ from vitedge.validation.report import append_step_summary, check_report_dir
               help="Shard the data over an existing Ray cluster (e.g. auto, ray://head:10001); see docs/scale.md.")
 @cache_dir_option
 @reference_cache_option()
+@int8_cache_option()
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict and the report paths.")
 def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
-            latency_seconds, sensitivity, sensitivity_samples, threads, workers, ray_address, cache_dir, reference_cache, quiet,
+            latency_seconds, sensitivity, sensitivity_samples, threads, workers, ray_address, cache_dir, reference_cache, int8_cache, quiet,
             **embedding_gate) -> None:
     """Validate BUNDLE's artifact against its FP32 reference on the same runtime and the same inputs.
 
@@ -99,7 +101,8 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
         for b in bundles:
             result = validate_one(b, dirs[b], data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
                                   sensitivity_samples, threads, quiet, scale=scale,
-                                  reference=ReferenceCacheSettings(enabled=reference_cache, root=cache_dir))
+                                  reference=ReferenceCacheSettings(enabled=reference_cache, root=cache_dir,
+                                                                     int8_outputs=int8_cache))
             if not result.passed:
                 failed.append(result.failure_line())
     if failed:

@@ -63,7 +63,7 @@ class ShardedValidator:
                  batch_sizes: tuple[int, ...] = (1,), *, measure_speed: bool = True, threads: int | None = None,
                  latency: LatencySettings | None = None, output_kind: str | None = None, log=None,
                  reference_cache=None) -> ValidationResult:
-        """``reference_cache`` is not used: each worker computes its shard's FP32 outputs."""
+        """``reference_cache`` is not used: each worker computes its shard's FP32 and INT8 outputs."""
         info = log or (lambda _m: None)
         kind = output_kind or spec.output_kind
         settings = latency or LatencySettings()
@@ -105,8 +105,10 @@ class ShardedValidator:
             "latency_node": lat_node,
             "memory_from": "the latency worker" if measure_speed else "shard 0's worker",
         }
-        data = dict(source_data(source), reference={"cache": "off", "batch": eval_batch(batch_sizes),
-                                                    "note": "sharded: each worker computes its shard's FP32 outputs"})
+        batch = eval_batch(batch_sizes)
+        data = dict(source_data(source),
+                    reference={"cache": "off", "batch": batch, "note": "sharded: each worker computes its shard's FP32 outputs"},
+                    int8_outputs={"cache": "off", "batch": batch, "note": "sharded: each worker computes its shard's INT8 outputs"})
         return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, data, thresholds)
 
     def annotate(self, document: dict[str, Any]) -> None:

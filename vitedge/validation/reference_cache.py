@@ -1,4 +1,4 @@
-"""On-disk cache of FP32 reference outputs, so validation does not recompute what it already knows.
+"""On-disk cache of validation outputs, so validation does not recompute what it already knows.
 
 The FP32 side of a validation is the same for every target that runs the same reference graph
 on the same runtime with the same settings, for a warm rebuild and for `vitedge validate`
@@ -17,7 +17,14 @@ Entries are single ``.npz`` files under ``<cache root>/reference/`` (the calibra
 ``--cache-dir``, ``$VITEDGE_CACHE_DIR``, ``~/.cache/vitedge``), written atomically. One that cannot
 be read, or does not match its key and the data's length, is ignored with a one-line warning and
 recomputed, never trusted. After a write, the least recently used entries are removed while the
-folder holds more than ``MAX_BYTES``. The INT8 side is never cached: it is what validation checks.
+folder holds more than ``MAX_BYTES``.
+
+The INT8 side uses the same key, so its outputs are reused only for a *byte-identical* artifact
+(same graph and weights, the same data, runtime and version, settings, batch and CPU): a warm
+rebuild of an unchanged model, or `vitedge validate` run again on the same machine. Any change to
+the quantized graph, the runtime or the CPU misses and runs the artifact. The user turns that
+reuse off alone with ``--no-int8-cache`` (``int8_outputs=False``), or every reuse with
+``--no-reference-cache``; validation.json records where each side's outputs came from.
 """
 
 from __future__ import annotations
@@ -51,8 +58,13 @@ HIT, MISS, OFF = "hit", "miss", "off"
 
 @dataclass(frozen=True)
 class ReferenceCacheSettings:
-    enabled: bool = True
+    enabled: bool = True  # False: nothing is read or written, FP32 and INT8 outputs are computed
     root: Path | None = None  # the cache root; None: $VITEDGE_CACHE_DIR or ~/.cache/vitedge
+    int8_outputs: bool = True  # also reuse the INT8 outputs of a byte-identical artifact (needs enabled)
+
+    def for_int8(self) -> "ReferenceCacheSettings":
+        """The settings for the artifact's outputs: enabled only when both switches are on."""
+        return dataclasses.replace(self, enabled=self.enabled and self.int8_outputs)
 
     def folder(self) -> Path:
         root = Path(self.root).expanduser() if self.root is not None else default_cache_dir()
@@ -68,6 +80,7 @@ class ReferenceLookup:
     key: str | None = None
     path: str | None = None
     note: str | None = None  # a warning: a corrupt entry, an unwritable folder
+    label: str = "FP32 reference"  # what the outputs are, for the log line (not stored)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cache": self.cache, "batch": self.batch}
@@ -81,10 +94,10 @@ class ReferenceLookup:
 
     def one_line(self, items: int) -> str:
         if self.cache == HIT:
-            return f"FP32 reference: {items} outputs read from the cache ({self.key[:12]}), not recomputed"
-        how = f"FP32 reference: {items} outputs computed at batch {self.batch}"
+            return f"{self.label}: {items} outputs read from the cache ({self.key[:12]}), not recomputed"
+        how = f"{self.label}: {items} outputs computed at batch {self.batch}"
         if self.cache == OFF:
-            return how + "; reference cache off"
+            return how + ("; reference cache off" if self.label == "FP32 reference" else "; not cached")
         return how + (f", cached as {self.key[:12]}" if self.path else "")
 
 
@@ -166,7 +179,7 @@ class ReferenceCache:
                 raise ValueError(f"holds {len(values)} outputs for {items} inputs")
         except Exception as err:  # noqa: BLE001 - corrupt, truncated, foreign: recompute and overwrite
             why = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
-            return None, f"ignored the unreadable FP32 reference cache entry {path} ({why}); recomputed"
+            return None, f"ignored the unreadable validation cache entry {path} ({why}); recomputed"
         return Outputs(values, labels), None
 
     def save(self, key: str, parts: dict[str, Any], outputs: Outputs) -> Path:
@@ -200,13 +213,14 @@ class ReferenceCache:
 
 
 def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCacheSettings | None,
-                      key_of: Callable[[], dict[str, Any]], compute: Callable[[], Outputs] | None = None) -> tuple[Outputs, ReferenceLookup]:
-    """The FP32 outputs of ``runner`` on ``source``: read from the cache when ``settings`` enable it and
-    an entry for ``key_of()`` (its key parts) exists; otherwise computed at ``batch`` (or by ``compute``,
-    a caller's own pass) and stored."""
+                      key_of: Callable[[], dict[str, Any]], compute: Callable[[], Outputs] | None = None,
+                      label: str = "FP32 reference") -> tuple[Outputs, ReferenceLookup]:
+    """The outputs of ``runner`` (the FP32 reference unless ``label`` says otherwise) on ``source``: read
+    from the cache when ``settings`` enable it and an entry for ``key_of()`` (its key parts) exists;
+    otherwise computed at ``batch`` (or by ``compute``, a caller's own pass) and stored."""
     run = compute or (lambda: collect_outputs(runner, source, pre, batch_size=batch))
     if settings is None or not settings.enabled:
-        return run(), ReferenceLookup(OFF, batch)
+        return run(), ReferenceLookup(OFF, batch, label=label)
     parts = key_of()
     key = cache_key(parts)
     cache = ReferenceCache(settings)
@@ -214,12 +228,12 @@ def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCac
     if found is not None:
         with contextlib.suppress(OSError):
             os.utime(cache.path_for(key))  # pruning removes the least recently used entries first
-        return found, ReferenceLookup(HIT, batch, key, str(cache.path_for(key)))
+        return found, ReferenceLookup(HIT, batch, key, str(cache.path_for(key)), label=label)
     outputs = run()
     path = None
     try:
         path = str(cache.save(key, parts, outputs))
     except OSError as err:
-        note = (note + "; " if note else "") + f"could not write the FP32 reference cache in {cache.folder}: {err.strerror or err}"
-    return outputs, ReferenceLookup(MISS, batch, key, path, note)
+        note = (note + "; " if note else "") + f"could not write the validation cache in {cache.folder}: {err.strerror or err}"
+    return outputs, ReferenceLookup(MISS, batch, key, path, note, label=label)
 

@@ -227,6 +227,11 @@ def validation_markdown(doc: dict[str, Any], *, heading: str = "##", plots: Iter
         "",
     ]
     lines += [f"> **WARNING:** {w}\n" for w in (doc.get("accuracy") or {}).get("warnings") or ()]
+    reused = [what for what, key in (("FP32 reference", "reference"), ("INT8 artifact", "int8_outputs"))
+              if (data.get(key) or {}).get("cache") == "hit"]
+    if reused:
+        lines += [f"Outputs reused from the validation cache (the same graph bytes, data, runtime, settings and CPU ran "
+                  f"before; `--no-int8-cache` / `--no-reference-cache` run them): {', '.join(reused)}.", ""]
     if not doc["passed"]:
         lines += ["**Failed:** " + "; ".join(doc["failures"]), ""]
     lines += gate_table(doc["gate"]) + [""]

@@ -7,6 +7,7 @@ wraps both for a bundle folder: `vitedge build` and `vitedge validate` both go t
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -160,8 +161,9 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
                       latency: LatencySettings | None = None, output_kind: str | None = None,
                       log=None, reference_cache: ReferenceCacheSettings | None = None) -> ValidationResult:
     """Run the artifact and its FP32 reference on the same backend and the same inputs, in batches of
-    ``eval_batch(batch_sizes)``. The FP32 outputs come from ``reference_cache`` when it holds them
-    (``vitedge.validation.reference_cache``); the artifact's are always computed.
+    ``eval_batch(batch_sizes)``. Either side's outputs come from ``reference_cache`` when it holds
+    them for exactly that graph, data, runtime, settings and CPU (``vitedge.validation.reference_cache``;
+    the INT8 side only with ``int8_outputs`` on); a model is opened only when it has to run.
 
     Built from the pieces `vitedge.distributed` runs on separate workers (``collect_pair``,
     ``measure_speed_pair``) and on the driver (``accuracy_of``, ``assemble_result``), so a
@@ -172,28 +174,48 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
     info = log or (lambda _msg: None)
     memory: dict[str, Any] = {}
     batch = eval_batch(batch_sizes)
-    rss0 = current_rss()
-    with backend.open_runner(reference_path, options, threads=threads) as ref_runner:
-        ref, lookup = reference_outputs(ref_runner, source, pre, batch=batch, settings=reference_cache,
-                                        key_of=lambda: key_parts(reference_path, source, pre, backend, options, threads, batch))
-        if lookup.note:
-            info("WARNING " + lookup.note)
-        info(lookup.one_line(len(source)))
-        rss1 = current_rss()
-        with backend.open_runner(model_path, options, threads=threads) as int8_runner:
-            got = collect_outputs(int8_runner, source, pre, batch_size=batch)
-            rss2 = current_rss()
-            if rss0 is not None and rss1 is not None and rss2 is not None:
-                memory["fp32_load_rss_bytes"] = max(0, rss1 - rss0)
-                memory["int8_load_rss_bytes"] = max(0, rss2 - rss1)
-            accuracy = accuracy_of(ref, got, kind, thresholds, source.summary.path, info)
-            stats: dict[str, dict[str, LatencyStats]] = {"fp32": {}, "int8": {}}
-            speedup = None
-            if measure_speed:
-                first = next(iter(source.batches(max(batch_sizes))))
-                stats, speedup = measure_speed_pair(ref_runner, int8_runner, first.images, batch_sizes, pre, settings, info)
+    int8_cache = reference_cache.for_int8() if reference_cache is not None else None
+    with contextlib.ExitStack() as stack:
+        opened: dict[str, Any] = {}
+
+        def runner(label: str, path: Path):
+            """The runner of ``path``, opened once. *_load_rss_bytes: RSS growth from before it opened to after
+            it ran the data (``outputs_of``), or to after it opened when its outputs came from the cache."""
+            if label not in opened:
+                before = current_rss()
+                opened[label] = stack.enter_context(backend.open_runner(path, options, threads=threads))
+                opened[label + "_rss0"] = before
+                after = current_rss()
+                if before is not None and after is not None:
+                    memory[f"{label}_load_rss_bytes"] = max(0, after - before)
+            return opened[label]
+
+        def outputs_of(label: str, path: Path):
+            outputs = collect_outputs(runner(label, path), source, pre, batch_size=batch)
+            before, after = opened.get(label + "_rss0"), current_rss()
+            if before is not None and after is not None:
+                memory[f"{label}_load_rss_bytes"] = max(0, after - before)
+            return outputs
+
+        ref, lookup = reference_outputs(None, source, pre, batch=batch, settings=reference_cache,
+                                        key_of=lambda: key_parts(reference_path, source, pre, backend, options, threads, batch),
+                                        compute=lambda: outputs_of("fp32", reference_path))
+        got, int8_lookup = reference_outputs(None, source, pre, batch=batch, settings=int8_cache, label="INT8 artifact",
+                                             key_of=lambda: key_parts(model_path, source, pre, backend, options, threads, batch),
+                                             compute=lambda: outputs_of("int8", model_path))
+        for found in (lookup, int8_lookup):
+            if found.note:
+                info("WARNING " + found.note)
+            info(found.one_line(len(source)))
+        accuracy = accuracy_of(ref, got, kind, thresholds, source.summary.path, info)
+        stats: dict[str, dict[str, LatencyStats]] = {"fp32": {}, "int8": {}}
+        speedup = None
+        if measure_speed:
+            first = next(iter(source.batches(max(batch_sizes))))
+            stats, speedup = measure_speed_pair(runner("fp32", reference_path), runner("int8", model_path), first.images,
+                                                batch_sizes, pre, settings, info)
     memory["peak_rss_bytes"] = peak_rss()
-    data = dict(source_data(source), reference=lookup.to_dict())
+    data = dict(source_data(source), reference=lookup.to_dict(), int8_outputs=int8_lookup.to_dict())
     return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, data, thresholds)
 
 
