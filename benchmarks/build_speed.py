@@ -64,7 +64,14 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def build_vitb(work: Path, calib_size: int):
+# label -> BuildRequest overrides; each row runs after the ones before it, into the same cache
+BUILD_ROWS = {"cold cache": {}, "warm cache": {}}
+BUILD_ONLY_ROWS = {"cold cache": {}, "warm cache": {},
+                   # the same warm rebuild with the artifact's INT8 outputs computed again (only FP32 reused)
+                   "warm cache, INT8 run again (--no-int8-cache)": {"int8_cache": False}}
+
+
+def build_vitb(work: Path, calib_size: int, rows: dict[str, dict] | None = None):
     import timm
     import torch
 
@@ -78,10 +85,10 @@ def build_vitb(work: Path, calib_size: int):
     torch.save(timm.create_model("vit_base_patch16_224", pretrained=False).state_dict(), pt)
     del torch
     timings = {}
-    for label in ("cold cache", "warm cache"):
+    for i, (label, overrides) in enumerate((rows or BUILD_ROWS).items()):
         log(f"== vitedge build ViT-B/16 ({label})")
         log_ = StageLog(quiet=False)
-        out = work / ("out" if label == "cold cache" else "out2")
+        out = work / ("out" if i == 0 else f"out{i + 1}")
         t0 = time.perf_counter()
         results = run_build(BuildRequest(model=pt, targets=("onnx", "intel-cpu"), calib=REPO / "calibration" / "digits",
                                          calib_size=calib_size, out=out, cache_dir=work / "cache",
@@ -89,7 +96,7 @@ def build_vitb(work: Path, calib_size: int):
                                          # Random weights give near-uniform logits whose argmax flips at the
                                          # slightest change: agreement means nothing here, so the accuracy
                                          # budget (which would return layers to float) is off.
-                                         budget=BudgetSettings(enabled=False)), log_)
+                                         budget=BudgetSettings(enabled=False), **overrides), log_)
         timings[label] = {"total_s": time.perf_counter() - t0, "stages_s": dict(log_.timings),
                           "targets": {r.profile.name: r.summary for r in results}}
     return pt, work / "out", timings
@@ -210,6 +217,50 @@ def latency_table(bundles: Path, anchors, variants: dict[str, Path], rounds: int
             "openvino_float_precision": ov_used}
 
 
+def quick_latency(bundles: Path, ort_static: Path, rounds: int) -> list[dict]:
+    """INT8 over FP32 latency of the built bundles on each runtime, at batch 1 and 8, in interleaved rounds
+    (issue 19 item 5 on the CPU at hand); the `quantize_static` graph on ONNX Runtime as the anchor."""
+    import onnxruntime as ort
+    import openvino as ov
+
+    threads = os.cpu_count() or 1
+    core = ov.Core()
+    ov_used = json.loads((bundles / "intel-cpu" / "manifest.json").read_text())["backend_info"]["float_precision"]["used"]
+    rows = []
+    for batch, n in ((1, rounds), (8, max(2, rounds // 3))):
+        x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+
+        def ort_run(path, x=x):
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = threads
+            so.log_severity_level = 3
+            sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+            name = sess.get_inputs()[0].name
+            return lambda: sess.run(None, {name: x})
+
+        def ov_run(path, precision="f32", x=x):
+            req = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}).create_infer_request()
+            return lambda: req.infer({0: x})
+
+        runs = {("onnxruntime", "FP32"): ort_run(bundles / "onnx" / "reference.fp32.onnx"),
+                ("onnxruntime", "vitedge INT8"): ort_run(bundles / "onnx" / "model.int8.onnx"),
+                ("onnxruntime", "quantize_static defaults"): ort_run(ort_static),
+                ("openvino", "FP32"): ov_run(bundles / "intel-cpu" / "reference.fp32.xml"),
+                ("openvino", "vitedge INT8"): ov_run(bundles / "intel-cpu" / "model.xml", ov_used)}
+        for f in runs.values():
+            f()
+        log(f"== latency at batch {batch}: {n} interleaved rounds")
+        times, _ = interleaved_rounds(runs, n, timed=2 if batch > 1 else TIMED_PER_ROUND)
+        for (runtime, name), ts in times.items():
+            base = np.asarray(times[(runtime, "FP32")])
+            arr = np.asarray(ts)
+            rows.append({"batch": batch, "runtime": runtime, "graph": name, "rounds": n, "median_ms": float(np.median(arr)),
+                         "ratio_of_medians": float(np.median(arr) / np.median(base)),
+                         "round_ratio_median": float(np.median(arr / base))})
+        del runs
+    return rows
+
+
 def calib_batches(spec, calib_size: int) -> list[np.ndarray]:
     from vitedge.calibration.sources import open_source
 
@@ -265,7 +316,7 @@ def markdown(res) -> str:
     return "\n".join(lines)
 
 
-def build_only(calib_size: int) -> None:
+def build_only(calib_size: int, baseline: Path | None = None, latency_rounds: int = 0) -> None:
     """Cold and warm `vitedge build` of ViT-B/16 (both CPU targets), stage by stage, and ONNX Runtime's
     `quantize_static` on the same graph and images in the same run (the anchor for the calibrate stage)."""
     from quant_accuracy import environment
@@ -279,13 +330,19 @@ def build_only(calib_size: int) -> None:
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="vitedge-bench-") as tmp:
         work = Path(tmp)
-        pt, bundles, build_times = build_vitb(work, calib_size)
+        pt, bundles, build_times = build_vitb(work, calib_size, BUILD_ONLY_ROWS)
         load.append(os.getloadavg()[0])
         spec = load_model(pt, IntakeOptions(arch="vit_base_patch16_224")).spec
         anchors = anchor_graphs(work, bundles / "onnx" / "reference.fp32.onnx", calib_batches(spec, calib_size), nncf_too=False)
         load.append(os.getloadavg()[0])
+        latency = quick_latency(bundles, anchors["ort_static"][0], latency_rounds) if latency_rounds else []
+        if latency:
+            load.append(os.getloadavg()[0])
     res = {"environment": env, "cpu": cpu.to_dict(), "calib_size": calib_size, "build": build_times,
-           "anchor_seconds": {k: v[1] for k, v in anchors.items()}, "load_average_1min": load}
+           "anchor_seconds": {k: v[1] for k, v in anchors.items()}, "load_average_1min": load, "latency": latency}
+    base = json.loads(Path(baseline).read_text()) if baseline else None
+    if base is not None:
+        res["baseline"] = base
     cold, warm = build_times["cold cache"], build_times["warm cache"]
     stages = list(cold["stages_s"])
     lines = [f"# Build wall time: ViT-B/16, targets onnx + intel-cpu ({cpu.isa})", "",
@@ -294,8 +351,10 @@ def build_only(calib_size: int) -> None:
              "Versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()) + ".", "",
              f"`python benchmarks/build_speed.py --build-only --calib-size {calib_size}`: random-weight timm ViT-B/16 saved as a "
              "state_dict, `vitedge build` for onnx and intel-cpu, calibration/digits (calibration images and the val split), "
-             "latency and accuracy budget off, first with an empty cache (cold), then again with the calibration and FP32 "
-             "reference caches it left (warm). The anchor is ONNX Runtime `quantize_static` (MinMax defaults) on the onnx "
+             "latency and accuracy budget off, first with an empty cache (cold), then again with the calibration and validation "
+             "caches it left (warm: the same model gives byte-identical artifacts, so both FP32 and INT8 validation outputs are "
+             "read back), then warm once more with `--no-int8-cache` (the INT8 artifacts run again: what a warm rebuild costs "
+             "when only the quantized graph changed). The anchor is ONNX Runtime `quantize_static` (MinMax defaults) on the onnx "
              "bundle's FP32 graph and the same calibration images, in the same run. A shared 2-core machine: read the ratios.", "",
              "| run | total s | " + " | ".join(stages) + " |", "|---|---:|" + "---:|" * len(stages)]
     for label, b in build_times.items():
@@ -303,10 +362,42 @@ def build_only(calib_size: int) -> None:
     ort = anchors["ort_static"][1]
     lines += ["", f"Anchor: `quantize_static` on the same images {ort:.1f} s; vitedge's cold calibrate stage "
               f"{cold['stages_s'].get('calibrate', 0):.1f} s = {cold['stages_s'].get('calibrate', 0) / ort:.2f}x of it.", ""]
+    if base is not None:
+        lines += baseline_lines(base, build_times, stages, baseline)
+    if latency:
+        lines += [f"## INT8 over FP32 latency of these bundles ({cpu.isa}, {os.cpu_count()} threads)", "",
+                  "The cold build's bundles, random input, every graph once per round in turn (batch 1: median of "
+                  f"{TIMED_PER_ROUND} timed runs per round; batch 8: of 2). Below 1 = faster than FP32 on the same runtime. "
+                  "OpenVINO INT8 runs its float regions in the precision the bundle records.", "",
+                  "| batch | runtime | graph | rounds | median ms | ratio of medians | round ratio median |",
+                  "|---:|---|---|---:|---:|---:|---:|"]
+        lines += [f"| {r['batch']} | {r['runtime']} | {r['graph']} | {r['rounds']} | {r['median_ms']:.1f} | "
+                  f"{r['ratio_of_medians']:.3f} | {r['round_ratio_median']:.3f} |" for r in latency]
+        lines.append("")
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"build_wall_{isa}.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
     (RESULTS / f"build_wall_{isa}.md").write_text("\n".join(lines))
     print("\n".join(lines))
+
+
+def baseline_lines(base: dict, build_times: dict, stages: list[str], path: Path) -> list[str]:
+    """The older code's rows (benchmarks/baseline_build.py on this CPU) and today's time over its time."""
+    old = base["build"]
+    lines = [f"## Against the code of commit {base['commit'][:7]} on this CPU", "",
+             f"`{path}`, written by `benchmarks/baseline_build.py` (the same build with that commit's code; load average "
+             + " -> ".join(f"{x:.1f}" for x in base.get("load_average_1min", [])) + "). Ratio: this run's total over that one's.", "",
+             "| run | total s | " + " | ".join(stages) + " |", "|---|---:|" + "---:|" * len(stages)]
+    for label, b in old.items():
+        lines.append(f"| {base['commit'][:7]}, {label} | {b['total_s']:.1f} | "
+                     + " | ".join(f"{b['stages_s'].get(k, 0):.1f}" for k in stages) + " |")
+    lines.append("")
+    if base.get("note"):
+        lines += [f"Baseline note: {base['note']}.", ""]
+    for label in ("cold cache", "warm cache"):
+        if label in old and label in build_times:
+            lines.append(f"- {label}: {build_times[label]['total_s']:.1f} s now vs {old[label]['total_s']:.1f} s then = "
+                         f"**{build_times[label]['total_s'] / old[label]['total_s']:.2f}x**")
+    return lines + [""]
 
 
 def main() -> None:
@@ -316,9 +407,14 @@ def main() -> None:
     ap.add_argument("--build-only", action="store_true",
                     help="only the cold/warm build wall time and the quantize_static anchor's time on the same images "
                          "(issue 19 item 4), written to results/build_wall_<isa>.md and .json")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="with --build-only: the JSON of benchmarks/baseline_build.py (an older commit's build on this CPU), "
+                         "added as rows with today's/then ratios")
+    ap.add_argument("--latency-rounds", type=int, default=0,
+                    help="with --build-only: also time the cold build's bundles (FP32, INT8, quantize_static) at batch 1 and 8")
     args = ap.parse_args()
     if args.build_only:
-        build_only(args.calib_size)
+        build_only(args.calib_size, args.baseline, args.latency_rounds)
         return
     from quant_accuracy import environment
 
