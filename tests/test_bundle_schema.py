@@ -114,7 +114,8 @@ def test_the_planned_bundle_has_the_build_reports_too(built):
     assert sections[0] == "# vitedge bundle" and "## Accuracy budget" in sections
 
 
-ADDED_SINCE_V1 = ("quantization.config.", "calibration.config.", "validation.quantization.config.", "validation.data.reference")
+ADDED_SINCE_V1 = ("quantization.config.", "calibration.config.", "validation.quantization.config.", "validation.data.reference",
+                  "validation.data.int8_outputs")
 
 
 def test_the_typed_manifest_writes_the_v1_schema_of_the_committed_bundle(built):

@@ -67,6 +67,8 @@ def test_sharded_validate_matches_single_process(ray_cluster, bundle, capsys, tm
     assert check_validation_document(b) == []
     ref_a, ref_b = a["data"].pop("reference"), b["data"].pop("reference")  # FP32: cached or not; sharded: on the workers
     assert ref_b["cache"] == "off" and ref_b["batch"] == ref_a["batch"]
+    int8_a, int8_b = a["data"].pop("int8_outputs"), b["data"].pop("int8_outputs")  # INT8 likewise
+    assert int8_b["cache"] == "off" and int8_b["batch"] == int8_a["batch"]
     assert a["data"] == b["data"] and b["data"]["items"] == 397
     for key, value in a["accuracy"].items():
         assert b["accuracy"][key] == pytest.approx(value, rel=1e-6, abs=1e-9), key
