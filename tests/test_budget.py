@@ -233,3 +233,29 @@ def test_budget_holds_on_every_target_runtime(work, damaged):
         # (a few ulps, bf16 float regions where the CPU has them): at most one near-tie image of 397 may flip
         assert abs(seen - got) <= 1.0 / 397 + 1e-9, (m.target["name"], seen, got)
         assert result.passed is True
+
+
+def test_a_rebuild_reads_complete_candidate_outputs_and_reruns_early_stops(work, damaged):
+    """The budget's candidates of an unchanged model are the same graphs: a rebuild reads the outputs of
+    every candidate that ran to the end before (same verdicts, same figures) and runs again only the
+    ones that stopped early, whose partial outputs are never stored."""
+    import dataclasses
+
+    req = BuildRequest(model=damaged, targets=("onnx",), calib=CALIB_DIR, val=VAL_DIR, out=work / "rerun", cache_dir=work / "rerun-cache",
+                       measure_speed=False, quant_overrides=dict(NO_SQ),
+                       threshold_overrides={"max_top1_drop": 0.2, "min_agreement": 0.99})
+
+    def build(force: bool) -> tuple[list[dict], list[str]]:
+        lines: list[str] = []
+        log = StageLog(quiet=True)
+        log.info = lambda msg: lines.append(msg)
+        result = run_build(dataclasses.replace(req, force=force), log)[0]
+        return read_manifest(result.bundle).quantization["budget"]["evaluations"], lines
+
+    first, first_log = build(False)
+    second, second_log = build(True)
+    assert not any("candidate outputs on" in line for line in first_log)
+    assert [(e["returned"], e["passed"], e["accuracy"]) for e in second] == [(e["returned"], e["passed"], e["accuracy"]) for e in first]
+    complete = [e for e in first if "stopped_early" not in e["accuracy"]]
+    assert complete and len(complete) < len(first)  # this search has both kinds
+    assert sum("candidate outputs on" in line and "read from the validation cache" in line for line in second_log) == len(complete)

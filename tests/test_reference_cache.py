@@ -196,6 +196,10 @@ def test_targets_sharing_a_runtime_and_a_warm_rebuild_reuse_fp32(tmp_path):
     assert [warm[t]["data"]["reference"]["cache"] for t in ("onnx", "onnx-twin")] == ["hit", "hit"]
     assert [warm[t]["data"]["int8_outputs"]["cache"] for t in ("onnx", "onnx-twin")] == ["hit", "hit"]  # an unchanged artifact
     assert any(line.startswith("budget onnxruntime") and "read from the cache" in line for line in warm_log)
+    # the budget's full-INT8 candidate is the same graph again: its outputs are read back too
+    assert not any("candidate outputs on" in line for line in cold_log)
+    assert any(line.startswith("budget: candidate outputs on onnxruntime") and "read from the validation cache" in line
+               for line in warm_log), [x for x in warm_log if "budget" in x]
     for t in ("onnx", "onnx-twin"):
         assert warm[t]["accuracy"] == cold[t]["accuracy"]
 

@@ -21,13 +21,16 @@ import numpy as np
 
 from vitedge.onnxutil import ort_session, save_onnx
 from vitedge.profiles import TargetProfile
+from vitedge.quantize.cache import cache_key
 from vitedge.ui import StageLog
 from vitedge.validation.accuracy import Outputs, compare_embeddings, compare_logits
 from vitedge.validation.embedding_gate import ACCURACY_GATE_NAMES
 from vitedge.validation.reference_cache import (
+    ReferenceCache,
     ReferenceCacheSettings,
     ReferenceLookup,
     key_parts,
+    model_sha256,
     reference_outputs,
 )
 from vitedge.validation.run import evaluate_gate
@@ -69,6 +72,7 @@ class Evaluator:
         self.labels = None
         self.reference_cache, self.runtime_facts, self.preprocess = reference_cache, runtime_facts or {}, preprocess
         self.lookups: dict[str, ReferenceLookup] = {}
+        self.reused: list[str] = []  # runtimes whose candidate outputs came from the cache, one entry per evaluation
         self.refs = {name: self._reference(fp32, name, opener) for name, opener in self.runtimes}
         self.ref = self.refs[self.runtimes[0][0]]
         self.runs = 0
@@ -138,6 +142,32 @@ class Evaluator:
             self.labels = np.concatenate(labels)
         return np.concatenate(outs), reason
 
+    def _candidate_outputs(self, model: Any, name: str, opener: Callable[[Path], Any] | None,
+                           stop: Callable[[np.ndarray], str | None] | None, ref: np.ndarray) -> tuple[np.ndarray, str | None]:
+        """A candidate's outputs on runtime ``name``: read from the validation cache when the very same
+        graph ran complete on the same data, runtime, settings and CPU before (a warm rebuild evaluates
+        the same candidates), else run. Only complete runs are stored: an early stop's are partial."""
+        facts = self.runtime_facts.get(name)
+        settings = self.reference_cache.for_int8() if self.reference_cache is not None else None
+        digest = model_sha256(model) if settings is not None and settings.enabled and facts is not None else None
+        if digest is None:
+            return self._outputs(model, opener, stop, ref)
+        backend, options = facts
+        parts = dict(key_parts(None, self.source, self.preprocess, backend, options, self.threads, _EVAL_BATCH, graph_hash=digest),
+                     feed="budget: source batches as float32", role="budget candidate")
+        key, cache = cache_key(parts), ReferenceCache(settings)
+        found, _note = cache.load(key, len(self.source))
+        if found is not None:
+            self.reused.append(name)
+            return found.values, None
+        got, reason = self._outputs(model, opener, stop, ref)
+        if reason is None and len(got) == len(self.source):
+            try:
+                cache.save(key, parts, Outputs(got, self.labels))
+            except OSError:
+                pass  # an unwritable cache costs the next build this run, nothing else
+        return got, reason
+
     def _usable_labels(self) -> np.ndarray | None:
         labels = self.labels
         if labels is not None and (labels.min() < 0 or labels.max() >= self.ref.shape[1]):
@@ -180,7 +210,7 @@ class Evaluator:
         worst: dict[str, Any] | None = None
         for name, opener in self.runtimes:
             full_ref = self.refs[name]
-            got, reason = self._outputs(model, opener, stop, full_ref)
+            got, reason = self._candidate_outputs(model, name, opener, stop, full_ref)
             ref = full_ref[: len(got)]
             if self.output_kind == "embedding":
                 acc = compare_embeddings(ref, got, self.thresholds.embedding_cosine_percentile)

@@ -82,7 +82,11 @@ def meet_budget(
     def evaluate(returned: tuple[str, ...], step: str) -> Evaluation:
         t0 = time.perf_counter()
         g = full if not returned else build_qdq(calibration, keep_float=pins + returned)
+        reused = len(ev.reused)
         acc = ev.accuracy(g.model, early_stop=settings.early_stop)
+        if len(ev.reused) > reused:
+            info(f"budget: candidate outputs on {', '.join(ev.reused[reused:])} read from the validation cache "
+                 "(the same graph ran on the same data, runtime and CPU before)")
         ok, failures = ev.verdict(acc)
         if ok:
             graphs[returned] = g

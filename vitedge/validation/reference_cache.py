@@ -122,8 +122,21 @@ def graph_sha256(path: Path) -> str:
 _IR_NAMES = re.compile(r'\s(?:name|names)="[^"]*"')
 
 
-def key_parts(reference_path: Path, source, pre, backend, options, threads: int | None, batch: int) -> dict[str, Any]:
-    """Everything the FP32 outputs depend on (see the module docstring)."""
+def model_sha256(model: Any) -> str | None:
+    """``graph_sha256`` of a model file, or the sha256 of an in-memory ONNX ModelProto's deterministic
+    serialization; None when it cannot be serialized (past protobuf's 2 GiB): then nothing is cached."""
+    if isinstance(model, (str, Path)):
+        return graph_sha256(Path(model))
+    try:
+        return hashlib.sha256(model.SerializeToString(deterministic=True)).hexdigest()
+    except Exception:  # noqa: BLE001 - too large or not a protobuf: run it, cache nothing
+        return None
+
+
+def key_parts(reference_path: Path | None, source, pre, backend, options, threads: int | None, batch: int, *,
+              graph_hash: str | None = None) -> dict[str, Any]:
+    """Everything the outputs of the graph at ``reference_path`` (or of the graph whose hash is
+    ``graph_hash``) depend on (see the module docstring)."""
     try:
         versions = backend.versions()
     except Exception:  # noqa: BLE001 - a runtime that cannot say: the key says so, and stays conservative
@@ -132,7 +145,7 @@ def key_parts(reference_path: Path, source, pre, backend, options, threads: int 
     return {
         "format": FORMAT,
         "vitedge_version": __version__,
-        "graph_sha256": graph_sha256(reference_path),
+        "graph_sha256": graph_hash if graph_hash is not None else graph_sha256(reference_path),
         "data_hash": source.summary.data_hash,
         "items": len(source),
         "preprocess": pre.to_dict() if hasattr(pre, "to_dict") else repr(pre),
