@@ -1,11 +1,12 @@
-"""Issue 19 item 3: validation reuses the FP32 reference outputs it already computed.
+"""Issue 19 items 3-4: validation and the accuracy budget reuse the outputs they already computed.
 
 Builds the bundled digits example for both CPU targets (`onnx`: ONNX Runtime, `intel-cpu`:
-OpenVINO) three times in one run, into a fresh cache folder:
+OpenVINO) four times in one run, with the default accuracy budget, into a fresh cache folder:
 
-1. cold: empty cache (calibration and FP32 reference outputs computed);
-2. warm, reference cache off (`--no-reference-cache`): calibration read from its cache, FP32 recomputed;
-3. warm: calibration and FP32 reference outputs both read from the cache.
+1. cold: empty cache (calibration, FP32 and INT8 outputs computed);
+2. warm, reference cache off (`--no-reference-cache`): calibration read from its cache, every output recomputed;
+3. warm, `--no-int8-cache`: calibration and FP32 outputs read back, the INT8 graphs run again;
+4. warm: calibration, FP32 and (the artifacts and budget candidates being byte-identical) INT8 outputs read back.
 
 Latency is not measured (`--no-latency`): it is time-boxed per model and the same whatever the cache.
 Then, per bundle, the accuracy figures at inference batch 1, 8 and 32 (is the batch a choice that
@@ -40,24 +41,26 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def build(out: Path, cache: Path, *, reference_cache: bool, force: bool) -> dict:
+def build(out: Path, cache: Path, *, reference_cache: bool, force: bool, int8_cache: bool = True) -> dict:
     from vitedge.build.pipeline import BuildRequest, run_build
     from vitedge.ui import StageLog
 
     stage_log = StageLog(quiet=True)
     t0 = time.perf_counter()
     results = run_build(BuildRequest(model=MODEL, targets=TARGETS, calib=CALIB, val=VAL, out=out, force=force, cache_dir=cache,
-                                     reference_cache=reference_cache, measure_speed=False), stage_log)
+                                     reference_cache=reference_cache, int8_cache=int8_cache, measure_speed=False), stage_log)
     total = time.perf_counter() - t0
     refs = {}
     for r in results:
         doc = json.loads((r.bundle / "report" / "validation.json").read_text())
         refs[r.profile.name] = {"reference": doc["data"]["reference"]["cache"], "batch": doc["data"]["reference"]["batch"],
+                                "int8": doc["data"].get("int8_outputs", {}).get("cache"),
                                 "items": doc["data"]["items"], "validate_seconds": doc["seconds"],
                                 "top1_fp32": doc["accuracy"].get("fp32_top1"), "top1_int8": doc["accuracy"].get("int8_top1"),
                                 "agreement": doc["accuracy"].get("top1_agreement")}
     return {"total_seconds": total, "validate_seconds": stage_log.timings.get("validate", 0.0),
-            "calibrate_seconds": stage_log.timings.get("calibrate", 0.0), "targets": refs}
+            "calibrate_seconds": stage_log.timings.get("calibrate", 0.0), "budget_seconds": stage_log.timings.get("budget", 0.0),
+            "targets": refs}
 
 
 def batch_check(bundle: Path) -> dict:
@@ -94,9 +97,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="vitedge-refcache-bench-") as tmp:
         work = Path(tmp)
         cache, out = work / "cache", work / "bundles"
-        for name, ref_cache, force in (("cold", True, False), ("warm, reference cache off", False, True), ("warm", True, True)):
+        for name, ref_cache, int8_cache, force in (("cold", True, True, False), ("warm, reference cache off", False, True, True),
+                                                   ("warm, --no-int8-cache", True, False, True), ("warm", True, True, True)):
             log(f"build: {name} ...")
-            record["runs"][name] = build(out, cache, reference_cache=ref_cache, force=force)
+            record["runs"][name] = build(out, cache, reference_cache=ref_cache, force=force, int8_cache=int8_cache)
             log(f"  validate {record['runs'][name]['validate_seconds']:.1f} s, total {record['runs'][name]['total_seconds']:.1f} s")
         record["batches"] = {t: batch_check(out / t) for t in TARGETS}
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -108,22 +112,24 @@ def main() -> None:
 def render(record: dict) -> str:
     cpu = record["cpu"]
     lines = [
-        "# FP32 reference cache: cold vs warm validation (issue 19 item 3)",
+        "# Validation cache: cold vs warm validation and accuracy budget (issue 19 items 3-4)",
         "",
         f"CPU: {cpu['model']} ({cpu['isa']}), machine {cpu['machine']}. Shared machine: 2 cores used by several jobs at",
         "once, so seconds are wall time under load and vary between runs; compare rows of this one run only.",
         "",
         "`python benchmarks/reference_cache.py`: the digits example (examples/digits_vit.pt, validation set",
-        "calibration/digits/val) built for `onnx` and `intel-cpu` in one `vitedge build`, three times, into one fresh",
-        "cache folder. Latency not measured (`--no-latency`: it is time-boxed and the same with or without the cache).",
-        "`validate` is the validate stage of both targets together.",
+        "calibration/digits/val) built for `onnx` and `intel-cpu` in one `vitedge build` (default accuracy budget), four",
+        "times, into one fresh cache folder. Latency not measured (`--no-latency`: it is time-boxed and the same with or",
+        "without the cache). `validate` is the validate stage of both targets together; `budget` the accuracy budget's.",
         "",
-        "| run | validate (s) | calibrate (s) | build total (s) | FP32 reference (onnx / intel-cpu) |",
-        "|---|---:|---:|---:|---|",
+        "| run | validate (s) | budget (s) | calibrate (s) | build total (s) | FP32 reference (onnx / intel-cpu) | INT8 outputs (onnx / intel-cpu) |",
+        "|---|---:|---:|---:|---:|---|---|",
     ]
     for name, run in record["runs"].items():
         refs = " / ".join(f"{t['reference']} (batch {t['batch']}, {t['items']} items)" for t in run["targets"].values())
-        lines.append(f"| {name} | {run['validate_seconds']:.1f} | {run['calibrate_seconds']:.1f} | {run['total_seconds']:.1f} | {refs} |")
+        int8 = " / ".join(str(t.get("int8")) for t in run["targets"].values())
+        lines.append(f"| {name} | {run['validate_seconds']:.1f} | {run.get('budget_seconds', 0.0):.1f} | {run['calibrate_seconds']:.1f} "
+                     f"| {run['total_seconds']:.1f} | {refs} | {int8} |")
     lines += ["", "Accuracy figures by inference batch (the same outputs, batched differently):", "",
               "| target | batch | FP32 top-1 | INT8 top-1 | agreement | FP32 max abs diff vs batch 1 | INT8 max abs diff vs batch 1 |",
               "|---|---:|---:|---:|---:|---:|---:|"]

@@ -42,6 +42,7 @@ class BudgetJob:
     keep_float   the user's pins (``--keep-float``): float, never searched
     cache_dir    cache root (the per-layer sensitivities are cached beside the calibration)
     reference_cache  read and write FP32 outputs in validation's reference cache under cache_dir
+    int8_cache   also read and write the outputs of candidates that ran over all the data (needs reference_cache)
     """
 
     calibration: Any
@@ -55,6 +56,7 @@ class BudgetJob:
     keep_float: tuple[str, ...] = ()
     cache_dir: Path | None = None
     reference_cache: bool = True  # FP32 outputs from validation's reference cache under cache_dir
+    int8_cache: bool = True  # complete candidate outputs too, keyed by the candidate graph's bytes
 
 
 def run_budget(job: BudgetJob, settings: BudgetSettings, log: StageLog) -> BudgetResult:
@@ -69,7 +71,8 @@ def run_budget(job: BudgetJob, settings: BudgetSettings, log: StageLog) -> Budge
         result = meet_budget(job.calibration, val, budget_thresholds, fp32=fp32, full=job.graph, keep_float=job.keep_float,
                              settings=settings, output_kind=spec.output_kind, preprocess=spec.preprocess, cache_dir=job.cache_dir,
                              log=log.info, runtimes=runtimes or None,
-                             reference_cache=ReferenceCacheSettings(enabled=job.reference_cache, root=job.cache_dir),
+                             reference_cache=ReferenceCacheSettings(enabled=job.reference_cache, root=job.cache_dir,
+                                                                     int8_outputs=job.int8_cache),
                              runtime_facts=runtime_facts(list(job.targets), dict(job.backends)))
         if result.status == "fallback" and settings.measure_cost:
             measure_costs(result, fp32, next(iter(val.batches(1))).images, threads=settings.threads)

@@ -155,7 +155,7 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
             budgets[key] = budget = run_budget(BudgetJob(
                 calibration=calibration, graph=graph, fp32=fp32, validation=val, spec=spec, targets=consumers, backends=backends,
                 thresholds=thresholds, keep_float=req.keep_float, cache_dir=req.cache_dir,
-                reference_cache=req.reference_cache),
+                reference_cache=req.reference_cache, int8_cache=req.int8_cache),
                 req.budget or BudgetSettings(measure_cost=req.measure_speed), log)
             graph = budget.graph
             qdq = work / f"qdq-{len(qdq_paths)}" / "model.int8.onnx"  # the bundle's name: external data keeps its location
