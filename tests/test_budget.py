@@ -245,11 +245,11 @@ def test_a_rebuild_reads_complete_candidate_outputs_and_reruns_early_stops(work,
                        measure_speed=False, quant_overrides=dict(NO_SQ),
                        threshold_overrides={"max_top1_drop": 0.2, "min_agreement": 0.99})
 
-    def build(force: bool) -> tuple[list[dict], list[str]]:
+    def build(force: bool, int8_cache: bool = True) -> tuple[list[dict], list[str]]:
         lines: list[str] = []
         log = StageLog(quiet=True)
         log.info = lambda msg: lines.append(msg)
-        result = run_build(dataclasses.replace(req, force=force), log)[0]
+        result = run_build(dataclasses.replace(req, force=force, int8_cache=int8_cache), log)[0]
         return read_manifest(result.bundle).quantization["budget"]["evaluations"], lines
 
     first, first_log = build(False)
@@ -259,3 +259,6 @@ def test_a_rebuild_reads_complete_candidate_outputs_and_reruns_early_stops(work,
     complete = [e for e in first if "stopped_early" not in e["accuracy"]]
     assert complete and len(complete) < len(first)  # this search has both kinds
     assert sum("candidate outputs on" in line and "read from the validation cache" in line for line in second_log) == len(complete)
+    third, third_log = build(True, int8_cache=False)  # --no-int8-cache: the budget runs every candidate again
+    assert not any("candidate outputs on" in line for line in third_log)
+    assert [(e["returned"], e["passed"], e["accuracy"]) for e in third] == [(e["returned"], e["passed"], e["accuracy"]) for e in first]
