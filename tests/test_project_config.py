@@ -104,6 +104,22 @@ def test_dry_run_prints_each_setting_and_where_it_came_from_flags_win(project, c
     assert code == 0 and shown["calib-size"] == ["32"] and shown["targets"] == ["onnx,", "intel-cpu"]
 
 
+def test_the_cache_switches_come_from_the_config(project, capsys):
+    """A CI job can turn the reuse of validation outputs off in vitedge.toml (docs/reports.md)."""
+    with open(project / "vitedge.toml", "r+") as f:
+        text = f.read()
+        f.seek(0)
+        f.write(text.replace("[thresholds]", "int8-cache = false\nreference_cache = true\n[thresholds]"))
+    code, out, err = run_cli(capsys, "build", "--dry-run")
+    assert code == 0, err
+    rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+    assert rows["--int8-cache"][1:] == ["False", "vitedge.toml:int8-cache"]
+    assert rows["--reference-cache"][1:] == ["True", "vitedge.toml:reference_cache"]
+    (project / "vitedge.toml").write_text('int8_cache = "no"\n')
+    code, _, err = run_cli(capsys, "build", "--dry-run")
+    assert code == 2 and "int8_cache" in err
+
+
 def test_config_values_are_checked_against_the_flag_types(project, capsys):
     (project / "vitedge.toml").write_text('method = "best"\n')
     code, _, err = run_cli(capsys, "build", "--dry-run")
