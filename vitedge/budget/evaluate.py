@@ -21,12 +21,11 @@ import numpy as np
 
 from vitedge.onnxutil import ort_session, save_onnx
 from vitedge.profiles import TargetProfile
-from vitedge.quantize.cache import cache_key
 from vitedge.ui import StageLog
 from vitedge.validation.accuracy import Outputs, compare_embeddings, compare_logits
 from vitedge.validation.embedding_gate import ACCURACY_GATE_NAMES
 from vitedge.validation.reference_cache import (
-    ReferenceCache,
+    HIT,
     ReferenceCacheSettings,
     ReferenceLookup,
     key_parts,
@@ -155,18 +154,20 @@ class Evaluator:
         backend, options = facts
         parts = dict(key_parts(None, self.source, self.preprocess, backend, options, self.threads, _EVAL_BATCH, graph_hash=digest),
                      feed="budget: source batches as float32", role="budget candidate")
-        key, cache = cache_key(parts), ReferenceCache(settings)
-        found, _note = cache.load(key, len(self.source))
-        if found is not None:
+        stopped: list[str | None] = []
+
+        def compute() -> Outputs:
+            got, reason = self._outputs(model, opener, stop, ref)
+            stopped.append(reason)
+            return Outputs(got, self.labels)
+
+        outputs, lookup = reference_outputs(None, self.source, self.preprocess, batch=_EVAL_BATCH, settings=settings,
+                                            key_of=lambda: parts, compute=compute, label="budget candidate",
+                                            keep=lambda o: stopped[0] is None and len(o.values) == len(self.source))
+        if lookup.cache == HIT:
             self.reused.append(name)
-            return found.values, None
-        got, reason = self._outputs(model, opener, stop, ref)
-        if reason is None and len(got) == len(self.source):
-            try:
-                cache.save(key, parts, Outputs(got, self.labels))
-            except OSError:
-                pass  # an unwritable cache costs the next build this run, nothing else
-        return got, reason
+            return outputs.values, None
+        return outputs.values, stopped[0]
 
     def _usable_labels(self) -> np.ndarray | None:
         labels = self.labels

@@ -227,10 +227,11 @@ class ReferenceCache:
 
 def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCacheSettings | None,
                       key_of: Callable[[], dict[str, Any]], compute: Callable[[], Outputs] | None = None,
-                      label: str = "FP32 reference") -> tuple[Outputs, ReferenceLookup]:
+                      label: str = "FP32 reference", keep: Callable[[Outputs], bool] | None = None) -> tuple[Outputs, ReferenceLookup]:
     """The outputs of ``runner`` (the FP32 reference unless ``label`` says otherwise) on ``source``: read
     from the cache when ``settings`` enable it and an entry for ``key_of()`` (its key parts) exists;
-    otherwise computed at ``batch`` (or by ``compute``, a caller's own pass) and stored."""
+    otherwise computed at ``batch`` (or by ``compute``, a caller's own pass) and stored, unless
+    ``keep(outputs)`` says they are not worth storing (a partial pass)."""
     run = compute or (lambda: collect_outputs(runner, source, pre, batch_size=batch))
     if settings is None or not settings.enabled:
         return run(), ReferenceLookup(OFF, batch, label=label)
@@ -244,6 +245,8 @@ def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCac
         return found, ReferenceLookup(HIT, batch, key, str(cache.path_for(key)), label=label)
     outputs = run()
     path = None
+    if keep is not None and not keep(outputs):
+        return outputs, ReferenceLookup(MISS, batch, key, None, note, label=label)
     try:
         path = str(cache.save(key, parts, outputs))
     except OSError as err:

@@ -176,23 +176,23 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
     batch = eval_batch(batch_sizes)
     int8_cache = reference_cache.for_int8() if reference_cache is not None else None
     with contextlib.ExitStack() as stack:
-        opened: dict[str, Any] = {}
+        runners: dict[str, Any] = {}
+        rss_before: dict[str, int | None] = {}
 
         def runner(label: str, path: Path):
             """The runner of ``path``, opened once. *_load_rss_bytes: RSS growth from before it opened to after
             it ran the data (``outputs_of``), or to after it opened when its outputs came from the cache."""
-            if label not in opened:
-                before = current_rss()
-                opened[label] = stack.enter_context(backend.open_runner(path, options, threads=threads))
-                opened[label + "_rss0"] = before
+            if label not in runners:
+                before = rss_before[label] = current_rss()
+                runners[label] = stack.enter_context(backend.open_runner(path, options, threads=threads))
                 after = current_rss()
                 if before is not None and after is not None:
                     memory[f"{label}_load_rss_bytes"] = max(0, after - before)
-            return opened[label]
+            return runners[label]
 
         def outputs_of(label: str, path: Path):
             outputs = collect_outputs(runner(label, path), source, pre, batch_size=batch)
-            before, after = opened.get(label + "_rss0"), current_rss()
+            before, after = rss_before.get(label), current_rss()
             if before is not None and after is not None:
                 memory[f"{label}_load_rss_bytes"] = max(0, after - before)
             return outputs
