@@ -142,13 +142,18 @@ class Evaluator:
         return np.concatenate(outs), reason
 
     def _candidate_outputs(self, model: Any, name: str, opener: Callable[[Path], Any] | None,
-                           stop: Callable[[np.ndarray], str | None] | None, ref: np.ndarray) -> tuple[np.ndarray, str | None]:
+                           stop: Callable[[np.ndarray], str | None] | None, ref: np.ndarray,
+                           digest_memo: list[str | None]) -> tuple[np.ndarray, str | None]:
         """A candidate's outputs on runtime ``name``: read from the validation cache when the very same
         graph ran complete on the same data, runtime, settings and CPU before (a warm rebuild evaluates
         the same candidates), else run. Only complete runs are stored: an early stop's are partial."""
         facts = self.runtime_facts.get(name)
         settings = self.reference_cache.for_int8() if self.reference_cache is not None else None
-        digest = model_sha256(model) if settings is not None and settings.enabled and facts is not None else None
+        if settings is None or not settings.enabled or facts is None:
+            return self._outputs(model, opener, stop, ref)
+        if not digest_memo:
+            digest_memo.append(model_sha256(model))
+        digest = digest_memo[0]
         if digest is None:
             return self._outputs(model, opener, stop, ref)
         backend, options = facts
@@ -209,9 +214,10 @@ class Evaluator:
         stop = self._certain_miss if early_stop and self.output_kind != "embedding" else None
         per_runtime: dict[str, dict[str, Any]] = {}
         worst: dict[str, Any] | None = None
+        digest: list[str | None] = []  # the candidate's hash, taken once for all runtimes
         for name, opener in self.runtimes:
             full_ref = self.refs[name]
-            got, reason = self._candidate_outputs(model, name, opener, stop, full_ref)
+            got, reason = self._candidate_outputs(model, name, opener, stop, full_ref, digest)
             ref = full_ref[: len(got)]
             if self.output_kind == "embedding":
                 acc = compare_embeddings(ref, got, self.thresholds.embedding_cosine_percentile)
