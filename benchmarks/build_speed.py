@@ -38,7 +38,6 @@ import contextlib
 import io
 import json
 import os
-import shutil
 import sys
 import tempfile
 import time
@@ -160,8 +159,30 @@ def ort_variants(work: Path, bundles: Path) -> dict[str, Path]:
     return out
 
 
-def latency_table(bundles: Path, anchors, variants: dict[str, Path], rounds: int):
+def ort_runner(path: Path, x: np.ndarray, threads: int):
+    """One timed call: ONNX Runtime's CPU provider on ``path`` with ``threads`` threads, input ``x``."""
     import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    return lambda: sess.run(None, {name: x})
+
+
+def ov_runner(core, path: Path, x: np.ndarray, precision: str = "f32"):
+    """One timed call: OpenVINO CPU, LATENCY hint, float regions in ``precision``, input ``x``."""
+    req = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}).create_infer_request()
+    return lambda: req.infer({0: x})
+
+
+def bundle_float_precision(bundles: Path) -> str:
+    """The precision the intel-cpu bundle's float regions run in (bf16 where the CPU has it); its FP32 reference runs f32."""
+    return json.loads((bundles / "intel-cpu" / "manifest.json").read_text())["backend_info"]["float_precision"]["used"]
+
+
+def latency_table(bundles: Path, anchors, variants: dict[str, Path], rounds: int):
     import openvino as ov
 
     threads = os.cpu_count() or 1
@@ -170,19 +191,12 @@ def latency_table(bundles: Path, anchors, variants: dict[str, Path], rounds: int
     runs = {}
 
     def ort_run(path):
-        so = ort.SessionOptions()
-        so.intra_op_num_threads = threads
-        so.log_severity_level = 3
-        sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-        return lambda: sess.run(None, {"input": x})
+        return ort_runner(path, x, threads)
 
     def ov_run(path, precision="f32"):
-        req = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}).create_infer_request()
-        return lambda: req.infer({0: x})
+        return ov_runner(core, path, x, precision)
 
-    # the intel-cpu bundle's float regions run in the precision its build settled on (bf16 where
-    # the CPU has it); its FP32 reference always in f32
-    ov_used = json.loads((bundles / "intel-cpu" / "manifest.json").read_text())["backend_info"]["float_precision"]["used"]
+    ov_used = bundle_float_precision(bundles)
 
     runs[("onnxruntime", "FP32")] = ort_run(bundles / "onnx" / "reference.fp32.onnx")
     runs[("onnxruntime", "FP32, attention fused")] = ort_run(variants["fp32_fused"])
@@ -220,33 +234,19 @@ def latency_table(bundles: Path, anchors, variants: dict[str, Path], rounds: int
 def quick_latency(bundles: Path, ort_static: Path, rounds: int) -> list[dict]:
     """INT8 over FP32 latency of the built bundles on each runtime, at batch 1 and 8, in interleaved rounds
     (issue 19 item 5 on the CPU at hand); the `quantize_static` graph on ONNX Runtime as the anchor."""
-    import onnxruntime as ort
     import openvino as ov
 
     threads = os.cpu_count() or 1
     core = ov.Core()
-    ov_used = json.loads((bundles / "intel-cpu" / "manifest.json").read_text())["backend_info"]["float_precision"]["used"]
+    ov_used = bundle_float_precision(bundles)
     rows = []
     for batch, n in ((1, rounds), (8, max(2, rounds // 3))):
         x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
-
-        def ort_run(path, x=x):
-            so = ort.SessionOptions()
-            so.intra_op_num_threads = threads
-            so.log_severity_level = 3
-            sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
-            name = sess.get_inputs()[0].name
-            return lambda: sess.run(None, {name: x})
-
-        def ov_run(path, precision="f32", x=x):
-            req = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision}).create_infer_request()
-            return lambda: req.infer({0: x})
-
-        runs = {("onnxruntime", "FP32"): ort_run(bundles / "onnx" / "reference.fp32.onnx"),
-                ("onnxruntime", "vitedge INT8"): ort_run(bundles / "onnx" / "model.int8.onnx"),
-                ("onnxruntime", "quantize_static defaults"): ort_run(ort_static),
-                ("openvino", "FP32"): ov_run(bundles / "intel-cpu" / "reference.fp32.xml"),
-                ("openvino", "vitedge INT8"): ov_run(bundles / "intel-cpu" / "model.xml", ov_used)}
+        runs = {("onnxruntime", "FP32"): ort_runner(bundles / "onnx" / "reference.fp32.onnx", x, threads),
+                ("onnxruntime", "vitedge INT8"): ort_runner(bundles / "onnx" / "model.int8.onnx", x, threads),
+                ("onnxruntime", "quantize_static defaults"): ort_runner(ort_static, x, threads),
+                ("openvino", "FP32"): ov_runner(core, bundles / "intel-cpu" / "reference.fp32.xml", x),
+                ("openvino", "vitedge INT8"): ov_runner(core, bundles / "intel-cpu" / "model.xml", x, ov_used)}
         for f in runs.values():
             f()
         log(f"== latency at batch {batch}: {n} interleaved rounds")
@@ -343,7 +343,7 @@ def build_only(calib_size: int, baseline: Path | None = None, latency_rounds: in
     base = json.loads(Path(baseline).read_text()) if baseline else None
     if base is not None:
         res["baseline"] = base
-    cold, warm = build_times["cold cache"], build_times["warm cache"]
+    cold = build_times["cold cache"]
     stages = list(cold["stages_s"])
     lines = [f"# Build wall time: ViT-B/16, targets onnx + intel-cpu ({cpu.isa})", "",
              f"Measured {env['date']} on {env['machine']}; {env['platform']}. Load average (1 min) before, between, after: "
