@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# No process of the run may outlive it: tests/helpers/leftover_plugin.py.
+from helpers.leftover_plugin import pytest_sessionfinish, pytest_terminal_summary, pytest_testnodedown  # noqa: F401
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 CALIB_DIR = REPO / "calibration" / "digits" / "calib"

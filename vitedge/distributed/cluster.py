@@ -90,6 +90,7 @@ def connected(settings: ClusterSettings) -> Iterator[Any]:
     try:
         ray.init(**kwargs)
     except (ConnectionError, RuntimeError, ValueError) as err:
+        ray.shutdown()  # a half-started local cluster (GCS up, raylet not) must not outlive the run
         where = settings.address or "a local cluster"
         raise EnvironmentFault(f"cannot start or reach Ray ({where}): {str(err).splitlines()[0] if str(err) else type(err).__name__}") from None
     try:
