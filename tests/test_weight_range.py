@@ -87,6 +87,24 @@ def test_cpu_facts_from_recorded_cpuinfo(tmp_path):
     assert SPR.int8_dot_product is True and SPR.isa == "avx512-vnni"
 
 
+@pytest.mark.parametrize("cap,vnni,isa", [(None, True, "avx512-vnni"), ("AVX512_CORE_VNNI", True, "avx512-vnni"),
+                                          ("avx2", False, "avx2 (no vnni), oneDNN capped at AVX2"),
+                                          ("AVX512_CORE", False, "avx512 (no vnni), oneDNN capped at AVX512_CORE")])
+def test_cpu_reading_follows_onednn_isa_cap(tmp_path, monkeypatch, cap, vnni, isa):
+    """OpenVINO runs its pre-VNNI INT8 kernels under a pre-VNNI ONEDNN_MAX_CPU_ISA on any CPU, so vitedge
+    reads such a machine as pre-VNNI: the full-range check and the speed floor then hold for what runs."""
+    info = tmp_path / "cpuinfo"
+    info.write_text("model name\t: Intel Xeon\nflags\t\t: sse4_2 avx2 fma avx512f avx512bw avx512_vnni avx512_bf16\n")
+    if cap:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    else:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    cpu = read_cpu(info, machine="x86_64")
+    assert cpu.int8_dot_product is vnni and cpu.isa == isa
+    assert check_requirement(VNNI, cpu).ok is vnni
+    assert ("isa_cap" in cpu.to_dict()) is (not vnni)
+
+
 def test_requirement_check_refuses_full_range_on_pre_vnni_x86_only():
     assert check_requirement(ANY_X86, AVX2_ONLY).ok and check_requirement(None, AVX2_ONLY).message is None
     assert check_requirement(VNNI, SPR) == check_requirement(ANY_X86, SPR)

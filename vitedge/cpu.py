@@ -20,6 +20,11 @@ from pathlib import Path
 
 VNNI_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8")
 ALLOW_ENV = "VITEDGE_ALLOW_CPU_MISMATCH"
+# oneDNN's ISA cap, which OpenVINO's CPU plugin honours: at these levels its INT8 kernels are the
+# pre-VNNI ones whatever the CPU has. vitedge then reads the CPU as capped (for every runtime: ONNX
+# Runtime ignores the cap, so for it this is the cautious reading).
+ONEDNN_CAP_ENV = "ONEDNN_MAX_CPU_ISA"
+PRE_VNNI_LEVELS = ("SSE41", "AVX", "AVX2", "AVX512_CORE")
 
 # cpu_requirement values written by the quantizer
 ANY_X86 = "any-x86"
@@ -32,6 +37,7 @@ class CpuInfo:
     model: str  # the model name, or "" when unknown
     flags: frozenset[str] = field(default_factory=frozenset)
     known: bool = False  # False when the flags could not be read
+    isa_cap: str | None = None  # a pre-VNNI ONEDNN_MAX_CPU_ISA level in force (its flags above it are dropped)
 
     @property
     def is_x86(self) -> bool:
@@ -53,6 +59,11 @@ class CpuInfo:
             return self.machine or "unknown"
         if not self.known:
             return "x86 (flags unknown)"
+        if self.isa_cap:
+            return f"{self._isa_label()}, oneDNN capped at {self.isa_cap}"
+        return self._isa_label()
+
+    def _isa_label(self) -> str:
         for flag, label in (("amx_int8", "amx"), ("avx512_vnni", "avx512-vnni"), ("avx_vnni", "avx-vnni"),
                             ("avx512f", "avx512 (no vnni)"), ("avx2", "avx2 (no vnni)")):
             if flag in self.flags:
@@ -60,7 +71,8 @@ class CpuInfo:
         return "x86 (no avx2)"
 
     def to_dict(self) -> dict[str, object]:
-        return {"machine": self.machine, "model": self.model, "isa": self.isa,
+        capped = {"isa_cap": self.isa_cap} if self.isa_cap else {}  # only when in force: records stay as they were
+        return {"machine": self.machine, "model": self.model, "isa": self.isa, **capped,
                 "int8_dot_product": self.int8_dot_product,
                 "flags": sorted(f for f in self.flags if f.startswith(("avx", "amx", "sse4", "fma", "f16c")))}
 
@@ -81,7 +93,24 @@ def read_cpu(cpuinfo: str | Path = "/proc/cpuinfo", machine: str | None = None) 
             flags = set(value.split())
         elif key == "model name" and not model:
             model = value.strip()
-    return CpuInfo(machine=machine, model=model, flags=frozenset(flags), known=bool(flags))
+    cap = os.environ.get(ONEDNN_CAP_ENV, "").strip().upper()
+    if flags and cap in PRE_VNNI_LEVELS:
+        flags = capped_flags(flags, cap)
+    else:
+        cap = ""
+    return CpuInfo(machine=machine, model=model, flags=frozenset(flags), known=bool(flags), isa_cap=cap or None)
+
+
+def capped_flags(flags: set[str], cap: str) -> set[str]:
+    """The flags a pre-VNNI oneDNN ISA level leaves usable: no VNNI or AMX, and no AVX-512 below AVX512_CORE."""
+    dropped = {f for f in flags if f in VNNI_FLAGS or f.startswith("amx")}
+    if cap != "AVX512_CORE":
+        dropped |= {f for f in flags if f.startswith("avx512")}
+    if cap in ("SSE41", "AVX"):
+        dropped |= {f for f in flags if f.startswith("avx2")}
+    if cap == "SSE41":
+        dropped |= {f for f in flags if f.startswith("avx")}
+    return flags - dropped
 
 
 @dataclass(frozen=True)
