@@ -121,7 +121,7 @@ def test_triton_loads_the_engine(tmp_path, version_compatible):
     port = _free_port()
     cmd = [server, f"--model-repository={repo}", f"--http-port={port}", "--grpc-port=0", "--metrics-port=0",
            "--allow-grpc=false", "--allow-metrics=false"]
-    if version_compatible:  # Triton's TensorRT backend refuses version-compatible plans without it
+    if version_compatible:  # Triton's TensorRT backend README: "--backend-config=tensorrt,...,version-compatible=true"
         cmd.append("--backend-config=tensorrt,version-compatible=true")
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -9,14 +9,16 @@ so the engine can be built on a device where only trtexec exists.
 
 Version differences this encodes (TensorRT API docs and migration guides, see
 docs/tensorrt.md):
-* 8.6-10.x ("weakly typed"): INT8 comes from the Q/DQ nodes (explicit quantization);
+* 8.6-10.11 ("weakly typed"): INT8 comes from the Q/DQ nodes (explicit quantization);
   BuilderFlag.INT8 lets TensorRT use those INT8 kernels and BuilderFlag.FP16 lets the
   float regions run in FP16; LayerNorm is pinned to FP32 with per-layer precision plus
   OBEY_PRECISION_CONSTRAINTS.
 * 11.x: BuilderFlag.INT8/FP16 and the precision-constraint flags are gone; networks are
-  strongly typed, so the float regions carry their own casts (typed.py writes
-  that graph) and the network is created with STRONGLY_TYPED (ignored, always on, in 11).
-* DLA exists on Jetson AGX Orin / Xavier only, and not in TensorRT 11.0-11.3.
+  strongly typed, so the float regions carry their own casts (typed.py writes that graph).
+* 10.12-10.x: the weak-typing flags are deprecated ("Superseded by strong typing"), so the strongly
+  typed path is taken there too, with STRONGLY_TYPED (11 deprecated that flag: always on).
+* DLA exists on Jetson AGX Orin / Orin NX / Xavier only, in TensorRT 8.6-10.7 and 11.4.1+ (on AGX
+  Orin with JetPack 7.2.2+), and takes static shapes: a DLA plan builds for one batch size.
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ def capabilities_from_module(trt: Any) -> TrtCapabilities:
 
 def assumed_capabilities(major: int) -> TrtCapabilities:
     """The features of the TensorRT vitedge assumes for a major (versions.ASSUMED_VERSION: 8 -> 8.6.1,
-    10 -> 10.3.0 as in JetPack 6.1/6.2, 11 -> 11.4.1), for planning where none is installed. They are
+    10 -> 10.3.0 as in JetPack 6.1, 11 -> 11.4.1), for planning where none is installed. They are
     feature-detected on the API surface recorded from that version's real bindings."""
 
     major = int(major or DEFAULT_ASSUMED_MAJOR)

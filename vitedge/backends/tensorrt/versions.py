@@ -121,7 +121,8 @@ STRONG_TYPING_FROM: Version = (10, 12)
 # The version vitedge plans for when none is installed: trt_major -> (version, why that one).
 ASSUMED_VERSION: dict[int, tuple[str, str]] = {
     8: ("8.6.1", "the oldest TensorRT vitedge supports (JetPack 5's 8.5 is too old)"),
-    10: ("10.3.0", "JetPack 6.1 and 6.2 ship TensorRT 10.3 (10.x desktop wheels are newer: install TensorRT to plan for them)"),
+    10: ("10.3.0", "JetPack 6.1 ships TensorRT 10.3 (Torch-TensorRT's JetPack page; 6.2 not checked here); desktop 10.x "
+                   "wheels are newer: install TensorRT to plan for them"),
     11: ("11.4.1", "the first TensorRT 11 for JetPack (7.2.2 or later), and the first 11.x with DLA on AGX Orin; its API is "
                    "recorded from 11.4.0, the newest 11.4 on PyPI"),
 }
