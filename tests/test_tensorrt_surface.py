@@ -245,3 +245,20 @@ def test_the_runner_binds_by_name_on_every_version(tiny, tmp_path):
         runner = TensorRtRunner(engine, TensorRtOptions(), trt=trt, cudart=cudart, check_device=False)
         out = runner.infer(np.zeros((3, 3, 8, 8), np.float32))
         assert out.shape == (3, 3, 8, 8)
+
+
+def test_the_recording_tool_refuses_an_unknown_version_in_one_line(capsys):
+    tool = _tool()
+    assert tool.main(["--versions", "9.9", "--out", "/nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: no wheel known for TensorRT 9.9; known: 8.6, 10.0,") and err.count("\n") == 1
+
+
+def test_the_recorded_files_are_what_the_tool_writes():
+    """One class per line, sorted: a new release's file diffs against the previous one as its API changes."""
+    tool = _tool()
+    for minor in ("8.6", "10.12", "11.4"):
+        path = tv.SURFACE_DIR / f"{minor}.json"
+        record = tv.load_surface(minor)
+        assert path.read_text() == tool._dumps(record)  # noqa: SLF001
+        assert list(record["classes"]) == sorted(record["classes"])

@@ -348,7 +348,10 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             return len(self._profiles) - 1
 
         def can_run_on_DLA(self, layer):
-            return layer.type.name in _DLA_CAN_RUN
+            # the layer type, and static shapes: with a dynamic profile no layer can run on the DLA (the DLA
+            # takes static shapes only; that the real call answers so is the stand-in's assumption)
+            static = all(lo == hi for prof in self._profiles for lo, _opt, hi in prof._shapes.values())
+            return static and layer.type.name in _DLA_CAN_RUN
 
         def create_timing_cache(self, blob):
             rec(("config.create_timing_cache", bytes(blob)))
