@@ -12,13 +12,15 @@ this when the module is made, and tests/test_tensorrt_surface.py checks it for e
 Behaviour it emulates, from TensorRT's Python API docs and the migration guides:
 * 11.x has no BuilderFlag.INT8/FP16/OBEY_PRECISION_CONSTRAINTS/PREFER_PRECISION_CONSTRAINTS
   (using them raises AttributeError), no EXPLICIT_BATCH, and its layers have no
-  precision / set_output_type; STRONGLY_TYPED is accepted (and ignored: always on);
+  precision / set_output_type; every network is strongly typed, STRONGLY_TYPED is accepted (its
+  docstring: deprecated, always on, ignored);
 * 10.x has STRONGLY_TYPED; setting a layer's precision in a strongly typed network raises;
 * 8.6 needs EXPLICIT_BATCH, has no STRONGLY_TYPED; SAME_COMPUTE_CAPABILITY exists from 10.9
   only (10.9.0 release notes), so JetPack 6's 10.3 lacks it;
 * DLA cores exist only when the flavour is given some (Jetson AGX Orin / Xavier), and only in the
   releases that build for the DLA (versions.dla_available: 8.6-10.7 and 11.4.1+). The DLA takes
-  static shapes only: a DLA build whose profile has min != max fails as TensorRT's does;
+  static shapes only: a DLA build whose profile has min != max returns None with a logged error
+  (the wording is the stand-in's), and can_run_on_DLA answers False for every layer then;
 * the engine inspector reports, like the real one, "N/A due to dynamic shapes" for every tensor
   format of an engine with a dynamic profile unless an execution context with its input shape set
   is bound (``inspector.execution_context = context``); 10.x writes "Bindings" (names) and
@@ -26,7 +28,7 @@ Behaviour it emulates, from TensorRT's Python API docs and the migration guides:
   (TensorRT 11 IEngineInspector migration guide).
 
 Failure is reported the way TensorRT reports it, never by raising: OnnxParser.parse_from_file
-returns False and leaves IParserError objects behind ``num_errors`` / ``get_error(i)`` (for a
+returns False and leaves ParserError objects (the bindings' name) behind ``num_errors`` / ``get_error(i)`` (for a
 file that is not ONNX, and for an operator without an importer, e.g. com.microsoft ops);
 Builder.build_serialized_network returns None (precision flags on a strongly typed network,
 a DLA device type without DLA cores, a layer the DLA cannot run without GPU fallback, or an

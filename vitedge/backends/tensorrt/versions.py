@@ -105,7 +105,7 @@ _FEATURES = [
             api="Runtime.engine_host_code_allowed"),
     Feature("EXCLUDE_LEAN_RUNTIME", (8, 6), None, SRC_VERSION_COMPAT, "not used by vitedge: its plans carry the lean runtime",
             api="BuilderFlag.EXCLUDE_LEAN_RUNTIME"),
-    Feature("EngineInspector.execution_context", (8, 2), None, SRC_ENGINE_TOOLS,
+    Feature("EngineInspector.execution_context", (8, 6), None, SRC_ENGINE_TOOLS,  # 8.5's bindings called it `context`
             "bind a context so dynamic-shape engines report their tensor formats", api="EngineInspector.execution_context"),
     Feature("DeviceType.DLA", (8, 0), None, SRC_SURFACE,
             "the enum member exists in every supported version, also where DLA itself does not (dla_available)",
@@ -160,6 +160,7 @@ def dla_unavailable_reason(release: tuple[int, ...]) -> str:
 # device's Builder.num_DLA_cores is what the on-device build checks (build.apply_plan).
 
 
+@lru_cache(maxsize=1)
 def supported_surfaces() -> tuple[str, ...]:
     """The recorded versions, oldest first ('8.6', '10.0', ..., '11.4')."""
     names = [p.stem for p in SURFACE_DIR.glob("*.json")]
