@@ -221,6 +221,12 @@ def test_trtexec_txt_states_the_differences(tmp_path):
     int8_part = text.split("# fp32-reference")[0]
     assert "# differs from `vitedge engine`: the Python build pins every NORMALIZATION layer" in int8_part
     assert "--layerOutputTypes=" in int8_part
+    dla = _plan("jetson-orin", "10.3.0", dla_core=0)
+    write_plan_files(tmp_path, [dla, reference_plan(dla)], CAPS["10.3.0"], GRAPH)
+    text = (tmp_path / "trtexec.txt").read_text()
+    assert "# note: DLA needs static shapes: one batch size (4, the opt batch)" in text
+    assert "# note: DLA with GPU fallback: layers the DLA cannot run" in text
+    assert "--minShapes=input:4x3x224x224 --optShapes=input:4x3x224x224 --maxShapes=input:4x3x224x224" in text
 
 
 def test_trtexec_trt10_jetson_dla():

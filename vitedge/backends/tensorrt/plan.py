@@ -461,8 +461,8 @@ def trtexec_differences(plan: BuildPlan) -> list[str]:
                    "(a LayerNorm exported below opset 17 is not one layer and is pinned by neither)")
     if plan.timing_cache:
         out.append("the Python build rejects a timing cache from another device or TensorRT (ignore_mismatch=False) and "
-                   "starts a fresh one, and vitedge checks the cache's sha256 first; trtexec loads --timingCacheFile as "
-                   "it finds it")
+                   "starts a fresh one, and vitedge checks the cache's sha256 first; trtexec gets --timingCacheFile and "
+                   "handles a mismatched cache its own way (not checked here)")
     return out
 
 
@@ -503,6 +503,7 @@ def write_plan_files(out_dir: Path, plans: list[BuildPlan], caps: TrtCapabilitie
     lines += [f"# warning: {w}" for w in (attention or {}).get("warnings", [])]
     for p in plans:
         lines += ["", f"# {p.role}: {p.engine} from {p.graph}"]
+        lines += [f"# note: {n}" for n in p.notes]
         lines += [f"# differs from `vitedge engine`: {d}" for d in trtexec_differences(p)]
         lines.append(trtexec_command(p, tf32_flag=caps.tf32_flag))
     with atomic_write_path(out_dir / TRTEXEC_FILE) as tmp:
