@@ -204,7 +204,7 @@ def _calls() -> set[str]:
 def test_every_name_vitedge_reads_exists_in_every_supported_version():
     calls = _calls()
     assert {"Builder", "BuilderFlag", "IBuilderConfig.set_memory_pool_limit", "ICudaEngine.create_engine_inspector",
-            "IExecutionContext.execute_async_v3", "EngineInspector.execution_context"} <= calls | {"Builder", "BuilderFlag"}
+            "IExecutionContext.execute_async_v3", "EngineInspector.execution_context"} <= calls  # the scan sees the calls
     python_side = {"nptype", "__version__"}  # tensorrt/__init__.py, not tensorrt.so
     missing = []
     for minor in VERSIONS:
