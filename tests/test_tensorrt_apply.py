@@ -62,10 +62,12 @@ def test_trt86_creates_an_explicit_batch_network(tiny):
     assert [c[1] for c in _named(trt.calls, "config.set_flag")] == ["INT8", "FP16", "OBEY_PRECISION_CONSTRAINTS"]
 
 
-@pytest.mark.parametrize("version", ["11.0.0", "11.4.0"])
-def test_trt11_strongly_typed_build(tiny, version):
+@pytest.mark.parametrize("version", ["10.12.0", "10.16.1", "11.0.0", "11.4.0"])
+def test_strongly_typed_build_from_10_12(tiny, version):
+    """10.12 deprecated the weak-typing flags ("Superseded by strong typing") and 11 removed them: the
+    cast graph and no precision flag. 10.x needs STRONGLY_TYPED; 11.x deprecated it (always on, ignored)."""
     trt, plan, result = _run(tiny, version)
-    strongly = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED)
+    strongly = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if version.startswith("10.") else 0
     assert _named(trt.calls, "builder.create_network") == [("builder.create_network", strongly)]
     assert ("parser.parse_from_file", "model.int8.typed.onnx") in trt.calls
     assert _named(trt.calls, "config.set_flag") == []
@@ -107,8 +109,10 @@ def test_dla_core_with_gpu_fallback_reports_the_fallback_layers(tiny):
 def test_dla_on_a_device_without_dla(tiny):
     with pytest.raises(BundleError, match="0 DLA core"):
         _run(tiny, "10.3.0", TensorRtOptions(opt_batch=4, dla_core=0), dla_cores=0)  # Orin Nano
-    trt, _, result = _run(tiny, "11.4.0", TensorRtOptions(opt_batch=4, dla_core=0), dla_cores=2)  # DLA is back in 11.4
+    # DLA is back in 11.4.1 on AGX Orin (release notes); 11.4.0 had it only on Windows on ARM
+    trt, _, result = _run(tiny, "11.4.1", TensorRtOptions(opt_batch=4, dla_core=0), dla_cores=2)
     assert ("config.DLA_core", 0) in trt.calls and result.dla_fallback
+    assert make_fake_trt("11.4.0", dla_cores=2).Builder(None).num_DLA_cores == 0
 
 
 def test_compatibility_modes(tiny):
@@ -145,3 +149,18 @@ def test_no_calibrator_on_any_version(tiny):
     for version in ("8.6.1", "10.3.0", "11.0.0"):
         trt, _, _ = _run(tiny, version)
         assert not [c for c in trt.calls if "calibrat" in str(c[0]).lower()]
+
+
+def test_dla_plans_are_static_and_a_dynamic_dla_profile_fails_as_tensorrt_does(tiny):
+    """The DLA takes static shapes only: the plan pins min = opt = max at the opt batch and states the GPU
+    fallback; a DLA build with a dynamic profile fails (None and a logged error), which apply_plan reports."""
+    trt, plan, result = _run(tiny, "10.3.0", TensorRtOptions(opt_batch=4, dla_core=0), dla_cores=2)
+    assert plan.profile_min == plan.profile_opt == plan.profile_max == (4, 3, 8, 8)
+    assert _named(trt.calls, "profile.set_shape") == [("profile.set_shape", "input", (4, 3, 8, 8), (4, 3, 8, 8), (4, 3, 8, 8))]
+    assert any("static shapes" in n for n in plan.notes) and any("run on the GPU" in n for n in plan.notes)
+    assert result.dla_fallback and result.layers["dla_layers"]
+    dynamic = dataclasses.replace(plan, profile_min=(1, 3, 8, 8), profile_max=(8, 3, 8, 8))
+    with pytest.raises(BundleError, match="DLA does not support dynamic shapes"):
+        apply_plan(make_fake_trt("10.3.0", dla_cores=2), dynamic, tiny[0])
+    gpu = dataclasses.replace(dynamic, dla_core=None, gpu_fallback=False, builder_flags=("INT8", "FP16"))
+    apply_plan(make_fake_trt("10.3.0", dla_cores=2), gpu, tiny[0])  # the same profile builds on the GPU

@@ -70,6 +70,73 @@ def test_the_build_reports_what_the_inspector_says(tiny):
     assert any(line.startswith("model.engine: 6 engine layers") for line in said)
 
 
+def _engine(tiny, version, batch_sizes=(1, 4, 8)):
+    path, graph = tiny
+    trt = make_fake_trt(version)
+    plan = plan_build(TensorRtOptions(opt_batch=4), batch_sizes, capabilities_from_module(trt), graph=graph)
+    built = apply_plan(trt, plan, path.parent / plan.graph)
+    return trt, plan, built, trt.Runtime(trt.Logger()).deserialize_cuda_engine(built.engine)
+
+
+@pytest.mark.parametrize("version", ["10.3.0", "11.4.1"])
+def test_a_dynamic_profile_reports_na_without_a_context_as_the_real_inspector_does(tiny, version):
+    """Real inspector records of dynamic-shape engines say "N/A due to dynamic shapes" for every tensor
+    (and -1 in Dimensions); the stand-in does the same, and the summary counts them as unknown, not as a
+    precision."""
+    import json
+
+    trt, _plan, _built, engine = _engine(tiny, version)
+    info = json.loads(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
+    tensors = [t for layer in info["Layers"] for t in layer["Inputs"] + layer["Outputs"]]
+    assert tensors and all(t["Dimensions"][0] == -1 for t in tensors)
+    key = "Format" if version.startswith("11") else "Format/Datatype"
+    assert all(t[key] == "N/A due to dynamic shapes" for t in tensors)
+    s = summarize_layers(info)
+    assert s["layer_precision"] == {} and s["precision_unknown"] == s["count"] == 7
+    assert "7 not reported (N/A due to dynamic shapes)" in one_line(s)
+
+
+@pytest.mark.parametrize("version, schema", [("10.3.0", "8.6-10.x"), ("10.16.0", "8.6-10.x"), ("11.0.0", "11.x"), ("11.4.1", "11.x")])
+def test_the_build_inspects_with_a_context_at_the_opt_shape(tiny, version, schema):
+    trt, plan, built, _engine_ = _engine(tiny, version)
+    assert ("context.set_input_shape", "input", (4, 3, 8, 8)) in trt.calls  # the opt shape, not min or max
+    assert ("inspector.execution_context", True) in trt.calls
+    assert trt.calls.index(("inspector.execution_context", True)) < trt.calls.index(("inspector.get_engine_information", "JSON"))
+    layers = built.layers
+    assert layers["context_bound"] is True and "precision_unknown" not in layers and layers["schema"] == schema
+    assert layers["layer_precision"]["q"] == layers["layer_precision"]["dq"] == "int8" and layers["io_tensors"][0]["name"] == "input"
+    if schema == "11.x":
+        assert layers["io_tensors"][0] == {"name": "input", "mode": "input", "dtype": "Float"}
+
+
+def test_both_inspector_schemas_read_the_same():
+    """The 10.x record ("Format/Datatype", "Bindings") and the 11.x one ("DataType"/"Format", "I/O Tensors",
+    TensorRT 11 IEngineInspector migration guide) of the same layers give the same summary."""
+    def layer(name, din, dout, eleven):
+        def t(dtype):
+            if eleven:
+                return {"Name": "t", "Dimensions": [4, 8], "Format": "Row major linear", "DataType": dtype}
+            return {"Name": "t", "Dimensions": [4, 8], "Format/Datatype": f"Row major linear {dtype}"}
+        return {"Name": name, "LayerType": "X", "Inputs": [t(din)], "Outputs": [t(dout)]}
+
+    spec = [("a", "Float", "Int8"), ("b", "Int8", "Half"), ("c", "Half", "Half"), ("d", "Float", "Float")]
+    ten = summarize_layers({"Layers": [layer(*x, False) for x in spec], "Bindings": ["input", "logits"]})
+    eleven = summarize_layers({"Layers": [layer(*x, True) for x in spec], "I/O Tensors": [
+        {"Name": "input", "IOMode": "Input", "DataType": "Float"}, {"Name": "logits", "IOMode": "Output", "DataType": "Float"}]})
+    assert ten["layer_precision"] == eleven["layer_precision"] == {"a": "int8", "b": "int8", "c": "fp16", "d": "fp32"}
+    assert [t["name"] for t in ten["io_tensors"]] == [t["name"] for t in eleven["io_tensors"]] == ["input", "logits"]
+    assert (ten["schema"], eleven["schema"]) == ("8.6-10.x", "11.x")
+
+
+def test_na_tensors_fall_back_to_weights_and_tactic_names():
+    na = [{"Format/Datatype": "N/A due to dynamic shapes"}]
+    conv = {"Name": "conv", "Inputs": na, "Outputs": na, "Weights": {"Type": "Half", "Count": 9}}
+    gemm = {"Name": "gemm", "Inputs": na, "Outputs": na, "TacticName": "sm80_xmma_gemm_i8i8_i8i32_f32_tn_n_tilesize128x128x64"}
+    reformat = {"Name": "reformat", "LayerType": "Reformat", "Inputs": na, "Outputs": na}
+    s = summarize_layers({"Layers": [conv, gemm, reformat]})
+    assert s["layer_precision"] == {"conv": "fp16", "gemm": "int8"} and s["precision_unknown"] == 1
+
+
 def _attention_graph(tokens: int, heads: int, head_size: int, quantized: bool):
     """One attention core: (B, heads, T, d) @ (B, heads, d, T) -> Softmax -> @ V."""
     shape_q = ["batch", heads, tokens, head_size]

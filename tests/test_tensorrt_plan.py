@@ -25,7 +25,8 @@ from vitedge.profiles import load_profile, parse_profile
 
 LN = ("/blocks/blocks.0/norm1/LayerNormalization", "/blocks/blocks.0/norm2/LayerNormalization", "/norm/LayerNormalization")
 GRAPH = GraphFacts(input_name="input", input_shape=(3, 224, 224), layernorm_layers=LN)
-CAPS = {v: capabilities_from_module(make_fake_trt(v)) for v in ("8.6.1", "10.3.0", "10.9.0", "11.0.0", "11.4.0")}
+CAPS = {v: capabilities_from_module(make_fake_trt(v))
+        for v in ("8.6.1", "10.3.0", "10.7.0", "10.8.0", "10.9.0", "10.11.0", "10.12.0", "11.0.0", "11.4.0", "11.4.1")}
 
 
 def _plan(target: str, version: str, **changes) -> BuildPlan:
@@ -60,7 +61,7 @@ def test_trt86_needs_explicit_batch():
 
 def test_trt11_is_strongly_typed_from_the_cast_graph():
     plan = _plan("jetson-orin", "11.0.0")
-    assert plan.strongly_typed and plan.network_flags == ("STRONGLY_TYPED",)
+    assert plan.strongly_typed and plan.network_flags == ()  # STRONGLY_TYPED: deprecated in 11.0, always on, ignored
     assert plan.builder_flags == ()  # no INT8 / FP16 / precision-constraint flags exist in 11
     assert plan.graph == "model.int8.typed.onnx" and plan.typed_graph == {"float_precision": "fp16", "layernorm_fp32": True}
     assert plan.fp32_layers == () and plan.precision_constraints is None
@@ -84,10 +85,17 @@ def test_dla_with_gpu_fallback_on_agx_orin():
     assert plan.dla_core == 1 and plan.gpu_fallback and "GPU_FALLBACK" in plan.builder_flags
     no_fallback = _plan("jetson-orin", "10.3.0", dla_core=0, gpu_fallback=False)
     assert "GPU_FALLBACK" not in no_fallback.builder_flags and any("fails" in n for n in no_fallback.notes)
-    with pytest.raises(UsageError, match="11.0-11.3"):
-        _plan("jetson-orin", "11.0.0", dla_core=0)
-    back = _plan("jetson-orin", "11.4.0", dla_core=0)
-    assert back.dla_core == 0 and back.builder_flags == ("GPU_FALLBACK",)
+    assert any("run on the GPU" in n for n in plan.notes)  # the GPU fallback is stated in the plan
+    # DLA per release (NVIDIA's 11.3 Jetson migration page and 11.4.1 release notes): 10.7 was the last
+    # release with DLA; 11.4.0 has it only on Windows on ARM; 11.4.1 brings it back on AGX Orin.
+    assert _plan("jetson-orin", "10.7.0", dla_core=0).dla_core == 0
+    for version in ("10.8.0", "10.12.0", "11.0.0"):
+        with pytest.raises(UsageError, match="10.7 was the last release with DLA"):
+            _plan("jetson-orin", version, dla_core=0)
+    with pytest.raises(UsageError, match="11.4.0 has DLA only on Windows on ARM"):
+        _plan("jetson-orin", "11.4.0", dla_core=0)
+    back = _plan("jetson-orin", "11.4.1", dla_core=0)
+    assert back.dla_core == 0 and back.builder_flags == ("GPU_FALLBACK",) and back.strongly_typed
     with pytest.raises(UsageError, match="hardware-compatible"):
         _plan("jetson-orin", "10.3.0", dla_core=0, hardware_compatibility="ampere_plus")
 
@@ -131,7 +139,9 @@ def test_reference_plan_is_plain_fp32_on_the_gpu():
     ref = reference_plan(_plan("jetson-orin", "10.3.0", dla_core=0, version_compatible=True))
     assert ref.graph == "reference.fp32.onnx" and ref.engine == "reference.fp32.engine"
     assert ref.builder_flags == ("VERSION_COMPATIBLE",) and ref.cleared_flags == ("TF32",)
-    assert ref.dla_core is None and ref.precision_constraints is None and ref.profile_max == (8, 3, 224, 224)
+    # the reference keeps the INT8 plan's profile: static at the opt batch, as the DLA plan is
+    assert ref.dla_core is None and ref.precision_constraints is None
+    assert ref.profile_min == ref.profile_opt == ref.profile_max == (4, 3, 224, 224)
 
 
 def test_assumed_capabilities_follow_nvidias_documents():
@@ -139,23 +149,23 @@ def test_assumed_capabilities_follow_nvidias_documents():
     sources are listed in vitedge/backends/tensorrt_versions.py and docs/tensorrt.md), written
     out here by hand rather than compared with the stand-in."""
     jp6 = assumed_capabilities(10)  # JetPack 6.x ships TensorRT 10.3
-    assert (jp6.major, jp6.minor) == (10, 3) and jp6.weakly_typed and jp6.strongly_typed_flag and not jp6.explicit_batch_flag
+    assert jp6.version == "10.3.0" and jp6.weakly_typed and jp6.strongly_typed_flag and not jp6.explicit_batch_flag
     assert jp6.hardware_levels == ("ampere_plus",)  # SAME_COMPUTE_CAPABILITY: 10.9.0 release notes
     assert jp6.version_compatible and jp6.dla and jp6.optimization_level
     trt86 = assumed_capabilities(8)
-    assert (trt86.major, trt86.minor) == (8, 6) and trt86.explicit_batch_flag and not trt86.strongly_typed_flag
+    assert trt86.version == "8.6.1" and trt86.explicit_batch_flag and not trt86.strongly_typed_flag
     assert trt86.hardware_levels == ("ampere_plus",) and trt86.version_compatible  # both new in 8.6
     trt11 = assumed_capabilities(11)  # 10.x -> 11.x migration guide: no INT8/FP16/constraint flags
     assert not (trt11.int8_flag or trt11.fp16_flag or trt11.precision_constraints or trt11.explicit_batch_flag)
-    assert trt11.strongly_typed_flag and trt11.hardware_levels == ("ampere_plus", "same_compute_capability")
-    assert trt11.dla and (trt11.major, trt11.minor) == (11, 4)  # DLA is back in 11.4 (field notes)
+    assert not trt11.strongly_typed_flag and trt11.hardware_levels == ("ampere_plus", "same_compute_capability")
+    assert trt11.dla and trt11.version == "11.4.1"  # DLA is back in 11.4.1 on AGX Orin (11.4.1 release notes)
     with pytest.raises(UsageError, match="use 8, 10 or 11"):
         assumed_capabilities(9)
 
 
 def test_the_plan_for_jetpack6_refuses_same_compute_capability():
     options = dataclasses.replace(load_profile("jetson-orin").backend_options, hardware_compatibility="same_compute_capability")
-    with pytest.raises(UsageError, match="TensorRT 10.3 .*new in TensorRT 10.9"):
+    with pytest.raises(UsageError, match="TensorRT 10.3.0 .*new in TensorRT 10.9"):
         plan_build(options, (1, 4), assumed_capabilities(10), graph=GRAPH)
 
 
@@ -180,8 +190,43 @@ def test_trtexec_trt10_desktop():
     ln = ",".join(f"{name}:fp32" for name in LN)
     assert cmd == ("trtexec --onnx=model.int8.onnx --int8 --fp16 --minShapes=input:1x3x224x224 --optShapes=input:8x3x224x224 "
                    "--maxShapes=input:32x3x224x224 --memPoolSize=workspace:4096M --builderOptimizationLevel=3 "
-                   f"--timingCacheFile=timing.cache --precisionConstraints=obey --layerPrecisions={ln} "
+                   f"--timingCacheFile=timing.cache --precisionConstraints=obey --layerPrecisions={ln} --layerOutputTypes={ln} "
                    "--profilingVerbosity=detailed --saveEngine=model.engine --skipInference")
+
+
+def test_trtexec_line_matches_the_python_build_or_says_how_it_differs():
+    """Weak path: apply_plan sets layer.precision and set_output_type to FP32 (both flags are in the line), and
+    also pins NORMALIZATION layers by type, which trtexec cannot: said in a comment. Strong path (10.12+, 11):
+    the types are in the typed graph, which both read; nothing is pinned, so only the timing-cache note stays."""
+    from vitedge.backends.tensorrt.plan import trtexec_differences
+
+    weak = _plan("jetson-orin", "10.11.0")
+    cmd = shlex.split(trtexec_command(weak))
+    assert "--layerOutputTypes=" + ",".join(f"{n}:fp32" for n in LN) in cmd
+    assert any("by layer type" in d for d in trtexec_differences(weak))
+    for version in ("10.12.0", "11.4.1"):
+        strong = _plan("jetson-orin", version)
+        cmd = shlex.split(trtexec_command(strong))
+        assert cmd[:3] == ["trtexec", "--onnx=model.int8.typed.onnx", "--stronglyTyped"]
+        assert not {"--int8", "--fp16"} & set(cmd) and not any(a.startswith("--layer") or a.startswith("--precision") for a in cmd)
+        assert [d for d in trtexec_differences(strong) if "timing cache" not in d] == []
+
+
+def test_trtexec_txt_states_the_differences(tmp_path):
+    from vitedge.backends.tensorrt.plan import write_plan_files
+
+    weak = _plan("jetson-orin", "10.3.0")
+    write_plan_files(tmp_path, [weak, reference_plan(weak)], CAPS["10.3.0"], GRAPH)
+    text = (tmp_path / "trtexec.txt").read_text()
+    int8_part = text.split("# fp32-reference")[0]
+    assert "# differs from `vitedge engine`: the Python build pins every NORMALIZATION layer" in int8_part
+    assert "--layerOutputTypes=" in int8_part
+    dla = _plan("jetson-orin", "10.3.0", dla_core=0)
+    write_plan_files(tmp_path, [dla, reference_plan(dla)], CAPS["10.3.0"], GRAPH)
+    text = (tmp_path / "trtexec.txt").read_text()
+    assert "# note: DLA needs static shapes: one batch size (4, the opt batch)" in text
+    assert "# note: DLA with GPU fallback: layers the DLA cannot run" in text
+    assert "--minShapes=input:4x3x224x224 --optShapes=input:4x3x224x224 --maxShapes=input:4x3x224x224" in text
 
 
 def test_trtexec_trt10_jetson_dla():

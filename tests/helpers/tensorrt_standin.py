@@ -1,18 +1,34 @@
-"""A recording stand-in for the ``tensorrt`` module (and cuda-python's runtime), in three
-flavours: 8.6, 10.x and 11.x. NOT TensorRT: nothing here builds or measures an engine.
+"""A recording stand-in for the ``tensorrt`` module (and cuda-python's runtime), for every TensorRT
+version vitedge supports. NOT TensorRT: nothing here builds or measures an engine.
 
-What it emulates, from TensorRT's Python API docs and the 10.x -> 11.x migration guide:
+Its API is exactly the one recorded from NVIDIA's real bindings of that version
+(vitedge/backends/tensorrt/surface/<major>.<minor>.json, tools/trt_surface.py): every enum has
+exactly the recorded values, every recorded class exists with exactly the recorded public members,
+and nothing else. Members the stand-in does not emulate are there (so ``hasattr`` answers as on the
+real module) but raise NotImplementedError when called; names the version lacks raise AttributeError
+(e.g. ``IBuilderConfig.max_workspace_size`` on 10+, ``BuilderFlag.INT8`` on 11). ``_conform`` enforces
+this when the module is made, and tests/test_tensorrt_surface.py checks it for every version.
+
+Behaviour it emulates, from TensorRT's Python API docs and the migration guides:
 * 11.x has no BuilderFlag.INT8/FP16/OBEY_PRECISION_CONSTRAINTS/PREFER_PRECISION_CONSTRAINTS
   (using them raises AttributeError), no EXPLICIT_BATCH, and its layers have no
-  precision / set_output_type; STRONGLY_TYPED is accepted (and ignored: always on);
+  precision / set_output_type; every network is strongly typed, STRONGLY_TYPED is accepted (its
+  docstring: deprecated, always on, ignored);
 * 10.x has STRONGLY_TYPED; setting a layer's precision in a strongly typed network raises;
 * 8.6 needs EXPLICIT_BATCH, has no STRONGLY_TYPED; SAME_COMPUTE_CAPABILITY exists from 10.9
   only (10.9.0 release notes), so JetPack 6's 10.3 lacks it;
-* DLA cores exist only when the flavour is given some (Jetson AGX Orin / Xavier), and never
-  in 11.0-11.3.
+* DLA cores exist only when the flavour is given some (Jetson AGX Orin / Xavier), and only in the
+  releases that build for the DLA (versions.dla_available: 8.6-10.7 and 11.4.1+). The DLA takes
+  static shapes only: a DLA build whose profile has min != max returns None with a logged error
+  (the wording is the stand-in's), and can_run_on_DLA answers False for every layer then;
+* the engine inspector reports, like the real one, "N/A due to dynamic shapes" for every tensor
+  format of an engine with a dynamic profile unless an execution context with its input shape set
+  is bound (``inspector.execution_context = context``); 10.x writes "Bindings" (names) and
+  "Format/Datatype", 11.x writes "I/O Tensors" (objects) and separate "Format" and "DataType"
+  (TensorRT 11 IEngineInspector migration guide).
 
 Failure is reported the way TensorRT reports it, never by raising: OnnxParser.parse_from_file
-returns False and leaves IParserError objects behind ``num_errors`` / ``get_error(i)`` (for a
+returns False and leaves ParserError objects (the bindings' name) behind ``num_errors`` / ``get_error(i)`` (for a
 file that is not ONNX, and for an operator without an importer, e.g. com.microsoft ops);
 Builder.build_serialized_network returns None (precision flags on a strongly typed network,
 a DLA device type without DLA cores, a layer the DLA cannot run without GPU fallback, or an
@@ -54,53 +70,78 @@ def _enum(name: str, members: list[str]) -> type:
     return enum.IntEnum(name, {m: i for i, m in enumerate(members)})
 
 
-class _DataType(enum.IntEnum):
-    FLOAT = 0
-    HALF = 1
-    INT8 = 2
-    INT32 = 3
-    BOOL = 4
-    UINT8 = 5
-    INT64 = 6
+_PYTHON_SIDE = {"nptype", "calls"}  # tensorrt/__init__.py's helper (not in tensorrt.so) and the call record
+_ALWAYS = {"__init__", "__getitem__", "__len__", "__enter__", "__exit__"}
 
 
-_NP = {_DataType.FLOAT: np.float32, _DataType.HALF: np.float16, _DataType.INT8: np.int8, _DataType.INT32: np.int32,
-       _DataType.BOOL: np.bool_, _DataType.UINT8: np.uint8, _DataType.INT64: np.int64}
+def _surface(major: int, minor: int) -> dict:
+    from vitedge.backends.tensorrt.versions import load_surface
+
+    return load_surface(f"{major}.{minor}")
+
+
+def _unemulated(cls_name: str, member: str):
+    def stub(*_args, **_kwargs):
+        raise NotImplementedError(f"the TensorRT stand-in does not emulate {cls_name}.{member} (it exists in the real bindings)")
+
+    stub.__name__ = member
+    return stub
+
+
+def _conform(trt, surface: dict) -> None:
+    """Give every recorded class exactly its recorded public members: add the ones the stand-in does not
+    emulate as stubs that raise NotImplementedError, and fail if the stand-in defines one the real
+    bindings of this version lack (the stand-in must never accept what TensorRT would refuse)."""
+    version = trt.__version__
+    for cls_name, entry in surface["classes"].items():
+        if entry["kind"] == "enum":
+            continue
+        cls = trt.__dict__.get(cls_name)
+        if cls is None:
+            cls = type(cls_name, (), {"__init__": _unemulated(cls_name, "__init__")})
+            setattr(trt, cls_name, cls)
+        wanted = {m for m in entry["members"] if not m.startswith("__")}
+        extra = {n for n in dir(cls) if not n.startswith("_")} - wanted
+        if extra:
+            raise AssertionError(f"the stand-in's {cls_name} defines {sorted(extra)}, absent from TensorRT {version}'s bindings")
+        for member in wanted:
+            if not hasattr(cls, member):
+                setattr(cls, member, _unemulated(cls_name, member))
+    recorded = set(surface["classes"]) | set(surface["functions"]) | set(surface["values"])
+    extra = {n for n in vars(trt) if not n.startswith("_")} - recorded - _PYTHON_SIDE
+    if extra:
+        raise AssertionError(f"the stand-in module defines {sorted(extra)}, absent from TensorRT {version}'s bindings")
+    for name in set(surface["functions"]) - set(vars(trt)):
+        setattr(trt, name, _unemulated("tensorrt", name))
+    for name in set(surface["values"]) - set(vars(trt)):
+        setattr(trt, name, None)
 
 
 def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, stale_cache: bytes = b"stale",
                   fail=(), inspector_layers=None) -> types.ModuleType:
-    major, minor = (int(p) for p in version.split(".")[:2])
+    from vitedge.backends.tensorrt.versions import dla_available, parse_release
+
+    major, minor, _patch = parse_release(version)
     fail = set(fail)
-    if major == 11 and minor < 4:
-        dla_cores = 0  # no DLA in TensorRT 11.0-11.3
+    if not dla_available(parse_release(version)):
+        dla_cores = 0  # this release does not build for the DLA (10.8-11.4.0)
     trt = types.ModuleType("tensorrt")
     trt.__version__ = version
     trt.calls = []
     rec = trt.calls.append
 
-    flags = ["FP16", "INT8", "DEBUG", "GPU_FALLBACK", "REFIT", "DISABLE_TIMING_CACHE", "TF32", "SPARSE_WEIGHTS",
-             "SAFETY_SCOPE", "OBEY_PRECISION_CONSTRAINTS", "PREFER_PRECISION_CONSTRAINTS", "DIRECT_IO",
-             "REJECT_EMPTY_ALGORITHMS", "VERSION_COMPATIBLE", "EXCLUDE_LEAN_RUNTIME", "FP8"]
-    if major >= 10:
-        flags += ["BF16", "INT4", "WEIGHT_STREAMING"]
-    if major >= 11:
-        flags = [f for f in flags if f not in ("FP16", "INT8", "FP8", "BF16", "INT4", "OBEY_PRECISION_CONSTRAINTS",
-                                               "PREFER_PRECISION_CONSTRAINTS", "DIRECT_IO")]
-    trt.BuilderFlag = _enum("BuilderFlag", flags)
-    net_flags = {8: ["EXPLICIT_BATCH", "EXPLICIT_PRECISION"], 10: ["EXPLICIT_BATCH", "STRONGLY_TYPED"], 11: ["STRONGLY_TYPED"]}[major]
-    trt.NetworkDefinitionCreationFlag = _enum("NetworkDefinitionCreationFlag", net_flags)
-    trt.MemoryPoolType = _enum("MemoryPoolType", ["WORKSPACE", "DLA_MANAGED_SRAM", "DLA_LOCAL_DRAM", "DLA_GLOBAL_DRAM", "TACTIC_DRAM"])
-    trt.DeviceType = _enum("DeviceType", ["GPU", "DLA"])
-    trt.HardwareCompatibilityLevel = _enum("HardwareCompatibilityLevel",
-                                           ["NONE", "AMPERE_PLUS"] + (["SAME_COMPUTE_CAPABILITY"] if (major, minor) >= (10, 9) else []))
-    trt.ProfilingVerbosity = _enum("ProfilingVerbosity", ["LAYER_NAMES_ONLY", "NONE", "DETAILED"])
-    trt.LayerInformationFormat = _enum("LayerInformationFormat", ["ONELINE", "JSON"])
-    trt.LayerType = _enum("LayerType", sorted(set(_OP_LAYER.values()) | {"CONSTANT", "SHAPE", "OTHER"}))
-    trt.TensorIOMode = _enum("TensorIOMode", ["NONE", "INPUT", "OUTPUT"])
-    trt.DataType = _DataType
-    trt.float32, trt.float16, trt.int8, trt.int32 = _DataType.FLOAT, _DataType.HALF, _DataType.INT8, _DataType.INT32
-    trt.nptype = lambda dt: _NP[dt]
+    surface = _surface(major, minor)
+    for cls_name, entry in surface["classes"].items():  # every enum with exactly its recorded values
+        if entry["kind"] == "enum":
+            setattr(trt, cls_name, _enum(cls_name, entry["values"]))
+    data_type = trt.DataType
+    for alias, member in (("float32", "FLOAT"), ("float16", "HALF"), ("int8", "INT8"), ("int32", "INT32"), ("uint8", "UINT8"),
+                          ("bool", "BOOL"), ("int64", "INT64")):
+        if alias in surface["values"]:
+            setattr(trt, alias, getattr(data_type, member))
+    _np = {"FLOAT": np.float32, "HALF": np.float16, "INT8": np.int8, "INT32": np.int32, "BOOL": np.bool_, "UINT8": np.uint8,
+           "INT64": np.int64}
+    trt.nptype = lambda dt: _np[dt.name]
 
     class _Severity(enum.IntEnum):
         INTERNAL_ERROR = 0
@@ -120,19 +161,21 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             raise NotImplementedError
 
     class Logger(ILogger):
+        min_severity = _Severity.WARNING
+
         def __init__(self, min_severity=_Severity.WARNING):
             self.min_severity = min_severity
-            self.messages = []
+            self._messages = []
 
         def log(self, severity, msg):
-            self.messages.append((severity, msg))
+            self._messages.append((severity, msg))
 
     def _log(logger, severity, msg):
         rec(("logger.log", severity.name, msg))
         if logger is not None:
             logger.log(severity, msg)
 
-    class IParserError:
+    class ParserError:
         """What get_error(i) returns; str() is its one-line description, as in the bindings."""
 
         def __init__(self, code, desc, node=-1, name="", op=""):
@@ -162,8 +205,9 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             return f"{self._code}: {self._desc}"
 
     strongly_typed_always = major >= 11
+    layer_members = set(surface["classes"]["ILayer"]["members"])
 
-    class Layer:
+    class ILayer:
         def __init__(self, name, ltype, strongly, logger=None):
             object.__setattr__(self, "_logger", logger)
             object.__setattr__(self, "name", name)
@@ -172,61 +216,60 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             object.__setattr__(self, "_strongly", strongly)
 
         def __setattr__(self, key, value):
+            if key not in layer_members:
+                raise AttributeError(f"'tensorrt.ILayer' object has no attribute '{key}' (TensorRT {version})")
             if key == "precision":
-                if strongly_typed_always:
-                    raise AttributeError(f"'ILayer' object has no attribute 'precision' (TensorRT {version})")
                 if self._strongly:  # TensorRT logs an API usage error and ignores the call
                     _log(self._logger, _Severity.ERROR, "Error Code 3: API Usage Error (setting layer precision is not allowed in a strongly typed network)")
                     return
                 rec(("layer.precision", self.name, value.name))
             object.__setattr__(self, key, value)
 
-        def set_output_type(self, index, dtype):
-            if strongly_typed_always:
-                raise AttributeError(f"'ILayer' object has no attribute 'set_output_type' (TensorRT {version})")
-            if self._strongly:
-                _log(self._logger, _Severity.ERROR, "Error Code 3: API Usage Error (setting layer output types is not allowed in a strongly typed network)")
-                return
-            rec(("layer.set_output_type", self.name, index, dtype.name))
+        if "set_output_type" in layer_members:
+            def set_output_type(self, index, dtype):
+                if self._strongly:
+                    _log(self._logger, _Severity.ERROR, "Error Code 3: API Usage Error (setting layer output types is not allowed in a strongly typed network)")
+                    return
+                rec(("layer.set_output_type", self.name, index, dtype.name))
 
-    class Network:
+    class INetworkDefinition:
         def __init__(self, flags):
-            self.flags = flags
-            self.strongly_typed = strongly_typed_always or (
-                "STRONGLY_TYPED" in trt.NetworkDefinitionCreationFlag.__members__
-                and bool(flags & (1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))))
-            if major < 10 and not flags & (1 << int(trt.NetworkDefinitionCreationFlag.EXPLICIT_BATCH)):
+            net_flag = trt.NetworkDefinitionCreationFlag
+            self._flags = flags
+            self._strongly_typed = strongly_typed_always or (
+                "STRONGLY_TYPED" in net_flag.__members__ and bool(flags & (1 << int(net_flag.STRONGLY_TYPED))))
+            if major < 10 and not flags & (1 << int(net_flag.EXPLICIT_BATCH)):
                 raise RuntimeError("TensorRT 8.x ONNX networks need EXPLICIT_BATCH")
-            self.layers = []
-            self.onnx = None
-            self.input = None
+            self._layers = []
+            self._onnx = None
+            self._input = None
 
         @property
         def num_layers(self):
-            return len(self.layers)
+            return len(self._layers)
 
         def get_layer(self, i):
-            return self.layers[i]
+            return self._layers[i]
 
     class OnnxParser:
         def __init__(self, network, logger):
-            self.network = network
-            self.logger = logger
-            self.errors = []
+            self._network = network
+            self._logger = logger
+            self._errors = []
 
         @property
         def num_errors(self):
-            return len(self.errors)
+            return len(self._errors)
 
         def get_error(self, i):
-            return self.errors[i]
+            return self._errors[i]
 
         def clear_errors(self):
-            self.errors = []
+            self._errors = []
 
         def _fail(self, error):
-            self.errors.append(error)
-            _log(self.logger, _Severity.ERROR, f"ModelImporter.cpp: ERROR: {error}")
+            self._errors.append(error)
+            _log(self._logger, _Severity.ERROR, f"ModelImporter.cpp: ERROR: {error}")
             return False
 
         def parse_from_file(self, path):
@@ -236,106 +279,95 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             try:
                 model = onnx.load(str(path), load_external_data=False)
             except Exception:
-                return self._fail(IParserError("MODEL_DESERIALIZE_FAILED", f"Failed to parse ONNX model from file: {path}"))
+                return self._fail(ParserError("MODEL_DESERIALIZE_FAILED", f"Failed to parse ONNX model from file: {path}"))
             layer_type = trt.LayerType
             if "parse" in fail and model.graph.node:  # an op this TensorRT has no importer for
                 node = model.graph.node[0]
-                return self._fail(IParserError("UNSUPPORTED_NODE", f"No importer registered for op: {node.op_type}", 0,
-                                               node.name, node.op_type))
+                return self._fail(ParserError("UNSUPPORTED_NODE", f"No importer registered for op: {node.op_type}", 0,
+                                              node.name, node.op_type))
+            net = self._network
             for index, node in enumerate(model.graph.node):
                 if node.domain not in ("", "ai.onnx"):
-                    return self._fail(IParserError("UNSUPPORTED_NODE", f"No importer registered for op: {node.op_type}",
-                                                   index, node.name, node.op_type))
+                    return self._fail(ParserError("UNSUPPORTED_NODE", f"No importer registered for op: {node.op_type}",
+                                                  index, node.name, node.op_type))
                 if node.op_type == "Constant":
                     continue
-                kind = _OP_LAYER.get(node.op_type, "OTHER")
-                self.network.layers.append(Layer(node.name or node.output[0], getattr(layer_type, kind), self.network.strongly_typed,
-                                                 self.logger))
-            self.network.onnx = str(path)
-            self.network.input = model.graph.input[0].name
+                kind = _OP_LAYER.get(node.op_type, "IDENTITY")
+                net._layers.append(ILayer(node.name or node.output[0], getattr(layer_type, kind), net._strongly_typed, self._logger))
+            net._onnx = str(path)
+            net._input = model.graph.input[0].name
             return True
 
-    class TimingCache:
+    class ITimingCache:
         def __init__(self, blob):
-            self.blob = bytes(blob)
+            self._blob = bytes(blob)
 
         def serialize(self):
-            return b"timing-cache:" + version.encode() + b":" + self.blob[-8:]
+            return b"timing-cache:" + version.encode() + b":" + self._blob[-8:]
 
-    class Profile:
+    class IOptimizationProfile:
         def __init__(self):
-            self.shapes = {}
+            self._shapes = {}
 
         def set_shape(self, name, lo, opt, hi):
             rec(("profile.set_shape", name, tuple(lo), tuple(opt), tuple(hi)))
-            self.shapes[name] = (tuple(lo), tuple(opt), tuple(hi))
+            self._shapes[name] = (tuple(lo), tuple(opt), tuple(hi))
+
+    config_members = set(surface["classes"]["IBuilderConfig"]["members"])
 
     class IBuilderConfig:
-        _attrs = {"builder_optimization_level", "default_device_type", "DLA_core", "hardware_compatibility_level",
-                  "profiling_verbosity", "max_workspace_size", "int8_calibrator"}
-        # pybind11 exposes these as class-level properties: feature detection looks for them
-        builder_optimization_level = 3
-        default_device_type = None
-        DLA_core = -1
-        hardware_compatibility_level = None
-        profiling_verbosity = None
-
         def __init__(self):
-            object.__setattr__(self, "flags", set())
-            object.__setattr__(self, "profiles", [])
-            object.__setattr__(self, "cache", None)
-            object.__setattr__(self, "values", {})
+            object.__setattr__(self, "_flags", set())
+            object.__setattr__(self, "_profiles", [])
+            object.__setattr__(self, "_cache", None)
+            object.__setattr__(self, "_values", {})
 
         def __setattr__(self, key, value):
-            if key not in self._attrs:
-                raise AttributeError(f"IBuilderConfig has no attribute {key}")
-            if key == "int8_calibrator" and major >= 11:
-                raise AttributeError("int8_calibrator was removed in TensorRT 11")
+            # the real bindings refuse a name this version lacks (max_workspace_size on 10+, int8_calibrator on 11)
+            if key not in config_members:
+                raise AttributeError(f"'tensorrt.IBuilderConfig' object has no attribute '{key}' (TensorRT {version})")
             rec((f"config.{key}", getattr(value, "name", value)))
-            self.values[key] = value
-
-        def __getattr__(self, key):
-            values = object.__getattribute__(self, "values")
-            if key in values:
-                return values[key]
-            raise AttributeError(key)
+            self._values[key] = value
 
         def set_flag(self, flag):
             assert isinstance(flag, trt.BuilderFlag), flag
             rec(("config.set_flag", flag.name))
-            self.flags.add(flag.name)
+            self._flags.add(flag.name)
 
         def clear_flag(self, flag):
             rec(("config.clear_flag", flag.name))
-            self.flags.discard(flag.name)
+            self._flags.discard(flag.name)
 
         def get_flag(self, flag):
-            return flag.name in self.flags
+            return flag.name in self._flags
 
         def set_memory_pool_limit(self, pool, size):
             rec(("config.set_memory_pool_limit", pool.name, int(size)))
 
         def add_optimization_profile(self, profile):
             rec(("config.add_optimization_profile",))
-            self.profiles.append(profile)
-            return len(self.profiles) - 1
+            self._profiles.append(profile)
+            return len(self._profiles) - 1
 
         def can_run_on_DLA(self, layer):
-            return layer.type.name in _DLA_CAN_RUN
+            # the layer type, and static shapes: with a dynamic profile no layer can run on the DLA (the DLA
+            # takes static shapes only; that the real call answers so is the stand-in's assumption)
+            static = all(lo == hi for prof in self._profiles for lo, _opt, hi in prof._shapes.values())
+            return static and layer.type.name in _DLA_CAN_RUN
 
         def create_timing_cache(self, blob):
             rec(("config.create_timing_cache", bytes(blob)))
-            return TimingCache(blob)
+            return ITimingCache(blob)
 
         def set_timing_cache(self, cache, ignore_mismatch):
             rec(("config.set_timing_cache", bool(ignore_mismatch)))
-            if cache.blob == stale_cache:
+            if cache._blob == stale_cache:
                 return False
-            object.__setattr__(self, "cache", cache)
+            object.__setattr__(self, "_cache", cache)
             return True
 
         def get_timing_cache(self):
-            return self.cache
+            return self._cache
 
     class Builder:
         def __init__(self, logger):
@@ -344,13 +376,13 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
 
         def create_network(self, flags=0):
             rec(("builder.create_network", int(flags)))
-            return Network(flags)
+            return INetworkDefinition(flags)
 
         def create_builder_config(self):
             return IBuilderConfig()
 
         def create_optimization_profile(self):
-            return Profile()
+            return IOptimizationProfile()
 
         def build_serialized_network(self, network, config):
             rec(("builder.build_serialized_network",))
@@ -364,134 +396,166 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             if "api" in fail:  # what pybind11 raises when a binding is called with the wrong types: a vitedge bug
                 raise TypeError("build_serialized_network(): incompatible function arguments. The following argument types are supported:\n"
                                 "    1. (self: tensorrt.Builder, network: tensorrt.INetworkDefinition, config: tensorrt.IBuilderConfig)")
-            if major < 11 and network.strongly_typed and config.flags & {"INT8", "FP16"}:
+            if major < 11 and network._strongly_typed and config._flags & {"INT8", "FP16"}:
                 return failed("Error Code 4: API Usage Error (precision flags are not allowed with a strongly typed network)")
-            lo, _opt, hi = config.profiles[0].shapes[network.input]
-            dla = config.values.get("default_device_type") == trt.DeviceType.DLA
+            lo, opt, hi = config._profiles[0]._shapes[network._input]
+            dla = config._values.get("default_device_type") == trt.DeviceType.DLA
             if dla and self.num_DLA_cores == 0:
                 return failed("Error Code 2: Internal Error (DLA requested but no DLA is available on this device)")
-            if dla and "GPU_FALLBACK" not in config.flags:
-                bad = [layer.name for layer in network.layers if not config.can_run_on_DLA(layer)]
+            if dla and lo != hi:  # the DLA takes static shapes only (TensorRT's DLA restrictions); stand-in wording
+                return failed(f"Error Code 2: Internal Error (DLA does not support dynamic shapes: the profile of "
+                              f"'{network._input}' has min {lo} != max {hi})")
+            if dla and "GPU_FALLBACK" not in config._flags:
+                bad = [layer.name for layer in network._layers if not config.can_run_on_DLA(layer)]
                 if bad:
                     return failed(f"Error Code 2: Internal Error ({bad[0]} cannot run on DLA and GPU fallback is off)")
             import base64
 
-            onnx_bytes = base64.b64encode(Path(network.onnx).read_bytes()).decode()  # the "engine" carries its graph
-            note = {"fake_tensorrt_engine": version, "onnx": onnx_bytes, "input": network.input, "min": lo, "max": hi,
+            onnx_bytes = base64.b64encode(Path(network._onnx).read_bytes()).decode()  # the "engine" carries its graph
+            note = {"fake_tensorrt_engine": version, "onnx": onnx_bytes, "input": network._input, "min": lo, "opt": opt, "max": hi,
                     "layers": [[layer.name, layer.type.name, bool(dla and config.can_run_on_DLA(layer)), _dtypes(layer, config)]
-                               for layer in network.layers],
-                    "version_compatible": "VERSION_COMPATIBLE" in config.flags}
+                               for layer in network._layers],
+                    "version_compatible": "VERSION_COMPATIBLE" in config._flags}
             return json.dumps(note).encode()
 
     def _dtypes(layer, config):
-        """(input, output) "Format/Datatype" texts: INT8 around Q/DQ, the float precision elsewhere."""
-        pinned = getattr(layer, "precision", None) == _DataType.FLOAT
-        flt = "FP32" if pinned or "FP16" not in config.flags else "FP16"
+        """(input, output) data types: INT8 around Q/DQ, the float precision elsewhere."""
+        pinned = layer.__dict__.get("precision") == trt.DataType.FLOAT
+        flt = "FP32" if pinned or "FP16" not in config._flags else "FP16"
         kind = layer.type.name
         return ({"QUANTIZE": flt, "DEQUANTIZE": "Int8"}.get(kind, flt),
                 {"QUANTIZE": "Int8", "DEQUANTIZE": flt}.get(kind, flt))
 
+    _NAMES_11 = {"FP32": "Float", "FP16": "Half", "Int8": "Int8"}
+
     class EngineInspector:
-        def __init__(self, note):
-            self.note = note
+        def __init__(self, engine):
+            self._engine = engine
+            self._context = None
+
+        @property
+        def execution_context(self):
+            return self._context
+
+        @execution_context.setter
+        def execution_context(self, context):
+            rec(("inspector.execution_context", context is not None))
+            self._context = context
+
+        def _shape(self):
+            """The input shape the report can state: fixed when the profile is static, else only with a bound
+            context whose input shape is set; None otherwise (the real inspector then says N/A)."""
+            note = self._engine._note
+            if note["min"] == note["max"]:
+                return tuple(note["min"])
+            if self._context is not None and note["input"] in self._context._shapes:
+                return self._context._shapes[note["input"]]
+            return None
 
         def get_engine_information(self, fmt):
             rec(("inspector.get_engine_information", fmt.name))
+            note, shape = self._engine._note, self._shape()
             if inspector_layers is not None:  # a recorded inspector output, as a real engine would give
                 return json.dumps({"Layers": inspector_layers, "Bindings": []})
-            return json.dumps({"Layers": [
-                {"Name": n, "LayerType": ("DLA" if on_dla else t), "Inputs": [{"Format/Datatype": f"Row major linear {din}"}],
-                 "Outputs": [{"Format/Datatype": f"Row major linear {dout}"}]}
-                for n, t, on_dla, (din, dout) in self.note["layers"]]})
+            dims = list(shape) if shape else [-1] + list(note["min"][1:])
+
+            def tensor(name, dtype):
+                if major >= 11:
+                    return {"Name": name, "Location": "Device", "Dimensions": dims,
+                            "Format": f"Row major linear {dtype} format" if shape else "N/A due to dynamic shapes",
+                            "DataType": _NAMES_11[dtype] if shape else "N/A due to dynamic shapes"}
+                return {"Name": name, "Location": "Device", "Dimensions": dims,
+                        "Format/Datatype": f"Row major linear {dtype}" if shape else "N/A due to dynamic shapes"}
+
+            layers = [{"Name": n, "LayerType": ("DLA" if on_dla else t), "Inputs": [tensor(n + "_in", din)],
+                       "Outputs": [tensor(n + "_out", dout)]} for n, t, on_dla, (din, dout) in note["layers"]]
+            if major >= 11:
+                io = [{"Name": note["input"], "IOMode": "Input", "DataType": "Float", "Dimensions": dims, "Location": "Device",
+                       "IsShapeInferenceIO": False, "ProfileInfo": [{"MinShape": note["min"], "OptShape": note["opt"],
+                                                                      "MaxShape": note["max"], "Format": "Row major linear FP32 format (kLINEAR)"}]}]
+                return json.dumps({"Layers": layers, "I/O Tensors": io})
+            return json.dumps({"Layers": layers, "Bindings": [note["input"], self._engine._output]})
 
     class IExecutionContext:
         def __init__(self, engine):
-            self.engine = engine
-            self.shapes = {}
-            self.addresses = {}
+            self._engine = engine
+            self._shapes = {}
+            self._addresses = {}
 
         def set_input_shape(self, name, shape):
-            lo, hi = self.engine.note["min"], self.engine.note["max"]
+            note = self._engine._note
+            lo, hi = note["min"], note["max"]
             if "shape" in fail or not lo[0] <= shape[0] <= hi[0]:
-                _log(self.engine.logger, _Severity.ERROR, f"IExecutionContext::setInputShape: Error Code 3: API Usage Error "
+                _log(self._engine._logger, _Severity.ERROR, f"IExecutionContext::setInputShape: Error Code 3: API Usage Error "
                      f"(batch {shape[0]} is outside the optimization profile {lo[0]}-{hi[0]})")
                 return False
-            self.shapes[name] = tuple(shape)
+            rec(("context.set_input_shape", name, tuple(shape)))
+            self._shapes[name] = tuple(shape)
             return True
 
         def get_tensor_shape(self, name):
-            if name == self.engine.input:
-                return self.shapes[name]
-            return (self.shapes[self.engine.input][0],) + tuple(self.engine.out_shape[1:])
+            e = self._engine
+            if name == e._input:
+                return self._shapes[name]
+            return (self._shapes[e._input][0],) + tuple(e._out_shape[1:])
 
         def set_tensor_address(self, name, ptr):
-            self.addresses[name] = int(ptr)
+            self._addresses[name] = int(ptr)
             return True
 
         def execute_async_v3(self, stream):
             if "execute" in fail:
                 return False
-            e = self.engine
-            shape = self.shapes[e.input]
-            x = cudart.read(self.addresses[e.input], shape, e.in_dtype)
-            y = e.session.run(None, {e.input: x})[0]
-            cudart.write(self.addresses[e.output], np.ascontiguousarray(y.astype(e.out_dtype)))
+            e = self._engine
+            shape = self._shapes[e._input]
+            x = cudart.read(self._addresses[e._input], shape, e._in_dtype)
+            y = e._session.run(None, {e._input: x})[0]
+            cudart.write(self._addresses[e._output], np.ascontiguousarray(y.astype(e._out_dtype)))
             return True
 
     class ICudaEngine:
-        def __init__(self, note, logger=None):
-            self.note = note
-            self.logger = logger
-            self._session = None
-
-        @property
-        def session(self):
-            if self._session is None:  # ONNX Runtime stands in for the GPU kernels
-                import base64
-
-                import onnxruntime as ort
-
-                self._session = ort.InferenceSession(base64.b64decode(self.note["onnx"]), providers=["CPUExecutionProvider"])
-                i, o = self._session.get_inputs()[0], self._session.get_outputs()[0]
-                self.input, self.output = i.name, o.name
-                self.in_dtype = np.uint8 if "uint8" in i.type else np.float32
-                self.out_dtype = np.float32
-                self.in_shape = (-1,) + tuple(self.note["min"][1:])
-                self.out_shape = (-1,) + tuple(o.shape[1:])
-            return self._session
-
-        def __getattr__(self, key):
-            if key in ("input", "output", "in_dtype", "out_dtype", "in_shape", "out_shape"):
-                self.session  # noqa: B018 - fills them in
-                return self.__dict__[key]
-            raise AttributeError(key)
-
         num_io_tensors = 2
 
+        def __init__(self, note, logger=None):
+            import base64
+
+            import onnxruntime as ort
+
+            self._note = note
+            self._logger = logger
+            # ONNX Runtime stands in for the GPU kernels
+            self._session = ort.InferenceSession(base64.b64decode(note["onnx"]), providers=["CPUExecutionProvider"])
+            i, o = self._session.get_inputs()[0], self._session.get_outputs()[0]
+            self._input, self._output = i.name, o.name
+            self._in_dtype = np.uint8 if "uint8" in i.type else np.float32
+            self._out_dtype = np.float32
+            self._in_shape = (-1,) + tuple(note["min"][1:])
+            self._out_shape = (-1,) + tuple(o.shape[1:])
+
         def get_tensor_name(self, i):
-            return (self.input, self.output)[i]
+            return (self._input, self._output)[i]
 
         def get_tensor_mode(self, name):
-            return trt.TensorIOMode.INPUT if name == self.input else trt.TensorIOMode.OUTPUT
+            return trt.TensorIOMode.INPUT if name == self._input else trt.TensorIOMode.OUTPUT
 
         def get_tensor_dtype(self, name):
-            dt = self.in_dtype if name == self.input else self.out_dtype
-            return {np.float32: _DataType.FLOAT, np.uint8: _DataType.UINT8}[dt]
+            dt = self._in_dtype if name == self._input else self._out_dtype
+            return {np.float32: trt.DataType.FLOAT, np.uint8: trt.DataType.UINT8}[dt]
 
         def get_tensor_shape(self, name):
-            return self.in_shape if name == self.input else self.out_shape
+            return self._in_shape if name == self._input else self._out_shape
 
         def get_tensor_profile_shape(self, name, index):
-            return tuple(self.note["min"]), tuple(self.note["min"]), tuple(self.note["max"])
+            return tuple(self._note["min"]), tuple(self._note["opt"]), tuple(self._note["max"])
 
         def create_execution_context(self):
             if "context" in fail:
-                _log(self.logger, _Severity.ERROR, "Error Code 1: Cuda Runtime (out of memory)")
+                _log(self._logger, _Severity.ERROR, "Error Code 1: Cuda Runtime (out of memory)")
                 return None
             return IExecutionContext(self)
 
         def create_engine_inspector(self):
-            return EngineInspector(self.note)
+            return EngineInspector(self)
 
     class Runtime:
         def __init__(self, logger):
@@ -515,9 +579,10 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
                 return failed("1: [runtime.cpp] Error Code 1: version-compatible plan needs engine_host_code_allowed")
             return ICudaEngine(note, self.logger)
 
-    for cls in (ILogger, Logger, IParserError, Builder, OnnxParser, Runtime, IBuilderConfig, IExecutionContext, ICudaEngine,
-                EngineInspector):
+    for cls in (ILogger, Logger, ParserError, Builder, OnnxParser, Runtime, IBuilderConfig, IExecutionContext, ICudaEngine,
+                EngineInspector, ILayer, INetworkDefinition, IOptimizationProfile, ITimingCache):
         setattr(trt, cls.__name__, cls)
+    _conform(trt, surface)
     return trt
 
 

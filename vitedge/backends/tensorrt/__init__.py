@@ -1,7 +1,7 @@
 """The TensorRT backend, one module per job (import TensorRT itself only where used).
 
-plan (settings -> BuildPlan, trtexec line), versions (the documented API of each major),
-typed (the strongly typed cast graph for TensorRT 11), attention (fused-MHA checks before
+plan (settings -> BuildPlan, trtexec line), versions (the API of each release, recorded from its
+bindings in surface/, and NVIDIA's platform facts), typed (the strongly typed cast graph for TensorRT 10.12+), attention (fused-MHA checks before
 the build), build (apply_plan: the TensorRT API calls), engine_inspect (what the engine
 really holds), device (device facts and the engine compatibility check), runner
 (TensorRtRunner on cuda-python), members (the family types and the member-selection rules),

@@ -133,10 +133,8 @@ def apply_plan(trt: Any, plan: BuildPlan, onnx_path: Path | str, *, timing_cache
                           + "; the graph uses something this TensorRT cannot import (rebuild the bundle with a supported opset/ops)")
 
     config = builder.create_builder_config()
-    if hasattr(config, "set_memory_pool_limit"):
-        config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(plan.workspace_bytes))
-    else:  # before 8.4; kept so an old TensorRT fails later with a clear version message, not here
-        config.max_workspace_size = int(plan.workspace_bytes)
+    # set_memory_pool_limit is in every supported version (8.6+); max_workspace_size is gone from 10.0 (surface/).
+    config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(plan.workspace_bytes))
     if plan.optimization_level is not None:
         config.builder_optimization_level = int(plan.optimization_level)
     for name in plan.builder_flags:
@@ -235,11 +233,29 @@ def _inspect(trt: Any, logger: Any, engine_bytes: bytes, plan: BuildPlan, warnin
         return None
     try:
         inspector = engine.create_engine_inspector()
+        bound = _bind_opt_context(engine, inspector, plan, warnings)
         text = inspector.get_engine_information(trt.LayerInformationFormat.JSON)
-        return summarize_layers(json.loads(text), attention)
+        return summarize_layers(json.loads(text), attention, context_bound=bound)
     except Exception as err:  # the engine is fine; only the report is missing
         warnings.append(f"engine inspector unavailable: {type(err).__name__}: {_first_line(err, 120)}")
         return None
+
+
+def _bind_opt_context(engine: Any, inspector: Any, plan: BuildPlan, warnings: list[str]) -> bool:
+    """Give the inspector an execution context with the input at the profile's opt shape. Without one,
+    an engine with a dynamic profile reports "N/A due to dynamic shapes" for every tensor's format and
+    type (TensorRT's Engine Inspector docs: ``inspector.execution_context = context``). The opt shape is
+    the one the builder tuned the kernels for."""
+    context = engine.create_execution_context()
+    if context is None:
+        warnings.append("no execution context for the engine inspector (out of GPU memory?): "
+                        "tensor precisions of a dynamic-shape engine are not reported")
+        return False
+    if context.set_input_shape(plan.input_name, tuple(plan.profile_opt)) is False:
+        warnings.append(f"the engine refused its own opt shape {tuple(plan.profile_opt)} for the inspector")
+        return False
+    inspector.execution_context = context
+    return True
 
 
 def write_engine(path: Path, data: bytes) -> None:

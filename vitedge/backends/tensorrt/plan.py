@@ -9,14 +9,16 @@ so the engine can be built on a device where only trtexec exists.
 
 Version differences this encodes (TensorRT API docs and migration guides, see
 docs/tensorrt.md):
-* 8.6-10.x ("weakly typed"): INT8 comes from the Q/DQ nodes (explicit quantization);
+* 8.6-10.11 ("weakly typed"): INT8 comes from the Q/DQ nodes (explicit quantization);
   BuilderFlag.INT8 lets TensorRT use those INT8 kernels and BuilderFlag.FP16 lets the
   float regions run in FP16; LayerNorm is pinned to FP32 with per-layer precision plus
   OBEY_PRECISION_CONSTRAINTS.
 * 11.x: BuilderFlag.INT8/FP16 and the precision-constraint flags are gone; networks are
-  strongly typed, so the float regions carry their own casts (typed.py writes
-  that graph) and the network is created with STRONGLY_TYPED (ignored, always on, in 11).
-* DLA exists on Jetson AGX Orin / Xavier only, and not in TensorRT 11.0-11.3.
+  strongly typed, so the float regions carry their own casts (typed.py writes that graph).
+* 10.12-10.x: the weak-typing flags are deprecated ("Superseded by strong typing"), so the strongly
+  typed path is taken there too, with STRONGLY_TYPED (11 deprecated that flag: always on).
+* DLA exists on Jetson AGX Orin / Orin NX / Xavier only, in TensorRT 8.6-10.7 and 11.4.1+ (on AGX
+  Orin with JetPack 7.2.2+), and takes static shapes: a DLA plan builds for one batch size.
 """
 
 from __future__ import annotations
@@ -98,21 +100,24 @@ class TrtCapabilities:
     fp16_flag: bool = True  # BuilderFlag.FP16 (gone in 11)
     tf32_flag: bool = True
     precision_constraints: bool = True  # OBEY/PREFER_PRECISION_CONSTRAINTS (gone in 11)
-    strongly_typed_flag: bool = False  # NetworkDefinitionCreationFlag.STRONGLY_TYPED
+    strongly_typed_flag: bool = False  # NetworkDefinitionCreationFlag.STRONGLY_TYPED to pass (10.x; deprecated no-op in 11)
     explicit_batch_flag: bool = False  # needed on 8.x, deprecated in 10, gone in 11
     memory_pool: bool = True  # IBuilderConfig.set_memory_pool_limit
     optimization_level: bool = True  # IBuilderConfig.builder_optimization_level (8.6+)
     hardware_levels: tuple[str, ...] = ("ampere_plus",)  # HardwareCompatibilityLevel members
     version_compatible: bool = True  # BuilderFlag.VERSION_COMPATIBLE (8.6+)
-    dla: bool = True  # DLA usable through this TensorRT (not 11.0-11.3)
+    dla: bool = True  # DLA usable through this TensorRT (8.6-10.7 and 11.4.1+; versions.dla_available)
+    strong_typing_preferred: bool = False  # 10.12+: the weak-typing flags are deprecated, superseded by strong typing
     gpu_fallback_flag: bool = True
     timing_cache: bool = True
     engine_inspector: bool = True
 
     @property
     def weakly_typed(self) -> bool:
-        """BuilderFlag.INT8/FP16 exist: the 8.6-10.x path."""
-        return self.int8_flag and self.fp16_flag
+        """The 8.6-10.11 path: BuilderFlag.INT8/FP16 exist and are not yet deprecated. From 10.12 on
+        they are deprecated ("Superseded by strong typing", the bindings' docstrings) and in 11 gone,
+        so vitedge builds strongly typed networks there."""
+        return self.int8_flag and self.fp16_flag and not self.strong_typing_preferred
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -152,14 +157,16 @@ def capabilities_from_module(trt: Any) -> TrtCapabilities:
         fp16_flag=_has(flags, "FP16"),
         tf32_flag=_has(flags, "TF32"),
         precision_constraints=_has(flags, "OBEY_PRECISION_CONSTRAINTS"),
-        strongly_typed_flag=_has(net_flags, "STRONGLY_TYPED"),
+        # 11.0 deprecated the flag: "Strongly typed mode is always enabled ... ignored" (the bindings' docstring)
+        strongly_typed_flag=_has(net_flags, "STRONGLY_TYPED") and major < 11,
         explicit_batch_flag=_has(net_flags, "EXPLICIT_BATCH") and major < 10,
         memory_pool=_has(config_cls, "set_memory_pool_limit") and _has(trt, "MemoryPoolType"),
         optimization_level=_has(config_cls, "builder_optimization_level"),
         hardware_levels=hardware,
         version_compatible=_has(flags, "VERSION_COMPATIBLE"),
-        # The enum survived in 11.0-11.3 but DLA did not (field notes; TensorRT 11.3 migration notes).
-        dla=_has(device, "DLA") and not (major == 11 and minor < 4),
+        # DeviceType.DLA is in every version's bindings; DLA itself is not (10.8-11.4.0: release notes).
+        dla=_has(device, "DLA") and tv.dla_available(tv.parse_release(version)),
+        strong_typing_preferred=(major, minor) >= tv.STRONG_TYPING_FROM,
         gpu_fallback_flag=_has(flags, "GPU_FALLBACK"),
         timing_cache=_has(config_cls, "create_timing_cache"),
         engine_inspector=_has(getattr(trt, "ICudaEngine", None), "create_engine_inspector"),
@@ -167,24 +174,15 @@ def capabilities_from_module(trt: Any) -> TrtCapabilities:
 
 
 def assumed_capabilities(major: int) -> TrtCapabilities:
-    """The documented features of the TensorRT vitedge assumes for a major (versions:
-    8 -> 8.6, 10 -> 10.3 as in JetPack 6, 11 -> 11.4), for planning where none is installed."""
+    """The features of the TensorRT vitedge assumes for a major (versions.ASSUMED_VERSION: 8 -> 8.6.1,
+    10 -> 10.3.0 as in JetPack 6.1, 11 -> 11.4.1), for planning where none is installed. They are
+    feature-detected on the API surface recorded from that version's real bindings."""
 
     major = int(major or DEFAULT_ASSUMED_MAJOR)
     if major not in tv.ASSUMED_VERSION:
         raise UsageError(f"no TensorRT {major} features are known to vitedge; use 8, 10 or 11")
-    v, _why = tv.ASSUMED_VERSION[major]
-    return TrtCapabilities(
-        version=f"{v[0]}.{v[1]}", major=v[0], minor=v[1], assumed=True,
-        int8_flag=tv.has("BuilderFlag.INT8", v), fp16_flag=tv.has("BuilderFlag.FP16", v),
-        precision_constraints=tv.has("OBEY_PRECISION_CONSTRAINTS", v),
-        strongly_typed_flag=tv.has("STRONGLY_TYPED", v),
-        explicit_batch_flag=tv.has("EXPLICIT_BATCH", v) and v[0] < 10,  # deprecated (ignored) in 10
-        optimization_level=tv.has("builder_optimization_level", v),
-        hardware_levels=tuple(k for k, enum_name in _HW_ENUM.items() if tv.has(enum_name, v)),
-        version_compatible=tv.has("VERSION_COMPATIBLE", v),
-        dla=tv.dla_available(v),
-    )
+    release, _why = tv.ASSUMED_VERSION[major]
+    return dataclasses.replace(capabilities_from_module(tv.surface_module(release)), assumed=True)
 
 
 @dataclass(frozen=True)
@@ -321,7 +319,7 @@ def plan_build(profile_options: TensorRtOptions, batch_sizes: tuple[int, ...] | 
     if caps.explicit_batch_flag:
         network_flags.append("EXPLICIT_BATCH")
     if strongly_typed and caps.strongly_typed_flag:
-        network_flags.append("STRONGLY_TYPED")  # required on 10.x; accepted and ignored (always on) in 11
+        network_flags.append("STRONGLY_TYPED")  # required on 10.x; not passed on 11, where it is deprecated and ignored
 
     # DLA (Jetson AGX Orin / Xavier).
     dla_core: int | None = None
@@ -329,15 +327,24 @@ def plan_build(profile_options: TensorRtOptions, batch_sizes: tuple[int, ...] | 
     if o.dla_core >= 0:
         if not caps.dla:
             raise UsageError(f"dla_core={o.dla_core} needs DLA support, which TensorRT {caps.version} lacks "
-                             "(no DLA in TensorRT 11.0-11.3); set dla_core = -1")
+                             f"({tv.dla_unavailable_reason(tv.parse_release(caps.version))}); set dla_core = -1")
         if o.hardware_compatibility != "none":
             raise UsageError("DLA engines cannot be hardware-compatible; set hardware_compatibility = \"none\" or dla_core = -1")
         dla_core = o.dla_core
+        # The DLA takes static shapes only: the profile must have min = opt = max (TensorRT's DLA
+        # restrictions), so a DLA plan builds for one batch size. The runner splits larger batches and
+        # pads smaller ones to it.
+        if lo != hi:
+            lo = hi = opt
+            notes.append(f"DLA needs static shapes: one batch size ({opt}, the opt batch), min = opt = max; "
+                         "the runner splits or pads other batches to it")
         if o.gpu_fallback:
             if not caps.gpu_fallback_flag:
                 raise UsageError(f"TensorRT {caps.version} has no BuilderFlag.GPU_FALLBACK")
             builder.append("GPU_FALLBACK")
             gpu_fallback = True
+            notes.append("DLA with GPU fallback: layers the DLA cannot run (on a ViT: LayerNorm, Softmax, GELU, most "
+                         "of the network) run on the GPU")
         else:
             notes.append("DLA without GPU fallback: the build fails if any layer cannot run on the DLA "
                          "(LayerNorm, Softmax and GELU usually cannot)")
@@ -432,7 +439,9 @@ def trtexec_command(plan: BuildPlan, *, tf32_flag: bool = True) -> str:
     if plan.precision_constraints:
         args.append(f"--precisionConstraints={plan.precision_constraints}")
         if plan.fp32_layers:
+            # apply_plan sets both layer.precision and every output's type (set_output_type) to FP32
             args.append("--layerPrecisions=" + ",".join(f"{layer}:fp32" for layer in plan.fp32_layers))
+            args.append("--layerOutputTypes=" + ",".join(f"{layer}:fp32" for layer in plan.fp32_layers))
     if plan.hardware_compatibility != "none":
         args.append(f"--hardwareCompatibilityLevel={_HW_TRTEXEC[plan.hardware_compatibility]}")
     if plan.version_compatible:
@@ -440,6 +449,21 @@ def trtexec_command(plan: BuildPlan, *, tf32_flag: bool = True) -> str:
     args += [f"--profilingVerbosity={plan.profiling_verbosity.lower()}", f"--saveEngine={plan.engine}", "--skipInference"]
     _check_trtexec_flags(args[1:], plan)
     return " ".join(shlex.quote(a) for a in args)
+
+
+def trtexec_differences(plan: BuildPlan) -> list[str]:
+    """How the trtexec line of ``plan`` differs from ``apply_plan(plan)``, exactly; [] when it does not."""
+    out: list[str] = []
+    if plan.precision_constraints and plan.fp32_layer_types:
+        types = ", ".join(plan.fp32_layer_types)
+        out.append(f"the Python build pins every {types} layer to FP32 by layer type, also one the ONNX parser renamed "
+                   "or created; trtexec can name layers only, so it pins the LayerNormalization nodes listed by name "
+                   "(a LayerNorm exported below opset 17 is not one layer and is pinned by neither)")
+    if plan.timing_cache:
+        out.append("the Python build rejects a timing cache from another device or TensorRT (ignore_mismatch=False) and "
+                   "starts a fresh one, and vitedge checks the cache's sha256 first; trtexec gets --timingCacheFile and "
+                   "handles a mismatched cache its own way (not checked here)")
+    return out
 
 
 def _check_trtexec_flags(args: list[str], plan: BuildPlan) -> None:
@@ -472,12 +496,16 @@ def write_plan_files(out_dir: Path, plans: list[BuildPlan], caps: TrtCapabilitie
     lines = [
         f"# trtexec lines equivalent to vitedge's build plan for TensorRT {caps.version} ({source}).",
         "# Run them in the bundle folder on the target device; `vitedge engine BUNDLE` does the same through",
-        "# the Python API and also validates the engine and records the device in manifest.json.",
+        "# the Python API (same graph, flags, precisions, output types, profile and pool limit; any difference is",
+        "# stated above its line) and also validates the engine and records the device in manifest.json.",
         "# Engines and timing caches are specific to the GPU, TensorRT version and platform they are built on.",
     ]
     lines += [f"# warning: {w}" for w in (attention or {}).get("warnings", [])]
     for p in plans:
-        lines += ["", f"# {p.role}: {p.engine} from {p.graph}", trtexec_command(p, tf32_flag=caps.tf32_flag)]
+        lines += ["", f"# {p.role}: {p.engine} from {p.graph}"]
+        lines += [f"# note: {n}" for n in p.notes]
+        lines += [f"# differs from `vitedge engine`: {d}" for d in trtexec_differences(p)]
+        lines.append(trtexec_command(p, tf32_flag=caps.tf32_flag))
     with atomic_write_path(out_dir / TRTEXEC_FILE) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
     return [PLAN_FILE, TRTEXEC_FILE]

@@ -2,9 +2,9 @@
 
 Device memory and the stream come from cuda-python (``cuda.bindings.runtime``, or the
 older ``cuda.cudart``), as in TensorRT's own samples; no torch, no pycuda. I/O tensors
-are bound by name (TensorRT 8.5+: ``set_input_shape``, ``set_tensor_address``,
-``execute_async_v3``); engines whose runtime lacks those fall back to the binding-index
-API (``set_binding_shape``, ``execute_async_v2``). Batches larger than the engine's
+are bound by name (``num_io_tensors``, ``set_input_shape``, ``set_tensor_address``,
+``execute_async_v3``), which every supported version has; the binding-index API
+(``execute_async_v2``, ``get_binding_*``) is gone from 10.0 (surface/*.json). Batches larger than the engine's
 optimization profile are split, smaller than its minimum are padded.
 
 Before deserialising, the runner compares the device with the facts recorded beside the
@@ -71,7 +71,6 @@ class TensorRtRunner(Runner):
         self.engine = self.context = self.stream = None
         self.tensors: list[_Tensor] = []
         self.min_batch = self.max_batch = 1
-        self._v3 = True
 
     # -- open / close -------------------------------------------------------------------------
     def open(self) -> None:
@@ -102,7 +101,6 @@ class TensorRtRunner(Runner):
         if self.context is None:
             raise BundleError(f"TensorRT could not create an execution context for {self.model_path.name}{self._why()} "
                               "(usually out of GPU memory: close other GPU programs or lower workspace_mb and rebuild)")
-        self._v3 = hasattr(self.engine, "num_io_tensors") and hasattr(self.context, "execute_async_v3")
         self.tensors = self._io_tensors(trt)
         inp = self._input()
         self.input_name = inp.name
@@ -126,21 +124,13 @@ class TensorRtRunner(Runner):
     def _io_tensors(self, trt: Any) -> list[_Tensor]:
         e = self.engine
         out: list[_Tensor] = []
-        if self._v3:
-            for i in range(e.num_io_tensors):
-                name = e.get_tensor_name(i)
-                is_input = e.get_tensor_mode(name) == trt.TensorIOMode.INPUT
-                out.append(_Tensor(name, i, is_input, trt.nptype(e.get_tensor_dtype(name)), tuple(e.get_tensor_shape(name))))
-                if is_input:
-                    lo, _opt, hi = e.get_tensor_profile_shape(name, 0)
-                    self.min_batch, self.max_batch = int(lo[0]), int(hi[0])
-        else:  # TensorRT before 8.5: binding indices
-            for i in range(e.num_bindings):
-                is_input = bool(e.binding_is_input(i))
-                out.append(_Tensor(e.get_binding_name(i), i, is_input, trt.nptype(e.get_binding_dtype(i)), tuple(e.get_binding_shape(i))))
-                if is_input:
-                    lo, _opt, hi = e.get_profile_shape(0, i)
-                    self.min_batch, self.max_batch = int(lo[0]), int(hi[0])
+        for i in range(e.num_io_tensors):
+            name = e.get_tensor_name(i)
+            is_input = e.get_tensor_mode(name) == trt.TensorIOMode.INPUT
+            out.append(_Tensor(name, i, is_input, trt.nptype(e.get_tensor_dtype(name)), tuple(e.get_tensor_shape(name))))
+            if is_input:
+                lo, _opt, hi = e.get_tensor_profile_shape(name, 0)
+                self.min_batch, self.max_batch = int(lo[0]), int(hi[0])
         if sum(t.is_input for t in out) != 1 or not any(not t.is_input for t in out):
             raise BundleError(f"{self.model_path.name} must have one input and at least one output")
         return out
@@ -184,7 +174,7 @@ class TensorRtRunner(Runner):
             chunk = np.concatenate([chunk, np.repeat(chunk[-1:], self.min_batch - n, axis=0)])
         inp = self._input()
         x = np.ascontiguousarray(chunk, dtype=inp.dtype)
-        ok = ctx.set_input_shape(inp.name, tuple(x.shape)) if self._v3 else ctx.set_binding_shape(inp.index, tuple(x.shape))
+        ok = ctx.set_input_shape(inp.name, tuple(x.shape))
         if ok is False:  # TensorRT returns False (and logs why) for a shape outside the optimization profile
             raise BundleError(f"TensorRT rejected input shape {tuple(x.shape)} for {self.model_path.name} (its profile takes "
                               f"batch {self.min_batch}-{self.max_batch}){self._why()}; rebuild the engine for these batch sizes")
@@ -196,18 +186,15 @@ class TensorRtRunner(Runner):
         for t in self.tensors:
             if t.is_input:
                 continue
-            shape = tuple(ctx.get_tensor_shape(t.name)) if self._v3 else tuple(ctx.get_binding_shape(t.index))
+            shape = tuple(ctx.get_tensor_shape(t.name))
             host = np.empty(shape, dtype=t.dtype)
             self._ensure(t, host.nbytes)
             outputs.append((t, host))
         stream = _handle(self.stream)
-        if self._v3:
-            for t in self.tensors:
-                if ctx.set_tensor_address(t.name, t.ptr) is False:
-                    raise BundleError(f"TensorRT refused the device address of '{t.name}' in {self.model_path.name}{self._why()}")
-            ok = ctx.execute_async_v3(stream)
-        else:
-            ok = ctx.execute_async_v2([t.ptr for t in sorted(self.tensors, key=lambda t: t.index)], stream)
+        for t in self.tensors:
+            if ctx.set_tensor_address(t.name, t.ptr) is False:
+                raise BundleError(f"TensorRT refused the device address of '{t.name}' in {self.model_path.name}{self._why()}")
+        ok = ctx.execute_async_v3(stream)
         if ok is False:
             raise BundleError(f"TensorRT failed to run {self.model_path.name} on a batch of {x.shape[0]}{self._why()}")
         for t, host in outputs:

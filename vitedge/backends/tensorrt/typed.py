@@ -1,6 +1,7 @@
-"""The strongly typed cast graph TensorRT 11 builds from.
+"""The strongly typed cast graph TensorRT 10.12 and later build from.
 
-TensorRT 11 removed BuilderFlag.FP16/INT8: every network is strongly typed, so a tensor's
+TensorRT 10.12 deprecated BuilderFlag.FP16/INT8 ("Superseded by strong typing") and 11 removed
+them: every network vitedge builds there is strongly typed, so a tensor's
 type is whatever the graph says. To run the float regions of the Q/DQ graph in FP16 the
 graph itself must say FP16. ``make_strongly_typed`` rewrites the one Q/DQ graph:
 
