@@ -8,22 +8,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from vitedge.errors import Interrupted, UsageError
 from vitedge.signals import exit_for
-from vitedge.swap import clean_debris, recover_swap
-
-WORK_PREFIXES = ("vitedge-build-", "vitedge-calibrate-", "vitedge-profile-")
-_WORK = re.compile(r"^vitedge-(?:build|calibrate|profile)-(\d+)-")
-
-
-def work_prefix(kind: str) -> str:
-    """Prefix of a temporary work folder: names this process, so later runs can clean it up after a kill."""
-    return f"vitedge-{kind}-{os.getpid()}-"
+from vitedge.swap import _WORK, clean_debris, recover_swap
+from vitedge.swap import work_prefix as work_prefix  # the commands name their work folders through it
 
 
 def clean_work_folders() -> list[Path]:
