@@ -1,10 +1,11 @@
 """The one replace rule every command that writes follows, and the cleanup of temporary work
 folders killed runs left behind.
 
-:func:`check_output` is called by every writer (build, export, calibrate, init, export-config,
-validate --report-dir, build-matrix, engine) before any work:
+:func:`check_output` is called by every writer (build and each build-matrix row, export, calibrate,
+init, export-config, validate --report-dir, build-matrix's OUT) before any work; `engine` completes in
+place a bundle it has just verified:
 
-1. the output is never one of the run's inputs, a folder holding one, or inside a bundle it reads;
+1. the output is never one of the run's inputs, a folder holding one, or inside or around a bundle it reads;
 2. an output that does not exist is written;
 3. an existing one needs ``--force`` (validate's report folder is replaced without it, as always);
 4. ``--force`` replaces only an output of the command's own kind that vitedge wrote (``OUTPUT_KINDS``):
@@ -26,7 +27,7 @@ from pathlib import Path
 from vitedge.errors import Interrupted, UsageError
 from vitedge.signals import exit_for
 from vitedge.swap import _WORK, clean_debris, recover_swap
-from vitedge.swap import work_prefix as work_prefix  # the commands name their work folders through it
+from vitedge.swap import work_prefix  # noqa: F401  (re-exported: the commands name their work folders through it)
 
 
 def clean_work_folders() -> list[Path]:

@@ -102,7 +102,16 @@ SENSITIVE: dict[str, str] = {
     "min_agreement": "sets the parity gate",
     "min_speedup": "sets the parity gate",
     "max_p99_ms": "sets the parity gate",
+    "targets": "a profile file carries its own [thresholds]",  # only when a target is a file (is_sensitive)
 }
+
+
+def is_sensitive(param: str, value: Any) -> bool:
+    """Whether a config setting ``param`` to ``value`` runs code or loosens a gate: every key of SENSITIVE,
+    `targets` only when one of them is a profile file (a name picks one of vitedge's own profiles)."""
+    if param == "targets":
+        return any(isinstance(t, (str, Path)) and (str(t).endswith(".toml") or "/" in str(t)) for t in (value or ()))
+    return param in SENSITIVE
 
 
 @dataclass(frozen=True)
@@ -487,7 +496,7 @@ def config_record(config: ProjectConfig | None, choice: ConfigChoice, kwargs: di
         "file": str(config.path.absolute()) + (f" [{config.table}]" if config.table else ""),
         "trusted": choice.how,
         "set": {config.keys.get(p, p): _jsonable(kwargs.get(p, config.values[p])) for p in params},
-        "sensitive": [config.keys.get(p, p) for p in params if p in SENSITIVE],
+        "sensitive": [config.keys.get(p, p) for p in params if is_sensitive(p, config.values[p])],
     }
 
 

@@ -104,7 +104,7 @@ def test_build_cleans_only_its_own_work_folders_in_tmpdir(tmp_path, monkeypatch)
     work.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(work))
     ours = _entries(work, [f"vitedge-build-{dead}-abcd_123", f"vitedge-calibrate-{dead}-abcd_123", f"vitedge-export-{dead}-abcd_123"])
-    theirs = _entries(work, [f"vitedge-build-{dead}-mine", f"vitedge-build-99999999999999999999-abcd_123",
+    theirs = _entries(work, [f"vitedge-build-{dead}-mine", "vitedge-build-99999999999999999999-abcd_123",
                              f"vitedge-notes-{dead}-abcd_123", f"build-{dead}-abcd_123"])
     out = tmp_path / "out"
     out.mkdir()

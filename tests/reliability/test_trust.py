@@ -213,3 +213,18 @@ def test_init_writes_any_file_name_as_one_toml_string(tmp_path, name):
     assert "evil.py" not in "".join(ln for ln in out.read_text().splitlines() if not ln.startswith("#")
                                                                              and not ln.startswith("model ="))
     assert snapshot(EXAMPLES) == outside and sorted(p.name for p in tmp_path.iterdir()) == sorted([name, "vitedge.toml"])
+
+
+@pytest.mark.parametrize("targets,announced", [('["onnx"]', False), ('["loose.toml"]', True)])
+def test_targets_are_announced_only_when_one_is_a_profile_file(tmp_path, targets, announced):
+    project = tmp_path / "project"
+    (project / ".git").mkdir(parents=True)
+    (project / "loose.toml").write_text('backend = "onnxruntime"\nprecision = "int8"\n[thresholds]\nmin_agreement = 0.0\n')
+    _config(project, f"targets = {targets}\n")
+    run = cli("build", "-q", "--dry-run", DIGITS, "--calib", CALIB_DIR, cwd=project)
+    assert run.code == 0, run.err
+    lines = _stderr(run)
+    if announced:
+        assert len(lines) == 1 and "targets = [" in lines[0] and "a profile file carries its own [thresholds]" in lines[0], run.err
+    else:
+        assert lines == [], run.err

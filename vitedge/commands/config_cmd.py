@@ -9,11 +9,11 @@ import click
 from vitedge.errors import UsageError
 from vitedge.project_config import (
     CONFIG_NAME,
-    SENSITIVE,
     Setting,
     choose_config,
     format_settings,
     ignored_warning,
+    is_sensitive,
     load_config,
 )
 
@@ -33,7 +33,7 @@ def command(config_path) -> None:
         raise UsageError(f"no {CONFIG_NAME} (or [tool.vitedge] in pyproject.toml) vitedge would read from {Path.cwd()} upward "
                          "(to the repository root or $HOME); `vitedge init MODEL` writes one")
     config = load_config(choice.path)
-    settings = [Setting(config.keys[p], v, "run code or loosen a gate" if p in SENSITIVE else "") for p, v in config.values.items()]
+    settings = [Setting(config.keys[p], v, "run code or loosen a gate" if is_sensitive(p, v) else "") for p, v in config.values.items()]
     lines = format_settings(settings, config)
     click.echo(f"{lines[0]} ({choice.how})")
     for line in lines[1:]:
