@@ -184,7 +184,7 @@ class ConfigChoice:
     """The config a command uses and why it is trusted, or the one it ignored and why."""
 
     path: Path | None  # the config read (None: none)
-    how: str = ""  # "named with --config" | "found in the project (...)"
+    how: str = ""  # why it is trusted: "named with --config" | "found from the working directory upward, owned by you ..."
     ignored: Path | None = None  # a config found upward that is not read
     why_ignored: str = ""
 
@@ -481,7 +481,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (tuple, list)):
         return [_jsonable(v) for v in value]
     if isinstance(value, float) and value != value:
-        return None  # pragma: no cover - a config value is finite (parse_config)
+        return None  # validation.json is strict JSON (no NaN)
     return value
 
 
