@@ -73,7 +73,8 @@ def test_cli_build_force_into_user_folder_deletes_nothing(tmp_path):
     (d / "unrelated.txt").write_text("keep me")
     r = subprocess.run([sys.executable, "-m", "vitedge", "build", str(model), "--target", "onnx", "--calib", str(CALIB), "-o", str(d),
                         "--force"], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 2 and "--force replaces only bundles" in r.stderr and "Traceback" not in r.stderr
+    # the folder holds the model: refused as an input's folder, the first check of the replace rule
+    assert r.returncode == 2 and "an input of this run" in r.stderr and "Traceback" not in r.stderr
     assert model.is_file() and (d / "cal").is_dir() and (d / "unrelated.txt").read_text() == "keep me"
 
 
@@ -142,24 +143,29 @@ def test_readers_recover_a_half_done_swap(tmp_path):
 def test_debris_of_killed_runs_is_cleaned_and_live_runs_are_left_alone(tmp_path, monkeypatch):
     dead, alive = _dead_pid(), os.getppid()
     final = _bundle(tmp_path / "bundle", "old")
-    stale = [tmp_path / f".bundle.{dead}.k3x_9.partial", tmp_path / f".bundle.old-{dead}", tmp_path / f".bundle.json.{dead}.ab12.partial"]
+    stale = [tmp_path / f".bundle.vitedge-{dead}-k3x_9abc.partial", tmp_path / f".bundle.vitedge-old-{dead}",
+             tmp_path / f".bundle.json.vitedge-{dead}-ab12cd34.partial"]
     stale[0].mkdir(), stale[1].mkdir()
     stale[2].write_text("{")
-    live = tmp_path / f".bundle.{alive}.zz.partial"
+    live = tmp_path / f".bundle.vitedge-{alive}-zzzzzzzz.partial"
     live.mkdir()
+    users = [tmp_path / f".bundle.{dead}.k3x_9.partial", tmp_path / f".bundle.old-{dead}"]  # look-alikes a user made
+    users[0].mkdir(), users[1].mkdir()
     work = tmp_path / "tmp"
     work.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(work))
-    (work / f"vitedge-build-{dead}-abc").mkdir()
-    (work / f"vitedge-build-{alive}-abc").mkdir()
+    (work / f"vitedge-build-{dead}-abc_1234").mkdir()
+    (work / f"vitedge-build-{alive}-abc_1234").mkdir()
     (work / "unrelated-123.partial").mkdir()
+    (work / f"vitedge-build-{dead}-mine").mkdir()  # not the 8 random characters tempfile adds: not ours
     from vitedge.fsutil import atomic_write_path
 
     with atomic_write_path(tmp_path / "other.txt") as tmp:
         tmp.write_text("x")
     prepare_outputs([final], force=True)
-    assert not any(p.exists() for p in stale) and live.exists() and final.exists()
-    assert sorted(p.name for p in work.iterdir()) == sorted([f"vitedge-build-{alive}-abc", "unrelated-123.partial"])
+    assert not any(p.exists() for p in stale) and live.exists() and final.exists() and all(p.exists() for p in users)
+    assert sorted(p.name for p in work.iterdir()) == sorted([f"vitedge-build-{alive}-abc_1234", "unrelated-123.partial",
+                                                             f"vitedge-build-{dead}-mine"])
 
 
 # Runs `vitedge build` in a child that signals itself inside the Nth bundle write: deterministic, and the
@@ -193,7 +199,7 @@ def _build_signalled(tmp_path: Path, sig: str, nth: int, *args) -> subprocess.Co
 
 def _leftovers(tmp_path: Path) -> list[str]:
     found = [p.name for p in (tmp_path / "tmp").iterdir() if p.name.startswith("vitedge-")]
-    return found + [str(p) for p in tmp_path.rglob("*.partial")] + [str(p) for p in tmp_path.rglob("*.old-*")]
+    return found + [str(p) for p in tmp_path.rglob("*.partial")] + [str(p) for p in tmp_path.rglob("*.vitedge-old-*")]
 
 
 def test_sigterm_cleans_up_like_ctrl_c_and_exits_143(tmp_path):
@@ -234,7 +240,7 @@ def test_export_force_never_overwrites_its_own_model(tmp_path):
     before = src.read_bytes()
     r = subprocess.run([sys.executable, "-m", "vitedge", "export", str(src), "-o", str(src), "--force"], capture_output=True, text=True,
                        timeout=300)
-    assert r.returncode == 2 and "is the model being exported" in r.stderr and src.read_bytes() == before
+    assert r.returncode == 2 and "an input of this run" in r.stderr and src.read_bytes() == before
 
 
 def test_a_forged_journal_cannot_make_recovery_delete_other_folders(tmp_path):

@@ -40,6 +40,7 @@ from vitedge.onnxutil import (
 )
 from vitedge.preprocess import normalize
 from vitedge.spec import Preprocess
+from vitedge.swap import work_prefix
 
 MIN_OPSET = 17
 
@@ -94,7 +95,7 @@ def export_onnx(loaded: LoadedModel, out_path: str | Path, options: ExportOption
     start = time.perf_counter()
     output_name = "embedding" if loaded.spec.output_kind == "embedding" else "logits"
     input_format = UINT8_NHWC_RGB if options.bake_preprocess else FLOAT_NCHW
-    with tempfile.TemporaryDirectory(prefix="vitedge-export-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=work_prefix("export")) as tmp:
         base_dir: Path | None = None
         probe = None
         if loaded.is_onnx:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from vitedge.signals import raise_if_interrupted
-from vitedge.swap import _remove, clean_debris, recover_swap, swap_into_place
+from vitedge.swap import _remove, clean_debris, partial_prefix, recover_swap, swap_into_place
 
 
 @contextlib.contextmanager
@@ -19,7 +19,7 @@ def atomic_write_path(final: Path) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     clean_debris(final.parent)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".partial", dir=final.parent)
+    fd, tmp_name = tempfile.mkstemp(prefix=partial_prefix(final), suffix=".partial", dir=final.parent)
     os.close(fd)
     tmp = Path(tmp_name)
     try:
@@ -43,7 +43,7 @@ def atomic_output_dir(final: Path, *, force: bool = False) -> Iterator[Path]:
     final.parent.mkdir(parents=True, exist_ok=True)
     recover_swap(final)
     clean_debris(final.parent)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.{os.getpid()}.", suffix=".partial", dir=final.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=partial_prefix(final), suffix=".partial", dir=final.parent))
     os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp makes 0700: a service account must read a bundle another user built
     try:
         yield tmp

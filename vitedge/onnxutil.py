@@ -27,6 +27,7 @@ from typing import Any
 
 from vitedge.errors import ModelLoadError, UsageError
 from vitedge.fsutil import atomic_write_path, sha256_file
+from vitedge.swap import partial_prefix, work_prefix
 
 _TWO_GB = 2**31 - 1
 _EXTERNAL_DEFAULT = _TWO_GB - (64 << 20)
@@ -140,7 +141,7 @@ def save_external(model: Any, path: Path, *, base_dir: Path | None = None) -> No
     data = path.with_name(path.name + DATA_SUFFIX)
     path.parent.mkdir(parents=True, exist_ok=True)
     shell = _shell(model)
-    with tempfile.TemporaryDirectory(prefix=f".{path.name}.", suffix=".partial", dir=path.parent) as tmp_dir:
+    with tempfile.TemporaryDirectory(prefix=partial_prefix(path), suffix=".partial", dir=path.parent) as tmp_dir:
         tmp_graph, tmp_data = Path(tmp_dir) / path.name, Path(tmp_dir) / data.name
         with open(tmp_data, "wb") as fh:
             for tensor in model.graph.initializer:
@@ -315,7 +316,7 @@ def session_source(model: Any):
     elif isinstance(model, (bytes, bytearray)):
         yield bytes(model)
     elif is_large(model):
-        with tempfile.TemporaryDirectory(prefix="vitedge-large-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=work_prefix("large")) as tmp:
             path = Path(tmp) / "model.onnx"
             save_external(model, path)  # streamed: the ModelProto is not copied
             yield str(path)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from vitedge.errors import BundleError, UsageError
+from vitedge.swap import partial_prefix
 from vitedge.validation.run import check_labels
 
 
@@ -35,7 +36,8 @@ def check_writable(folder: Path, flag: str = "-o") -> None:
     if not probe.is_dir():
         raise UsageError(f"{flag} {folder} cannot be created: {probe} is a file, not a folder; choose another {flag}")
     try:
-        Path(tempfile.mkdtemp(prefix=".vitedge-probe-", dir=probe)).rmdir()
+        # named as every vitedge temporary is (token and PID), so a run killed right here leaves nothing a later run keeps
+        Path(tempfile.mkdtemp(prefix=partial_prefix(folder), suffix=".partial", dir=probe)).rmdir()
     except OSError as err:
         raise UsageError(f"{flag} {folder} cannot be written: {probe}: {err.strerror or err}; choose another {flag} or fix its permissions") from None
 

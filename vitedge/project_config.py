@@ -6,6 +6,13 @@ Keys are the long flags (`calib-size` or `calib_size`); `targets` (or `target`) 
 Relative paths are relative to the file. Flags given on the command line override it.
 Parsing is strict, as for profiles: an unknown key, a wrong type or a missing path is a
 one-line error naming the key and the file.
+
+Trust (docs/reliability.md, "What vitedge trusts"): a config is read only when the user named it
+(``--config``) or when it sits in the project: the search upward stops at the repository root (a
+folder holding ``.git``) or at $HOME, whichever comes first, and the file found must be owned by the
+user and writable by no one else. A config found upward that fails that check is ignored as a whole,
+with one warning line. The keys that run code or loosen a gate (``SENSITIVE``) are announced on
+stderr whenever a config sets them, ``-q`` included, and every report records which config set what.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ import dataclasses
 import functools
 import json
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +89,30 @@ KEYS: dict[str, Key] = {
 ALIASES = {"target": "targets", "out": "output"}
 SECTIONS = ("thresholds",)
 
+# click parameter -> what setting it from a config does. Such a key is announced on stderr every time
+# (-q included) and honoured only from a trusted config (named with --config, or in the project and
+# writable only by its owner, the user).
+SENSITIVE: dict[str, str] = {
+    "model_class": "imports and runs a Python file",
+    "model_kwargs": "arguments for that Python code",
+    "trust_pickle": "unpickles the model file, which can run code",
+    "cache_dir": "results cached there are believed",
+    "no_latency": "drops the speed gate",
+    "max_top1_drop": "sets the parity gate",
+    "min_agreement": "sets the parity gate",
+    "min_speedup": "sets the parity gate",
+    "max_p99_ms": "sets the parity gate",
+    "targets": "a profile file carries its own [thresholds]",  # only when a target is a file (is_sensitive)
+}
+
+
+def is_sensitive(param: str, value: Any) -> bool:
+    """Whether a config setting ``param`` to ``value`` runs code or loosens a gate: every key of SENSITIVE,
+    `targets` only when one of them is a profile file (a name picks one of vitedge's own profiles)."""
+    if param == "targets":
+        return any(isinstance(t, (str, Path)) and (str(t).endswith(".toml") or "/" in str(t)) for t in (value or ()))
+    return param in SENSITIVE
+
 
 @dataclass(frozen=True)
 class ProjectConfig:
@@ -99,16 +131,81 @@ class ProjectConfig:
 
 # ---- finding and parsing ---------------------------------------------------------------------
 
-def find_config(start: Path | None = None) -> Path | None:
-    """vitedge.toml, or a pyproject.toml with [tool.vitedge], in ``start`` (the working directory) or above."""
+def search_folders(start: Path | None = None) -> list[Path]:
+    """The folders searched for a config: ``start`` (the working directory) and those above it, up to and
+    including the repository root (the first folder holding ``.git``) or $HOME, whichever comes first."""
     here = Path(start or Path.cwd()).resolve()
+    home = _home()
+    folders = []
     for folder in (here, *here.parents):
+        folders.append(folder)
+        if os.path.lexists(folder / ".git") or (home is not None and folder == home):
+            break
+    return folders
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, KeyError, OSError):
+        return None
+
+
+def find_config(start: Path | None = None) -> Path | None:
+    """vitedge.toml, or a pyproject.toml with [tool.vitedge], in ``start`` (the working directory) or above,
+    no higher than the repository root or $HOME (see :func:`search_folders`)."""
+    for folder in search_folders(start):
         if (folder / CONFIG_NAME).is_file():
             return folder / CONFIG_NAME
         pyproject = folder / PYPROJECT
         if pyproject.is_file() and _pyproject_table(pyproject) is not None:
             return pyproject
     return None
+
+
+def untrusted_reason(path: Path) -> str | None:
+    """Why a config found upward may not be read (None when it may): it must be owned by the user running
+    vitedge and writable by no one else, so nobody but the user can have put a key in it."""
+    try:
+        st = os.stat(path)
+    except OSError as err:
+        return f"it cannot be examined ({err.strerror or err})"
+    uid = os.getuid() if hasattr(os, "getuid") else None
+    if uid is not None and st.st_uid != uid:
+        return f"it is owned by uid {st.st_uid}, not by you (uid {uid})"
+    if st.st_mode & 0o022:
+        who = " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if st.st_mode & bit)
+        return f"{who} can write it (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+@dataclass(frozen=True)
+class ConfigChoice:
+    """The config a command uses and why it is trusted, or the one it ignored and why."""
+
+    path: Path | None  # the config read (None: none)
+    how: str = ""  # why it is trusted: "named with --config" | "found from the working directory upward, owned by you ..."
+    ignored: Path | None = None  # a config found upward that is not read
+    why_ignored: str = ""
+
+
+def choose_config(explicit: Path | None, start: Path | None = None) -> ConfigChoice:
+    """``--config FILE`` when given (the user's choice: trusted), else the config found upward if it passes
+    :func:`untrusted_reason`, else none (with the reason it was ignored)."""
+    if explicit is not None:
+        return ConfigChoice(Path(explicit), "named with --config")
+    found = find_config(start)
+    if found is None:
+        return ConfigChoice(None)
+    reason = untrusted_reason(found)
+    if reason is not None:
+        return ConfigChoice(None, ignored=found, why_ignored=reason)
+    return ConfigChoice(found, "found from the working directory upward, owned by you and writable only by you")
+
+
+def ignored_warning(choice: ConfigChoice) -> str:
+    return (f"vitedge: WARNING: ignoring {choice.ignored}: {choice.why_ignored}; a config found upward is read only when you own it "
+            f"and only you can write it: `chmod go-w {choice.ignored}` if it is yours, or pass --config {choice.ignored} to use it anyway")
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -140,6 +237,15 @@ def load_config(path: Path) -> ProjectConfig:
             raise UsageError(f"{path} has no [{PYPROJECT_TABLE}] table; add one or use a {CONFIG_NAME}")
         return parse_config(table, path, PYPROJECT_TABLE)
     return parse_config(_read_toml(path), path, None)
+
+
+def check_config_text(text: str, path: Path) -> ProjectConfig:
+    """Parse ``text`` as the config file ``path`` would be (before it is written)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise UsageError(f"{path}: not valid TOML ({err})") from None
+    return parse_config(data, path, None)
 
 
 def parse_config(data: dict[str, Any], path: Path, table: str | None = None) -> ProjectConfig:
@@ -302,7 +408,8 @@ def _cast(ctx, param, value: Any, config: ProjectConfig) -> Any:
 
 def missing(what: str, flag: str, key: str, config: ProjectConfig | None) -> UsageError:
     where = (f"or set {key} in {config.label}" if config is not None
-             else f"or set {key} in a {CONFIG_NAME} (none found from {Path.cwd()} upward; `vitedge init MODEL` writes one)")
+             else f"or set {key} in a {CONFIG_NAME} (none read from {Path.cwd()} upward to the repository root or $HOME; "
+                  "`vitedge init MODEL` writes one)")
     return UsageError(f"no {what}: pass {flag} {where}")
 
 
@@ -334,9 +441,15 @@ def with_project_config(require: Callable[[dict[str, Any], ProjectConfig | None]
             ctx = click.get_current_context()
             explicit = kwargs.pop("config", None)
             dry = kwargs.pop("dry_run", False)
-            found = Path(explicit) if explicit is not None else find_config()
-            config = load_config(found) if found is not None else None
+            choice = choose_config(explicit)
+            if choice.ignored is not None:
+                click.echo(ignored_warning(choice), err=True)  # always, -q included
+            config = load_config(choice.path) if choice.path is not None else None
             settings = merge(ctx, kwargs, config)
+            used = [s for s in settings if s.source not in ("flag", "default")]
+            record = config_record(config, choice, kwargs, used)
+            if record and record["sensitive"]:
+                click.echo(announce(config, choice, record), err=True)  # always, -q included
             if dry:
                 for line in format_settings(settings, config):
                     click.echo(line)
@@ -344,21 +457,53 @@ def with_project_config(require: Callable[[dict[str, Any], ProjectConfig | None]
                 require(kwargs, config)
             if dry:
                 return None
-            used = [s for s in settings if s.source not in ("flag", "default")]
             if used and not kwargs.get("quiet"):
                 click.echo(f"vitedge: {len(used)} setting(s) from {config.label}", err=True)
             ctx.meta["vitedge.project_config"] = config
+            ctx.meta["vitedge.config_record"] = record
             return func(*args, **kwargs)
 
         wrapper = click.option("--config", "config", type=click.Path(path_type=Path), default=None, metavar="FILE",
                                help=f"Project config (default: {CONFIG_NAME} or [{PYPROJECT_TABLE}] in pyproject.toml, "
-                                    "from the working directory upward). Flags override it.")(wrapper)
+                                    "from the working directory upward to the repository root or $HOME, if you own it and only "
+                                    "you can write it). Flags override it.")(wrapper)
         if dry_run:
             wrapper = click.option("--dry-run", is_flag=True,
                                    help="Print the effective settings and where each came from (flag, config, default); build nothing.")(wrapper)
         return wrapper
 
     return deco
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return None  # validation.json is strict JSON (no NaN)
+    return value
+
+
+def config_record(config: ProjectConfig | None, choice: ConfigChoice, kwargs: dict[str, Any], used: list[Setting]) -> dict[str, Any] | None:
+    """What the reports record: the config read, why it was trusted, every key it set (flags overrode the
+    rest) and which of those run code or loosen a gate; or the config ignored and why."""
+    if config is None:
+        return {"file": None, "ignored": str(choice.ignored), "why_ignored": choice.why_ignored,
+                "set": {}, "sensitive": []} if choice.ignored is not None else None
+    params = [p for p in config.values if any(s.source == config.where(p) for s in used)]
+    return {
+        "file": str(config.path.absolute()) + (f" [{config.table}]" if config.table else ""),
+        "trusted": choice.how,
+        "set": {config.keys.get(p, p): _jsonable(kwargs.get(p, config.values[p])) for p in params},
+        "sensitive": [config.keys.get(p, p) for p in params if is_sensitive(p, config.values[p])],
+    }
+
+
+def announce(config: ProjectConfig, choice: ConfigChoice, record: dict[str, Any]) -> str:
+    params = {config.keys.get(p, p): p for p in config.values}
+    parts = [f"{k} = {json.dumps(record['set'][k])} ({SENSITIVE[params[k]]})" for k in record["sensitive"]]
+    return f"vitedge: {config.label} ({choice.how}) sets what runs code or loosens a gate: " + "; ".join(parts)
 
 
 def require_build(kwargs: dict[str, Any], config: ProjectConfig | None) -> None:

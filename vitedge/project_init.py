@@ -2,27 +2,63 @@
 
 from __future__ import annotations
 
-import json
+import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from vitedge import __version__
+from vitedge.errors import UsageError
 from vitedge.project_config import CONFIG_NAME
 
 DEFAULT_TARGETS = ("onnx",)
 
 
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def toml_string(text: str) -> str:
+    """``text`` as a TOML basic string: quotes, backslashes and every control character escaped, so a
+    file name holding a newline or a quote stays one value and never becomes a key. A name that is not
+    valid UTF-8 (it reaches Python as lone surrogates) cannot be written in TOML at all: UsageError."""
+    out = []
+    for ch in str(text):
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\u{ord(ch):04X}")
+        elif 0xD800 <= ord(ch) <= 0xDFFF:
+            raise UsageError(f"{text.encode('utf-8', 'surrogateescape')!r} is not valid UTF-8, which a TOML file cannot hold; rename it")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def toml_key(key: str) -> str:
+    return key if _BARE_KEY.match(key) else toml_string(key)
+
+
 def _toml(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, (int, float)):
+    if isinstance(value, int):
         return repr(value)
+    if isinstance(value, float):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
-    return json.dumps(str(value))  # a TOML basic string is a JSON string
+        return "{ " + ", ".join(f"{toml_key(str(k))} = {_toml(v)}" for k, v in value.items()) + " }"
+    return toml_string(str(value))
+
+
+def comment_safe(line: str) -> str:
+    """A comment line with every control character (a newline would end the comment and start a key) and
+    every undecodable byte of a file name shown escaped."""
+    text = line.encode("utf-8", "backslashreplace").decode("utf-8")
+    return "".join(ch if ch == "\t" or not (ord(ch) < 0x20 or ord(ch) == 0x7F) else f"\\x{ord(ch):02x}" for ch in text)
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -53,7 +89,7 @@ def render_config(loaded, config_path: Path, *, calib: Path | None = None, val: 
     flags = {k: v for k, v in (model_flags or {}).items() if v not in (None, False, (), {})}
     if flags:
         lines.append("# model flags given to `vitedge init`")
-        lines += [f"{k.replace('_', '-')} = {_toml(v)}" for k, v in flags.items()]
+        lines += [f"{toml_key(k.replace('_', '-'))} = {_toml(v)}" for k, v in flags.items()]
     elif spec.num_heads and heads_from not in ("file",):
         lines.append(f"# num-heads = {spec.num_heads}   # set it if the {heads_from} guess is wrong")
     lines += [
@@ -85,7 +121,9 @@ def render_config(loaded, config_path: Path, *, calib: Path | None = None, val: 
         "# max_p99_ms = 50.0     # INT8 p99 latency at batch 1",
         "",
     ]
-    return "\n".join(lines)
+    # each element is one line: comments carry names from the model file and the file system, escaped so
+    # none can end its line; values are TOML strings (toml_string), which cannot either
+    return "\n".join(comment_safe(line) if line.startswith("#") else line for line in lines)
 
 
 def config_target(out: Path | None) -> Path:

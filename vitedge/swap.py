@@ -6,8 +6,13 @@ that were killed.
   aside, renames the new one in and removes the journal. A run killed between those steps leaves the
   journal, and :func:`recover_swap` (called by the next run writing there, and by every bundle reader)
   completes the swap when the new folder is whole or rolls it back, and says which.
-* :func:`clean_debris` removes what killed runs leave: ``.NAME.PID.*.partial`` temporaries and
-  ``.NAME.old-PID`` folders whose process is gone.
+* :func:`clean_debris` removes what killed runs leave: ``.NAME.vitedge-PID-XXXXXXXX.partial``
+  temporaries and ``.NAME.vitedge-old-PID`` folders whose process is gone, owned by this user.
+
+Every temporary name vitedge makes carries the token ``vitedge`` and the PID of the run that made it
+(:func:`partial_prefix`, :func:`old_name`, :func:`work_prefix`), so a later run can prove an entry is
+its own before deleting it: a user's ``.model.old-3`` or ``.data.1.2.partial`` never matches, and a
+"PID" too large to be one (``.x.vitedge-99999999999999999999-abcdefgh.partial``) is not ours either.
 """
 
 from __future__ import annotations
@@ -26,14 +31,50 @@ from pathlib import Path
 # Called between the steps of a swap; tests replace it with a hook that kills the process there.
 between_steps: Callable[[str], None] = lambda step: None  # noqa: E731
 
-_PARTIAL = re.compile(r"^\..+\.(\d+)\.[A-Za-z0-9_]+\.partial$")
-_OLD = re.compile(r"^\..+\.old-(\d+)$")
+TOKEN = "vitedge"
+PID_MAX = 2**31 - 1  # pid_t is a 32-bit int everywhere vitedge runs; a larger "PID" is not one
+_PID = r"(?P<pid>[1-9][0-9]{0,9})"
+_RANDOM = r"[a-z0-9_]{8}"  # what tempfile.mkstemp/mkdtemp put between prefix and suffix
+_PARTIAL = re.compile(rf"^\.(?P<name>.+)\.{TOKEN}-{_PID}-{_RANDOM}\.partial$")
+_OLD = re.compile(rf"^\.(?P<name>.+)\.{TOKEN}-old-{_PID}$")
+# temporary work folders in $TMPDIR (see work_prefix)
+WORK_KINDS = ("build", "calibrate", "profile", "export", "budget", "large", "ort-opt")
+_WORK = re.compile(rf"^{TOKEN}-(?:{'|'.join(re.escape(k) for k in WORK_KINDS)})-{_PID}-{_RANDOM}$")
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2
 
 
 def notice(message: str) -> None:
     print(f"vitedge: {message}", file=sys.stderr)
+
+
+def partial_prefix(final: Path) -> str:
+    """Prefix of a temporary file or folder beside ``final`` (mkstemp/mkdtemp add 8 random characters
+    and the suffix ``.partial``)."""
+    return f".{Path(final).name}.{TOKEN}-{os.getpid()}-"
+
+
+def old_name(final: Path, pid: int | None = None) -> str:
+    """Name of the previous ``final`` while a swap sets it aside."""
+    return f".{Path(final).name}.{TOKEN}-old-{os.getpid() if pid is None else pid}"
+
+
+def work_prefix(kind: str) -> str:
+    """Prefix of a temporary work folder in $TMPDIR (tempfile adds 8 random characters): names this
+    process, so later runs can clean it up after a kill."""
+    assert kind in WORK_KINDS, kind
+    return f"{TOKEN}-{kind}-{os.getpid()}-"
+
+
+def debris_pid(name: str, patterns: tuple[re.Pattern, ...] = (_PARTIAL, _OLD)) -> int | None:
+    """The PID of the vitedge run that made the entry ``name``, or None when the name is not one
+    vitedge makes (a user's file) or its "PID" cannot be one."""
+    for pattern in patterns:
+        match = pattern.match(name)
+        if match:
+            pid = int(match.group("pid"))  # at most 10 digits: no overflow
+            return pid if pid <= PID_MAX else None
+    return None
 
 
 def pid_alive(pid: int) -> bool:
@@ -45,6 +86,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True  # someone else's live process
+    except (OverflowError, ValueError):
+        return True  # not a PID this system has: never treat its entry as a dead run's
     return True
 
 
@@ -66,7 +109,7 @@ def exchange(a: Path, b: Path) -> bool:
 
 
 def journal_path(final: Path) -> Path:
-    return final.with_name(f".{final.name}.swap.json")
+    return final.with_name(f".{final.name}.{TOKEN}-swap.json")
 
 
 def swap_into_place(new: Path, final: Path) -> None:
@@ -75,7 +118,7 @@ def swap_into_place(new: Path, final: Path) -> None:
         between_steps("exchanged")
         _remove(new)  # now the old result; a kill here leaves debris clean_debris removes
         return
-    old = final.with_name(f".{final.name}.old-{os.getpid()}")
+    old = final.with_name(old_name(final))
     journal = journal_path(final)
     journal.write_text(json.dumps({"pid": os.getpid(), "new": new.name, "old": old.name}))
     between_steps("journal written")
@@ -94,11 +137,12 @@ def recover_swap(final: Path, say: Callable[[str], None] = notice) -> None:
     try:
         record = json.loads(journal.read_text())
         pid, new, old = int(record["pid"]), final.with_name(record["new"]), final.with_name(record["old"])
-        if not (new.name.startswith(f".{final.name}.") and _PARTIAL.match(new.name) and old.name == f".{final.name}.old-{pid}"):
+        if not (new.name.startswith(f".{final.name}.{TOKEN}-{pid}-") and _PARTIAL.match(new.name) and old.name == old_name(final, pid)
+                and 0 < pid <= PID_MAX):
             raise ValueError("names vitedge did not write")
     except (FileNotFoundError, NotADirectoryError):  # no journal (or the parent is not a folder: no bundle either)
         return
-    except (ValueError, KeyError, TypeError, OSError):
+    except (ValueError, KeyError, TypeError, OverflowError, OSError):
         say(f"ignoring unreadable swap journal {journal}; remove it")
         return
     if pid_alive(pid):
@@ -126,16 +170,23 @@ def _repair(final: Path, journal: Path, new: Path, old: Path, say: Callable[[str
 
 
 def clean_debris(folder: Path, patterns: tuple[re.Pattern, ...] = (_PARTIAL, _OLD)) -> list[Path]:
-    """Remove temporaries and set-aside folders in ``folder`` left by vitedge runs that are no longer alive
-    (each pattern's first group is the PID of the run that made the entry)."""
+    """Remove temporaries and set-aside folders in ``folder`` left by vitedge runs that are no longer alive:
+    only entries whose name matches one of ``patterns`` (a vitedge token and the PID of the run that made
+    it, the group ``pid``), whose PID is not running, and which this user owns."""
     removed = []
     try:
         entries = list(os.scandir(folder))
     except OSError:
         return removed
+    uid = os.getuid() if hasattr(os, "getuid") else None
     for entry in entries:
-        match = next((m for m in (p.match(entry.name) for p in patterns) if m), None)
-        if not match or pid_alive(int(match.group(1))):
+        pid = debris_pid(entry.name, patterns)
+        if pid is None or pid_alive(pid):
+            continue
+        try:
+            if uid is not None and entry.stat(follow_symlinks=False).st_uid != uid:
+                continue  # not written by this user: not provably ours
+        except OSError:
             continue
         if _journal_names(folder, entry.name):
             continue  # part of a half-done swap: recover_swap decides what happens to it
@@ -145,8 +196,8 @@ def clean_debris(folder: Path, patterns: tuple[re.Pattern, ...] = (_PARTIAL, _OL
 
 
 def _journal_names(folder: Path, name: str) -> bool:
-    for journal in Path(folder).glob(".*.swap.json"):
-        with contextlib.suppress(OSError, ValueError):
+    for journal in Path(folder).glob(f".*.{TOKEN}-swap.json"):
+        with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
             if name in json.loads(journal.read_text()).values():
                 return True
     return False

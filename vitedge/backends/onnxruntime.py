@@ -22,6 +22,7 @@ from vitedge.backends.base import (
 )
 from vitedge.backends.ort_attention import fuse_attention
 from vitedge.errors import BundleError, UsageError
+from vitedge.swap import work_prefix
 from vitedge.onnxutil import (
     FLOAT_NCHW,
     INPUT_FORMAT_KEY,
@@ -150,7 +151,7 @@ def int8_layer_share(model_path: Path, options: OnnxRuntimeOptions) -> dict[str,
 
     import onnx
 
-    with tempfile.TemporaryDirectory(prefix="vitedge-ort-opt-") as tmp:
+    with tempfile.TemporaryDirectory(prefix=work_prefix("ort-opt")) as tmp:
         out = Path(tmp) / "optimized.onnx"
         try:
             ort_session(model_path, SessionSettings(optimization=options.graph_optimization, optimized_model_path=out))

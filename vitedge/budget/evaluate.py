@@ -21,6 +21,7 @@ import numpy as np
 
 from vitedge.onnxutil import ort_session, save_onnx
 from vitedge.profiles import TargetProfile
+from vitedge.swap import work_prefix
 from vitedge.ui import StageLog
 from vitedge.validation.accuracy import Outputs, compare_embeddings, compare_logits
 from vitedge.validation.embedding_gate import ACCURACY_GATE_NAMES
@@ -120,7 +121,7 @@ class Evaluator:
 
         outs, labels, labelled = [], [], True
         reason = None
-        with tempfile.TemporaryDirectory(prefix="vitedge-budget-") as tmp:
+        with tempfile.TemporaryDirectory(prefix=work_prefix("budget")) as tmp:
             infer, runner = self._infer_fn(model, opener, Path(tmp))
             try:
                 for batch in self._batches():

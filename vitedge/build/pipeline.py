@@ -70,6 +70,7 @@ class BuildRequest:
     measure_speed: bool = True
     min_calib: int = 16
     budget: Any = None  # vitedge.budget.BudgetSettings; None: the defaults (on)
+    config_record: dict[str, Any] | None = None  # the project config read and what it set (recorded in validation.json)
 
 
 @dataclass
@@ -271,7 +272,7 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                 with log.stage("validate", f"{profile.name}: INT8 vs FP32 on {len(t.val)} inputs, same runtime"):
                     checked = validate_bundle(tmp, manifest, t.val, ValidateOptions(
                         threshold_overrides=req.threshold_overrides, measure_speed=req.measure_speed, producer="vitedge build",
-                        data_role=(val_record or {}).get("role"),
+                        data_role=(val_record or {}).get("role"), config=req.config_record,
                         reference_cache=ReferenceCacheSettings(enabled=req.reference_cache, root=req.cache_dir,
                                                              int8_outputs=req.int8_cache)),
                         log=log, bundle_label=str(bundle_dir))

@@ -14,6 +14,7 @@ from vitedge.camera_apps.triton import BACKENDS, config_text, model_name, write_
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_output_dir
 from vitedge.manifest import verify_bundle
+from vitedge.outputs import check_output
 
 CAMERA_DIR = "camera"
 
@@ -30,11 +31,10 @@ def export_config(kind: str, bundle: Path, out: Path, *, force: bool = False) ->
     if kind not in WRITERS:
         raise UsageError(f"unknown camera app '{kind}'; known: {', '.join(WRITERS)}")
     manifest = verify_bundle(bundle)
+    # the one replace rule: never the bundle, a folder holding it or one inside it; --force replaces only a folder
+    # export-config wrote (recognised by the first line of its config), checked before anything is written
+    check_output(out, "camera", force=force, reads=(bundle,))
     bundle, final = bundle.resolve(), out.resolve()
-    if final == bundle or bundle in final.parents:
-        raise UsageError(f"-o {out} is inside the bundle, whose files are hashed in manifest.json; pick a folder outside it")
-    if final.exists() and not force:
-        raise UsageError(f"output folder {out} exists; pass --force to replace it")
     with atomic_output_dir(final, force=force) as tmp:
         return WRITERS[kind](bundle, manifest, tmp, final)
 

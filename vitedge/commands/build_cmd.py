@@ -95,6 +95,7 @@ def command(model, targets, calib, val, out, force, intake, calib_size, seed, me
                              **embedding_overrides(embedding_gate)},
         bake_preprocess=bake_preprocess, cache_dir=cache_dir, reference_cache=reference_cache, int8_cache=int8_cache, keep_float=tuple(keep_float), measure_speed=not no_latency,
         budget=BudgetSettings(enabled=not no_fallback, max_evals=fallback_max_evals, measure_cost=not no_latency),
+        config_record=click.get_current_context().meta.get("vitedge.config_record"),
     )
     log = StageLog(quiet=quiet)
     results = run_build(req, log)

@@ -19,6 +19,7 @@ from vitedge.distributed.matrix_config import load_matrix
 from vitedge.distributed.matrix_report import print_table, write_reports
 from vitedge.distributed.matrix_rows import ERROR
 from vitedge.errors import GateFailure, UsageError
+from vitedge.outputs import check_output
 
 
 @click.command("build-matrix")
@@ -46,6 +47,8 @@ def command(matrix, out, workers, ray_address, sequential, quiet) -> None:
     if sequential and (workers or ray_address):
         raise UsageError("--sequential runs without Ray; drop --workers / --ray-address")
     spec = load_matrix(matrix, out)
+    # the one replace rule: the reports OUT already holds are a matrix's (each row's bundle is checked as a bundle)
+    check_output(spec.out, "matrix", force=True)
     info = (lambda _m: None) if quiet else (lambda m: click.echo(f"  {m}"))
     click.echo(f"build-matrix: {len(spec.rows)} rows ({len({r.model_name for r in spec.rows})} models) -> {spec.out}/")
     if not sequential and not (workers or ray_address) and not ray_available():

@@ -24,7 +24,7 @@ from vitedge.cli_options import (
 from vitedge.errors import UsageError
 from vitedge.export import ExportOptions, export_onnx
 from vitedge.models.intake import load_model
-from vitedge.outputs import work_prefix
+from vitedge.outputs import check_output, work_prefix
 from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
 
@@ -32,7 +32,7 @@ from vitedge.quantize import QuantConfig, build_qdq, calibrate
 @click.argument("model", type=click.Path(path_type=str))
 @click.option("--calib", type=click.Path(path_type=str), required=True, help="Calibration data: image folder, .npy/.npz, or a video file.")
 @click.option("-o", "--out", "out", type=click.Path(path_type=Path), default=None, help="Write the INT8 Q/DQ ONNX graph here.")
-@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@click.option("--force", is_flag=True, help="Replace an existing Q/DQ graph vitedge wrote (never the model or data, nor a file vitedge did not write).")
 @with_intake
 @calib_size_option("Use a seeded subset of N calibration items (default: all).")
 @seed_option("Seed of the --calib-size subset.")
@@ -58,10 +58,7 @@ def command(model: str, calib: str, out: Path | None, force: bool, intake, calib
     if out is not None:
         if out.suffix.lower() != ".onnx":
             raise UsageError(f"-o/--out should name an .onnx file, got {out}")
-        if out.exists() and not force:
-            raise UsageError(f"{out} exists; pass --force to overwrite it")
-        if out.exists() and out.is_dir():
-            raise UsageError(f"{out} is a folder; -o/--out names the .onnx file to write")
+        check_output(out, "qdq-onnx", force=force, inputs=(Path(model), Path(calib), cache_dir))  # the one replace rule
     settings: dict = {}
     if method is not None:
         settings["method"] = method

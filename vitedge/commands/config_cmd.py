@@ -10,8 +10,10 @@ from vitedge.errors import UsageError
 from vitedge.project_config import (
     CONFIG_NAME,
     Setting,
-    find_config,
+    choose_config,
     format_settings,
+    ignored_warning,
+    is_sensitive,
     load_config,
 )
 
@@ -24,11 +26,15 @@ def command(config_path) -> None:
     directory upward), check it strictly and print each setting with its resolved value.
     `vitedge build --dry-run` shows how flags and defaults combine with it."""
 
-    found = config_path or find_config()
-    if found is None:
-        raise UsageError(f"no {CONFIG_NAME} (or [tool.vitedge] in pyproject.toml) from {Path.cwd()} upward; "
-                         "`vitedge init MODEL` writes one")
-    config = load_config(found)
-    settings = [Setting(config.keys[p], v, "") for p, v in config.values.items()]
-    for line in format_settings(settings, config):
+    choice = choose_config(config_path)
+    if choice.ignored is not None:
+        click.echo(ignored_warning(choice), err=True)
+    if choice.path is None:
+        raise UsageError(f"no {CONFIG_NAME} (or [tool.vitedge] in pyproject.toml) vitedge would read from {Path.cwd()} upward "
+                         "(to the repository root or $HOME); `vitedge init MODEL` writes one")
+    config = load_config(choice.path)
+    settings = [Setting(config.keys[p], v, "run code or loosen a gate" if is_sensitive(p, v) else "") for p, v in config.values.items()]
+    lines = format_settings(settings, config)
+    click.echo(f"{lines[0]} ({choice.how})")
+    for line in lines[1:]:
         click.echo(line.rstrip())

@@ -10,6 +10,7 @@ from vitedge.cli_options import with_intake
 from vitedge.errors import UsageError
 from vitedge.export import ExportOptions, export_onnx
 from vitedge.models.intake import load_model
+from vitedge.outputs import check_output
 
 
 @click.command("export")
@@ -18,18 +19,15 @@ from vitedge.models.intake import load_model
 @with_intake
 @click.option("--opset", type=int, default=17, show_default=True, help="ONNX opset (17 or newer).")
 @click.option("--bake-preprocess", is_flag=True, help="The graph takes uint8 NHWC frames (RGB; grey for a 1-channel model) and normalises them itself.")
-@click.option("--force", is_flag=True, help="Overwrite an existing output file.")
+@click.option("--force", is_flag=True, help="Replace an existing FP32 graph vitedge exported (never the model, nor a file vitedge did not write).")
 def command(model: str, out: Path, intake, opset: int, bake_preprocess: bool, force: bool) -> None:
     """Export MODEL to an FP32 ONNX graph (dynamic batch) and prove ONNX Runtime
     computes what PyTorch computes; the export fails with the measured difference
     if it exceeds the tolerance."""
 
-    if out.exists() and not force:
-        raise UsageError(f"{out} exists; pass --force to overwrite it")
-    if out.exists() and Path(model).exists() and out.resolve() == Path(model).resolve():
-        raise UsageError(f"-o {out} is the model being exported; --force would overwrite it: choose another -o")
     if out.suffix.lower() != ".onnx":
         raise UsageError(f"-o/--out should name an .onnx file, got {out}")
+    check_output(out, "fp32-onnx", force=force, inputs=(Path(model),))  # the one replace rule (vitedge/outputs.py)
     options = ExportOptions(opset=opset, bake_preprocess=bake_preprocess)
     loaded = load_model(model, intake)
     result = export_onnx(loaded, out, options)

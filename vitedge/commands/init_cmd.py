@@ -8,11 +8,11 @@ from pathlib import Path
 import click
 
 from vitedge.cli_options import MODEL_OPTION_NAMES, with_intake
-from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_write_path
 from vitedge.models.intake import load_model
 from vitedge.profiles import list_profiles, resolve_profile_path
-from vitedge.project_config import load_config
+from vitedge.outputs import check_output
+from vitedge.project_config import check_config_text
 from vitedge.project_init import config_target, render_config
 
 
@@ -24,7 +24,7 @@ from vitedge.project_init import config_target, render_config
 @click.option("--output", default="build", show_default=True, help="Bundle folder to write into the config.")
 @click.option("-o", "--out", "config_out", type=click.Path(path_type=Path), default=None,
               help="Where to write the config (default: ./vitedge.toml).")
-@click.option("--force", is_flag=True, help="Replace an existing config file.")
+@click.option("--force", is_flag=True, help="Replace a config `vitedge init` wrote earlier (never pyproject.toml, the model, or a file it did not write).")
 @with_intake
 def command(model, calib, val, targets, output, config_out, force, intake) -> None:
     """Write a commented starter vitedge.toml for MODEL: the model, what vitedge understood of it
@@ -33,19 +33,15 @@ def command(model, calib, val, targets, output, config_out, force, intake) -> No
 
 
     path = config_target(config_out)
-    if path.exists() and not force:
-        raise UsageError(f"{path} exists; pass --force to replace it")
+    # the one replace rule: never the model or data, and --force replaces only a config `vitedge init` wrote
+    check_output(path, "config", force=force, inputs=(Path(model), calib, val))
     for t in targets:
         resolve_profile_path(t)  # an unknown target: exit 2 before loading the model
     loaded = load_model(model, intake)
     flags = {k: v for k, v in dataclasses.asdict(intake).items() if k in MODEL_OPTION_NAMES}
     text = render_config(loaded, path, calib=calib, val=val, targets=tuple(targets), output=output, model_flags=flags,
                          known_targets=[p.stem for p in list_profiles()])
+    check_config_text(text, path)  # what init writes, build reads: checked before it replaces anything
     with atomic_write_path(path) as tmp:
         tmp.write_text(text)
-    try:
-        load_config(path)  # what init writes, build reads: checked here, never left broken
-    except UsageError:
-        path.unlink()
-        raise
     click.echo(f"wrote {path}" + ("" if calib else "; set calib in it (or pass --calib) before `vitedge build`"))

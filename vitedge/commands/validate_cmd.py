@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -24,6 +25,7 @@ from vitedge.distributed.ray_validate import (
 )
 from vitedge.errors import CalibrationError, DataError, GateFailure, UsageError
 from vitedge.manifest import verify_bundle
+from vitedge.outputs import check_output
 from vitedge.profiles import Thresholds
 from vitedge.project_config import config_bundles, with_project_config
 from vitedge.ui import StageLog
@@ -93,8 +95,12 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     # no BUNDLE: every bundle the project config's build writes
     bundles = [Path(bundle)] if bundle is not None else config_bundles(ctx.meta.get("vitedge.project_config"))
     dirs = {b: (b / "report" if report_dir is None else Path(report_dir) / (b.name if len(bundles) > 1 else "")) for b in bundles}
-    for d in dirs.values():
+    for b, d in dirs.items():
         check_report_dir(d)
+        # the one replace rule: a report folder vitedge wrote (or a new or empty one), never the data, the bundle or
+        # a folder holding it; outside BUNDLE/report, never inside the bundle (its files are hashed)
+        own = Path(os.path.abspath(d)) == Path(os.path.abspath(b / "report"))
+        check_output(d, "report", force=True, inputs=(data,), reads=() if own else (b,), flag="--report-dir")
     failed = []
     scale = scale_from_flags(workers, ray_address)
     with ray_session(scale):
@@ -102,7 +108,8 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
             result = validate_one(b, dirs[b], data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
                                   sensitivity_samples, threads, quiet, scale=scale,
                                   reference=ReferenceCacheSettings(enabled=reference_cache, root=cache_dir,
-                                                                     int8_outputs=int8_cache))
+                                                                     int8_outputs=int8_cache),
+                                  config=ctx.meta.get("vitedge.config_record"))
             if not result.passed:
                 failed.append(result.failure_line())
     if failed:
@@ -110,7 +117,8 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
 
 
 def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
-                 sensitivity_samples, threads, quiet, scale=None, reference: ReferenceCacheSettings | None = None):
+                 sensitivity_samples, threads, quiet, scale=None, reference: ReferenceCacheSettings | None = None,
+                 config: dict | None = None):
     """Validate one bundle, write its reports and print its verdict; the BundleValidation."""
 
     log = StageLog(quiet=quiet)
@@ -149,6 +157,7 @@ def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, override
         latency=LatencySettings.for_budget(latency_seconds),
         sensitivity=sensitivity, sensitivity_samples=sensitivity_samples, threads=threads, producer="vitedge validate",
         reference_cache=reference if reference is not None else ReferenceCacheSettings(),
+        config=config,
     )
     with log.stage("validate", f"{manifest.target.get('name')}: INT8 vs FP32 on {len(source)} inputs, same runtime"):
         validator = None

@@ -44,6 +44,7 @@ class ValidateOptions:
     producer: str = "vitedge validate"
     data_role: str | None = None  # "validation" | "calibration" (the build's calibration images), when known
     reference_cache: ReferenceCacheSettings = field(default_factory=ReferenceCacheSettings)  # FP32 outputs, reused when known
+    config: dict[str, Any] | None = None  # the project config the command read, why, and what it set (project_config.config_record)
 
 
 def bundle_profile(manifest, bundle: Path) -> TargetProfile:
@@ -208,7 +209,7 @@ def _document(bundle: Path, manifest, profile: TargetProfile, thresholds: Thresh
     r = result.to_dict()
     overridden = sorted(k for k, v in options.threshold_overrides.items() if v is not None)
     q = manifest.quantization or {}
-    return {
+    doc = {
         "schema": rpt.SCHEMA,
         "producer": options.producer,
         "vitedge_version": __version__,
@@ -241,3 +242,7 @@ def _document(bundle: Path, manifest, profile: TargetProfile, thresholds: Thresh
         "seconds": 0.0,
         "plots": [],
     }
+    if options.config is not None:
+        doc["config"] = options.config  # which config set what (absent when none was read)
+    return doc
+
