@@ -192,9 +192,13 @@ def _engine_lines(manifest: Any, graph: DeepStreamGraph, rel: str, onnx_file: st
                 f"# precision {precision}. It loads only with TensorRT {version} (the same JetPack / container) on this GPU",
                 "# model; with another, nvinfer rebuilds it from onnx-file as the next comment says.",
                 f"model-engine-file={rel}/{engine}"]
-    where = ("`vitedge engine BUNDLE` on the device builds it and this config then points at it" if tensorrt
+    planned = info.get("planned_for_tensorrt") or next((m.get("planned_for_tensorrt") for m in
+                                                        ((info.get("family") or {}).get("members") or {}).values()), None)
+    where = (f"`vitedge engine BUNDLE` on the device builds it with the TensorRT found there (planned for {planned or '?'};"
+             " the engine then needs that very version) and this config then points at it" if tensorrt
              else "a TensorRT bundle of this model (vitedge build --target jetson) ships one built by `vitedge engine`")
-    return [f"# No engine yet: {where}. Until then nvinfer builds one from onnx-file on first run: with",
+    return [f"# No engine yet: {where}.",
+            "# Until then nvinfer builds one from onnx-file on first run: with",
             f"# network-mode=1 it sets TensorRT's INT8 flag only when int8-calib-file exists ({CALIB_FILE}, empty: a Q/DQ",
             "# graph carries its own INT8 scales and TensorRT uses no calibrator for it), else it logs \"INT8 calibration",
             "# file not specified. Trying FP16 mode.\" and builds FP16. Its INT8 build keeps the layers outside Q/DQ in FP32.",
