@@ -227,6 +227,7 @@ def test_nvinfer_pipeline_matches_vitedge_runtime_on_frames_of_several_aspect_ra
     labels = (tmp_path / "ds" / "labels.txt").read_text().strip().split(";")
     pre = Preprocess.from_dict(read_manifest(bundle).input["preprocess"])
     session = ort_session(str(tmp_path / "ds" / props["onnx-file"]))
+    compared = 0
     with load(bundle) as model:
         for size in FRAME_SIZES:
             crop = source_crop(*size, pre.crop_size, pre.crop_pct)
@@ -235,8 +236,11 @@ def test_nvinfer_pipeline_matches_vitedge_runtime_on_frames_of_several_aspect_ra
                 probs = session.run(None, {session.get_inputs()[0].name: x[None]})[0][0]
                 index, confidence, label = nvinfer_sim.classify(props, probs, labels)
                 want = model.predict(frame, top_k=len(labels))
-                assert (index, label) == (want.index, want.name), size
-                assert abs(confidence - want.prob) < 0.06 and np.abs(probs - softmax(model.logits([frame]))[0]).max() < 0.06, size
+                want_probs = softmax(model.logits([frame]))[0]
+                assert np.abs(probs - want_probs).max() < 0.06 and abs(confidence - want_probs[index]) < 0.06, size
+                if want.probs[0] - want.probs[1] > 0.12:  # not a near-tie, which the resize's rounding may flip
+                    assert (index, label) == (want.index, want.name), size
+                    compared += 1
                 ref = preprocess_array(frame, pre)
                 if std == "one":  # nvinfer's output is the network input itself
                     assert np.abs(x - ref).mean() < 0.06, size  # Pillow's resize before vs after the crop
@@ -244,6 +248,7 @@ def test_nvinfer_pipeline_matches_vitedge_runtime_on_frames_of_several_aspect_ra
                     stretched = nvinfer_sim.network_input(dict(props, **{"maintain-aspect-ratio": "0"}), frame)
                     if std == "one":
                         assert np.abs(stretched - ref).mean() > 0.1, size
+    assert compared >= 0.8 * len(FRAME_SIZES) * 4  # labels compared on most frames
 
 
 @pytest.mark.parametrize("interpolation, value", [("nearest", "0"), ("bilinear", "1"), ("bicubic", "2"), ("lanczos", "4")])

@@ -246,6 +246,7 @@ def test_deepstream_config_of_a_grey_model_is_grey_and_matches_the_runtime(gray_
     from vitedge.camera_apps.deepstream import read_config, source_crop
     from vitedge.onnxutil import ort_session
     from vitedge.runtime import load
+    from vitedge.runtime.results import softmax
 
     out, _ = gray_builds["state_dict"]
     props = read_config(out / "jetson-orin" / "camera" / "deepstream" / "config_infer.txt")  # written by the build
@@ -256,6 +257,7 @@ def test_deepstream_config_of_a_grey_model_is_grey_and_matches_the_runtime(gray_
     pre = Preprocess.from_dict(read_manifest(out / "onnx").input["preprocess"])
     session = ort_session(str(tmp_path / "ds" / props["onnx-file"]))
     files = sorted(VAL_DIR.glob("*/*.png"))[::80][:5]
+    compared = 0
     with load(out / "onnx") as model:
         for size in [(32, 32), (64, 48), (90, 160)]:
             crop = source_crop(*size, pre.crop_size, pre.crop_pct)
@@ -266,4 +268,9 @@ def test_deepstream_config_of_a_grey_model_is_grey_and_matches_the_runtime(gray_
                 probs = session.run(None, {session.get_inputs()[0].name: x[None]})[0][0]
                 index, confidence, label = nvinfer_sim.classify(props, probs, labels)
                 want = model.predict(frame, top_k=3)
-                assert (index, label) == (want.index, want.name) and abs(confidence - want.prob) < 0.06, (size, f.name)
+                want_probs = softmax(model.logits([frame]))[0]
+                assert np.abs(probs - want_probs).max() < 0.06 and abs(confidence - want_probs[index]) < 0.06, (size, f.name)
+                if want.probs[0] - want.probs[1] > 0.12:  # not a near-tie (one 9:16 digit is 0.32 vs 0.31)
+                    assert (index, label) == (want.index, want.name), (size, f.name)
+                    compared += 1
+    assert compared >= 12  # of 15 frames

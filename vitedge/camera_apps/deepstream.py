@@ -66,15 +66,6 @@ class NvinferArithmetic:
     graph_scale: tuple[float, ...] = ()  # baked: per-channel multiply, then add graph_shift
     graph_shift: tuple[float, ...] = ()
 
-    def apply(self, uint8_hwc: np.ndarray) -> np.ndarray:
-        """float32 CxHxW network input for a frame at infer-dims (HxWxC or HxW grey), as nvinfer and the graph compute it."""
-        x = (uint8_hwc[..., None] if uint8_hwc.ndim == 2 else uint8_hwc).astype(np.float32).transpose(2, 0, 1)
-        c = x.shape[0]
-        y = np.float32(self.net_scale_factor) * (x - np.asarray(self.offsets, np.float32).reshape(c, 1, 1))
-        if self.baked:
-            y = y * np.asarray(self.graph_scale, np.float32).reshape(c, 1, 1) + np.asarray(self.graph_shift, np.float32).reshape(c, 1, 1)
-        return y
-
 
 def arithmetic_for(mean, std) -> NvinferArithmetic:
     mean64, std64 = np.asarray(mean, np.float64), np.asarray(std, np.float64)
@@ -164,11 +155,6 @@ def write_deepstream_graph(src: Path, dst: Path, graph: DeepStreamGraph) -> None
         g.output.append(probs)
     onnx.checker.check_model(model)
     save_onnx(model, dst)
-
-
-# Kept for callers of the earlier name: the graph with only the normalisation baked in.
-def bake_for_nvinfer(src: Path, dst: Path, arith: NvinferArithmetic) -> None:
-    write_deepstream_graph(src, dst, DeepStreamGraph(arith, softmax=False))
 
 
 def _fmt(v: float) -> str:
