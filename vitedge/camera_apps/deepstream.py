@@ -161,34 +161,36 @@ def _fmt(v: float) -> str:
     return f"{v:.9g}"
 
 
-def _engine_lines(manifest: Any, graph: DeepStreamGraph, rel: str, onnx_file: str) -> list[str]:
-    """model-engine-file (with its precision and TensorRT version), or what nvinfer does without one."""
+def _engine_lines(manifest: Any, graph: DeepStreamGraph, rel: str) -> list[str]:
+    """model-engine-file (with its precision and TensorRT version) where an engine exists, and
+    int8-calib-file, with what nvinfer builds when it has no engine it can load."""
     info = manifest.backend_info or {}
     tensorrt = manifest.target.get("backend") == "tensorrt"
     ds = info.get("deepstream_engine") or {}
+    engine = None
     if graph.own_graph and ds.get("engine"):
         engine, version, precision = ds["engine"], ds.get("tensorrt"), ds.get("precision")
     elif not graph.own_graph and tensorrt and manifest.artifacts.get("built"):
         engine, version = manifest.artifacts["model"], (info.get("device") or {}).get("tensorrt")
         precision = _precision(info.get("plan") or {})
-    else:
-        engine = None
+    nvinfer_builds = [
+        f"# network-mode=1 makes nvinfer set TensorRT's INT8 flag only when int8-calib-file exists ({CALIB_FILE}, empty:",
+        "# a Q/DQ graph carries its own INT8 scales and TensorRT uses no calibrator for it); without the file it logs",
+        "# \"INT8 calibration file not specified. Trying FP16 mode.\" and builds FP16. Its INT8 build runs the layers",
+        "# outside Q/DQ in FP32 (nvinfer sets FP16 only in FP16 mode).",
+        f"int8-calib-file={CALIB_FILE}"]
     if engine:
-        return [f"# {engine}: built by `vitedge engine` with TensorRT {version} on {(info.get('device') or {}).get('gpu_name', 'the device')};",
-                f"# precision {precision}. It loads only with TensorRT {version} (the same JetPack / container) on this GPU",
-                "# model; with another, nvinfer rebuilds it from onnx-file as the next comment says.",
-                f"model-engine-file={rel}/{engine}"]
+        return [f"# {engine}: built by `vitedge engine` with TensorRT {version} on {(info.get('device') or {}).get('gpu_name', 'the device')}.",
+                f"# Precision: {precision}.",
+                f"# It loads only with TensorRT {version} (the same JetPack / container) on this GPU model; with another,",
+                "# nvinfer builds its own engine from onnx-file on first run:",
+                f"model-engine-file={rel}/{engine}", *nvinfer_builds]
     planned = info.get("planned_for_tensorrt") or next((m.get("planned_for_tensorrt") for m in
                                                         ((info.get("family") or {}).get("members") or {}).values()), None)
-    where = (f"`vitedge engine BUNDLE` on the device builds it with the TensorRT found there (planned for {planned or '?'};"
-             " the engine then needs that very version) and this config then points at it" if tensorrt
+    where = (f"`vitedge engine BUNDLE` on the device builds it with the TensorRT found there (planned for {planned or '?'})"
+             " and this config then points at it" if tensorrt
              else "a TensorRT bundle of this model (vitedge build --target jetson) ships one built by `vitedge engine`")
-    return [f"# No engine yet: {where}.",
-            "# Until then nvinfer builds one from onnx-file on first run: with",
-            f"# network-mode=1 it sets TensorRT's INT8 flag only when int8-calib-file exists ({CALIB_FILE}, empty: a Q/DQ",
-            "# graph carries its own INT8 scales and TensorRT uses no calibrator for it), else it logs \"INT8 calibration",
-            "# file not specified. Trying FP16 mode.\" and builds FP16. Its INT8 build keeps the layers outside Q/DQ in FP32.",
-            f"int8-calib-file={CALIB_FILE}"]
+    return [f"# No engine yet: {where}.", "# Until then nvinfer builds one from onnx-file on first run:", *nvinfer_builds]
 
 
 def _precision(plan: dict[str, Any]) -> str:
@@ -250,7 +252,7 @@ def write_deepstream(bundle: Path, manifest: Any, out: Path, *, rel: str) -> lis
         lines.append("# net-scale-factor = 1/(255*std), offsets = 255*mean: exactly (x/255 - mean)/std, as vitedge computes it.")
     (out / CALIB_FILE).write_bytes(b"")
     files.append(CALIB_FILE)
-    lines += ["", "[property]", "gpu-id=0", f"onnx-file={onnx_file}", *_engine_lines(manifest, graph, rel, onnx_file)]
+    lines += ["", "[property]", "gpu-id=0", f"onnx-file={onnx_file}", *_engine_lines(manifest, graph, rel)]
     grey = channels == 1
     lines += [
         f"infer-dims={channels};{h};{w}",
