@@ -144,7 +144,13 @@ def fusion_table(blocks: list[AttentionBlock] | list[dict[str, Any]]) -> list[st
     for b in blocks:
         block = b if isinstance(b, AttentionBlock) else AttentionBlock(**b)
         why = block.int8_mha_blockers()
-        verdict = "allowed by the rules (the engine inspector confirms it on the device)" if not why else "no: " + "; ".join(why)
+        unknown = [what for what, v in (("head size", block.head_size), ("token count", block.tokens)) if v is None]
+        if why:
+            verdict = "no: " + "; ".join(why)
+        elif unknown:
+            verdict = f"allowed as far as the graph shows ({' and '.join(unknown)} not inferred; the engine inspector tells on the device)"
+        else:
+            verdict = "allowed by the rules (the engine inspector confirms it on the device)"
         lines.append(f"| `{block.scope}` | {block.heads if block.heads is not None else '?'} | "
                      f"{block.tokens if block.tokens is not None else '?'} | {block.head_size if block.head_size is not None else '?'} | "
                      f"{'yes' if block.qk_quantized else 'no'} | {'yes' if block.pv_quantized else 'no'} | {verdict} |")
