@@ -267,3 +267,18 @@ def test_source_crop_is_vitedges_resize_and_centre_crop():
     assert source_crop(1280, 720, (224, 224), 0.875) == (324, 45, 630, 630)
     assert source_crop(720, 1280, (224, 224), 1.0) == (0, 280, 720, 720)
     assert source_crop(224, 224, (224, 224), 1.0) == (0, 0, 224, 224)
+
+
+def test_embedding_model_runs_the_bundles_own_graph_and_engine(bundles, tmp_path, monkeypatch):
+    """Nothing to add to an embedding model with one std: nvinfer runs the bundle's graph, and after `vitedge engine`
+    the bundle's own engine, named with its precision; no second engine is built."""
+    monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "cache"))
+    bundle = _with_manifest(bundles / "jetson", tmp_path / "emb", output__kind="embedding")
+    result = complete_with_standin(bundle, ORIN_NANO)
+    assert "deepstream_engine" not in result.manifest.backend_info and not (bundle / ENGINE_FILE).exists()
+    ds = bundle / "camera" / "deepstream"
+    props = read_config(ds / "config_infer.txt")
+    assert props["onnx-file"] == "../../model.int8.onnx" and props["model-engine-file"] == "../../model.engine"
+    assert props["network-type"] == "100" and props["int8-calib-file"] == CALIB_FILE and not (ds / BAKED_GRAPH).exists()
+    text = (ds / "config_infer.txt").read_text()
+    assert f"TensorRT {ORIN_NANO.tensorrt}" in text and "INT8 where the graph has Q/DQ, FP16 elsewhere" in text
