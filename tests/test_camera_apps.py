@@ -6,20 +6,26 @@ artifacts are run with the runtimes that are here."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers.cli import run_vitedge
+from helpers import nvinfer_sim
 from helpers.jetson_devices import ORIN_NANO, complete_with_standin
+from PIL import Image
 
-from vitedge.camera_apps.deepstream import BAKED_GRAPH, read_config
+from vitedge.camera_apps.deepstream import BAKED_GRAPH, CALIB_FILE, ENGINE_FILE, read_config, source_crop
 from vitedge.manifest import read_manifest, verify_bundle
-from vitedge.preprocess import normalize
+from vitedge.preprocess import normalize, preprocess_array
+from vitedge.runtime.results import softmax
 from vitedge.spec import Preprocess
 
 IMAGENET = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+VAL = Path(__file__).resolve().parent.parent / "calibration" / "digits" / "val"
+# (width, height) of camera frames: square, 4:3, 3:4, 16:9 and 9:16
+FRAME_SIZES = [(32, 32), (64, 48), (48, 64), (160, 90), (90, 160)]
 
 
 @pytest.fixture(scope="module")
@@ -61,8 +67,10 @@ def test_deepstream_config_arithmetic_matches_vitedge_preprocessing(bundles, tmp
     assert props["infer-dims"] == f"3;{h};{w}" and props["network-type"] == "1" and props["network-mode"] == "1"
     assert props["labelfile-path"] == "labels.txt" and props["batch-size"] == str(max(manifest.target["profile"]["batch_sizes"]))
     assert (tmp_path / "ds" / "labels.txt").read_text().strip() == ";".join(manifest.output["class_names"])
-    assert os.path.normpath(tmp_path / "ds" / props["onnx-file"]) == os.path.normpath(bundle.resolve() / "model.int8.onnx")
-    assert "model-engine-file" not in props  # an onnx bundle has no engine
+    assert props["onnx-file"] == BAKED_GRAPH and props["output-blob-names"] == "probabilities"  # the graph ends in a Softmax
+    assert props["classifier-threshold"] == "0" and props["maintain-aspect-ratio"] == "1" and props["symmetric-padding"] == "1"
+    assert "model-engine-file" not in props  # an onnx bundle has no engine: nvinfer builds one, INT8 through the flag file
+    assert props["int8-calib-file"] == CALIB_FILE and (tmp_path / "ds" / CALIB_FILE).read_bytes() == b""
     for frame in _frames(h, w):
         np.testing.assert_allclose(_nvinfer_input(props, frame), normalize(frame, pre), atol=1e-5, rtol=0)
 
@@ -73,7 +81,7 @@ def test_per_channel_std_is_baked_into_the_graph_and_said_so(bundles, tmp_path):
     code, text = run_vitedge(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])
     assert code == 0, text
     config = (tmp_path / "ds" / "config_infer.txt").read_text()
-    assert "Per-channel std cannot be expressed by nvinfer's single net-scale-factor" in config and "baked" in config
+    assert "per-channel std cannot be expressed by nvinfer's single" in config and "normalisation is baked in" in config
     props = read_config(tmp_path / "ds" / "config_infer.txt")
     assert props["onnx-file"] == BAKED_GRAPH and float(props["net-scale-factor"]) == 1.0
     import onnx
@@ -92,8 +100,9 @@ def test_per_channel_std_is_baked_into_the_graph_and_said_so(bundles, tmp_path):
     raw = np.stack([_nvinfer_input(props, f) for f in frames])
     ref = np.stack([normalize(f, pre) for f in frames])
     got = ort_session(str(tmp_path / "ds" / BAKED_GRAPH)).run(None, {"input": raw})[0]
-    want = ort_session(str(bundle / "model.int8.onnx")).run(None, {"input": ref})[0]
-    assert np.array_equal(got.argmax(1), want.argmax(1)) and np.abs(got - want).max() < 1e-2 * max(1.0, np.abs(want).max())
+    want = softmax(ort_session(str(bundle / "model.int8.onnx")).run(None, {"input": ref})[0])
+    assert np.array_equal(got.argmax(1), want.argmax(1)) and np.abs(got - want).max() < 1e-3  # probabilities now
+    np.testing.assert_allclose(got.sum(1), 1.0, atol=1e-5)
 
 
 def test_deepstream_embedding_model_gets_tensor_meta(bundles, tmp_path):
@@ -143,22 +152,133 @@ def test_triton_repository_matches_the_bundle(bundles, tmp_path, target, platfor
         assert ort_session(str(folder / "1" / "model.onnx")).run([out.name], {inp.name: x})[0].shape == (2, *out.dims)
 
 
-def test_jetson_bundle_carries_camera_configs_and_triton_after_the_engine(bundles, tmp_path, monkeypatch):
+def test_jetson_bundle_carries_camera_configs_and_the_engine_deepstream_runs(bundles, tmp_path, monkeypatch):
+    """At build: the nvinfer config (no engine yet: nvinfer's own build made INT8 by the flag file) and the Triton
+    repository without its plan. `vitedge engine`: the DeepStream graph's own INT8 engine, which the config then names
+    with its precision and TensorRT version, and the plan linked into the Triton repository."""
     pytest.importorskip("tritonclient.grpc.model_config_pb2")
+    from tritonclient.grpc import model_config_pb2 as mc
+
     monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "cache"))
     bundle = tmp_path / "jetson"
     shutil.copytree(bundles / "jetson", bundle)
-    assert (bundle / "camera" / "deepstream" / "config_infer.txt").is_file()
-    assert not (bundle / "camera" / "triton").exists()  # no engine yet
+    ds = bundle / "camera" / "deepstream"
+    props = read_config(ds / "config_infer.txt")
+    assert "model-engine-file" not in props and props["int8-calib-file"] == CALIB_FILE and (ds / CALIB_FILE).is_file()
+    assert "Trying FP16 mode" in (ds / "config_infer.txt").read_text()  # says what nvinfer would do without the file
+    [folder] = list((bundle / "camera" / "triton").iterdir())  # the repository from the build on
+    cfg = _model_config(folder / "config.pbtxt")
+    assert cfg.platform == "tensorrt_plan" and cfg.instance_group[0].kind == mc.ModelInstanceGroup.KIND_GPU
+    assert (folder / "labels.txt").is_file() and list((folder / "1").iterdir()) == []
+    assert "added by `vitedge engine BUNDLE`" in (folder / "config.pbtxt").read_text()
+    assert f"camera/triton/{folder.name}/config.pbtxt" in verify_bundle(bundle).files
     code, text = run_vitedge(["export-config", "--for", "triton", str(bundle), "-o", str(tmp_path / "repo")])
     assert code == 2 and "vitedge engine BUNDLE" in text and not (tmp_path / "repo").exists()
 
-    complete_with_standin(bundle, ORIN_NANO)
-    manifest = verify_bundle(bundle)  # the camera files are hashed with the rest
+    result = complete_with_standin(bundle, ORIN_NANO)
+    manifest = verify_bundle(bundle)  # the camera files and the DeepStream engine are hashed with the rest
+    ds_info = manifest.backend_info["deepstream_engine"]
+    assert ds_info["graph"] == f"camera/deepstream/{BAKED_GRAPH}" and ds_info["engine"] == ENGINE_FILE
+    assert ds_info["tensorrt"] == ORIN_NANO.tensorrt and ds_info["precision"].startswith("INT8 where the graph has Q/DQ")
+    assert ENGINE_FILE in manifest.files and ENGINE_FILE in manifest.artifacts["extra"] and (bundle / ENGINE_FILE).stat().st_size
+    assert result.manifest.backend_info["deepstream_engine"] == ds_info
+    text = (ds / "config_infer.txt").read_text()
+    props = read_config(ds / "config_infer.txt")
+    assert props["model-engine-file"] == f"../../{ENGINE_FILE}" and props["batch-size"] == "1"  # jetson-orin-nano's opt batch
+    assert f"TensorRT {ORIN_NANO.tensorrt}" in text and ds_info["precision"] in text
     [folder] = list((bundle / "camera" / "triton").iterdir())
     assert f"camera/triton/{folder.name}/config.pbtxt" in manifest.files
     cfg = _model_config(folder / "config.pbtxt")
-    assert cfg.platform == "tensorrt_plan" and cfg.max_batch_size == 4 and list(cfg.dynamic_batching.preferred_batch_size) == [1, 4]
+    assert cfg.max_batch_size == 4 and list(cfg.dynamic_batching.preferred_batch_size) == [1, 4]
     assert (folder / "1" / "model.plan").read_bytes() == (bundle / "model.engine").read_bytes()
-    props = read_config(bundle / "camera" / "deepstream" / "config_infer.txt")
-    assert props["model-engine-file"] == "../../model.engine" and props["batch-size"] == "1"  # jetson-orin-nano's opt batch
+
+
+def test_triton_config_says_what_a_version_compatible_engine_needs(bundles):
+    from vitedge.camera_apps.triton import config_text, model_name
+
+    manifest = read_manifest(bundles / "jetson")
+    assert "version-compatible" not in config_text(manifest, bundles / "jetson", model_name(manifest))
+    for member in manifest.target["profile"]["backend_options"]["members"].values():
+        member["backend_options"]["version_compatible"] = True
+    manifest.target["profile"]["backend_options"]["version_compatible"] = True
+    assert "--backend-config=tensorrt,version-compatible=true" in config_text(manifest, bundles / "jetson", model_name(manifest))
+
+
+def _digit_frames(size: tuple[int, int], n: int = 4) -> list[np.ndarray]:
+    """Held-out digits as camera frames of ``size`` (width, height): smooth pictures, as a camera gives."""
+    files = sorted(VAL.glob("*/*.png"))[::50][:n]
+    return [np.asarray(Image.open(f).convert("RGB").resize(size, Image.Resampling.BILINEAR)) for f in files]
+
+
+@pytest.mark.parametrize("std", ["one", "per-channel"])
+def test_nvinfer_pipeline_matches_vitedge_runtime_on_frames_of_several_aspect_ratios(bundles, tmp_path, std):
+    """The config's arithmetic, run as nvinfer runs it (src-crop, aspect-preserving scale, net-scale-factor/offsets,
+    the DeepStream graph, the default classifier parser), against `vitedge.runtime` on the same frames: the same
+    labels and probabilities. A stretched frame (maintain-aspect-ratio=0, no crop) is shown to differ: the check can fail."""
+    from vitedge.onnxutil import ort_session
+    from vitedge.runtime import load
+
+    bundle = bundles / "onnx"
+    if std == "per-channel":  # the normalisation baked into the DeepStream graph
+        bundle = _with_manifest(bundle, tmp_path / "imagenet", input__preprocess={**read_manifest(bundle).input["preprocess"], **IMAGENET})
+    code, text = run_vitedge(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])
+    assert code == 0, text
+    props = read_config(tmp_path / "ds" / "config_infer.txt")
+    labels = (tmp_path / "ds" / "labels.txt").read_text().strip().split(";")
+    pre = Preprocess.from_dict(read_manifest(bundle).input["preprocess"])
+    session = ort_session(str(tmp_path / "ds" / props["onnx-file"]))
+    compared = 0
+    with load(bundle) as model:
+        for size in FRAME_SIZES:
+            crop = source_crop(*size, pre.crop_size, pre.crop_pct)
+            for frame in _digit_frames(size):
+                x = nvinfer_sim.network_input(props, nvinfer_sim.src_crop(frame, crop))
+                probs = session.run(None, {session.get_inputs()[0].name: x[None]})[0][0]
+                index, confidence, label = nvinfer_sim.classify(props, probs, labels)
+                want = model.predict(frame, top_k=len(labels))
+                want_probs = softmax(model.logits([frame]))[0]
+                assert np.abs(probs - want_probs).max() < 0.06 and abs(confidence - want_probs[index]) < 0.06, size
+                if want.probs[0] - want.probs[1] > 0.12:  # not a near-tie, which the resize's rounding may flip
+                    assert (index, label) == (want.index, want.name), size
+                    compared += 1
+                ref = preprocess_array(frame, pre)
+                if std == "one":  # nvinfer's output is the network input itself
+                    assert np.abs(x - ref).mean() < 0.06, size  # Pillow's resize before vs after the crop
+                if size[0] != size[1]:
+                    stretched = nvinfer_sim.network_input(dict(props, **{"maintain-aspect-ratio": "0"}), frame)
+                    if std == "one":
+                        assert np.abs(stretched - ref).mean() > 0.1, size
+    assert compared >= 0.8 * len(FRAME_SIZES) * 4  # labels compared on most frames
+
+
+@pytest.mark.parametrize("interpolation, value", [("nearest", "0"), ("bilinear", "1"), ("bicubic", "2"), ("lanczos", "4")])
+def test_scaling_filter_is_nvinfers_value_for_the_models_resize(bundles, tmp_path, interpolation, value):
+    """NvBufSurfTransform_Inter: 2 is GPU cubic (VIC 5-tap), 4 GPU Lanczos; the GPU computes it (scaling-compute-hw=1)."""
+    bundle = _with_manifest(bundles / "onnx", tmp_path / "b", input__preprocess={
+        **read_manifest(bundles / "onnx").input["preprocess"], "interpolation": interpolation})
+    assert run_vitedge(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])[0] == 0
+    props = read_config(tmp_path / "ds" / "config_infer.txt")
+    assert props["scaling-filter"] == value and props["scaling-compute-hw"] == "1"
+
+
+def test_source_crop_is_vitedges_resize_and_centre_crop():
+    # 1280x720 to a 224 model at crop_pct 0.875: shorter side to 256 (455x256), centre 224 -> 630 px of the 720;
+    # vitedge's crop starts at (455 - 224) // 2 = 115 resized pixels, 323.5 frame pixels: 324, not the exact centre 325
+    assert source_crop(1280, 720, (224, 224), 0.875) == (324, 45, 630, 630)
+    assert source_crop(720, 1280, (224, 224), 1.0) == (0, 280, 720, 720)
+    assert source_crop(224, 224, (224, 224), 1.0) == (0, 0, 224, 224)
+
+
+def test_embedding_model_runs_the_bundles_own_graph_and_engine(bundles, tmp_path, monkeypatch):
+    """Nothing to add to an embedding model with one std: nvinfer runs the bundle's graph, and after `vitedge engine`
+    the bundle's own engine, named with its precision; no second engine is built."""
+    monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "cache"))
+    bundle = _with_manifest(bundles / "jetson", tmp_path / "emb", output__kind="embedding")
+    result = complete_with_standin(bundle, ORIN_NANO)
+    assert "deepstream_engine" not in result.manifest.backend_info and not (bundle / ENGINE_FILE).exists()
+    ds = bundle / "camera" / "deepstream"
+    props = read_config(ds / "config_infer.txt")
+    assert props["onnx-file"] == "../../model.int8.onnx" and props["model-engine-file"] == "../../model.engine"
+    assert props["network-type"] == "100" and props["int8-calib-file"] == CALIB_FILE and not (ds / BAKED_GRAPH).exists()
+    text = (ds / "config_infer.txt").read_text()
+    assert f"TensorRT {ORIN_NANO.tensorrt}" in text and "INT8 where the graph has Q/DQ, FP16 elsewhere" in text

@@ -236,3 +236,41 @@ def test_preprocess_records_its_channels_and_reads_old_manifests():
         fit_stats((0.1, 0.2), 4, "--mean")
     with pytest.raises(ValueError, match="one value per channel"):
         Preprocess(mean=(0.5,), std=(0.5,), channels=3)
+
+
+def test_deepstream_config_of_a_grey_model_is_grey_and_matches_the_runtime(gray_builds, tmp_path):
+    """A 1-channel model gets infer-dims=1;H;W and model-color-format=2 (GRAY), one offset; run as nvinfer runs it
+    (src-crop, scale, grey, net-scale-factor/offsets, the DeepStream graph), it gives the runtime's labels."""
+    from helpers import nvinfer_sim
+
+    from vitedge.camera_apps.deepstream import read_config, source_crop
+    from vitedge.onnxutil import ort_session
+    from vitedge.runtime import load
+    from vitedge.runtime.results import softmax
+
+    out, _ = gray_builds["state_dict"]
+    props = read_config(out / "jetson-orin" / "camera" / "deepstream" / "config_infer.txt")  # written by the build
+    assert props["infer-dims"] == "1;32;32" and props["model-color-format"] == "2" and len(props["offsets"].split(";")) == 1
+    assert run_vitedge(["export-config", "--for", "deepstream", str(out / "onnx"), "-o", str(tmp_path / "ds")])[0] == 0
+    props = read_config(tmp_path / "ds" / "config_infer.txt")
+    labels = (tmp_path / "ds" / "labels.txt").read_text().strip().split(";")
+    pre = Preprocess.from_dict(read_manifest(out / "onnx").input["preprocess"])
+    session = ort_session(str(tmp_path / "ds" / props["onnx-file"]))
+    files = sorted(VAL_DIR.glob("*/*.png"))[::80][:5]
+    compared = 0
+    with load(out / "onnx") as model:
+        for size in [(32, 32), (64, 48), (90, 160)]:
+            crop = source_crop(*size, pre.crop_size, pre.crop_pct)
+            for f in files:
+                frame = np.asarray(Image.open(f).convert("RGB").resize(size, Image.Resampling.BILINEAR))
+                x = nvinfer_sim.network_input(props, nvinfer_sim.src_crop(frame, crop))
+                assert x.shape == (1, 32, 32)
+                probs = session.run(None, {session.get_inputs()[0].name: x[None]})[0][0]
+                index, confidence, label = nvinfer_sim.classify(props, probs, labels)
+                want = model.predict(frame, top_k=3)
+                want_probs = softmax(model.logits([frame]))[0]
+                assert np.abs(probs - want_probs).max() < 0.06 and abs(confidence - want_probs[index]) < 0.06, (size, f.name)
+                if want.probs[0] - want.probs[1] > 0.12:  # not a near-tie (one 9:16 digit is 0.32 vs 0.31)
+                    assert (index, label) == (want.index, want.name), (size, f.name)
+                    compared += 1
+    assert compared >= 12  # of 15 frames

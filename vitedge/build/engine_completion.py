@@ -17,6 +17,7 @@ from typing import Any
 
 from vitedge.backends.tensorrt.backend import BoundTensorRtBackend, TensorRtBackend
 from vitedge.backends.tensorrt.bundle import build_on_device
+from vitedge.backends.tensorrt.camera_engine import build_graph_engine
 from vitedge.backends.tensorrt.device import DeviceFacts, read_device_facts
 from vitedge.backends.tensorrt.family import choose_member
 from vitedge.backends.tensorrt.plan import (
@@ -27,7 +28,10 @@ from vitedge.backends.tensorrt.plan import (
 )
 from vitedge.build.reporting import write_bundle_reports
 from vitedge.calibration.sources import open_source
-from vitedge.camera_apps.exports import write_bundle_exports
+from vitedge.camera_apps.deepstream import BAKED_GRAPH as DEEPSTREAM_GRAPH
+from vitedge.camera_apps.deepstream import CONFIG_FILE as DEEPSTREAM_CONFIG
+from vitedge.camera_apps.deepstream import ENGINE_FILE as DEEPSTREAM_ENGINE
+from vitedge.camera_apps.exports import CAMERA_DIR, write_bundle_exports
 from vitedge.errors import BundleError, UsageError
 from vitedge.fsutil import atomic_output_dir
 from vitedge.manifest import Manifest, verify_bundle
@@ -104,6 +108,7 @@ def _complete(req: EngineRequest, say: Callable[[str], None], trt: Any, cudart: 
             manifest.target = TargetSection.from_json(manifest.target).with_member(profile, family).to_json()
         manifest.validation = None
         manifest.toolchain = dict(manifest.toolchain, tensorrt=str(getattr(trt, "__version__", "?")))
+        _build_deepstream_engine(tmp, manifest, trt, options, batch_sizes, say)
         checked = None
         if req.val is not None:
             checked = _validate(tmp, manifest, req, BoundTensorRtBackend(trt, cudart, facts), say)
@@ -115,6 +120,25 @@ def _complete(req: EngineRequest, say: Callable[[str], None], trt: Any, cudart: 
         write_bundle_reports(tmp, manifest, checked, budget_note=BUDGET_AT_BUILD)
         manifest.write(tmp)
     return EngineResult(bundle, manifest, passed)
+
+
+def _build_deepstream_engine(tmp: Path, manifest: Manifest, trt: Any, options: TensorRtOptions,
+                             batch_sizes: tuple[int, ...], say: Callable[[str], None]) -> None:
+    """The engine of the graph the bundle's nvinfer config runs, when that is not the bundle's own
+    (normalisation baked in front, a Softmax behind): built here with the same plan, so nvinfer
+    loads an INT8 engine instead of building its own."""
+    written = write_bundle_exports(tmp, manifest)  # camera/deepstream/ holds that graph now
+    graph = f"{CAMERA_DIR}/deepstream/{DEEPSTREAM_GRAPH}"
+    if graph not in written:
+        if f"{CAMERA_DIR}/deepstream/{DEEPSTREAM_CONFIG}" in written:
+            say(f"DeepStream: {CAMERA_DIR}/deepstream/{DEEPSTREAM_CONFIG} runs the bundle's graph and {ENGINE}")
+        return
+    ds = build_graph_engine(trt, tmp, graph, DEEPSTREAM_ENGINE, options, batch_sizes, log=say)
+    manifest.backend_info = dict(manifest.backend_info or {}, deepstream_engine=ds)
+    manifest.artifacts = dict(manifest.artifacts, extra=sorted(set(manifest.artifacts.get("extra") or ()) | {DEEPSTREAM_ENGINE}))
+    say(f"DeepStream: {CAMERA_DIR}/deepstream/{DEEPSTREAM_CONFIG} points at {DEEPSTREAM_ENGINE} ({ds['precision']}; "
+        f"TensorRT {ds['tensorrt']}). nvinfer builds its own from {DEEPSTREAM_GRAPH} only if it cannot load that engine "
+        f"(another TensorRT or GPU): INT8 then too, through the empty int8-calib-file the config names")
 
 
 def _device_tensorrt() -> Any:

@@ -1,11 +1,29 @@
-"""A DeepStream nvinfer config for a bundle.
+"""A DeepStream nvinfer config for a bundle, and the graph and engine it runs.
 
-nvinfer feeds the network y = net-scale-factor * (x - offsets[c]) on the frame x (0-255,
-converted to model-color-format and scaled to infer-dims). vitedge's preprocessing is
-(x / 255 - mean[c]) / std[c]. One std for every channel maps exactly:
-net-scale-factor = 1 / (255 std), offsets = 255 mean. Per-channel std cannot be written with
-nvinfer's single scale factor, so then the normalisation is baked into a copy of the graph
-(input: float NCHW RGB in 0-255) and nvinfer passes the pixels through unchanged.
+What nvinfer does, read from its sources (DeepStream's `gstnvinfer_property_parser.cpp`,
+`nvdsinfer_context_impl.cpp`, `nvdsinfer_model_builder.cpp`,
+`nvdsinfer_context_impl_output_parsing.cpp`; docs/camera-apps.md cites them):
+
+* It scales the frame (or object) to infer-dims with NvBufSurfTransform (``scaling-filter``
+  is a ``NvBufSurfTransform_Inter`` value), converts it to ``model-color-format`` (0 RGB,
+  1 BGR, 2 GRAY) and feeds y = net-scale-factor * (x - offsets[c]) on 0-255 pixels.
+  vitedge computes (x / 255 - mean[c]) / std[c]: one std for every channel maps exactly
+  (net-scale-factor = 1 / (255 std), offsets = 255 mean). Per-channel std cannot be written
+  with one scale factor, so the normalisation is then done by the graph (a Mul/Add per
+  channel in front) and nvinfer passes the pixels through.
+* Its default classifier parser treats each output layer as probabilities: it keeps the
+  largest value above ``classifier-threshold`` (and above 0) and reports that raw value as the
+  confidence. A vitedge classifier outputs logits, so the DeepStream graph ends in a Softmax
+  (the probabilities vitedge's runtime reports) and the config sets classifier-threshold=0.
+* It has no centre crop: ``maintain-aspect-ratio=1`` letterboxes the whole frame. vitedge's
+  resize-and-centre-crop is the frame region ``source_crop`` returns, scaled to the model's
+  size: crop it upstream (``nvvideoconvert src-crop``), and the config says the region for
+  common frame sizes.
+* With ``network-mode=1`` it sets TensorRT's INT8 flag only when ``int8-calib-file`` names a
+  readable file; otherwise it logs "INT8 calibration file not specified. Trying FP16 mode." and
+  builds FP16. TensorRT does not use a calibrator for a graph with Q/DQ nodes (explicit
+  quantization), so an empty file is what makes nvinfer's own build INT8. The config points at
+  the engine `vitedge engine` built (``model-engine-file``); nvinfer builds only when it is missing.
 """
 
 from __future__ import annotations
@@ -22,10 +40,20 @@ from vitedge.onnxutil import graph_inputs, save_onnx
 
 CONFIG_FILE = "config_infer.txt"
 LABELS_FILE = "labels.txt"
-BAKED_GRAPH = "model.deepstream.onnx"
+BAKED_GRAPH = "model.deepstream.onnx"  # the graph nvinfer runs when it differs from the bundle's
+ENGINE_FILE = "model.deepstream.engine"  # its engine, in the bundle's root (built by `vitedge engine`)
+CALIB_FILE = "explicit-int8.calib"  # empty: only makes nvinfer set the INT8 flag when it builds the engine
+PROBS_OUTPUT = "probabilities"
 _STD_TOL = 1e-6
-# Pillow filter -> nvinfer scaling-filter (NvBufSurfTransform_Inter: 0 nearest, 1 bilinear, 2 GPU cubic / VIC 5-tap)
-_SCALING_FILTER = {"nearest": 0, "bilinear": 1, "bicubic": 2, "lanczos": 2}
+# Pillow filter -> NvBufSurfTransform_Inter (nvbufsurftransform.h): 0 Nearest, 1 Bilinear, 2 Algo1 (GPU cubic,
+# VIC 5-tap), 3 Algo2 (GPU super, VIC 10-tap), 4 Algo3 (GPU Lanczos, VIC smart), 5 Algo4, 6 Default.
+# scaling-compute-hw=1 (GPU) is written with it, so the GPU meaning holds on a Jetson too (VIC is its default there).
+SCALING_FILTER = {"nearest": 0, "bilinear": 1, "bicubic": 2, "lanczos": 4}
+SCALING_COMPUTE_GPU = 1
+# model-color-format per channel count (NvDsInferFormat: 0 RGB, 1 BGR, 2 GRAY)
+COLOR_FORMAT = {3: 0, 1: 2}
+# Frame sizes the config lists the source crop for (width, height)
+COMMON_FRAMES = ((3840, 2160), (1920, 1080), (1280, 720), (640, 480))
 
 
 @dataclass(frozen=True)
@@ -33,51 +61,98 @@ class NvinferArithmetic:
     """What nvinfer computes per pixel, and what the graph it feeds adds to that."""
 
     net_scale_factor: float
-    offsets: tuple[float, float, float]
+    offsets: tuple[float, ...]  # one per channel
     baked: bool  # the graph normalises its 0-255 input itself
-    graph_scale: tuple[float, float, float] = (1.0, 1.0, 1.0)  # baked: per-channel multiply, then add graph_shift
-    graph_shift: tuple[float, float, float] = (0.0, 0.0, 0.0)
-
-    def apply(self, rgb_uint8_hwc: np.ndarray) -> np.ndarray:
-        """float32 3xHxW network input for an RGB frame at infer-dims, as nvinfer and the graph compute it."""
-        x = rgb_uint8_hwc.astype(np.float32).transpose(2, 0, 1)
-        y = np.float32(self.net_scale_factor) * (x - np.asarray(self.offsets, np.float32).reshape(3, 1, 1))
-        if self.baked:
-            y = y * np.asarray(self.graph_scale, np.float32).reshape(3, 1, 1) + np.asarray(self.graph_shift, np.float32).reshape(3, 1, 1)
-        return y
+    graph_scale: tuple[float, ...] = ()  # baked: per-channel multiply, then add graph_shift
+    graph_shift: tuple[float, ...] = ()
 
 
 def arithmetic_for(mean, std) -> NvinferArithmetic:
     mean64, std64 = np.asarray(mean, np.float64), np.asarray(std, np.float64)
     if np.ptp(std64) <= _STD_TOL * float(std64.max()):
         return NvinferArithmetic(float(1.0 / (255.0 * std64[0])), tuple(float(v) for v in 255.0 * mean64), baked=False)
-    return NvinferArithmetic(1.0, (0.0, 0.0, 0.0), baked=True,
+    return NvinferArithmetic(1.0, tuple(0.0 for _ in mean64), baked=True,
                              graph_scale=tuple(float(v) for v in 1.0 / (255.0 * std64)),
                              graph_shift=tuple(float(v) for v in -mean64 / std64))
 
 
-def bake_for_nvinfer(src: Path, dst: Path, arith: NvinferArithmetic) -> None:
-    """Copy of ``src`` whose float NCHW input takes 0-255 pixels and normalises them per channel."""
+def source_crop(frame_w: int, frame_h: int, crop_size, crop_pct: float) -> tuple[int, int, int, int]:
+    """(left, top, width, height) of the frame region vitedge's preprocessing turns into the model
+    input (vitedge.preprocess.resize_and_crop: resize to cover crop/crop_pct keeping the aspect
+    ratio, then centre-crop), rounded to whole pixels as nvvideoconvert's src-crop takes them."""
+    crop_h, crop_w = (int(v) for v in crop_size)
+    target_h, target_w = int(round(crop_h / crop_pct)), int(round(crop_w / crop_pct))
+    scale = max(target_h / frame_h, target_w / frame_w)
+    new_w, new_h = max(crop_w, int(round(frame_w * scale))), max(crop_h, int(round(frame_h * scale)))
+    sx, sy = new_w / frame_w, new_h / frame_h
+    left, top = (new_w - crop_w) // 2, (new_h - crop_h) // 2
+    x0, y0 = int(round(left / sx)), int(round(top / sy))
+    return x0, y0, min(frame_w - x0, int(round(crop_w / sx))), min(frame_h - y0, int(round(crop_h / sy)))
+
+
+@dataclass(frozen=True)
+class DeepStreamGraph:
+    """What the graph nvinfer runs adds to the bundle's: normalisation in front, a Softmax behind."""
+
+    arith: NvinferArithmetic
+    softmax: bool
+
+    @property
+    def own_graph(self) -> bool:
+        return self.arith.baked or self.softmax
+
+
+def deepstream_graph(manifest: Any) -> DeepStreamGraph:
+    """The DeepStream graph of a bundle, from its manifest (raises BundleError where nvinfer cannot feed it)."""
+    inp, outp = manifest.input, manifest.output
+    if inp.get("preprocess_baked"):
+        raise BundleError("this bundle's graph takes uint8 NHWC frames (--bake-preprocess); nvinfer feeds float NCHW: "
+                          "rebuild without --bake-preprocess for DeepStream")
+    pre = inp.get("preprocess") or {}
+    channels = len(pre.get("mean") or ())
+    if channels not in COLOR_FORMAT:
+        raise BundleError(f"this model takes {channels}-channel input; nvinfer feeds RGB/BGR (3) or GRAY (1) frames: "
+                          "feed it through nvdspreprocess with your own tensor preparation instead")
+    return DeepStreamGraph(arithmetic_for(pre["mean"], pre["std"]), softmax=outp.get("kind") != "embedding")
+
+
+def nvinfer_can_feed(manifest: Any) -> bool:
+    try:
+        deepstream_graph(manifest)
+    except BundleError:
+        return False
+    return True
+
+
+def write_deepstream_graph(src: Path, dst: Path, graph: DeepStreamGraph) -> None:
+    """Copy of ``src`` that normalises 0-255 pixels per channel (when baked) and ends in a Softmax
+    named ``probabilities`` (classifiers)."""
     import onnx
     from onnx import helper, numpy_helper
 
-
     model = onnx.load(str(src))
-    graph = model.graph
-    image = graph_inputs(graph)[0]
-    raw = image.name
-    inner = "vitedge_nvinfer/normalised"
-    for node in graph.node:
-        node.input[:] = [inner if n == raw else n for n in node.input]
-    scale = np.asarray(arith.graph_scale, np.float32).reshape(1, 3, 1, 1)
-    shift = np.asarray(arith.graph_shift, np.float32).reshape(1, 3, 1, 1)
-    graph.initializer.extend([numpy_helper.from_array(scale, "vitedge_nvinfer/scale"),
-                              numpy_helper.from_array(shift, "vitedge_nvinfer/shift")])
-    pre = [helper.make_node("Mul", [raw, "vitedge_nvinfer/scale"], ["vitedge_nvinfer/scaled"], name="vitedge_nvinfer/Mul"),
-           helper.make_node("Add", ["vitedge_nvinfer/scaled", "vitedge_nvinfer/shift"], [inner], name="vitedge_nvinfer/Add")]
-    nodes = pre + list(graph.node)
-    del graph.node[:]
-    graph.node.extend(nodes)
+    g = model.graph
+    if graph.arith.baked:
+        raw = graph_inputs(g)[0].name
+        inner = "vitedge_nvinfer/normalised"
+        for node in g.node:
+            node.input[:] = [inner if n == raw else n for n in node.input]
+        c = len(graph.arith.graph_scale)
+        g.initializer.extend([numpy_helper.from_array(np.asarray(graph.arith.graph_scale, np.float32).reshape(1, c, 1, 1), "vitedge_nvinfer/scale"),
+                              numpy_helper.from_array(np.asarray(graph.arith.graph_shift, np.float32).reshape(1, c, 1, 1), "vitedge_nvinfer/shift")])
+        pre = [helper.make_node("Mul", [raw, "vitedge_nvinfer/scale"], ["vitedge_nvinfer/scaled"], name="vitedge_nvinfer/Mul"),
+               helper.make_node("Add", ["vitedge_nvinfer/scaled", "vitedge_nvinfer/shift"], [inner], name="vitedge_nvinfer/Add")]
+        nodes = pre + list(g.node)
+        del g.node[:]
+        g.node.extend(nodes)
+    if graph.softmax:
+        out = g.output[0]
+        g.node.append(helper.make_node("Softmax", [out.name], [PROBS_OUTPUT], name="vitedge_nvinfer/Softmax", axis=-1))
+        probs = onnx.ValueInfoProto()
+        probs.CopyFrom(out)
+        probs.name = PROBS_OUTPUT
+        del g.output[:]
+        g.output.append(probs)
     onnx.checker.check_model(model)
     save_onnx(model, dst)
 
@@ -86,68 +161,126 @@ def _fmt(v: float) -> str:
     return f"{v:.9g}"
 
 
+def _engine_lines(manifest: Any, graph: DeepStreamGraph, rel: str) -> list[str]:
+    """model-engine-file (with its precision and TensorRT version) where an engine exists, and
+    int8-calib-file, with what nvinfer builds when it has no engine it can load."""
+    info = manifest.backend_info or {}
+    tensorrt = manifest.target.get("backend") == "tensorrt"
+    ds = info.get("deepstream_engine") or {}
+    engine = None
+    if graph.own_graph and ds.get("engine"):
+        engine, version, precision = ds["engine"], ds.get("tensorrt"), ds.get("precision")
+    elif not graph.own_graph and tensorrt and manifest.artifacts.get("built"):
+        engine, version = manifest.artifacts["model"], (info.get("device") or {}).get("tensorrt")
+        precision = _precision(info.get("plan") or {})
+    nvinfer_builds = [
+        f"# network-mode=1 makes nvinfer set TensorRT's INT8 flag only when int8-calib-file exists ({CALIB_FILE}, empty:",
+        "# a Q/DQ graph carries its own INT8 scales and TensorRT uses no calibrator for it); without the file it logs",
+        "# \"INT8 calibration file not specified. Trying FP16 mode.\" and builds FP16. Its INT8 build runs the layers",
+        "# outside Q/DQ in FP32 (nvinfer sets FP16 only in FP16 mode).",
+        f"int8-calib-file={CALIB_FILE}"]
+    if engine:
+        return [f"# {engine}: built by `vitedge engine` with TensorRT {version} on {(info.get('device') or {}).get('gpu_name', 'the device')}.",
+                f"# Precision: {precision}.",
+                f"# It loads only with TensorRT {version} (the same JetPack / container) on this GPU model; with another,",
+                "# nvinfer builds its own engine from onnx-file on first run:",
+                f"model-engine-file={rel}/{engine}", *nvinfer_builds]
+    planned = info.get("planned_for_tensorrt") or next((m.get("planned_for_tensorrt") for m in
+                                                        ((info.get("family") or {}).get("members") or {}).values()), None)
+    where = (f"`vitedge engine BUNDLE` on the device builds it with the TensorRT found there (planned for {planned or '?'})"
+             " and this config then points at it" if tensorrt
+             else "a TensorRT bundle of this model (vitedge build --target jetson) ships one built by `vitedge engine`")
+    return [f"# No engine yet: {where}.", "# Until then nvinfer builds one from onnx-file on first run:", *nvinfer_builds]
+
+
+def _precision(plan: dict[str, Any]) -> str:
+    flags = set(plan.get("builder_flags") or ())
+    floats = "FP16" if "FP16" in flags else "FP32"
+    if plan.get("strongly_typed"):
+        return "INT8 where the graph has Q/DQ, float layers as the typed graph says (strongly typed)"
+    return f"INT8 where the graph has Q/DQ, {floats} elsewhere"
+
+
+def _crop_lines(pre: dict[str, Any], h: int, w: int) -> list[str]:
+    crop_pct = float(pre.get("crop_pct") or 1.0)
+    size = pre.get("crop_size") or [h, w]
+    lines = [f"# vitedge resizes keeping the aspect ratio to cover {h}x{w}/{crop_pct:g} and centre-crops {h}x{w}; nvinfer has no crop.",
+             "# Equivalent: crop this frame region upstream (nvvideoconvert src-crop=left:top:width:height before",
+             "# nvstreammux, whose width/height keep the crop's aspect ratio), then nvinfer scales it to infer-dims:"]
+    lines += [f"#   {fw}x{fh} frames: src-crop=" + ":".join(str(v) for v in source_crop(fw, fh, size, crop_pct)) for fw, fh in COMMON_FRAMES]
+    lines += ["# maintain-aspect-ratio=1 + symmetric-padding=1 letterbox (centred) what still differs, rather than stretch it."]
+    return lines
+
+
 def write_deepstream(bundle: Path, manifest: Any, out: Path, *, rel: str) -> list[str]:
-    """Write config_infer.txt, labels.txt (classifiers) and, where needed, the baked graph into
-    ``out``; ``rel`` is the path from ``out`` back to the bundle. Returns the files written."""
+    """Write config_infer.txt, labels.txt (classifiers), the DeepStream graph where it differs from
+    the bundle's and the empty INT8 flag file into ``out``; ``rel`` is the path from ``out`` back to
+    the bundle. Returns the files written."""
+    graph = deepstream_graph(manifest)
     inp, outp = manifest.input, manifest.output
     pre = inp.get("preprocess") or {}
-    if inp.get("preprocess_baked"):
-        raise BundleError("this bundle's graph takes uint8 NHWC frames (--bake-preprocess); nvinfer feeds float NCHW: "
-                          "rebuild without --bake-preprocess for DeepStream")
-    h, w = (inp.get("shape") or [None, 3, 0, 0])[2:4]
+    channels = len(pre["mean"])
+    h, w = (inp.get("shape") or [None, channels, 0, 0])[2:4]
     profile = manifest.target.get("profile") or {}
     options = profile.get("backend_options") or {}
     batch = int(options.get("opt_batch") or max(profile.get("batch_sizes") or [1])) if "members" not in options else 1
-    arith = arithmetic_for(pre["mean"], pre["std"])
-    arts = manifest.artifacts
-    embedding = outp.get("kind") == "embedding"
+    arith, arts = graph.arith, manifest.artifacts
+    interpolation = pre.get("interpolation", "bilinear")
     files: list[str] = []
     lines = [
         f"# DeepStream nvinfer config written by vitedge for {manifest.target.get('name')} ({manifest.model.get('source')}).",
         "# Not run on a device by vitedge: check it with deepstream-app or gst-launch-1.0 (docs/camera-apps.md).",
-        f"# Preprocessing the model was trained and validated with: RGB, mean {pre['mean']}, std {pre['std']},",
-        f"# {pre.get('interpolation')} resize, centre crop {pre.get('crop_pct')}. nvinfer scales the whole frame (or object) to",
-        "# infer-dims without a centre crop: with crop_pct < 1, crop upstream (nvvideoconvert src-crop) to match.",
+        f"# Preprocessing the model was trained and validated with: {'grey' if channels == 1 else 'RGB'}, mean {pre['mean']}, "
+        f"std {pre['std']}, {interpolation} resize.",
+        *_crop_lines(pre, h, w),
     ]
-    if arith.baked:
-        bake_for_nvinfer(bundle / arts["qdq"], out / BAKED_GRAPH, arith)
+    if graph.own_graph:
+        write_deepstream_graph(bundle / arts["qdq"], out / BAKED_GRAPH, graph)
         files.append(BAKED_GRAPH)
-        onnx_file, engine = BAKED_GRAPH, None
-        lines += [
-            "# Per-channel std cannot be expressed by nvinfer's single net-scale-factor, so the normalisation",
-            f"# ((x/255 - mean)/std per channel) is baked into {BAKED_GRAPH}: it takes 0-255 RGB pixels, and",
-            "# net-scale-factor = 1 with zero offsets passes them through. nvinfer builds its engine from that graph on",
-            f"# first run (the bundle's {arts.get('model')} expects normalised input, so it is not used here).",
-        ]
+        onnx_file = BAKED_GRAPH
+        lines.append(f"# {BAKED_GRAPH} is the bundle's validated Q/DQ graph ({arts['qdq']}) with, added:")
+        if arith.baked:
+            lines += ["#   a Mul/Add per channel in front: per-channel std cannot be expressed by nvinfer's single",
+                      "#   net-scale-factor, so the graph computes (x/255 - mean)/std from 0-255 pixels, and",
+                      "#   net-scale-factor = 1 with zero offsets passes them through (the normalisation is baked in);"]
+        if graph.softmax:
+            lines += [f"#   a Softmax behind the logits ('{PROBS_OUTPUT}'): the probabilities vitedge's runtime reports."]
+        lines.append(f"# Its engine is {ENGINE_FILE} (the bundle's {arts.get('model')} takes normalised input and gives logits).")
     else:
-        onnx_file, engine = f"{rel}/{arts['qdq']}", f"{rel}/{arts['model']}" if manifest.target.get("backend") == "tensorrt" else None
-        lines += [f"# net-scale-factor = 1/(255*std), offsets = 255*mean: exactly (x/255 - mean)/std, as vitedge computes it."]
-    lines += ["", "[property]", "gpu-id=0", f"onnx-file={onnx_file}"]
-    if engine:
-        lines += [f"# built by `vitedge engine BUNDLE` on the device; nvinfer builds one from onnx-file when it is absent",
-                  f"model-engine-file={engine}"]
+        onnx_file = f"{rel}/{arts['qdq']}"
+    if not arith.baked:
+        lines.append("# net-scale-factor = 1/(255*std), offsets = 255*mean: exactly (x/255 - mean)/std, as vitedge computes it.")
+    (out / CALIB_FILE).write_bytes(b"")
+    files.append(CALIB_FILE)
+    lines += ["", "[property]", "gpu-id=0", f"onnx-file={onnx_file}", *_engine_lines(manifest, graph, rel)]
+    grey = channels == 1
     lines += [
-        f"infer-dims=3;{h};{w}",
-        "model-color-format=0",
+        f"infer-dims={channels};{h};{w}",
+        f"# {'GRAY: nvinfer converts the frame to 8-bit grey (NvBufSurfTransform; vitedge uses ITU-R 601 luma)' if grey else 'RGB: vitedge models take RGB'}",
+        f"model-color-format={COLOR_FORMAT[channels]}",
         f"net-scale-factor={_fmt(arith.net_scale_factor)}",
         "offsets=" + ";".join(_fmt(v) for v in arith.offsets),
-        "# INT8 from the graph's Q/DQ nodes (explicit quantization): no calibration file",
+        "# INT8 from the graph's Q/DQ nodes (explicit quantization)",
         "network-mode=1",
         f"batch-size={batch}",
         "process-mode=1",
-        "maintain-aspect-ratio=0",
-        f"scaling-filter={_SCALING_FILTER.get(pre.get('interpolation', 'bilinear'), 1)}",
+        "maintain-aspect-ratio=1",
+        "symmetric-padding=1",
+        f"# {interpolation} (NvBufSurfTransform_Inter {SCALING_FILTER.get(interpolation, 1)}) on the GPU; not Pillow's pixels",
+        f"scaling-filter={SCALING_FILTER.get(interpolation, 1)}",
+        f"scaling-compute-hw={SCALING_COMPUTE_GPU}",
     ]
-    if embedding:
+    if not graph.softmax:
         lines += ["# an embedding model: the raw output tensor is attached as NvDsInferTensorMeta for your app",
                   "network-type=100", "output-tensor-meta=1"]
     else:
         labels = outp.get("class_names") or [str(i) for i in range(_num_outputs(bundle / arts["qdq"]))]
         (out / LABELS_FILE).write_text(";".join(labels) + "\n")
         files.append(LABELS_FILE)
-        lines += ["# a classifier; its output is logits (vitedge applies softmax for probabilities)",
-                  "network-type=1", f"output-blob-names={outp.get('name', 'logits')}", f"labelfile-path={LABELS_FILE}",
-                  "classifier-async-mode=0"]
+        lines += ["# a classifier: nvinfer reports the class with the highest probability above classifier-threshold, and that",
+                  "# probability as its confidence; 0 keeps the top-1 class always, as vitedge's runtime does",
+                  "network-type=1", f"output-blob-names={PROBS_OUTPUT}", f"labelfile-path={LABELS_FILE}",
+                  "classifier-threshold=0", "classifier-async-mode=0"]
     (out / CONFIG_FILE).write_text("\n".join(lines) + "\n")
     return [CONFIG_FILE] + files
 

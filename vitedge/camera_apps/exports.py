@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vitedge.camera_apps.deepstream import write_deepstream
+from vitedge.camera_apps.deepstream import nvinfer_can_feed, write_deepstream
 from vitedge.camera_apps.triton import BACKENDS, config_text, model_name, write_triton
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_output_dir
@@ -40,27 +40,28 @@ def export_config(kind: str, bundle: Path, out: Path, *, force: bool = False) ->
 
 
 def write_bundle_exports(bundle: Path, manifest: Any) -> list[str]:
-    """camera/deepstream/ in an NVIDIA bundle, and camera/triton/<name>/ once its engine exists
-    (the model file there is a relative link to the bundle's engine). Paths relative to the bundle."""
+    """camera/deepstream/ and camera/triton/<name>/ in an NVIDIA bundle; once its engine exists the
+    repository's 1/model.plan is a relative link to it. Paths relative to the bundle."""
     if manifest.target.get("backend") != "tensorrt":
         return []
     root = bundle / CAMERA_DIR
     shutil.rmtree(root, ignore_errors=True)
     written: list[str] = []
-    if not (manifest.input or {}).get("preprocess_baked"):  # nvinfer feeds float NCHW: no config for a uint8-frame graph
+    if nvinfer_can_feed(manifest):  # not a uint8-frame graph (--bake-preprocess), nor 2 or 4+ channels
         ds = root / "deepstream"
         ds.mkdir(parents=True)
         written += [f"{CAMERA_DIR}/deepstream/{f}" for f in write_deepstream(bundle, manifest, ds, rel="../..")]
+    # The Triton repository from the build on; the engine joins it once `vitedge engine` built it.
+    name = model_name(manifest)
+    folder = root / "triton" / name
+    (folder / "1").mkdir(parents=True)
+    (folder / "config.pbtxt").write_text(config_text(manifest, bundle, name))
+    written.append(f"{CAMERA_DIR}/triton/{name}/config.pbtxt")
     if manifest.artifacts.get("built"):
-
-        name = model_name(manifest)
-        folder = root / "triton" / name
-        (folder / "1").mkdir(parents=True)
-        (folder / "config.pbtxt").write_text(config_text(manifest, bundle, name))
         link = folder / "1" / BACKENDS["tensorrt"].files[0][1]
         link.symlink_to(os.path.join("..", "..", "..", "..", manifest.artifacts["model"]))
-        written += [f"{CAMERA_DIR}/triton/{name}/config.pbtxt", f"{CAMERA_DIR}/triton/{name}/1/{link.name}"]
-        if manifest.output.get("kind") != "embedding" and manifest.output.get("class_names"):
-            (folder / "labels.txt").write_text("\n".join(manifest.output["class_names"]) + "\n")
-            written.append(f"{CAMERA_DIR}/triton/{name}/labels.txt")
+        written.append(f"{CAMERA_DIR}/triton/{name}/1/{link.name}")
+    if manifest.output.get("kind") != "embedding" and manifest.output.get("class_names"):
+        (folder / "labels.txt").write_text("\n".join(manifest.output["class_names"]) + "\n")
+        written.append(f"{CAMERA_DIR}/triton/{name}/labels.txt")
     return written

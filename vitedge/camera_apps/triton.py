@@ -47,6 +47,23 @@ def _tensor_facts(onnx_path: Path) -> tuple[tuple[str, str, list[int]], tuple[st
     return facts(graph_inputs(graph)[0]), facts(graph.output[0])
 
 
+def _tensorrt_notes(manifest: Any) -> list[str]:
+    """What the server needs for a TensorRT bundle's plan (comments in config.pbtxt)."""
+    if manifest.target.get("backend") != "tensorrt":
+        return []
+    info = manifest.backend_info or {}
+    options = (manifest.target.get("profile") or {}).get("backend_options") or {}
+    version = (info.get("device") or {}).get("tensorrt")
+    lines = [f"# 1/model.plan: the engine `vitedge engine` built with TensorRT {version}; serve it with the Triton release"
+             " that ships that TensorRT." if version and manifest.artifacts.get("built") else
+             "# 1/model.plan is added by `vitedge engine BUNDLE` on the device (a link to the bundle's engine);"
+             " serve it with the Triton release that ships the TensorRT it recorded."]
+    if info.get("version_compatible", options.get("version_compatible")):
+        lines.append("# A version-compatible engine: start the server with --backend-config=tensorrt,version-compatible=true"
+                     " (Triton's TensorRT backend refuses such a plan otherwise; it runs the engine's embedded lean runtime).")
+    return lines
+
+
 def config_text(manifest: Any, bundle: Path, name: str) -> str:
     backend = manifest.target.get("backend")
     if backend not in BACKENDS:
@@ -59,6 +76,7 @@ def config_text(manifest: Any, bundle: Path, name: str) -> str:
     labels = manifest.output.get("kind") != "embedding"
     lines = [f"# Triton model configuration written by vitedge for {manifest.target.get('name')} "
              f"({manifest.model.get('source')}); not run on a server by vitedge (docs/camera-apps.md).",
+             *_tensorrt_notes(manifest),
              f'name: "{name}"', *spec.config_lines, f"max_batch_size: {sizes[-1]}",
              "input [", "  {", f'    name: "{in_name}"', f"    data_type: {in_type}", f"    format: {fmt}",
              f"    dims: [ {', '.join(map(str, in_dims))} ]", "  }", "]",

@@ -132,3 +132,26 @@ def fusion_warnings(blocks: list[AttentionBlock] | list[dict[str, Any]]) -> list
     return [f"INT8 fused attention cannot happen in {n} of {total} attention block(s): {reason} "
             f"(TensorRT fuses INT8 MHA only with Q/DQ before both batched GEMMs, head size 16/32/64 and <= 512 tokens; {SOURCE})"
             for reason, n in by_reason.items()]
+
+
+def fusion_table(blocks: list[AttentionBlock] | list[dict[str, Any]]) -> list[str]:
+    """A markdown table, one row per attention block: its shape facts, whether both attention
+    matmuls carry Q/DQ on both inputs, and whether TensorRT's INT8 fused-MHA rules allow fusion
+    (and if not, why). Empty when the graph has no attention block."""
+    if not blocks:
+        return []
+    lines = ["| attention block | heads | tokens | head size | Q.K^T Q/DQ | P.V Q/DQ | INT8 fused MHA |", "|---|---|---|---|---|---|---|"]
+    for b in blocks:
+        block = b if isinstance(b, AttentionBlock) else AttentionBlock(**b)
+        why = block.int8_mha_blockers()
+        unknown = [what for what, v in (("head size", block.head_size), ("token count", block.tokens)) if v is None]
+        if why:
+            verdict = "no: " + "; ".join(why)
+        elif unknown:
+            verdict = f"allowed as far as the graph shows ({' and '.join(unknown)} not inferred; the engine inspector tells on the device)"
+        else:
+            verdict = "allowed by the rules (the engine inspector confirms it on the device)"
+        lines.append(f"| `{block.scope}` | {block.heads if block.heads is not None else '?'} | "
+                     f"{block.tokens if block.tokens is not None else '?'} | {block.head_size if block.head_size is not None else '?'} | "
+                     f"{'yes' if block.qk_quantized else 'no'} | {'yes' if block.pv_quantized else 'no'} | {verdict} |")
+    return lines

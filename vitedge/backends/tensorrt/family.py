@@ -44,6 +44,8 @@ def build_family(ctx: BuildContext, offline_caps) -> BuiltArtifact:
         files += [f"{PLANS_DIR}/{name}/{f}" for f in planned.files]
         members[name] = {"plan_file": f"{PLANS_DIR}/{name}/build_plan.json", "planned_for_tensorrt": caps.version,
                          "batch_sizes": list(profile["batch_sizes"])}
+    for w in planned.attention_warnings:  # one graph for every member: the same attention facts
+        say("warning: " + w)
     family = opts.family.get("name", "?")
     say(f"{family} family: one bundle with a plan for {', '.join(opts.members)}; "
         f"on the device, `vitedge engine BUNDLE` picks the profile for the module it finds")
@@ -52,6 +54,7 @@ def build_family(ctx: BuildContext, offline_caps) -> BuiltArtifact:
         "next_step": NEXT_STEP,
         "reason": f"a {family} family bundle: the engine is built on the device for the module found there",
         "family": {"name": family, "members": members},
+        "attention": planned.attention_info(),
         "measured": NOT_MEASURED,
     }
     return BuiltArtifact(model=ENGINE, reference=REFERENCE_ENGINE, extra_files=files, built=False, info=info)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vitedge.backends.tensorrt.attention import fusion_table
 from vitedge.backends.tensorrt.engine_inspect import one_line
 
 
@@ -13,6 +14,10 @@ def report_lines(info: dict[str, Any]) -> list[str]:
     lines = ["## TensorRT", ""]
     for w in (info.get("attention") or {}).get("warnings", []):
         lines.append(f"- warning: {w}")
+    table = fusion_table((info.get("attention") or {}).get("blocks") or [])
+    if table:
+        lines += ["", "INT8 fused attention, per block (TensorRT's rules: Q/DQ on both inputs of both matmuls, head size "
+                  "16/32/64, at most 512 tokens):", "", *table, ""]
     if not info.get("engine_built"):
         lines += [f"- engine: not built here; planned for TensorRT {info.get('planned_for_tensorrt', '?')}", ""]
         return lines
