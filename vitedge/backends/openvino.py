@@ -28,6 +28,7 @@ from vitedge.backends.base import (
     Runner,
 )
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
+from vitedge.limits import MAX_PROFILE_THREADS, check_number
 from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, get_metadata
 
 _HINTS = ("LATENCY", "THROUGHPUT")
@@ -52,8 +53,8 @@ class OpenVinoOptions:
             raise UsageError(f"float_precision must be one of {', '.join(_FLOAT_PRECISIONS)}, got '{self.float_precision}'")
         if self.performance_hint not in _HINTS:
             raise UsageError(f"performance_hint must be one of {', '.join(_HINTS)}, got '{self.performance_hint}'")
-        if self.threads < 0 or self.num_streams < 0:
-            raise UsageError("threads and num_streams must be >= 0")
+        check_number("threads", self.threads, 0, MAX_PROFILE_THREADS, integer=True)
+        check_number("num_streams", self.num_streams, 0, MAX_PROFILE_THREADS, integer=True)
 
 
 def float_precision_used(core: Any, device: str, requested: str) -> str:

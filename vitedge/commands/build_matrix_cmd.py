@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from vitedge import limits
+from vitedge.cli_options import CheckedPath, bounded_int
 from vitedge.distributed.cluster import (
     INSTALL,
     ClusterSettings,
@@ -22,10 +24,10 @@ from vitedge.errors import GateFailure, UsageError
 
 
 @click.command("build-matrix")
-@click.argument("matrix", type=click.Path(path_type=Path))
-@click.option("-o", "--out", type=click.Path(path_type=Path), default=None,
+@click.argument("matrix", type=CheckedPath(path_type=Path))
+@click.option("-o", "--out", type=CheckedPath(path_type=Path), default=None,
               help="Parent folder of the bundles (OUT/<model>/<target>/) and the matrix reports. Default: the file's 'out'.")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
+@click.option("--workers", type=bounded_int(1, limits.MAX_WORKERS), default=None,
               help="Rows at a time on a local Ray started for the run. Default: this machine's CPU count.")
 @click.option("--ray-address", default=None, metavar="ADDR", help="Run the rows on an existing Ray cluster (see docs/scale.md).")
 @click.option("--sequential", is_flag=True, help="Build the rows one after another in this process, without Ray.")

@@ -10,6 +10,7 @@ import click
 from vitedge.calibration.sources import open_source
 from vitedge.calibration.split import calibration_part
 from vitedge.cli_options import (
+    CheckedPath,
     cache_dir_option,
     calib_size_option,
     calibration_method_option,
@@ -29,9 +30,9 @@ from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
 
 @click.command("calibrate")
-@click.argument("model", type=click.Path(path_type=str))
-@click.option("--calib", type=click.Path(path_type=str), required=True, help="Calibration data: image folder, .npy/.npz, or a video file.")
-@click.option("-o", "--out", "out", type=click.Path(path_type=Path), default=None, help="Write the INT8 Q/DQ ONNX graph here.")
+@click.argument("model", type=CheckedPath(path_type=str))
+@click.option("--calib", type=CheckedPath(path_type=str), required=True, help="Calibration data: image folder, .npy/.npz, or a video file.")
+@click.option("-o", "--out", "out", type=CheckedPath(path_type=Path), default=None, help="Write the INT8 Q/DQ ONNX graph here.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @with_intake
 @calib_size_option("Use a seeded subset of N calibration items (default: all).")

@@ -6,17 +6,17 @@ from pathlib import Path
 
 import click
 
-from vitedge.cli_options import with_intake
+from vitedge.cli_options import CheckedPath, bounded_int, with_intake
 from vitedge.errors import UsageError
 from vitedge.export import ExportOptions, export_onnx
 from vitedge.models.intake import load_model
 
 
 @click.command("export")
-@click.argument("model", type=click.Path(path_type=str))
-@click.option("-o", "--out", "out", type=click.Path(path_type=Path), required=True, help="Where to write the FP32 ONNX graph.")
+@click.argument("model", type=CheckedPath(path_type=str))
+@click.option("-o", "--out", "out", type=CheckedPath(path_type=Path), required=True, help="Where to write the FP32 ONNX graph.")
 @with_intake
-@click.option("--opset", type=int, default=17, show_default=True, help="ONNX opset (17 or newer).")
+@click.option("--opset", type=bounded_int(1, 100), default=17, show_default=True, help="ONNX opset (17 or newer).")
 @click.option("--bake-preprocess", is_flag=True, help="The graph takes uint8 NHWC frames (RGB; grey for a 1-channel model) and normalises them itself.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 def command(model: str, out: Path, intake, opset: int, bake_preprocess: bool, force: bool) -> None:
