@@ -21,6 +21,7 @@ from vitedge.distributed.matrix_config import load_matrix
 from vitedge.distributed.matrix_report import print_table, write_reports
 from vitedge.distributed.matrix_rows import ERROR
 from vitedge.errors import GateFailure, UsageError
+from vitedge.outlock import output_locks
 
 
 @click.command("build-matrix")
@@ -48,6 +49,7 @@ def command(matrix, out, workers, ray_address, sequential, quiet) -> None:
     if sequential and (workers or ray_address):
         raise UsageError("--sequential runs without Ray; drop --workers / --ray-address")
     spec = load_matrix(matrix, out)
+    click.get_current_context().with_resource(output_locks([spec.out]))  # two matrices into one -o: the second is refused now
     info = (lambda _m: None) if quiet else (lambda m: click.echo(f"  {m}"))
     click.echo(f"build-matrix: {len(spec.rows)} rows ({len({r.model_name for r in spec.rows})} models) -> {spec.out}/")
     if not sequential and not (workers or ray_address) and not ray_available():

@@ -25,6 +25,7 @@ from vitedge.cli_options import (
 from vitedge.errors import UsageError
 from vitedge.export import ExportOptions, export_onnx
 from vitedge.models.intake import load_model
+from vitedge.outlock import output_locks
 from vitedge.outputs import work_prefix
 from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
@@ -80,6 +81,7 @@ def command(model: str, calib: str, out: Path | None, force: bool, intake, calib
     if weight_range is not None:
         settings["weight_range"] = weight_range
     config = QuantConfig(**settings)  # validates: UsageError with the flag's name
+    click.get_current_context().with_resource(output_locks([out]))  # a second writer of -o: refused now, not after calibrating
 
     loaded = load_model(model, intake)
     spec = loaded.spec

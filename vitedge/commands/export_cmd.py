@@ -10,6 +10,7 @@ from vitedge.cli_options import CheckedPath, bounded_int, with_intake
 from vitedge.errors import UsageError
 from vitedge.export import ExportOptions, export_onnx
 from vitedge.models.intake import load_model
+from vitedge.outlock import output_locks
 
 
 @click.command("export")
@@ -31,6 +32,7 @@ def command(model: str, out: Path, intake, opset: int, bake_preprocess: bool, fo
     if out.suffix.lower() != ".onnx":
         raise UsageError(f"-o/--out should name an .onnx file, got {out}")
     options = ExportOptions(opset=opset, bake_preprocess=bake_preprocess)
+    click.get_current_context().with_resource(output_locks([out]))  # a second writer of -o: refused now, not after the export
     loaded = load_model(model, intake)
     result = export_onnx(loaded, out, options)
     click.echo(result.one_line())

@@ -29,6 +29,7 @@ from vitedge.distributed.ray_validate import (
 )
 from vitedge.errors import CalibrationError, DataError, GateFailure, UsageError
 from vitedge.manifest import verify_bundle
+from vitedge.outlock import output_locks
 from vitedge.profiles import Thresholds
 from vitedge.project_config import config_bundles, with_project_config
 from vitedge.ui import StageLog
@@ -100,6 +101,7 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     dirs = {b: (b / "report" if report_dir is None else Path(report_dir) / (b.name if len(bundles) > 1 else "")) for b in bundles}
     for d in dirs.values():
         check_report_dir(d)
+    ctx.with_resource(output_locks(dirs.values(), flag="--report-dir"))  # two validations writing one report folder: the second is refused now
     failed = []
     scale = scale_from_flags(workers, ray_address)
     with ray_session(scale):
