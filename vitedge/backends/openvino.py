@@ -30,6 +30,7 @@ from vitedge.backends.base import (
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number
 from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, get_metadata
+from vitedge.signals import raise_if_interrupted
 
 _HINTS = ("LATENCY", "THROUGHPUT")
 _FLOAT_PRECISIONS = ("f32", "bf16")
@@ -175,6 +176,9 @@ class OpenVinoBackend(Backend):
             try:
                 model = ov.convert_model(str(src))
             except Exception as err:
+                # SIGTERM or Ctrl-C while OpenVINO's frontend runs reaches us as its own conversion error ("Check
+                # 'false' failed ..."): the interrupt it swallowed is raised instead (exit 143/130, not 2)
+                raise_if_interrupted()
                 raise BundleError(f"OpenVINO could not convert {src.name}: {str(err).splitlines()[0][:200]}") from err
             model.set_rt_info(fmt, INPUT_FORMAT_KEY)
             model.set_rt_info(role, ROLE_KEY)
