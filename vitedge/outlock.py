@@ -56,9 +56,14 @@ def _lock_one(output: Path, flag: str) -> Iterator[None]:
         yield
         return
     path = lock_path(output)
-    created = _make_parents(path.parent)
+    created: list[Path] = []
     try:
+        created = _make_parents(path.parent)
         fd = _acquire(path, output, flag)
+    except NotADirectoryError:
+        _remove_empty(created)
+        raise UsageError(f"{flag} {output} cannot be written: a part of {output.parent} is a file, not a folder; "
+                         f"choose another {flag}") from None
     except BaseException:
         _remove_empty(created)
         raise
