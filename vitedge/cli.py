@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from vitedge import __version__, signals
-from vitedge.errors import VitedgeError, environment_error
+from vitedge.errors import Interrupted, VitedgeError, environment_error
 
 # command name -> module under vitedge.commands exposing `command`
 COMMANDS = {
@@ -118,7 +118,7 @@ def _interrupted_instead(err: BaseException, debug: bool) -> None:
     """An error raised because an interrupt arrived (a library that caught SIGTERM's exception and raised its own):
     exit as the interrupt (143 / 130), never as bad input or a bug."""
     kind = signals.pending()
-    if kind is None:
+    if kind is None or isinstance(err, Interrupted):  # Interrupted already is the interrupt's own line (what was kept)
         return
     if debug:
         traceback.print_exc()

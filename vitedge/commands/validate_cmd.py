@@ -101,7 +101,8 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     dirs = {b: (b / "report" if report_dir is None else Path(report_dir) / (b.name if len(bundles) > 1 else "")) for b in bundles}
     for d in dirs.values():
         check_report_dir(d)
-    ctx.with_resource(output_locks(dirs.values(), flag="--report-dir"))  # two validations writing one report folder: the second is refused now
+    # two validations writing one report folder: the second is refused now (a missing bundle is not created for its lock)
+    ctx.with_resource(output_locks([d for d in dirs.values() if report_dir is not None or d.parent.is_dir()], flag="--report-dir"))
     failed = []
     scale = scale_from_flags(workers, ray_address)
     with ray_session(scale):
