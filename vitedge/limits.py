@@ -93,3 +93,23 @@ def bounds_text(lo: float | None, hi: float | None, lo_open: bool = False) -> st
     if lo is None:
         return f" <= {hi:g}"
     return f" in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+
+
+def physical_memory() -> int | None:
+    """Bytes of RAM on this machine, or None where the OS cannot say."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_attention_fits(tokens: int | None, heads: int | None, size: tuple[int, int]) -> None:
+    """Refuse an input size whose attention scores alone (tokens^2 x heads float32 values, one layer, batch 1)
+    would need more than half of this machine's RAM: the export would die with an allocation failure."""
+    memory = physical_memory()
+    if not tokens or not memory:
+        return
+    need = int(tokens) ** 2 * max(int(heads or 1), 1) * 4
+    if need > memory // 2:
+        raise UsageError(f"input size {size[0]}x{size[1]} gives {tokens} tokens, whose attention scores need {need / 2**30:.1f} GiB "
+                         f"per layer at batch 1, more than half of this machine's {memory / 2**30:.1f} GiB; use a smaller --input-size")

@@ -118,6 +118,8 @@ CASES = [
     ("sensitivity-samples-huge", lambda ws: ws.validate("--sensitivity-samples", "10000000"), 2, ["--sensitivity-samples"]),
     ("embedding-cosine-nan", lambda ws: ws.validate("--min-embedding-cosine", "nan"), 2, ["--min-embedding-cosine", "finite"]),
     ("input-size-100000", lambda ws: ws.build("--input-size", "100000", "100000"), 2, ["--input-size", "4096"]),
+    # within the flag's bound but past this machine: 262 145 tokens need 768 GiB of attention scores per layer
+    ("input-size-past-this-machines-memory", lambda ws: ws.build("--input-size", "4096", "4096"), 2, ["--input-size", "GiB", "half of this machine"]),
     ("num-heads-huge", lambda ws: ws.build("--num-heads", "1000000"), 2, ["--num-heads"]),
     ("seed-past-32-bits", lambda ws: ws.build("--seed", str(2**40)), 2, ["--seed"]),
     ("calib-size-huge", lambda ws: ws.build("--calib-size", "99999999999"), 2, ["--calib-size"]),
