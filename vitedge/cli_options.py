@@ -17,8 +17,8 @@ from typing import Any
 
 import click
 
-from vitedge.cli_stats import stats_option
 from vitedge import limits
+from vitedge.cli_stats import stats_option
 from vitedge.errors import UsageError
 from vitedge.models.intake import IntakeOptions
 from vitedge.quantize.config import METHODS, WEIGHT_RANGES, QuantConfig
