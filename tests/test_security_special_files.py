@@ -36,7 +36,8 @@ def test_fifo_and_dev_zero_in_an_image_folder_are_skipped(images):
     (images / "zz.png").symlink_to("/dev/zero")
     source = open_source(images, PRE, min_count=16)
     assert len(source) == 20
-    assert source.summary.skipped == {"not a regular file (FIFO, device or socket)": 2}
+    # the link to /dev/zero leaves the data folder, so it is not even opened (vitedge.calibration.images.scan_images)
+    assert source.summary.skipped == {"not a regular file (FIFO, device or socket)": 1, "a symlink out of the data folder": 1}
     assert next(iter(source.batches(4))).images.shape == (4, 3, 32, 32)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from vitedge import __version__, signals
-from vitedge.errors import VitedgeError, environment_error
+from vitedge.errors import Interrupted, VitedgeError, environment_error
 
 # command name -> module under vitedge.commands exposing `command`
 COMMANDS = {
@@ -79,6 +79,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    signals.reset()
     signals.install()
     try:
         cli.main(args=args, prog_name="vitedge", standalone_mode=False)
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"vitedge: {err.format_message()}", err=True)
         sys.exit(2)
     except VitedgeError as err:
+        _interrupted_instead(err, debug)
         _fail(err, debug)
     except KeyboardInterrupt as err:
         if debug:
@@ -99,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"vitedge: {message}", err=True)
         sys.exit(code)
     except Exception as err:  # the environment (disk full, ...) or a bug: one line unless --debug
+        _interrupted_instead(err, debug)
         known = environment_error(err)
         if known is not None:
             _fail(known, debug)
@@ -109,6 +112,19 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"vitedge: internal error: {type(err).__name__}: {first} (re-run with --debug for the traceback)", err=True)
         sys.exit(3)
     sys.exit(0)
+
+
+def _interrupted_instead(err: BaseException, debug: bool) -> None:
+    """An error raised because an interrupt arrived (a library that caught SIGTERM's exception and raised its own):
+    exit as the interrupt (143 / 130), never as bad input or a bug."""
+    kind = signals.pending()
+    if kind is None or isinstance(err, Interrupted):  # Interrupted already is the interrupt's own line (what was kept)
+        return
+    if debug:
+        traceback.print_exc()
+    message, code = signals.exit_for(kind())
+    click.echo(f"vitedge: {message}", err=True)
+    sys.exit(code)
 
 
 def _fail(err: VitedgeError, debug: bool) -> None:

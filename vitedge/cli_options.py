@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
+from vitedge import limits
 from vitedge.cli_stats import stats_option
 from vitedge.errors import UsageError
 from vitedge.models.intake import IntakeOptions
@@ -23,21 +25,83 @@ from vitedge.quantize.config import METHODS, WEIGHT_RANGES, QuantConfig
 from vitedge.spec import INTERPOLATIONS
 
 
+# ---- numbers and paths: every value checked when parsed ------------------------------------------
+
+class Bounded(click.ParamType):
+    """A finite int or float in [lo, hi] (``hi`` may be a function of this machine, read when parsing):
+    nan, inf and values past a sane bound are refused in one line naming the flag and the bound."""
+
+    def __init__(self, lo: float | None, hi: float | Callable[[], float] | None, *, integer: bool = False,
+                 lo_open: bool = False) -> None:
+        self.lo, self._hi, self.integer, self.lo_open = lo, hi, integer, lo_open
+        self.name = "integer" if integer else "float"
+
+    @property
+    def hi(self) -> float | None:
+        return self._hi() if callable(self._hi) else self._hi
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if not limits.is_number(value):
+            try:
+                value = int(str(value), 10) if self.integer else float(str(value))
+            except ValueError:
+                self.fail(f"{value!r} is not {'an integer' if self.integer else 'a number'}", param, ctx)
+        if not limits.within(value, self.lo, self.hi, integer=self.integer, lo_open=self.lo_open):
+            self.fail(f"{value!r} is not {limits.kind_text(self.integer)}{limits.bounds_text(self.lo, self.hi, self.lo_open)}", param, ctx)
+        return value
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str | None:
+        return None
+
+    def __repr__(self) -> str:
+        return f"Bounded({self.lo}, {self.hi}, integer={self.integer})"
+
+
+def bounded_int(lo: int, hi: int | Callable[[], int]) -> Bounded:
+    return Bounded(lo, hi, integer=True)
+
+
+def bounded_float(lo: float | None, hi: float | None, *, lo_open: bool = False) -> Bounded:
+    return Bounded(lo, hi, lo_open=lo_open)
+
+
+def threads_type() -> Bounded:
+    """Runtime threads: 1 up to limits.max_threads() (a few per CPU of this machine)."""
+    return bounded_int(1, limits.max_threads)
+
+
+class CheckedPath(click.Path):
+    """click.Path that refuses an empty path and the file system root in one line, and resolves a path
+    that has no name of its own (`.`, `..`, `dir/..`) to the absolute folder it means, so every
+    later step sees a real name."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        text = os.fsdecode(value) if isinstance(value, (bytes, os.PathLike)) else str(value)
+        if text.strip() == "":
+            self.fail("the path is empty; name a file or folder", param, ctx)
+        parts = Path(text).parts
+        if not parts or ".." in parts:  # `.`, `./`, `..`, `a/..`: no name of its own
+            text = os.path.abspath(text)
+        if os.path.abspath(text) == os.path.abspath(os.sep):
+            self.fail(f"{text} is the file system root; name a file or a folder below it", param, ctx)
+        return super().convert(text, param, ctx)
+
+
 def model_options(func: Callable) -> Callable:
     """The flags that tell vitedge about a model (see `vitedge inspect --help`)."""
     decorators = [
         click.option("--arch", metavar="NAME", help="Named preset for what a state_dict cannot say (e.g. vit_base_patch16_224, vit_b_16), or any timm architecture: timm's own class, weights loaded strictly."),
-        click.option("--num-heads", type=click.IntRange(min=1), help="Attention heads, when neither the file nor a preset says."),
+        click.option("--num-heads", type=bounded_int(1, limits.MAX_HEADS), help="Attention heads, when neither the file nor a preset says."),
         click.option("--model-class", metavar="FILE.py:CLASS", help="Your own ViT class, built before loading a state_dict."),
         click.option("--model-kwargs", metavar="JSON", default=None, help="Keyword arguments for --model-class, as JSON."),
         click.option("--trust-pickle", is_flag=True, help="Allow full unpickling (whole saved modules). Runs code from the file: only for files you trust."),
-        click.option("--input-size", nargs=2, type=click.IntRange(min=1), metavar="H W", default=None,
+        click.option("--input-size", nargs=2, type=bounded_int(1, limits.MAX_INPUT_SIDE), metavar="H W", default=None,
                      help="Export at another resolution; position embeddings are interpolated in 2D."),
         click.option("--output-kind", type=click.Choice(["logits", "embedding"]), default=None,
                      help="What the model outputs, when vitedge cannot tell (custom and ONNX models)."),
         stats_option("--mean", "mean"),
         stats_option("--std", "std"),
-        click.option("--crop-pct", type=float, default=None, help="Override centre-crop fraction (1.0 = no crop)."),
+        click.option("--crop-pct", type=bounded_float(0.0, 1.0, lo_open=True), default=None, help="Override centre-crop fraction (1.0 = no crop)."),
         click.option("--interpolation", type=click.Choice(INTERPOLATIONS), default=None, help="Override resize interpolation."),
     ]
     for deco in reversed(decorators):
@@ -161,14 +225,14 @@ def calibration_method_option(help: str) -> Callable:
 
 
 def percentile_option(help: str) -> Callable:
-    return quantizer_option("--percentile", type=float, default=None, help=help)
+    return quantizer_option("--percentile", type=bounded_float(None, None), default=None, help=help)
 
 
 def smoothquant_options(alpha_help: str) -> Callable:
     """--smoothquant-alpha A and --no-smoothquant."""
     def apply(func: Callable) -> Callable:
         func = click.option("--no-smoothquant", is_flag=True, help="Switch SmoothQuant off.")(func)
-        return quantizer_option("--smoothquant-alpha", type=float, default=None, metavar="A", help=alpha_help)(func)
+        return quantizer_option("--smoothquant-alpha", type=bounded_float(None, None), default=None, metavar="A", help=alpha_help)(func)
     return apply
 
 
@@ -182,7 +246,7 @@ def keep_float_option(func: Callable) -> Callable:
 
 
 def cache_dir_option(func: Callable) -> Callable:
-    return click.option("--cache-dir", type=click.Path(path_type=Path), default=None,
+    return click.option("--cache-dir", type=CheckedPath(path_type=Path), default=None,
                         help="Calibration and FP32 reference cache [default: $VITEDGE_CACHE_DIR or ~/.cache/vitedge].")(func)
 
 
@@ -191,12 +255,12 @@ def weight_range_option(help: str) -> Callable:
 
 
 def calib_size_option(help: str) -> Callable:
-    return click.option("--calib-size", type=click.IntRange(min=1), default=None, help=help)
+    return click.option("--calib-size", type=bounded_int(1, limits.MAX_ITEMS), default=None, help=help)
 
 
 def seed_option(help: str | None = None) -> Callable:
     """The seed of a seeded subset (--calib-size, --data-size)."""
-    return click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help=help)
+    return click.option("--seed", type=bounded_int(0, limits.MAX_SEED), default=0, show_default=True, help=help)
 
 
 def reference_cache_option() -> Callable:

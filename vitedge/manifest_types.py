@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from vitedge import limits
 from vitedge.errors import BundleError
 from vitedge.spec import ModelSpec
 
@@ -32,7 +33,32 @@ def check_field_types(d: dict[str, Any], sections: tuple[str, ...]) -> None:
     if not isinstance(spec, dict):
         raise bad("model.spec", spec, "an object")
     try:
-        ModelSpec.from_dict(spec)
+        spec_obj = ModelSpec.from_dict(spec)
+        _check_spec_bounds(spec_obj)
+    except BundleError:
+        raise
     except Exception as err:  # noqa: BLE001 - any malformed field is the file's fault
         raise BundleError(f"manifest.json: 'model.spec' is malformed ({type(err).__name__}: {str(err)[:80]}); "
                           "the bundle is damaged or was edited by hand: rebuild it") from None
+
+
+def _check_spec_bounds(spec: ModelSpec) -> None:
+    """The numbers of the model's input a runtime will allocate for: finite and within vitedge.limits."""
+    pre = spec.preprocess
+    checks = [(f"model.spec.image_size[{i}]", v, 1, limits.MAX_INPUT_SIDE, True) for i, v in enumerate(spec.image_size)]
+    checks += [(f"model.spec.preprocess.crop_size[{i}]", v, 1, limits.MAX_INPUT_SIDE, True) for i, v in enumerate(pre.crop_size)]
+    checks += [(f"model.spec.preprocess.mean[{i}]", v, -1e6, 1e6, False) for i, v in enumerate(pre.mean)]
+    checks += [(f"model.spec.preprocess.std[{i}]", v, 0.0, 1e6, False) for i, v in enumerate(pre.std)]
+    checks += [("model.spec.preprocess.channels", pre.channels, 1, 4, True)]
+    if spec.patch_size is not None:
+        checks.append(("model.spec.patch_size", spec.patch_size, 1, limits.MAX_INPUT_SIDE, True))
+    if spec.num_classes is not None:
+        checks.append(("model.spec.num_classes", spec.num_classes, 1, 10_000_000, True))
+    for name, value, lo, hi, integer in checks:
+        if not limits.within(value, lo, hi, integer=integer, lo_open=name.startswith("model.spec.preprocess.std")):
+            raise BundleError(f"manifest.json: '{name}' is {value!r}, expected {limits.kind_text(integer)}"
+                              f"{limits.bounds_text(lo, hi, name.startswith('model.spec.preprocess.std'))}; "
+                              "the bundle is damaged or was edited by hand: rebuild it")
+    if not limits.within(pre.crop_pct, 0.0, 1.0, lo_open=True):
+        raise BundleError(f"manifest.json: 'model.spec.preprocess.crop_pct' is {pre.crop_pct!r}, expected a finite number in (0, 1]; "
+                          "the bundle is damaged or was edited by hand: rebuild it")

@@ -16,11 +16,13 @@ from typing import Any
 
 import tomllib
 
+from vitedge import limits
 from vitedge.backends import get_backend, list_backends
 from vitedge.backends.tensorrt.members import FamilyOptions
 from vitedge.cpu import read_cpu
 from vitedge.errors import ProfileError, UsageError
 from vitedge.families import is_family, list_families, load_family
+from vitedge.limits import check_number
 from vitedge.paths import targets_dir
 from vitedge.quantize.config import QuantConfig
 
@@ -71,6 +73,18 @@ class Thresholds:
             raise UsageError(f"embedding_cosine_percentile must be in [0, 50] (a low percentile), got {self.embedding_cosine_percentile}")
         if self.min_nn_agreement is not None and not 0 <= self.min_nn_agreement <= 1:
             raise UsageError(f"min_nn_agreement must be a fraction in [0, 1], got {self.min_nn_agreement}")
+        # then every field finite and within its sane bound (vitedge.limits): nan passes the comparisons above
+        check_number("max_top1_drop (points)", self.max_top1_drop, 0.0, limits.MAX_TOP1_DROP)
+        check_number("min_speedup", self.min_speedup, 0.0, limits.MAX_SPEEDUP)
+        if self.max_p99_ms is not None:
+            check_number("max_p99_ms", self.max_p99_ms, 0.0, limits.MAX_P99_MS, lo_open=True)
+        if self.min_speedup_without_vnni is not None:
+            check_number("min_speedup_without_vnni", self.min_speedup_without_vnni, 0.0, limits.MAX_SPEEDUP)
+        for name in ("min_embedding_cosine", "min_embedding_cosine_low"):
+            check_number(name, getattr(self, name), -1.0, 1.0)
+        check_number("embedding_cosine_percentile", self.embedding_cosine_percentile, 0.0, 50.0)
+        if self.min_nn_agreement is not None:
+            check_number("min_nn_agreement", self.min_nn_agreement, 0.0, 1.0)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -175,8 +189,8 @@ def parse_profile(data: dict[str, Any], path: Path) -> TargetProfile:
     if precision not in PRECISIONS:
         raise ProfileError(f"{path}: precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     sizes = data.get("batch_sizes", [1])
-    if not isinstance(sizes, list) or not sizes or not all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in sizes):
-        raise _type_error(path, "batch_sizes", "a non-empty list of positive integers", sizes)
+    if not isinstance(sizes, list) or not sizes or not all(limits.within(b, 1, limits.MAX_BATCH, integer=True) for b in sizes):
+        raise _type_error(path, "batch_sizes", f"a non-empty list of integers in [1, {limits.MAX_BATCH}]", sizes)
     for key in ("name", "description"):
         if key in data and not isinstance(data[key], str):
             raise _type_error(path, key, "a string", data[key])

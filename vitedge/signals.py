@@ -42,6 +42,16 @@ def install() -> None:
         signal.signal(signal.SIGINT, _raise_interrupted)
 
 
+def pending() -> type[KeyboardInterrupt] | None:
+    """The interrupt that arrived during this command (even if something turned it into another error), or None."""
+    return _pending[-1] if _pending else None
+
+
+def reset() -> None:
+    """Forget earlier interrupts: a new command starts (the CLI, run several times in one process by tests)."""
+    _pending.clear()
+
+
 def raise_if_interrupted() -> None:
     """Raise the interrupt that arrived earlier, even if something swallowed it on the way."""
     if _pending:

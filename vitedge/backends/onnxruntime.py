@@ -22,7 +22,7 @@ from vitedge.backends.base import (
 )
 from vitedge.backends.ort_attention import fuse_attention
 from vitedge.errors import BundleError, UsageError
-from vitedge.swap import work_prefix
+from vitedge.limits import MAX_PROFILE_THREADS, check_number
 from vitedge.onnxutil import (
     FLOAT_NCHW,
     INPUT_FORMAT_KEY,
@@ -32,6 +32,7 @@ from vitedge.onnxutil import (
     ort_session,
     save_onnx,
 )
+from vitedge.swap import work_prefix
 
 
 @dataclass(frozen=True)
@@ -50,8 +51,7 @@ class OnnxRuntimeOptions:
             raise UsageError(f"fuse_attention must be true or false, got {self.fuse_attention!r}")
         if self.graph_optimization not in OPTIMIZATION_LEVELS:
             raise UsageError(f"graph_optimization must be one of {', '.join(OPTIMIZATION_LEVELS)}, got '{self.graph_optimization}'")
-        if self.threads < 0:
-            raise UsageError(f"threads must be >= 0, got {self.threads}")
+        check_number("threads", self.threads, 0, MAX_PROFILE_THREADS, integer=True)
 
 
 class OnnxRuntimeRunner(Runner):

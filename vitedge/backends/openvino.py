@@ -28,7 +28,9 @@ from vitedge.backends.base import (
     Runner,
 )
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
+from vitedge.limits import MAX_PROFILE_THREADS, check_number
 from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, get_metadata
+from vitedge.signals import raise_if_interrupted
 
 _HINTS = ("LATENCY", "THROUGHPUT")
 _FLOAT_PRECISIONS = ("f32", "bf16")
@@ -52,8 +54,8 @@ class OpenVinoOptions:
             raise UsageError(f"float_precision must be one of {', '.join(_FLOAT_PRECISIONS)}, got '{self.float_precision}'")
         if self.performance_hint not in _HINTS:
             raise UsageError(f"performance_hint must be one of {', '.join(_HINTS)}, got '{self.performance_hint}'")
-        if self.threads < 0 or self.num_streams < 0:
-            raise UsageError("threads and num_streams must be >= 0")
+        check_number("threads", self.threads, 0, MAX_PROFILE_THREADS, integer=True)
+        check_number("num_streams", self.num_streams, 0, MAX_PROFILE_THREADS, integer=True)
 
 
 def float_precision_used(core: Any, device: str, requested: str) -> str:
@@ -174,6 +176,9 @@ class OpenVinoBackend(Backend):
             try:
                 model = ov.convert_model(str(src))
             except Exception as err:
+                # SIGTERM or Ctrl-C while OpenVINO's frontend runs reaches us as its own conversion error ("Check
+                # 'false' failed ..."): the interrupt it swallowed is raised instead (exit 143/130, not 2)
+                raise_if_interrupted()
                 raise BundleError(f"OpenVINO could not convert {src.name}: {str(err).splitlines()[0][:200]}") from err
             model.set_rt_info(fmt, INPUT_FORMAT_KEY)
             model.set_rt_info(role, ROLE_KEY)

@@ -37,6 +37,7 @@ from vitedge.manifest_sections import (
 from vitedge.memory import release_freed_memory
 from vitedge.models.intake import IntakeOptions, load_model
 from vitedge.onnxutil import INPUT_FORMAT_KEY, copy_onnx, get_metadata, onnx_sha256
+from vitedge.outlock import output_locks
 from vitedge.outputs import interrupted_after, prepare_outputs, work_prefix
 from vitedge.preflight import check_data_labels, preflight
 from vitedge.profiles import TargetProfile, Thresholds, load_profile
@@ -104,6 +105,11 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
     if len(set(names)) != len(names):
         raise UsageError(f"two --target profiles share the name '{next(n for n in names if names.count(n) > 1)}'; rename one")
     dirs = {p.name: d for p, d in zip(profiles, bundle_dirs(req).values())}
+    with output_locks(dirs.values()):  # a second build into the same -o: refused now, not after its work
+        return _build_locked(req, log, profiles, dirs)
+
+
+def _build_locked(req: BuildRequest, log: StageLog, profiles: list[TargetProfile], dirs: dict[str, Path]) -> list[TargetResult]:
     prepare_outputs(dirs.values(), force=req.force, inputs=(req.model, req.calib, req.val))
     backends = {p.name: get_backend(p.backend) for p in profiles}
     preflight(req, profiles, backends, dirs)

@@ -28,6 +28,7 @@ from vitedge.calibration._common import (
 )
 from vitedge.errors import CalibrationError
 from vitedge.fsutil import sha256_bytes
+from vitedge.limits import MAX_IMAGE_PIXELS
 from vitedge.preprocess import preprocess_image
 from vitedge.safefile import MAX_IMAGE_BYTES, FileTooLarge, NotRegularFile, read_bounded
 from vitedge.spec import Preprocess
@@ -70,21 +71,48 @@ def _hidden(name: str) -> bool:
     return name.startswith(".")
 
 
-def scan_images(root: Path) -> tuple[list[str], Counter[str]]:
-    """Relative posix paths of candidate images (sorted), and counts of other extensions."""
+OUTSIDE = "a symlink out of the data folder"
+LOOP = "a symlink loop (or a folder linked twice)"
+
+
+def _inside(real: str, top: str) -> bool:
+    return real == top or real.startswith(top.rstrip(os.sep) + os.sep)
+
+
+def scan_images(root: Path, skipped: dict[str, int] | None = None) -> tuple[list[str], Counter[str]]:
+    """Relative posix paths of candidate images (sorted), and counts of other extensions.
+
+    Symlinks are followed only while they stay inside ``root`` (resolved): a link to `/` or to a
+    folder elsewhere is not walked, and a link back up the tree (a loop) is walked once; each is
+    counted in ``skipped`` under OUTSIDE or LOOP, so the summary says what was left out."""
     found: list[str] = []
     other: Counter[str] = Counter()
+    skipped = skipped if skipped is not None else {}
+    top = os.path.realpath(root)
     seen_dirs: set[str] = set()
     for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
         real = os.path.realpath(dirpath)
+        if not _inside(real, top):  # the walk never gets here (pruned below); kept as the rule
+            dirnames[:] = []
+            continue
         if real in seen_dirs:  # a symlink loop or a folder linked twice
+            count_into(skipped, [LOOP])
             dirnames[:] = []
             continue
         seen_dirs.add(real)
-        dirnames[:] = sorted(d for d in dirnames if not _hidden(d))
+        keep = []
+        for d in sorted(d for d in dirnames if not _hidden(d)):
+            if _inside(os.path.realpath(os.path.join(dirpath, d)), top):
+                keep.append(d)
+            else:
+                count_into(skipped, [OUTSIDE])
+        dirnames[:] = keep
         rel_dir = Path(dirpath).relative_to(root)
         for name in filenames:
             if _hidden(name):
+                continue
+            if not _inside(os.path.realpath(os.path.join(dirpath, name)), top):
+                count_into(skipped, [OUTSIDE])
                 continue
             ext = os.path.splitext(name)[1].lower()
             if ext in IMAGE_EXTENSIONS:
@@ -140,11 +168,16 @@ def _decode(data: bytes) -> Image.Image:
     if not data:
         raise _Skip("empty file")
     try:
-        image = Image.open(io.BytesIO(data))
+        image = Image.open(io.BytesIO(data))  # reads the header only
+        width, height = image.size
+        if width * height > MAX_IMAGE_PIXELS:  # before decoding: a small PNG can claim gigapixels
+            raise _Skip(f"over the decompression-bomb limit of {MAX_IMAGE_PIXELS // 2**20} megapixels")
         image.load()
         return image
+    except _Skip:
+        raise
     except Image.DecompressionBombError:
-        raise _Skip("too large") from None
+        raise _Skip(f"over the decompression-bomb limit of {MAX_IMAGE_PIXELS // 2**20} megapixels") from None
     except UnidentifiedImageError:
         raise _Skip("corrupt") from None
     except OSError as e:
@@ -189,14 +222,15 @@ def open_image_folder(
     class_names: Sequence[str] | None,
     progress: bool,
 ) -> CalibrationSource:
-    rels, other = scan_images(root)
+    skipped: dict[str, int] = {}
+    rels, other = scan_images(root, skipped)
     if not rels:
-        raise CalibrationError(_no_images_message(path_text, other))
+        left_out = "".join(f"; {v} left out: {k}" for k, v in by_count(skipped).items())
+        raise CalibrationError(_no_images_message(path_text, other) + left_out)
     labels, names, notes = _label_map(rels, path_text, class_names)
 
     budget = _common.CACHE_BYTES
     cached = 0
-    skipped: dict[str, int] = {}
     items: list[Item] = []
     results = ordered_map(lambda rel: _check_one(root / rel, pre), rels,
                           progress=progress, description=f"Reading {path_text}")

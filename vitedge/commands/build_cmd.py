@@ -7,10 +7,13 @@ from pathlib import Path
 
 import click
 
+from vitedge import limits
 from vitedge.budget import BudgetSettings
 from vitedge.build.pipeline import BuildRequest, run_build
 from vitedge.build.summary import print_build_summary
 from vitedge.cli_options import (
+    CheckedPath,
+    bounded_int,
     cache_dir_option,
     calib_size_option,
     calibration_method_option,
@@ -33,13 +36,13 @@ from vitedge.ui import StageLog
 
 @click.command("build")
 @with_project_config(require_build, dry_run=True)
-@click.argument("model", type=click.Path(path_type=Path), required=False)
+@click.argument("model", type=CheckedPath(path_type=Path), required=False)
 @click.option("-t", "--target", "targets", multiple=True, metavar="NAME|FILE.toml",
               help="Target profile (see `vitedge targets`) or your own profile file. Repeat for several targets: they share one calibration.")
-@click.option("--calib", type=click.Path(path_type=Path), help="Calibration data: image folder, .npy/.npz, or a video file; "
+@click.option("--calib", type=CheckedPath(path_type=Path), help="Calibration data: image folder, .npy/.npz, or a video file; "
               "a folder holding calib/ + val/ (or train/ + val/) is a split.")
-@click.option("--val", type=click.Path(path_type=Path), default=None, help="Labelled validation data for the parity check (default: the calibration data).")
-@click.option("-o", "--out", type=click.Path(path_type=Path), default=None,
+@click.option("--val", type=CheckedPath(path_type=Path), default=None, help="Labelled validation data for the parity check (default: the calibration data).")
+@click.option("-o", "--out", type=CheckedPath(path_type=Path), default=None,
               help="Bundle folder (one target) or parent of one folder per target. Default: MODEL-TARGET.")
 @click.option("--force", is_flag=True, help="Replace an existing bundle folder.")
 @with_intake
@@ -56,7 +59,7 @@ from vitedge.ui import StageLog
 @click.option("--no-latency", is_flag=True, help="Skip latency measurement (and the speed gate).")
 @click.option("--no-fallback", is_flag=True,
               help="Accuracy budget off: ship the full INT8 graph even when it misses --max-top1-drop/--min-agreement (its gate then fails).")
-@click.option("--fallback-max-evals", type=click.IntRange(min=1), default=12, show_default=True,
+@click.option("--fallback-max-evals", type=bounded_int(1, limits.MAX_FALLBACK_EVALS), default=12, show_default=True,
               help="Accuracy budget: most candidate graphs evaluated (the full INT8 one included) while returning the most harmful layers to float.")
 @cache_dir_option
 @reference_cache_option()

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from vitedge import limits
+from vitedge.cli_options import CheckedPath, bounded_int
 from vitedge.distributed.cluster import (
     INSTALL,
     ClusterSettings,
@@ -19,14 +21,15 @@ from vitedge.distributed.matrix_config import load_matrix
 from vitedge.distributed.matrix_report import print_table, write_reports
 from vitedge.distributed.matrix_rows import ERROR
 from vitedge.errors import GateFailure, UsageError
+from vitedge.outlock import output_locks
 from vitedge.outputs import check_output
 
 
 @click.command("build-matrix")
-@click.argument("matrix", type=click.Path(path_type=Path))
-@click.option("-o", "--out", type=click.Path(path_type=Path), default=None,
+@click.argument("matrix", type=CheckedPath(path_type=Path))
+@click.option("-o", "--out", type=CheckedPath(path_type=Path), default=None,
               help="Parent folder of the bundles (OUT/<model>/<target>/) and the matrix reports. Default: the file's 'out'.")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
+@click.option("--workers", type=bounded_int(1, limits.MAX_WORKERS), default=None,
               help="Rows at a time on a local Ray started for the run. Default: this machine's CPU count.")
 @click.option("--ray-address", default=None, metavar="ADDR", help="Run the rows on an existing Ray cluster (see docs/scale.md).")
 @click.option("--sequential", is_flag=True, help="Build the rows one after another in this process, without Ray.")
@@ -49,6 +52,7 @@ def command(matrix, out, workers, ray_address, sequential, quiet) -> None:
     spec = load_matrix(matrix, out)
     # the one replace rule: the reports OUT already holds are a matrix's (each row's bundle is checked as a bundle)
     check_output(spec.out, "matrix", force=True)
+    click.get_current_context().with_resource(output_locks([spec.out]))  # two matrices into one -o: the second is refused now
     info = (lambda _m: None) if quiet else (lambda m: click.echo(f"  {m}"))
     click.echo(f"build-matrix: {len(spec.rows)} rows ({len({r.model_name for r in spec.rows})} models) -> {spec.out}/")
     if not sequential and not (workers or ray_address) and not ray_available():

@@ -10,6 +10,7 @@ import click
 from vitedge.calibration.sources import open_source
 from vitedge.calibration.split import calibration_part
 from vitedge.cli_options import (
+    CheckedPath,
     cache_dir_option,
     calib_size_option,
     calibration_method_option,
@@ -24,14 +25,15 @@ from vitedge.cli_options import (
 from vitedge.errors import UsageError
 from vitedge.export import ExportOptions, export_onnx
 from vitedge.models.intake import load_model
+from vitedge.outlock import output_locks
 from vitedge.outputs import check_output, work_prefix
 from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
 
 @click.command("calibrate")
-@click.argument("model", type=click.Path(path_type=str))
-@click.option("--calib", type=click.Path(path_type=str), required=True, help="Calibration data: image folder, .npy/.npz, or a video file.")
-@click.option("-o", "--out", "out", type=click.Path(path_type=Path), default=None, help="Write the INT8 Q/DQ ONNX graph here.")
+@click.argument("model", type=CheckedPath(path_type=str))
+@click.option("--calib", type=CheckedPath(path_type=str), required=True, help="Calibration data: image folder, .npy/.npz, or a video file.")
+@click.option("-o", "--out", "out", type=CheckedPath(path_type=Path), default=None, help="Write the INT8 Q/DQ ONNX graph here.")
 @click.option("--force", is_flag=True, help="Replace an existing Q/DQ graph vitedge wrote (never the model or data, nor a file vitedge did not write).")
 @with_intake
 @calib_size_option("Use a seeded subset of N calibration items (default: all).")
@@ -76,6 +78,7 @@ def command(model: str, calib: str, out: Path | None, force: bool, intake, calib
     if weight_range is not None:
         settings["weight_range"] = weight_range
     config = QuantConfig(**settings)  # validates: UsageError with the flag's name
+    click.get_current_context().with_resource(output_locks([out]))  # a second writer of -o: refused now, not after calibrating
 
     loaded = load_model(model, intake)
     spec = loaded.spec

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from vitedge.cli_options import CheckedPath, bounded_float
 from vitedge.errors import GateFailure
 from vitedge.validation.compare import compare_reports, load_report, parse_fraction
 from vitedge.validation.defaults import (
@@ -16,14 +17,14 @@ from vitedge.validation.report import append_step_summary, check_report_dir
 
 
 @click.command("compare")
-@click.argument("old", type=click.Path(path_type=Path))
-@click.argument("new", type=click.Path(path_type=Path))
+@click.argument("old", type=CheckedPath(path_type=Path))
+@click.argument("new", type=CheckedPath(path_type=Path))
 @click.option("--max-latency-regression", default=f"{100 * DEFAULT_MAX_LATENCY_REGRESSION:g}%", show_default=True, metavar="PCT",
               help="Most INT8 median latency growth per batch size: 10% or 0.1.")
-@click.option("--max-accuracy-regression", type=float, default=DEFAULT_MAX_ACCURACY_REGRESSION, show_default=True, metavar="POINTS",
+@click.option("--max-accuracy-regression", type=bounded_float(0.0, 100.0), default=DEFAULT_MAX_ACCURACY_REGRESSION, show_default=True, metavar="POINTS",
               help="Most INT8 top-1 (and agreement with FP32) lost, in percentage points.")
 @click.option("--allow-mismatch", is_flag=True, help="Compare reports of different models or targets anyway (a warning instead of exit 2).")
-@click.option("--report-dir", type=click.Path(path_type=Path), default=None,
+@click.option("--report-dir", type=CheckedPath(path_type=Path), default=None,
               help="Write compare.json, compare.md and compare-junit.xml there.")
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict.")
 def command(old, new, max_latency_regression, max_accuracy_regression, allow_mismatch, report_dir, quiet) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from vitedge.cli_options import CheckedPath
 from vitedge.errors import UsageError
 from vitedge.project_config import (
     CONFIG_NAME,
@@ -19,7 +20,7 @@ from vitedge.project_config import (
 
 
 @click.command("config")
-@click.option("--config", "config_path", type=click.Path(path_type=Path), default=None, metavar="FILE",
+@click.option("--config", "config_path", type=CheckedPath(path_type=Path), default=None, metavar="FILE",
               help="Check this file instead of the one found from the working directory upward.")
 def command(config_path) -> None:
     """Find the project config (vitedge.toml, or [tool.vitedge] in pyproject.toml, from the working

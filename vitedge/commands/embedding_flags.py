@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import click
 
+from vitedge.cli_options import bounded_float
+
 EMBEDDING_THRESHOLDS = ("min_embedding_cosine", "min_embedding_cosine_low", "min_nn_agreement")
 
 
 def embedding_gate_flags(func):
     """Adds the flags; the command receives them as keyword arguments named as in EMBEDDING_THRESHOLDS."""
     for deco in reversed([
-        click.option("--min-embedding-cosine", type=click.FloatRange(-1.0, 1.0), default=None,
+        click.option("--min-embedding-cosine", type=bounded_float(-1.0, 1.0), default=None,
                      help="Gate for embedding models: least mean cosine of INT8 vs FP32 embeddings (overrides the profile)."),
-        click.option("--min-embedding-cosine-low", type=click.FloatRange(-1.0, 1.0), default=None,
+        click.option("--min-embedding-cosine-low", type=bounded_float(-1.0, 1.0), default=None,
                      help="Gate for embedding models: least low-percentile (profile's embedding_cosine_percentile, default p5) cosine."),
-        click.option("--min-nn-agreement", type=click.FloatRange(0.0, 1.0), default=None,
+        click.option("--min-nn-agreement", type=bounded_float(0.0, 1.0), default=None,
                      help="Gate embedding models on nearest-neighbour agreement with FP32 too (a fraction; off unless given)."),
     ]):
         func = deco(func)

@@ -6,14 +6,15 @@ from pathlib import Path
 
 import click
 
+from vitedge.cli_options import CheckedPath
 from vitedge.build.engine_completion import complete_bundle
 from vitedge.errors import GateFailure
 from vitedge.ui import StageLog
 
 
 @click.command("engine")
-@click.argument("bundle", type=click.Path(path_type=Path))
-@click.option("--val", type=click.Path(path_type=Path), default=None,
+@click.argument("bundle", type=CheckedPath(path_type=Path))
+@click.option("--val", type=CheckedPath(path_type=Path), default=None,
               help="Labelled validation data: validate the engine against its FP32 reference engine here.")
 @click.option("--force", is_flag=True, help="Rebuild an engine the bundle already holds (e.g. for this device).")
 @click.option("--no-latency", is_flag=True, help="Skip latency measurement (and the speed gate).")

@@ -6,18 +6,19 @@ from pathlib import Path
 
 import click
 
-from vitedge.cli_options import with_intake
+from vitedge.cli_options import CheckedPath, bounded_int, with_intake
 from vitedge.errors import UsageError
 from vitedge.export import ExportOptions, export_onnx
 from vitedge.models.intake import load_model
+from vitedge.outlock import output_locks
 from vitedge.outputs import check_output
 
 
 @click.command("export")
-@click.argument("model", type=click.Path(path_type=str))
-@click.option("-o", "--out", "out", type=click.Path(path_type=Path), required=True, help="Where to write the FP32 ONNX graph.")
+@click.argument("model", type=CheckedPath(path_type=str))
+@click.option("-o", "--out", "out", type=CheckedPath(path_type=Path), required=True, help="Where to write the FP32 ONNX graph.")
 @with_intake
-@click.option("--opset", type=int, default=17, show_default=True, help="ONNX opset (17 or newer).")
+@click.option("--opset", type=bounded_int(1, 100), default=17, show_default=True, help="ONNX opset (17 or newer).")
 @click.option("--bake-preprocess", is_flag=True, help="The graph takes uint8 NHWC frames (RGB; grey for a 1-channel model) and normalises them itself.")
 @click.option("--force", is_flag=True, help="Replace an existing FP32 graph vitedge exported (never the model, nor a file vitedge did not write).")
 def command(model: str, out: Path, intake, opset: int, bake_preprocess: bool, force: bool) -> None:
@@ -29,6 +30,7 @@ def command(model: str, out: Path, intake, opset: int, bake_preprocess: bool, fo
         raise UsageError(f"-o/--out should name an .onnx file, got {out}")
     check_output(out, "fp32-onnx", force=force, inputs=(Path(model),))  # the one replace rule (vitedge/outputs.py)
     options = ExportOptions(opset=opset, bake_preprocess=bake_preprocess)
+    click.get_current_context().with_resource(output_locks([out]))  # a second writer of -o: refused now, not after the export
     loaded = load_model(model, intake)
     result = export_onnx(loaded, out, options)
     click.echo(result.one_line())

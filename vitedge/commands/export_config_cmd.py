@@ -6,14 +6,15 @@ from pathlib import Path
 
 import click
 
+from vitedge.cli_options import CheckedPath
 from vitedge.camera_apps.exports import export_config
 
 
 @click.command("export-config")
-@click.argument("bundle", type=click.Path(path_type=Path))
+@click.argument("bundle", type=CheckedPath(path_type=Path))
 @click.option("--for", "kind", type=click.Choice(["deepstream", "triton"]), required=True,
               help="deepstream: an nvinfer config (config_infer.txt, labels); triton: a model repository (<name>/config.pbtxt, <name>/1/<artifact>).")
-@click.option("-o", "--out", type=click.Path(path_type=Path), default=None,
+@click.option("-o", "--out", type=CheckedPath(path_type=Path), default=None,
               help="Folder to write (outside the bundle). Default: BUNDLE-deepstream or BUNDLE-triton beside the bundle.")
 @click.option("--force", is_flag=True, help="Replace an existing output folder.")
 def command(bundle: Path, kind: str, out: Path | None, force: bool) -> None:

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import click
 
-from vitedge.cli_options import MODEL_OPTION_NAMES, with_intake
+from vitedge.cli_options import MODEL_OPTION_NAMES, CheckedPath, with_intake
+from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_write_path
 from vitedge.models.intake import load_model
 from vitedge.profiles import list_profiles, resolve_profile_path
@@ -17,12 +18,12 @@ from vitedge.project_init import config_target, render_config
 
 
 @click.command("init")
-@click.argument("model", type=click.Path(path_type=Path))
-@click.option("--calib", type=click.Path(path_type=Path, exists=True), default=None, help="Calibration data to write into the config.")
-@click.option("--val", type=click.Path(path_type=Path, exists=True), default=None, help="Validation data to write into the config.")
+@click.argument("model", type=CheckedPath(path_type=Path))
+@click.option("--calib", type=CheckedPath(path_type=Path, exists=True), default=None, help="Calibration data to write into the config.")
+@click.option("--val", type=CheckedPath(path_type=Path, exists=True), default=None, help="Validation data to write into the config.")
 @click.option("-t", "--target", "targets", multiple=True, metavar="NAME", help="Targets to write (default: onnx).")
 @click.option("--output", default="build", show_default=True, help="Bundle folder to write into the config.")
-@click.option("-o", "--out", "config_out", type=click.Path(path_type=Path), default=None,
+@click.option("-o", "--out", "config_out", type=CheckedPath(path_type=Path), default=None,
               help="Where to write the config (default: ./vitedge.toml).")
 @click.option("--force", is_flag=True, help="Replace a config `vitedge init` wrote earlier (never pyproject.toml, the model, or a file it did not write).")
 @with_intake

@@ -8,14 +8,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from vitedge.cli_options import with_intake
+from vitedge.cli_options import CheckedPath, with_intake
 from vitedge.errors import UsageError
 from vitedge.models.intake import load_model
 from vitedge.models.presets import PRESETS
 
 
 @click.command("inspect")
-@click.argument("model", type=click.Path(path_type=str), required=False)
+@click.argument("model", type=CheckedPath(path_type=str), required=False)
 @with_intake
 @click.option("--json", "as_json", is_flag=True, help="Print the spec as JSON.")
 @click.option("--list-archs", is_flag=True, help="List the named presets --arch accepts.")

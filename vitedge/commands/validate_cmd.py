@@ -8,13 +8,18 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from vitedge import limits
 from vitedge.calibration.sources import open_source
 from vitedge.calibration.split import validation_part
 from vitedge.cli_options import (
+    CheckedPath,
+    bounded_float,
+    bounded_int,
     cache_dir_option,
     int8_cache_option,
     reference_cache_option,
     seed_option,
+    threads_type,
     threshold_options,
 )
 from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides
@@ -25,6 +30,7 @@ from vitedge.distributed.ray_validate import (
 )
 from vitedge.errors import CalibrationError, DataError, GateFailure, UsageError
 from vitedge.manifest import verify_bundle
+from vitedge.outlock import output_locks
 from vitedge.outputs import check_output
 from vitedge.profiles import Thresholds
 from vitedge.project_config import config_bundles, with_project_config
@@ -42,26 +48,26 @@ from vitedge.validation.report import append_step_summary, check_report_dir
 
 @click.command("validate")
 @with_project_config()
-@click.argument("bundle", type=click.Path(path_type=Path), required=False)
-@click.option("--data", type=click.Path(path_type=Path), default=None,
+@click.argument("bundle", type=CheckedPath(path_type=Path), required=False)
+@click.option("--data", type=CheckedPath(path_type=Path), default=None,
               help="Labelled validation data: image folder (one subfolder per class), .npy/.npz, or video. "
                    "Default: exactly what the build validated on, if it still exists unchanged. "
                    "A folder holding calib/ + val/ means its val/.")
-@click.option("--data-size", type=click.IntRange(min=1), default=None, help="Use a seeded subset of N items of --data.")
+@click.option("--data-size", type=bounded_int(1, limits.MAX_ITEMS), default=None, help="Use a seeded subset of N items of --data.")
 @seed_option("Seed of the --data-size subset.")
-@click.option("--report-dir", type=click.Path(path_type=Path), default=None,
+@click.option("--report-dir", type=CheckedPath(path_type=Path), default=None,
               help="Where to write validation.json, summary.md, junit.xml and plots. Default: BUNDLE/report/.")
 @threshold_options
 @click.option("--no-latency", is_flag=True, help="Skip latency measurement (and the speed thresholds).")
-@click.option("--latency-seconds", type=click.FloatRange(min=0.0), default=DEFAULT_LATENCY_SECONDS, show_default=True,
+@click.option("--latency-seconds", type=bounded_float(0.0, limits.MAX_LATENCY_SECONDS, lo_open=True), default=DEFAULT_LATENCY_SECONDS, show_default=True,
               help="Least timed seconds per model and batch size before the median may be called stable.")
 @click.option("--sensitivity/--no-sensitivity", default=True, show_default=True,
               help="Per-layer sensitivity: each INT8 layer alone vs FP32, on ONNX Runtime.")
-@click.option("--sensitivity-samples", type=click.IntRange(min=1), default=DEFAULT_SENSITIVITY_SAMPLES, show_default=True,
+@click.option("--sensitivity-samples", type=bounded_int(1, limits.MAX_SENSITIVITY_SAMPLES), default=DEFAULT_SENSITIVITY_SAMPLES, show_default=True,
               help="Inputs the sensitivity runs on (the first N of the data).")
-@click.option("--threads", type=click.IntRange(min=1), default=None, help="Runtime threads (default: the profile's).")
+@click.option("--threads", type=threads_type(), default=None, help="Runtime threads (default: the profile's).")
 @embedding_gate_flags
-@click.option("--workers", type=click.IntRange(min=1), default=None,
+@click.option("--workers", type=bounded_int(1, limits.MAX_WORKERS), default=None,
               help="Shard the data over N Ray workers on a local Ray started for the run (needs vitedge[ray]); same metrics.")
 @click.option("--ray-address", default=None, metavar="ADDR",
               help="Shard the data over an existing Ray cluster (e.g. auto, ray://head:10001); see docs/scale.md.")
@@ -101,6 +107,8 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
         # a folder holding it; outside BUNDLE/report, never inside the bundle (its files are hashed)
         own = Path(os.path.abspath(d)) == Path(os.path.abspath(b / "report"))
         check_output(d, "report", force=True, inputs=(data,), reads=() if own else (b,), flag="--report-dir")
+    # two validations writing one report folder: the second is refused now (a missing bundle is not created for its lock)
+    ctx.with_resource(output_locks([d for d in dirs.values() if report_dir is not None or d.parent.is_dir()], flag="--report-dir"))
     failed = []
     scale = scale_from_flags(workers, ray_address)
     with ray_session(scale):

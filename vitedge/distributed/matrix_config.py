@@ -25,14 +25,17 @@ target is one UsageError naming the matrix file and the entry.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import tomllib
 
+from vitedge import limits
 from vitedge.errors import ProfileError, UsageError
-from vitedge.profiles import load_profile
+from vitedge.limits import check_number
+from vitedge.profiles import Thresholds, load_profile
 
 BUILD_KEYS = {"calib_size": int, "seed": int, "latency": bool, "max_top1_drop": (int, float), "min_agreement": (int, float),
               "min_speedup": (int, float), "max_p99_ms": (int, float), "fallback": bool, "cache_dir": str}
@@ -114,6 +117,13 @@ def _build_settings(matrix: Path, base: Path, data: Any) -> BuildSettings:
     thresholds = tuple((k, float(data[k])) for k in ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms") if k in data)
     if data.get("calib_size") is not None and data["calib_size"] < 1:
         raise UsageError(_where(matrix, "[build] calib_size must be at least 1"))
+    try:  # every number within its sane bound (vitedge.limits), before any row is built
+        if data.get("calib_size") is not None:
+            check_number("calib_size", data["calib_size"], 1, limits.MAX_ITEMS, integer=True)
+        check_number("seed", data.get("seed", 0), 0, limits.MAX_SEED, integer=True)
+        Thresholds(**dict(thresholds))
+    except UsageError as err:
+        raise UsageError(_where(matrix, f"[build] {err}")) from None
     cache = data.get("cache_dir")
     return BuildSettings(calib_size=data.get("calib_size"), seed=int(data.get("seed", 0)), latency=bool(data.get("latency", True)),
                          fallback=bool(data.get("fallback", True)),
@@ -142,6 +152,7 @@ def load_matrix(path: Path, out: Path | None = None) -> Matrix:
     rows: list[MatrixRow] = []
     names: set[str] = set()
     profiles: dict[str, str] = {}
+    bundles: dict[str, str] = {}  # where each row writes -> the row: two rows into one folder are refused
     for i, m in enumerate(models):
         where = f"[[models]] #{i + 1}"
         if not isinstance(m, dict):
@@ -169,5 +180,31 @@ def load_matrix(path: Path, out: Path | None = None) -> Matrix:
                     profiles[t] = load_profile(t).name
                 except ProfileError as err:
                     raise UsageError(_where(path, f"{where}: {err}")) from None
-            rows.append(MatrixRow(name, model, t, profiles[t], calib, val, out_dir / name / Path(profiles[t]).name, settings))
+            bundle = _bundle_path(path, out_dir, where, name, t, profiles[t])
+            key = os.path.normcase(os.path.abspath(bundle))
+            if key in bundles:
+                raise UsageError(_where(path, f"rows {bundles[key]} and {name} / {t} both write {bundle}: two profiles with the name "
+                                              f"'{profiles[t]}'; give one a distinct 'name' (bundles go to OUT/<model>/<profile name>/)"))
+            bundles[key] = f"{name} / {t}"
+            rows.append(MatrixRow(name, model, t, profiles[t], calib, val, bundle, settings))
     return Matrix(path, out_dir, tuple(rows))
+
+
+def _folder_name(matrix: Path, where: str, what: str, value: str) -> str:
+    """``value`` as one folder name under OUT; a UsageError for a name that could leave it (``..``, ``/abs``, ``a/b``)."""
+    if (not value or value in (".", "..") or "/" in value or "\\" in value or "\0" in value or value != value.strip()
+            or any(ord(c) < 32 for c in value)):
+        raise UsageError(_where(matrix, f"{where} {what} {value!r} is not a plain folder name (no '/', '..', absolute path or "
+                                        "control character): each row is written to OUT/<model>/<profile name>/; rename it"))
+    return value
+
+
+def _bundle_path(matrix: Path, out_dir: Path, where: str, name: str, target: str, profile_name: str) -> Path:
+    """OUT/<model>/<profile name>, refused when it would not stay inside OUT (even through a symlink)."""
+    bundle = out_dir / _folder_name(matrix, where, "name", name) / _folder_name(matrix, f"{where} target {target}:", "profile name", profile_name)
+    root = os.path.realpath(out_dir)
+    real = os.path.realpath(bundle)
+    if os.path.commonpath([root, real]) != root or real == root:
+        raise UsageError(_where(matrix, f"{where}: row {name} / {target} would be written to {real}, outside the output folder {root} "
+                                        "(a symlink inside it?); remove the link or choose another out"))
+    return bundle

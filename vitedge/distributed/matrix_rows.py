@@ -14,10 +14,15 @@ from typing import Any
 
 from vitedge.budget import BudgetSettings
 from vitedge.build.pipeline import BuildRequest, run_build
+from vitedge.calibration.sources import open_source
+from vitedge.calibration.split import resolve_data
 from vitedge.distributed.matrix_config import MatrixRow
 from vitedge.errors import VitedgeError
 from vitedge.fsutil import sha256_file
 from vitedge.manifest import read_manifest, verify_bundle
+from vitedge.onnxutil import onnx_sha256
+from vitedge.profiles import load_profile
+from vitedge.validation.data_record import DataRecord
 from vitedge.ui import StageLog
 
 PASS, FAIL, NOT_VALIDATED, ERROR = "pass", "fail", "not validated", "error"
@@ -42,7 +47,8 @@ class RowResult:
 
 
 def completed_manifest(row: MatrixRow):
-    """The manifest of ``row``'s bundle when it is complete and of this row; None otherwise."""
+    """The manifest of ``row``'s bundle when it is complete and was built from exactly what the row asks
+    (resume_mismatch); None otherwise, and the row is built again."""
 
     if not (row.bundle / "manifest.json").is_file():
         return None
@@ -50,11 +56,74 @@ def completed_manifest(row: MatrixRow):
         manifest = verify_bundle(row.bundle)
     except VitedgeError:
         return None
-    if manifest.target.get("name") != row.target_name or manifest.model.get("source") != row.model.name:
-        return None
-    if row.model.is_file() and row.model.suffix != ".onnx" and manifest.model.get("source_sha256") != sha256_file(row.model):
+    if resume_mismatch(row, manifest) is not None:
         return None
     return manifest
+
+
+def resume_mismatch(row: MatrixRow, manifest) -> str | None:
+    """Why ``row`` must not be resumed from the complete bundle ``manifest`` describes, or None.
+
+    A verdict is reused only when it was reached on what the row asks now: the same model bytes
+    (its sha256; a model folder records none, so it is always rebuilt), the same target profile
+    (backend, batch sizes, backend options, quantization), the same gate (the profile's thresholds
+    with the matrix's overrides), the same build settings (calibration subset and seed, latency,
+    accuracy budget) and the same data (the content hash of the calibration and validation items
+    the build used, computed again here)."""
+
+    if manifest.target.get("name") != row.target_name or manifest.model.get("source") != row.model.name:
+        return "another model or target"
+    if not row.model.is_file():
+        return "the model is a folder, whose content the manifest does not hash"
+    digest = (onnx_sha256 if row.model.suffix.lower() == ".onnx" else sha256_file)(row.model)
+    if manifest.model.get("source_sha256") != digest:
+        return "the model file changed"
+    try:
+        profile = load_profile(row.target)
+    except VitedgeError as err:
+        return f"its profile cannot be read ({err})"
+    recorded = dict(manifest.target.get("profile") or {})
+    current = profile.to_dict()
+    for d in (recorded, current):
+        d.pop("source", None)
+    if recorded != current:
+        return "the target profile changed"
+    validation = manifest.validation or {}
+    s = row.settings
+    wanted = profile.thresholds.with_overrides(dict(s.thresholds)).to_dict()
+    got = {k: v for k, v in (validation.get("thresholds") or {}).items() if k not in ("overridden", "notes")}
+    if validation and got != wanted:
+        return "other thresholds"
+    calibration = (manifest.calibration or {}).get("calibration") or {}
+    if calibration.get("subset_size") != s.calib_size or int(calibration.get("seed") or 0) != s.seed:
+        return "another calibration subset or seed"
+    if validation and bool((validation.get("latency") or {}).get("measured")) != s.latency:
+        return "latency measured differently"
+    budget = (manifest.quantization or {}).get("budget") or {}
+    if (budget.get("status", "off") != "off") != s.fallback:  # "off": the build ran without the budget
+        return "another accuracy-budget setting"
+    return _data_mismatch(row, manifest, calibration)
+
+
+def _data_mismatch(row: MatrixRow, manifest, calibration: dict[str, Any]) -> str | None:
+    """The calibration and validation items of the row hashed again, against what the build recorded."""
+
+    try:
+        spec = manifest.spec
+        calib_path, val_path, _ = resolve_data(row.calib, row.val, spec.class_names)
+        s = row.settings
+        calib = open_source(calib_path, spec.preprocess, limit=s.calib_size, seed=s.seed, class_names=spec.class_names,
+                            progress=False)
+        if calibration.get("data_hash") != calib.summary.data_hash:
+            return "other calibration data"
+        recorded = DataRecord.from_manifest(manifest)
+        val_hash = calib.summary.data_hash if val_path is None else open_source(
+            val_path, spec.preprocess, class_names=spec.class_names, progress=False).summary.data_hash
+        if recorded is None or recorded.data_hash != val_hash:
+            return "other validation data"
+    except VitedgeError as err:
+        return f"its data cannot be read ({err})"
+    return None
 
 
 def _metrics(validation: dict[str, Any] | None) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.errors import ModelLoadError, UsageError
+from vitedge.limits import check_attention_fits
 from vitedge.models import build, checks, families
 from vitedge.models import channels as chan
 from vitedge.models.formats import RawModel, read_model_file
@@ -96,7 +97,10 @@ def load_model(path: str | Path, options: IntakeOptions | None = None) -> Loaded
     if options.model_class and raw.kind != "state_dict":
         raise UsageError(f"--model-class needs a state_dict checkpoint, but {path} holds a {raw.kind.replace('_', ' ')}")
     loader = _LOADERS[raw.kind]
-    return loader(raw, options)
+    loaded = loader(raw, options)
+    spec = loaded.spec
+    check_attention_fits(spec.num_tokens, spec.num_heads, spec.image_size)  # before any export allocates for it
+    return loaded
 
 
 # --------------------------------------------------------------------------- state dicts

@@ -25,6 +25,27 @@ rebuild of an unchanged model, or `vitedge validate` run again on the same machi
 the quantized graph, the runtime or the CPU misses and runs the artifact. The user turns that
 reuse off alone with ``--no-int8-cache`` (``int8_outputs=False``), or every reuse with
 ``--no-reference-cache``; validation.json records where each side's outputs came from.
+
+A cached output must not be able to forge a verdict (INT8 outputs copied from FP32 would give 100 %
+agreement), so nothing is believed on its name alone:
+
+- **Every entry is authenticated.** vitedge creates a per-cache secret, ``reference/.key`` (32 random
+  bytes, mode 0600, created exclusively, never followed through a symlink), and stores in each entry
+  an HMAC-SHA256 over its metadata and the bytes of its outputs and labels. An entry without a valid
+  HMAC (written by anything else, edited, or copied from another cache) is ignored with a one-line
+  warning and recomputed. A key that is not a regular file of this user, private to it (no group or
+  other permission bits), is not used: then nothing is read from or written to the cache (one
+  warning says so). This stops anyone who can write to the cache folder but cannot read the key
+  (another user of a shared or world-writable cache); it cannot stop someone running as the same
+  user, who can read the key too.
+- **An INT8 hit is spot-checked.** Before cached INT8 outputs are believed, ``verify_sample`` runs
+  the artifact again on up to ``SAMPLE_BATCHES`` batches picked at random (``secrets``, so not
+  predictable from the entry) with exactly the batch composition and settings the entry was computed
+  with, and compares them with the cached rows. Any difference beyond float noise rejects the entry
+  (warning) and the whole data set runs. This also catches an entry that is authentic but wrong (a
+  runtime that changed behind an unchanged version string, a bug in the key). It costs one or two
+  batches of INT8 inference on a warm rebuild. The FP32 side is authenticated only (a spot check
+  would open the FP32 model, which is what its cache saves).
 """
 
 from __future__ import annotations
@@ -32,9 +53,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +73,9 @@ from vitedge.onnxutil import onnx_sha256
 from vitedge.quantize.cache import cache_key, default_cache_dir
 from vitedge.validation.accuracy import Outputs, collect_outputs
 
-FORMAT = "vitedge-reference-cache-1"
+FORMAT = "vitedge-reference-cache-2"  # 2: entries carry an HMAC (see the module docstring)
+KEY_FILE = ".key"
+SAMPLE_BATCHES = 2  # batches of a cached INT8 entry run again before it is believed
 SUBDIR = "reference"
 MAX_BYTES = 2 * 2**30  # the reference/ folder is pruned, least recently used first, past this size
 
@@ -172,6 +198,50 @@ class ReferenceCache:
     def __init__(self, settings: ReferenceCacheSettings):
         self.settings = settings
         self.folder = settings.folder()
+        self._key: bytes | None = None
+
+    def secret(self) -> bytes:
+        """This cache's HMAC key, created on first use (0600); an OSError when it cannot be made or is not
+        private to this user (then the cache is not used)."""
+        if self._key is not None:
+            return self._key
+        path = self.folder / KEY_FILE
+        self.folder.mkdir(parents=True, exist_ok=True)
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except FileExistsError:
+            pass
+        else:
+            try:
+                os.write(fd, secrets.token_bytes(32))
+            finally:
+                os.close(fd)
+        try:
+            fd = os.open(path, flags)
+        except OSError as err:
+            raise OSError(err.errno, f"its key {path} cannot be opened ({err.strerror}; a symlink?)") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or (hasattr(os, "getuid") and st.st_uid != os.getuid()) or st.st_mode & 0o077:
+                raise OSError(1, f"its key {path} is not a private file of this user (mode {stat.S_IMODE(st.st_mode):o}, "
+                                 f"owner uid {st.st_uid}); remove it and vitedge makes a new one")
+            key = os.read(fd, 64)
+        finally:
+            os.close(fd)
+        if len(key) < 32:
+            raise OSError(5, f"its key {path} is truncated; remove it and vitedge makes a new one")
+        self._key = key
+        return key
+
+    def mac(self, meta_json: str, values: np.ndarray, labels: np.ndarray | None) -> str:
+        h = hmac.new(self.secret(), meta_json.encode("utf-8"), hashlib.sha256)
+        h.update(b"\0values\0" + str(values.dtype).encode() + str(values.shape).encode())
+        h.update(np.ascontiguousarray(values).tobytes())
+        if labels is not None:
+            h.update(b"\0labels\0" + str(labels.dtype).encode() + str(labels.shape).encode())
+            h.update(np.ascontiguousarray(labels).tobytes())
+        return h.hexdigest()
 
     def path_for(self, key: str) -> Path:
         return self.folder / f"{key}.npz"
@@ -183,11 +253,15 @@ class ReferenceCache:
             return None, None
         try:
             with np.load(path, allow_pickle=False) as data:
-                meta = json.loads(str(data["meta"]))
+                meta_json = str(data["meta"])
+                meta = json.loads(meta_json)
                 values = np.array(data["values"], dtype=np.float32)
                 labels = np.array(data["labels"]) if "labels" in data.files else None
+                mac = str(data["mac"]) if "mac" in data.files else ""
             if meta.get("format") != FORMAT or meta.get("key") != key:
                 raise ValueError("written for another key or format")
+            if not hmac.compare_digest(mac, self.mac(meta_json, values, labels)):
+                raise ValueError("its HMAC does not match this cache's key: not written by this cache, or edited")
             if values.ndim != 2 or len(values) != items or (labels is not None and len(labels) != items):
                 raise ValueError(f"holds {len(values)} outputs for {items} inputs")
         except Exception as err:  # noqa: BLE001 - corrupt, truncated, foreign: recompute and overwrite
@@ -200,9 +274,10 @@ class ReferenceCache:
         arrays: dict[str, np.ndarray] = {"values": np.asarray(outputs.values, dtype=np.float32)}
         if outputs.labels is not None:
             arrays["labels"] = np.asarray(outputs.labels)
-        meta = {"format": FORMAT, "key": key, "parts": parts}
+        meta_json = json.dumps({"format": FORMAT, "key": key, "parts": parts}, sort_keys=True)
+        mac = self.mac(meta_json, arrays["values"], arrays.get("labels"))
         with atomic_write_path(path) as tmp, open(tmp, "wb") as f:
-            np.savez(f, meta=np.array(json.dumps(meta, sort_keys=True)), **arrays)
+            np.savez(f, meta=np.array(meta_json), mac=np.array(mac), **arrays)
         self.prune(keep=path)
         return path
 
@@ -227,18 +302,29 @@ class ReferenceCache:
 
 def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCacheSettings | None,
                       key_of: Callable[[], dict[str, Any]], compute: Callable[[], Outputs] | None = None,
-                      label: str = "FP32 reference", keep: Callable[[Outputs], bool] | None = None) -> tuple[Outputs, ReferenceLookup]:
+                      label: str = "FP32 reference", keep: Callable[[Outputs], bool] | None = None,
+                      verify: Callable[[Outputs], str | None] | None = None) -> tuple[Outputs, ReferenceLookup]:
     """The outputs of ``runner`` (the FP32 reference unless ``label`` says otherwise) on ``source``: read
     from the cache when ``settings`` enable it and an entry for ``key_of()`` (its key parts) exists;
     otherwise computed at ``batch`` (or by ``compute``, a caller's own pass) and stored, unless
-    ``keep(outputs)`` says they are not worth storing (a partial pass)."""
+    ``keep(outputs)`` says they are not worth storing (a partial pass). A hit is believed only when
+    ``verify(outputs)`` (if given: ``verify_sample``) returns None; its reason otherwise, and the
+    outputs are computed."""
     run = compute or (lambda: collect_outputs(runner, source, pre, batch_size=batch))
     if settings is None or not settings.enabled:
         return run(), ReferenceLookup(OFF, batch, label=label)
     parts = key_of()
     key = cache_key(parts)
     cache = ReferenceCache(settings)
+    try:
+        cache.secret()
+    except OSError as err:  # no private key: nothing cached can be authenticated, so nothing is read or written
+        note = f"the validation cache in {cache.folder} is not used: {err.strerror or err}"
+        return run(), ReferenceLookup(MISS, batch, key, None, note, label=label)
     found, note = cache.load(key, len(source))
+    rejected = verify(found) if found is not None and verify is not None else None
+    if rejected is not None:
+        note, found = f"ignored the validation cache entry {cache.path_for(key)}: {rejected}; recomputed", None
     if found is not None:
         with contextlib.suppress(OSError):
             os.utime(cache.path_for(key))  # pruning removes the least recently used entries first
@@ -253,3 +339,25 @@ def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCac
         note = (note + "; " if note else "") + f"could not write the validation cache in {cache.folder}: {err.strerror or err}"
     return outputs, ReferenceLookup(MISS, batch, key, path, note, label=label)
 
+
+
+def verify_sample(run_batch: Callable[[Any], np.ndarray], source, batch: int, cached: Outputs,
+                  batches: int = SAMPLE_BATCHES) -> str | None:
+    """Run ``batches`` batches of ``source`` picked at random again (``run_batch(images) -> outputs``, the
+    same runner and batch composition the cached outputs were computed with) and compare them with
+    ``cached``; None when they agree to float noise, else what differed."""
+    count = -(-len(source) // batch)
+    picks = sorted(secrets.SystemRandom().sample(range(count), min(batches, count)))
+    for j in picks:
+        start = j * batch
+        part = source.shard(start, min(start + batch, len(source)))
+        got = np.concatenate([np.asarray(run_batch(b.images), dtype=np.float32) for b in part.batches(batch)])
+        want = cached.values[start:start + len(got)]
+        if got.shape != want.shape:
+            return f"its outputs have shape {want.shape[1:]}, the artifact's {got.shape[1:]}"
+        scale = float(np.max(np.abs(got))) if got.size else 0.0
+        err = float(np.max(np.abs(got - want))) if got.size else 0.0
+        if not np.isfinite(err) or err > 1e-4 * max(scale, 1.0):
+            return (f"items {start}..{start + len(got) - 1} run again differ from the cached outputs by up to {err:.3g} "
+                    f"(output scale {scale:.3g}): not the outputs of this artifact")
+    return None

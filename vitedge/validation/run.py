@@ -36,6 +36,7 @@ from vitedge.validation.reference_cache import (
     ReferenceCacheSettings,
     key_parts,
     reference_outputs,
+    verify_sample,
 )
 from vitedge.validation.sanity import fp32_warnings
 
@@ -202,7 +203,11 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
                                         compute=lambda: outputs_of("fp32", reference_path))
         got, int8_lookup = reference_outputs(None, source, pre, batch=batch, settings=int8_cache, label="INT8 artifact",
                                              key_of=lambda: key_parts(model_path, source, pre, backend, options, threads, batch),
-                                             compute=lambda: outputs_of("int8", model_path))
+                                             compute=lambda: outputs_of("int8", model_path),
+                                             # cached INT8 outputs are believed only after a random sample runs again
+                                             verify=lambda cached: verify_sample(
+                                                 lambda images: runner("int8", model_path).infer(feed_for(runner("int8", model_path), images, pre)),
+                                                 source, batch, cached))
         for found in (lookup, int8_lookup):
             if found.note:
                 info("WARNING " + found.note)

@@ -34,6 +34,7 @@ from vitedge.backends.tensorrt import versions as tv
 from vitedge.backends.tensorrt.versions import trtexec_flag_available
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_write_path
+from vitedge.limits import MAX_BATCH, MAX_DLA_CORE, MAX_WORKSPACE_MB, check_number
 from vitedge.onnxutil import graph_inputs, opset_version
 
 FLOAT_PRECISIONS = ("fp16", "fp32")
@@ -72,16 +73,13 @@ class TensorRtOptions:
     trt_major: int = 0  # where TensorRT is absent: the major the device runs (8, 10, 11); 0 = assume 10
 
     def __post_init__(self) -> None:
-        if self.workspace_mb < 1:
-            raise UsageError(f"workspace_mb must be >= 1 (MiB), got {self.workspace_mb}")
+        check_number("workspace_mb", self.workspace_mb, 1, MAX_WORKSPACE_MB, integer=True)
         if not 0 <= self.builder_optimization_level <= MAX_OPT_LEVEL:
             raise UsageError(f"builder_optimization_level must be 0-{MAX_OPT_LEVEL}, got {self.builder_optimization_level}")
-        if self.opt_batch < 0:
-            raise UsageError(f"opt_batch must be >= 0 (0 = the largest batch size), got {self.opt_batch}")
+        check_number("opt_batch (0 = the largest batch size)", self.opt_batch, 0, MAX_BATCH, integer=True)
         if self.float_precision not in FLOAT_PRECISIONS:
             raise UsageError(f"float_precision must be one of {', '.join(FLOAT_PRECISIONS)}, got '{self.float_precision}'")
-        if self.dla_core < -1:
-            raise UsageError(f"dla_core must be -1 (no DLA) or a DLA core index >= 0, got {self.dla_core}")
+        check_number("dla_core (-1 = no DLA)", self.dla_core, -1, MAX_DLA_CORE, integer=True)
         if self.hardware_compatibility not in HARDWARE_COMPAT:
             raise UsageError(f"hardware_compatibility must be one of {', '.join(HARDWARE_COMPAT)}, got '{self.hardware_compatibility}'")
         if self.trt_major not in TRT_MAJORS:
