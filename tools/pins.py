@@ -86,6 +86,11 @@ def _cpu_isa() -> str:
     return next((f for f in ("amx_int8", "avx512_vnni", "avx_vnni") if f in flags), "avx2, no VNNI" if "avx2" in flags else "no AVX2")
 
 
+def _commit() -> str:
+    done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    return done.stdout.strip() or "unknown"
+
+
 def freeze(_: argparse.Namespace) -> None:
     pins = closure()
     torch_builds = ", ".join(f"{n} {distribution(n).version}" for n in ("torch", "torchvision") if _installed(n))
@@ -139,7 +144,7 @@ def latest(args: argparse.Namespace) -> None:
         "# The suite against the newest releases",
         "",
         f"`python tools/pins.py latest`, {started:%Y-%m-%d %H:%M} UTC, Python {platform.python_version()}, "
-        f"CPU {_cpu_isa()}, {minutes:.1f} min. Exit code {run.returncode}.",
+        f"CPU {_cpu_isa()}, {minutes:.1f} min, commit {_commit()}. Exit code {run.returncode}.",
         "",
         f"Closing line: `{closing.strip()}`",
         "",
