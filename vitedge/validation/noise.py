@@ -18,10 +18,11 @@ about as likely to be wrong as right there. Two measurements separate the two (d
   the class INT8 chose: a label-free estimate of the top-1 drop.
 
 The gate (``vitedge.validation.run.evaluate_gate``) uses them so: the top-1 drop fails only when its
-confidence interval lies wholly above the limit; agreement below the limit passes only when the
-flips are near-ties, i.e. agreement on the decisive images meets the limit (with at least
-``MIN_DECISIVE`` of them), the expected drop is within ``max_top1_drop``, and the labelled drop (when
-there are labels) did not fail.
+confidence interval lies wholly above the limit. Agreement below the limit passes, with labels, only
+when that paired test shows no loss beyond ``max_top1_drop`` (the labels are the direct evidence, and
+flips that cost no measurable top-1 are not a loss); without labels, only when the flips are
+near-ties: agreement on the decisive images meets the limit (with at least ``MIN_DECISIVE`` of them)
+and the expected drop is within ``max_top1_drop``.
 """
 
 from __future__ import annotations

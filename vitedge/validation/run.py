@@ -132,12 +132,21 @@ def evaluate_gate(accuracy: dict[str, Any], speedup: float | None, p99_ms: float
         ok = short <= 1e-12
         detail = f"{what} {100 * agree:.2f}% (limit {100 * t.min_agreement:.2f}%)"
         decisive = accuracy.get("decisive_agreement")
-        if not ok and t.near_tie_margin > 0 and not drop_failed and agreement_is_near_tie_noise(accuracy, t.min_agreement, t.max_top1_drop):
+        # with labels, the paired test of the drop is the evidence; without, FP32's margins are
+        labelled = drop is not None and bool(accuracy.get("top1_drop_ci_points")) and t.drop_confidence > 0
+        if not ok and t.near_tie_margin > 0 and labelled and not drop_failed:
+            ok = True
+            detail += f": the flips cost no top-1 the labels can show ({_ci_text(accuracy)})"
+            if decisive is not None:
+                detail += f"; {_decisive_text(accuracy)}"
+        elif not ok and t.near_tie_margin > 0 and not labelled and agreement_is_near_tie_noise(accuracy, t.min_agreement, t.max_top1_drop):
             ok = True
             detail += f": the flips beyond it are near-ties, {_decisive_text(accuracy)}"
         elif not ok:
             detail += f", short by {100 * short:.3f} points"
-            if t.near_tie_margin > 0 and decisive is not None and not drop_failed:
+            if t.near_tie_margin > 0 and labelled:
+                detail += f"; the labelled top-1 drop is a real loss ({_ci_text(accuracy)})"
+            elif t.near_tie_margin > 0 and decisive is not None:
                 if accuracy.get("decisive_samples", 0) < MIN_DECISIVE:
                     detail += (f"; FP32 is decisive on only {accuracy['decisive_samples']} images (fewer than {MIN_DECISIVE}): "
                                "too few to tell near-tie flips from loss")
