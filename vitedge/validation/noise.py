@@ -12,17 +12,17 @@ about as likely to be wrong as right there. Two measurements separate the two (d
   on ``n`` (McNemar's exact test is the same binomial). A drop whose interval reaches down to the
   limit is not shown to exceed it.
 * **with or without labels, the FP32 margin.** An image is *decisive* when FP32's top-1 softmax
-  probability exceeds its runner-up's by at least ``near_tie_margin`` (default 0.1). A flip on a
-  near-tie costs at most that margin of expected top-1 under FP32's own probabilities; the *expected
-  drop* sums, over the flipped images, FP32's probability of its own class minus its probability of
-  the class INT8 chose: a label-free estimate of the top-1 drop.
+  probability exceeds its runner-up's by at least ``near_tie_margin`` (default 0.5). A flip on a
+  near-tie costs at most that margin of expected top-1 under FP32's own probabilities. The *expected
+  drop* (reported, not gated) sums, over the flipped images, FP32's probability of its own class minus
+  its probability of the class INT8 chose: a label-free estimate of the top-1 drop, pessimistic for the
+  over-confident low-accuracy models (0.5-0.7 points where their labels showed none, docs/gate.md).
 
 The gate (``vitedge.validation.run.evaluate_gate``) uses them so: the top-1 drop fails only when its
 confidence interval lies wholly above the limit. Agreement below the limit passes, with labels, only
 when that paired test shows no loss beyond ``max_top1_drop`` (the labels are the direct evidence, and
 flips that cost no measurable top-1 are not a loss); without labels, only when the flips are
-near-ties: agreement on the decisive images meets the limit (with at least ``MIN_DECISIVE`` of them)
-and the expected drop is within ``max_top1_drop``.
+near-ties: agreement on the decisive images meets the limit (with at least ``MIN_DECISIVE`` of them).
 """
 
 from __future__ import annotations
@@ -147,19 +147,17 @@ def drop_within_noise(accuracy: dict[str, Any], limit: float) -> bool:
     return bool(ci) and ci[0] <= limit + 1e-9
 
 
-def agreement_is_near_tie_noise(accuracy: dict[str, Any], min_agreement: float, max_top1_drop: float) -> bool:
-    """Whether agreement below ``min_agreement`` is explained by near-ties (the caller checks the labelled drop)."""
+def agreement_is_near_tie_noise(accuracy: dict[str, Any], min_agreement: float) -> bool:
+    """Whether agreement below ``min_agreement`` is explained by near-ties: the decisive images (at least
+    ``MIN_DECISIVE``) agree at ``min_agreement`` or better."""
     decisive = accuracy.get("decisive_agreement")
-    return (decisive is not None and accuracy.get("decisive_samples", 0) >= MIN_DECISIVE
-            and decisive >= min_agreement - 1e-12
-            and float(accuracy.get("expected_drop_points", math.inf)) <= max_top1_drop + 1e-9)
+    return decisive is not None and accuracy.get("decisive_samples", 0) >= MIN_DECISIVE and decisive >= min_agreement - 1e-12
 
 
 def certain_agreement_miss(ref: np.ndarray, got: np.ndarray, min_agreement: float, margin: float) -> str | None:
     """Early stop of the accuracy budget: whether the first ``len(got)`` outputs already make the agreement
     row fail whatever the rest gives (``ref`` covers every item). Exact: disagreements only grow, and the
-    near-tie rule fails for sure once the decisive images' flips exceed what the limit allows on all of them
-    (the expected-drop condition is left to the full run)."""
+    near-tie rule fails for sure once the decisive images' flips exceed what the limit allows on all of them."""
     total, n = len(ref), len(got)
     pred, head = got.argmax(1), ref[:n].argmax(1)
     flips = head != pred

@@ -139,7 +139,7 @@ def evaluate_gate(accuracy: dict[str, Any], speedup: float | None, p99_ms: float
             detail += f": the flips cost no top-1 the labels can show ({_ci_text(accuracy)})"
             if decisive is not None:
                 detail += f"; {_decisive_text(accuracy)}"
-        elif not ok and t.near_tie_margin > 0 and not labelled and agreement_is_near_tie_noise(accuracy, t.min_agreement, t.max_top1_drop):
+        elif not ok and t.near_tie_margin > 0 and not labelled and agreement_is_near_tie_noise(accuracy, t.min_agreement):
             ok = True
             detail += f": the flips beyond it are near-ties, {_decisive_text(accuracy)}"
         elif not ok:
