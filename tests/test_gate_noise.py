@@ -182,3 +182,38 @@ def test_budget_early_stop_never_changes_a_verdict():
             stop = certain_agreement_miss(ref, got[:n], GATE.min_agreement, GATE.near_tie_margin)
             if stop is not None:
                 assert not rows["min_agreement"].passed, (trial, n, stop)
+
+
+def test_a_wrong_mean_is_refused_by_the_fp32_preprocessing_probe():
+    """A wrong --mean damages FP32 itself and INT8 follows it, so agreement-style statistics cannot see it;
+    FP32's own top-1 with the mean moved does. On the trained digits ViT: its real mean is never suspect,
+    the real mean + 0.5 is, and the gate then refuses flips it would otherwise excuse, in one line."""
+    from helpers.quantize_models import VAL_DIR, bundled_model
+
+    from vitedge.calibration.sources import open_source
+    from vitedge.onnxutil import ort_session
+    from vitedge.validation.noise import preprocessing_probe, probe_shifts
+
+    path, spec = bundled_model("digits")
+    sess = ort_session(path, threads=2)
+    name = sess.get_inputs()[0].name
+
+    def probe(pre):
+        val = open_source(VAL_DIR, pre, class_names=spec.class_names)
+        x = np.concatenate([b.images for b in val.batches(128)])
+        labels = np.concatenate([b.labels for b in val.batches(128)])
+        ref = sess.run(None, {name: x})[0]
+        return ref, labels, preprocessing_probe(ref, {m: sess.run(None, {name: x + d})[0] for m, d in probe_shifts(pre.std).items()}, labels)
+
+    assert not probe(spec.preprocess)[2]["suspect"]
+    wrong = dataclasses.replace(spec.preprocess, mean=tuple(m + 0.5 for m in spec.preprocess.mean))
+    ref, labels, found = probe(wrong)
+    assert found["suspect"] and max(r["gain_points"] for r in found["shifts"]) >= 1.0
+    # the gate: agreement under the limit, labels showing no INT8 loss, but FP32 itself is off
+    got = _flip(ref.astype(np.float32), np.arange(len(ref)) < 8)
+    acc = compare_logits(ref, got, labels)
+    acc.update(output_kind="logits", fp32_preprocessing_probe=found)
+    rows = {r.name: r for r in evaluate_gate(acc, None, None, GATE)}
+    detail = rows["min_agreement"].detail
+    assert acc["top1_agreement"] < 0.995 and not rows["min_agreement"].passed
+    assert "\n" not in detail and "check --mean/--std" in detail

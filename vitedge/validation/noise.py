@@ -176,3 +176,40 @@ def certain_agreement_miss(ref: np.ndarray, got: np.ndarray, min_agreement: floa
                     f"{total_decisive} decisive images")
     return (f"stopped after {n} of {total} items: {int(flips.sum())} top-1 disagreements with FP32 already exceed the {allowed} "
             f"that agreement >= {100 * min_agreement:g}% allows")
+
+
+# The FP32 preprocessing probe (docs/gate.md): a wrong --mean damages FP32 itself and INT8 follows it, so
+# no INT8-vs-FP32 statistic sees it; FP32's own top-1 with the mean moved does.
+PROBE_MEAN_SHIFT = 0.25  # in [0, 1] pixel units, each way
+PROBE_MIN_GAIN_POINTS = 1.0
+PROBE_MAX_P = 0.001
+
+
+def probe_shifts(std: tuple[float, ...], shift: float = PROBE_MEAN_SHIFT) -> dict[float, np.ndarray]:
+    """Mean shift (pixel units) -> what to add to a model-ready NCHW batch: moving the mean by ``m``
+    moves ``(x - mean) / std`` by ``-m / std``."""
+    s = np.asarray(std, dtype=np.float32).reshape(1, -1, 1, 1)
+    return {m: (-m / s).astype(np.float32) for m in (-shift, shift)}
+
+
+def preprocessing_probe(ref: np.ndarray, shifted: dict[float, np.ndarray], labels: np.ndarray) -> dict[str, Any]:
+    """Whether FP32 is significantly more accurate with its mean moved: per shift, its top-1, the gain in
+    points and the one-sided exact p-value of "no gain" on the discordant images. ``suspect`` when a shift
+    gains at least PROBE_MIN_GAIN_POINTS with p below PROBE_MAX_P."""
+    right = ref.argmax(1) == labels
+    rows = []
+    for m, logits in sorted(shifted.items()):
+        other = logits.argmax(1) == labels
+        gained, lost = int(np.sum(other & ~right)), int(np.sum(right & ~other))
+        rows.append({"mean_shift": float(m), "fp32_top1": float(np.mean(other)), "gain_points": 100.0 * (gained - lost) / len(labels),
+                     "p_value": binom_sf(gained, gained + lost, 0.5) if gained + lost else 1.0})
+    best = max(rows, key=lambda r: r["gain_points"]) if rows else None
+    suspect = best is not None and best["gain_points"] >= PROBE_MIN_GAIN_POINTS and best["p_value"] < PROBE_MAX_P
+    return {"fp32_top1": float(np.mean(right)), "shifts": rows, "suspect": bool(suspect)}
+
+
+def probe_text(probe: dict[str, Any]) -> str:
+    best = max(probe["shifts"], key=lambda r: r["gain_points"])
+    return (f"FP32 itself gains {best['gain_points']:.1f} points of top-1 ({100 * probe['fp32_top1']:.1f}% -> "
+            f"{100 * best['fp32_top1']:.1f}%, exact paired p {best['p_value']:.1g}) with the mean moved by {best['mean_shift']:+g}: "
+            "the preprocessing looks wrong (INT8 follows FP32 there), check --mean/--std")
