@@ -172,7 +172,7 @@ def run_model(which: str, corpus: Path, work: Path, args) -> dict[str, Any]:
     except Exception as err:
         rows.append({"method": "wrong --mean (+0.5), select", "error": f"{type(err).__name__}: {err}"[:200]})
     margins = np.sort(ref, axis=1)
-    return {"model": which, "val_images": int(len(x)), "calib_images": len(calib),
+    return {"model": which, "val_images": int(len(x)), "calib_images": len(calib), "val_dir": str(val_dir),
             "fp32_top1": float((ref.argmax(1) == labels).mean()),
             "fp32_median_top2_logit_margin": float(np.median(margins[:, -1] - margins[:, -2])), "rows": rows}
 
@@ -208,6 +208,81 @@ def markdown(results: list[dict[str, Any]], header: str) -> str:
             out += ["", f"{r['method']} refused: {r['refusal']}"]
         out.append("")
     return "\n".join(out)
+
+
+def select_rule(selection: dict[str, Any]) -> str:
+    """Method select's choice from its stored scores, by the rule of this checkout (vitedge.quantize.select)."""
+    from vitedge.quantize.select import SELECT_MIN_RATIO, SELECT_MIN_T
+
+    cands = selection["candidates"]
+    first = next(c for c in cands if c["name"] == selection.get("first", "entropy"))
+    best = cands[0]
+    ok = best["name"] == first["name"] or (best["paired_t"] >= SELECT_MIN_T and best["error"] * SELECT_MIN_RATIO <= first["error"])
+    return best["name"] if ok else first["name"]
+
+
+def rejudge(results: list[dict[str, Any]], work: Path) -> list[dict[str, Any]]:
+    """Every row judged again from its stored outputs with this checkout's gate, and select's choice
+    taken again by this checkout's rule (a changed choice reads the fixed method's outputs: its
+    candidates are the same thresholds and bias correction)."""
+    same = {"entropy": 0, "mse": 1, "p99.99": 2, "minmax": 3}
+    for res in results:
+        for k, row in enumerate(res.get("rows", [])):
+            if "error" in row:
+                continue
+            f = work / (f"{res['model']}.wrongmean.outputs.npz" if row["method"].startswith("wrong") else f"{res['model']}.{k}.outputs.npz")
+            if row.get("selection"):
+                chosen = select_rule(row["selection"])
+                if chosen != row["chosen"]:
+                    f = work / f"{res['model']}.{same[chosen]}.outputs.npz"
+                    row["chosen"] = chosen
+            d = np.load(f)
+            row.update(evaluate(d["ref"], d["got"], d["labels"]))
+    return results
+
+
+def probe_all(results: list[dict[str, Any]], work: Path) -> list[dict[str, Any]]:
+    """The FP32 preprocessing probe on each model's FP32 graph with its right mean and with the mean + 0.5."""
+    import onnx
+
+    from vitedge.calibration.sources import open_source
+    from vitedge.onnxutil import SPEC_KEY, get_metadata
+    from vitedge.spec import ModelSpec
+    from vitedge.validation.noise import preprocessing_probe, probe_shifts
+
+    out = []
+    for res in results:
+        if "error" in res:
+            continue
+        for tag in ("", "-wrongmean"):
+            path = work / f"{res['model']}{tag}.fp32.onnx"
+            if not path.is_file():
+                continue
+            spec = ModelSpec.from_json(get_metadata(onnx.load(str(path)))[SPEC_KEY])
+            val = open_source(res["val_dir"], spec.preprocess, class_names=spec.class_names)
+            x = np.concatenate([b.images for b in val.batches(128)])
+            labels = np.concatenate([b.labels for b in val.batches(128)])
+            ref = ort_predict(path, x)
+            shifted = {m: ort_predict_delta(path, x, d) for m, d in probe_shifts(spec.preprocess.std).items()}
+            out.append({"model": res["model"], "mean": "right" if not tag else "right + 0.5", **preprocessing_probe(ref, shifted, labels)})
+            log(f"probe {res['model']}{tag}: suspect {out[-1]['suspect']}")
+    return out
+
+
+def ort_predict_delta(path: Path, x: np.ndarray, delta: np.ndarray) -> np.ndarray:
+    return ort_predict(path, (x + delta).astype(np.float32))
+
+
+def probe_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["## The FP32 preprocessing probe (wrong --mean)", "",
+             "FP32 top-1 on the held-out images with the mean as given and moved by -0.25 / +0.25 (pixel units); "
+             "suspect: a gain of >= 1 point at exact paired p < 0.001 (docs/gate.md).", "",
+             "| model | mean | FP32 top-1 % | mean -0.25: gain (pt), p | mean +0.25: gain (pt), p | suspect |", "|---|---|---:|---|---|---|"]
+    for r in rows:
+        a, b = r["shifts"]
+        lines.append(f"| {r['model']} | {r['mean']} | {100 * r['fp32_top1']:.1f} | {a['gain_points']:+.1f}, {a['p_value']:.1g} | "
+                     f"{b['gain_points']:+.1f}, {b['p_value']:.1g} | {'**yes**' if r['suspect'] else 'no'} |")
+    return "\n".join(lines) + "\n"
 
 
 def judge_all(work: Path) -> dict[str, Any]:
@@ -265,9 +340,28 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/vitedge-calibration-choice"))
     ap.add_argument("--out", default="calibration_choice")
     ap.add_argument("--rates-only", action="store_true", help="only re-judge the builds stored in --work")
+    ap.add_argument("--rejudge", action="store_true", help="re-judge the stored outputs of the last run with this checkout's gate")
     args = ap.parse_args()
     if args.rates_only:
         print(rates_markdown(judge_all(args.work)))
+        return
+    if args.rejudge:  # the stored outputs of an earlier run, judged by this checkout's gate and select rule
+        doc = json.loads((RESULTS / f"{args.out}.json").read_text())
+        results = rejudge(doc["results"], args.work)
+        for res in results:  # runs before val_dir was recorded
+            if "error" not in res and "val_dir" not in res:
+                res["val_dir"] = str(REPO / "calibration" / "digits" / "val") if res["model"] in DIGITS else str(
+                    args.work / "splits" / ("mnist-test-c200-v1000" if "mnist" in res["model"] else "cifar10-test-jpeg-c200-v1000") / "val")
+        probes = probe_all(results, args.work)
+        counts = judge_all(args.work)
+        header = doc.get("header", "# Calibration choice and the near-tie gate (issue 30 items 4 and 6)") + (
+            f"\n\nRe-judged on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} with `--rejudge`: the gate columns, decisive "
+            "figures and select's choice are this checkout's (near_tie_margin 0.5; select switches from entropy only at t >= 2 "
+            "and >= 10x closer), from the outputs the run stored; the measurements themselves are the run's.")
+        text = markdown(results, header) + "\n" + rates_markdown(counts) + "\n" + probe_markdown(probes)
+        (RESULTS / f"{args.out}.md").write_text(text)
+        (RESULTS / f"{args.out}.json").write_text(json.dumps(dict(doc, results=results, gate_counts=counts, probes=probes), indent=1, default=float))
+        print(text)
         return
     args.work.mkdir(parents=True, exist_ok=True)
     from vitedge.cpu import read_cpu
@@ -282,7 +376,7 @@ def main() -> None:
               f"benchmarks/calibration_choice.py` on {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} in "
               f"{time.perf_counter() - start:.0f} s; CPU {cpu.model} ({cpu.isa}); ONNX Runtime (CPU), full INT8 graphs "
               "(no layer returned to float), gate thresholds of the onnx profile (0.2 points, 99.5 %). Decisive images: FP32's "
-              "top-1 softmax probability beats its runner-up's by >= 0.1. The plain gate is the point estimates alone "
+              "top-1 softmax probability beats its runner-up's by >= near_tie_margin (0.5). The plain gate is the point estimates alone "
               "(near_tie_margin = drop_confidence = 0).")
     counts = judge_all(args.work)
     text = markdown(results, header) + "\n" + rates_markdown(counts)

@@ -37,15 +37,16 @@ def _collapsed(cal, name: str = "entropy"):
 
 def test_select_scores_every_candidate_and_records_its_choice(digits):
     from vitedge.quantize import METADATA_KEY, QuantConfig, build_qdq, calibrate
-    from vitedge.quantize.select import SELECT_MIN_T
+    from vitedge.quantize.select import SELECT_MIN_RATIO, SELECT_MIN_T
 
     cal = digits["cal"]
     assert cal.config.method == "select" and set(cal.variants) == {"entropy", "p99.99", "p99.999", "minmax", "mse"}
     sel = cal.selection
     assert sel.metric == "softmax_kl" and sel.samples == CALIB_ITEMS and {s.name for s in sel.scores} == set(cal.variants)
     assert [s.error for s in sel.scores] == sorted(s.error for s in sel.scores)  # best first
-    best = sel.scores[0]
-    assert sel.chosen == (best.name if best.name == "entropy" or best.paired_t >= SELECT_MIN_T else "entropy")
+    best, entropy = sel.scores[0], sel.score("entropy")
+    switch = best.paired_t >= SELECT_MIN_T and best.error * SELECT_MIN_RATIO <= entropy.error
+    assert sel.chosen == (best.name if switch else "entropy")
     assert cal.variant == sel.chosen and cal.thresholds == cal.variants[sel.chosen].thresholds
     meta = json.loads({p.key: p.value for p in build_qdq(cal).model.metadata_props}[METADATA_KEY])
     assert meta["selection"]["chosen"] == sel.chosen and len(meta["selection"]["candidates"]) == 5
@@ -67,6 +68,7 @@ def test_a_collapsing_candidate_is_never_chosen(digits):
     worst = sel.scores[-1]
     assert worst.name == "entropy" and worst.agreement < 0.9  # the forced collapse is real
     assert sel.chosen != "entropy" and sel.score(sel.chosen).paired_t >= SELECT_MIN_T
+    assert sel.score(sel.chosen).error * 10 <= worst.error
 
 
 def test_budget_tries_calibrations_before_float_layers(digits):

@@ -70,7 +70,7 @@ from vitedge.quantize.histogram import ChannelHistogram
 from vitedge.quantize.qdq import QuantizedGraph, build_qdq
 from vitedge.quantize.record import Calibration, CandidateScore, Selection, Variant
 from vitedge.quantize.refine import Refinement, correct_biases, refinable, refine
-from vitedge.quantize.select import choose
+from vitedge.quantize.select import SELECT_MIN_RATIO, SELECT_MIN_T, choose
 from vitedge.quantize.smooth_search import choose_alphas
 from vitedge.spec import ModelSpec
 
@@ -293,7 +293,7 @@ def _selection(cache: CalibrationCache, parts: dict[str, Any], config: QuantConf
     large = is_large(calibration.model)
     samples = SELECT_SAMPLES_LARGE if large else SELECT_SAMPLES
     skey_parts = dict(parts, refine=config.refine_params(), select={"samples": samples, "attention": config.quantize_attention,
-                                                                    "weight_range": config.weight_range})
+                                                                    "weight_range": config.weight_range, "rule": [SELECT_MIN_T, SELECT_MIN_RATIO]})
     skey = cache_key(skey_parts)
     store = CalibrationCache(cache.root, kind="selection")
     entry = store.load(skey)
@@ -305,7 +305,7 @@ def _selection(cache: CalibrationCache, parts: dict[str, Any], config: QuantConf
             chosen = str(doc["chosen"])
             if chosen in calibration.variants and all(s.name in calibration.variants for s in scores):
                 return Selection(chosen=chosen, metric=str(doc["metric"]), samples=int(doc["samples"]), scores=scores, reused=True,
-                                 first=str(doc["first"]), min_t=float(doc["min_t"])), 0
+                                 first=str(doc["first"]), min_t=float(doc["min_t"]), min_ratio=float(doc["min_ratio"])), 0
         except (KeyError, TypeError, ValueError):
             pass
     runner = _Runner(calibration.model, meta, source, False)

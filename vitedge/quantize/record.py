@@ -52,12 +52,13 @@ class Selection:
     scores: tuple[CandidateScore, ...]
     reused: bool = False  # read from the cache: no candidate ran this time
     seconds: float = 0.0
-    first: str = ""  # the candidate kept unless another is closer by at least min_t (paired t)
+    first: str = ""  # the candidate kept unless another is closer by at least min_t (paired t) and min_ratio times
     min_t: float = 0.0
+    min_ratio: float = 1.0
 
     def to_dict(self) -> dict[str, Any]:
         """Deterministic (no timings, no cache state): it goes into the Q/DQ graph's metadata."""
-        return {"chosen": self.chosen, "metric": self.metric, "samples": self.samples, "first": self.first, "min_t": self.min_t,
+        return {"chosen": self.chosen, "metric": self.metric, "samples": self.samples, "first": self.first, "min_t": self.min_t, "min_ratio": self.min_ratio,
                 "candidates": [s.to_dict() for s in self.scores]}
 
     def score(self, name: str) -> CandidateScore | None:
@@ -71,7 +72,9 @@ class Selection:
             return f"thresholds by {self.chosen}"
         why = ""
         if self.scores and self.scores[0].name != self.chosen:
-            why = f"; {self.scores[0].name} closer by t {self.scores[0].paired_t:.2f} < {self.min_t:g}: within noise"
+            top = self.scores[0]
+            why = (f"; {top.name} closer ({best.error / max(top.error, 1e-300):.1f}x, t {top.paired_t:.2f}), short of "
+                   f"{self.min_ratio:g}x at t >= {self.min_t:g}: {self.chosen} kept")
         return (f"thresholds by {self.chosen} ({metric} to FP32 {best.error:.3g} on {self.samples} calibration images"
                 f"{'; ' + others if others else ''}{why})")
 
