@@ -139,8 +139,8 @@ def test_second_run_reuses_cached_sensitivities(fallback, work, damaged):
 
 
 def test_evaluation_cap_is_respected(fallback, work):
-    """max_evals bounds the search (the full INT8 evaluation counts); the pipeline turns a
-    capped miss into BudgetNotMet (exit 1) before building anything."""
+    """max_evals bounds the search (the full INT8 evaluation counts); a capped miss is not met, and
+    the result carries the closest graph evaluated (the build ships it marked failed)."""
     from vitedge.budget import meet_budget
     from vitedge.calibration.sources import open_source
     from vitedge.profiles import Thresholds
@@ -152,15 +152,18 @@ def test_evaluation_cap_is_respected(fallback, work):
     val = open_source(VAL_DIR, spec.preprocess, class_names=spec.class_names)
     cal = calibrate(bundle / "reference.fp32.onnx", calib, QuantConfig(**NO_SQ), cache_dir=work / "cache")
     assert cal.reused
-    r = meet_budget(cal, val, Thresholds(max_top1_drop=0.2, min_agreement=0.99), fp32=bundle / "reference.fp32.onnx",
+    plain = Thresholds(max_top1_drop=0.2, min_agreement=0.99, near_tie_margin=0.0, drop_confidence=0.0)  # every flip counts
+    r = meet_budget(cal, val, plain, fp32=bundle / "reference.fp32.onnx",
                     settings=BudgetSettings(max_evals=2), cache_dir=work / "cache")
     assert r.status == "not-met" and r.evaluations_used == 2 and "evaluation cap (2)" in r.reason
+    assert r.graph.quantized  # the closest INT8 graph found, never one with every layer float
     assert r.sensitivity_cache == "reused" and r.sensitivity_evaluations == 0
 
 
 def test_keep_float_is_honoured_and_never_searched(work, damaged):
     pins = ("/blocks/blocks.1/attn/qkv/MatMul", "/blocks/blocks.[025]/*", "*fc2*")
-    result, _ = _build(damaged, work / "pinned", work / "cache", keep_float=pins)
+    # the plain gate (every flip counts): with the near-tie gate the pinned graph meets the budget at once
+    result, _ = _build(damaged, work / "pinned", work / "cache", keep_float=pins, near_tie_margin=0.0, drop_confidence=0.0)
     q = read_manifest(result.bundle).quantization
     b = q["budget"]
     pinned = set(b["pinned"])
@@ -173,21 +176,29 @@ def test_keep_float_is_honoured_and_never_searched(work, damaged):
     assert {c["name"] for c in q["kept_float_detail"] if c["why"] == "pinned"} == pinned
 
 
-def test_impossible_budget_is_a_clear_failure(work, damaged, capsys):
-    """Everything pinned float but one planted layer, and a budget that layer misses: no graph
-    with an INT8 layer left meets it, so no bundle and exit 1."""
+def test_impossible_budget_ships_its_closest_graph_marked_failed(work, damaged, capsys):
+    """Everything pinned float but one planted layer, and a budget that layer misses (the plain gate:
+    every flip and every lost point counts): no graph with an INT8 layer left meets it, so the build
+    writes the closest INT8 graph it found, marks the bundle failed in its manifest and report, and
+    exits 1 (issue 30 item 5: there is something to inspect)."""
     from vitedge.cli import main
 
     fp32_layers = [l for l in _all_layers(work / "pinned") if l != "/blocks/blocks.3/mlp/fc1/MatMul"]
-    args = ["build", str(damaged), "-t", "onnx", "--calib", str(CALIB_DIR), "--val", str(VAL_DIR), "-o", str(work / "impossible"),
+    out = work / "impossible"
+    args = ["build", str(damaged), "-t", "onnx", "--calib", str(CALIB_DIR), "--val", str(VAL_DIR), "-o", str(out),
             "--cache-dir", str(work / "cache"), "--no-smoothquant", "--method", "percentile", "--no-latency", "--max-top1-drop", "0", "--min-agreement", "1.0",
-            "-q"] + [a for name in fp32_layers for a in ("--keep-float", name)]
+            "--near-tie-margin", "0", "--drop-confidence", "0", "-q"] + [a for name in fp32_layers for a in ("--keep-float", name)]
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     err = capsys.readouterr().err
     assert exit_info.value.code == 1
-    assert "accuracy budget NOT met" in err and "no graph with an INT8 layer left" in err
-    assert not (work / "impossible").exists()
+    assert "accuracy budget NOT met" in err and "no graph with an INT8 layer left" in err and "\n" not in err.strip()
+    m = read_manifest(out)
+    b = m.quantization["budget"]
+    assert b["status"] == "not-met" and b["met"] is False and b["verdict"]["passed"] is False
+    assert "closest INT8 graph" in b["verdict"]["detail"]
+    assert _int8_nodes(out) == {"/blocks/blocks.3/mlp/fc1/MatMul"}  # an INT8 graph, not FP32 with another label
+    assert "**FAILED: accuracy budget NOT met" in (out / "report.md").read_text()
 
 
 def _all_layers(bundle: Path) -> list[str]:

@@ -117,7 +117,17 @@ def test_the_planned_bundle_has_the_build_reports_too(built):
 
 
 ADDED_SINCE_V1 = ("quantization.config.", "calibration.config.", "validation.quantization.config.", "validation.data.reference",
-                  "validation.data.int8_outputs")
+                  "validation.data.int8_outputs",
+                  # issue 30: method select's choice and evidence, the budget's calibration candidates, the near-tie gate
+                  "calibration.selection", "quantization.budget.calibration", "quantization.budget.evaluations.calibration",
+                  "quantization.budget.verdict", "quantization.budget.thresholds.near_tie_margin",
+                  "quantization.budget.thresholds.drop_confidence", "target.profile.thresholds.near_tie_margin",
+                  "target.profile.thresholds.drop_confidence", "validation.thresholds.near_tie_margin",
+                  "validation.thresholds.drop_confidence", "validation.accuracy.decisive_", "validation.accuracy.near_tie_",
+                  "validation.accuracy.expected_drop_points", "validation.accuracy.fp32_margin_median",
+                  "validation.accuracy.top1_discordant", "validation.accuracy.top1_drop_ci_points",
+                  "validation.accuracy.top1_drop_confidence", "validation.accuracy.top1_loss_p_value",
+                  "validation.accuracy.fp32_preprocessing_probe")
 
 
 def test_the_typed_manifest_writes_the_v1_schema_of_the_committed_bundle(built):

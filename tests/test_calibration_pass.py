@@ -73,11 +73,16 @@ def test_zeros_then_values_and_inf_are_handled():
 def test_default_settings_run_the_graph_once_per_batch(tmp_path):
     path, spec = fp32_model("timm")
     src = source_for(spec, limit=24)  # 3 batches of 8
-    cal = calibrate(path, src, QuantConfig(), cache_dir=tmp_path)
+    cal = calibrate(path, src, QuantConfig(method="entropy"), cache_dir=tmp_path)
     assert cal.forward_passes == 3
     assert cal.refinement is not None and cal.refinement.biases  # bias correction came from that pass
-    gptq = calibrate(path, src, QuantConfig(weight_rounding="gptq"), cache_dir=tmp_path / "gptq")
+    gptq = calibrate(path, src, QuantConfig(method="entropy", weight_rounding="gptq"), cache_dir=tmp_path / "gptq")
     assert gptq.forward_passes == 6  # GPTQ needs the data again, with the final thresholds
+    # the default, method select: the same one pass for the statistics (every candidate's bias correction
+    # from it too), then FP32 and the 5 candidates' full INT8 graphs on the (at most 64) first images
+    chosen = calibrate(path, src, QuantConfig(), cache_dir=tmp_path / "select")
+    assert chosen.forward_passes == 3 + 3 * 6
+    assert all(v.refinement is not None and v.refinement.biases for v in chosen.variants.values())
 
 
 def test_one_pass_bias_correction_matches_the_refinement_pass(tmp_path):

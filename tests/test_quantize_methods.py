@@ -178,12 +178,16 @@ def test_the_image_input_is_never_clipped_while_activations_are(tmp_path):
     from vitedge.quantize import QuantConfig, calibrate
 
     path, spec = fp32_model("timm")  # timm preprocessing: ImageNet mean/std
-    cal = calibrate(path, source_for(spec, limit=CALIB_ITEMS), QuantConfig(), cache_dir=tmp_path)
-    assert cal.config.method == "entropy"
+    cal = calibrate(path, source_for(spec, limit=CALIB_ITEMS), QuantConfig(method="entropy"), cache_dir=tmp_path)
     image = {layer.inputs[0] for layer in cal.layers if layer.kind == "patch_embed"}
     assert image
     for t in image:
         assert cal.thresholds[t] == pytest.approx(cal.absmax[t], rel=1e-6), t
+    chosen = calibrate(path, source_for(spec, limit=CALIB_ITEMS), QuantConfig(), cache_dir=tmp_path)  # method select
+    assert chosen.config.method == "select" and set(chosen.variants) == {"entropy", "p99.99", "p99.999", "minmax", "mse"}
+    for name in chosen.variants:  # every candidate keeps the image's exact range too
+        for t in image:
+            assert chosen.variants[name].thresholds[t] == pytest.approx(cal.absmax[t], rel=1e-6), (name, t)
     clipped = [t for layer in cal.layers if layer.kind == "linear" for t in layer.inputs[:1]
                if cal.thresholds[t] < 0.999 * cal.absmax[t]]
     assert clipped  # the rule is for the image only: entropy still clips the activations' tails

@@ -27,6 +27,8 @@ from vitedge.paths import targets_dir
 from vitedge.quantize.config import QuantConfig
 
 PRECISIONS = ("int8",)
+DEFAULT_NEAR_TIE_MARGIN = 0.5  # see Thresholds.near_tie_margin; measured on the corpus: docs/gate.md
+DEFAULT_DROP_CONFIDENCE = 0.95  # see Thresholds.drop_confidence
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,13 @@ class Thresholds:
     min_embedding_cosine_low: float = 0.98
     embedding_cosine_percentile: float = 5.0
     min_nn_agreement: float | None = None
+    # Near-tie noise (vitedge.validation.noise, docs/gate.md): an image is decisive when FP32's top-1
+    # softmax probability beats its runner-up's by this much; agreement below min_agreement passes when
+    # every flip beyond it is on a near-tie. 0: every image counts (the plain agreement gate).
+    near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN
+    # Two-sided confidence of the top-1 drop's exact paired interval; the drop fails only when the
+    # interval lies above max_top1_drop. 0: the plain point estimate decides.
+    drop_confidence: float = DEFAULT_DROP_CONFIDENCE
 
     def __post_init__(self) -> None:
         for name in ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms"):
@@ -85,6 +94,10 @@ class Thresholds:
         check_number("embedding_cosine_percentile", self.embedding_cosine_percentile, 0.0, 50.0)
         if self.min_nn_agreement is not None:
             check_number("min_nn_agreement", self.min_nn_agreement, 0.0, 1.0)
+        for name, top in (("near_tie_margin", 1.0), ("drop_confidence", 0.9999)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= top:
+                raise UsageError(f"{name} must be a number in [0, {top:g}] (0 switches it off), got {value!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -48,7 +48,7 @@ from vitedge.budget.report import (
     describe_record,
     write_budget_report,
 )
-from vitedge.budget.run import BudgetJob, BudgetNotMet, run_budget
+from vitedge.budget.run import BudgetJob, BudgetNotMet, budget_failure, run_budget
 from vitedge.budget.search import meet_budget
 from vitedge.budget.settings import (
     BUDGET_VERSION,
@@ -61,7 +61,7 @@ from vitedge.budget.speed import record_speed_verdict, speed_verdict
 
 __all__ = [
     "BUDGET_VERSION", "DEFAULT_MAX_EVALS", "DEFAULT_SENSITIVITY_SAMPLES", "RUNTIME", "SCHEDULES",
-    "BudgetJob", "BudgetNotMet", "BudgetResult", "BudgetSettings", "Evaluation", "Evaluator", "LayerCost", "RuntimeOpener",
+    "BudgetJob", "BudgetNotMet", "budget_failure", "BudgetResult", "BudgetSettings", "Evaluation", "Evaluator", "LayerCost", "RuntimeOpener",
     "SensitivityCache", "budget_criterion", "budget_markdown", "budget_plot", "describe_record", "float_layers",
     "measure_costs", "meet_budget", "rank_layers", "record_speed_verdict", "run_budget", "sensitivity_key", "speed_verdict",
     "strictest", "target_runtimes", "timing_session", "write_budget_report",

@@ -25,6 +25,7 @@ from vitedge.swap import work_prefix
 from vitedge.ui import StageLog
 from vitedge.validation.accuracy import Outputs, compare_embeddings, compare_logits
 from vitedge.validation.embedding_gate import ACCURACY_GATE_NAMES
+from vitedge.validation.noise import certain_agreement_miss
 from vitedge.validation.reference_cache import (
     HIT,
     ReferenceCacheSettings,
@@ -193,13 +194,11 @@ class Evaluator:
         ref = full_ref[:n].argmax(1)
         pred = got.argmax(1)
         t = self.thresholds
-        allowed = math.floor((1.0 - t.min_agreement) * total + 1e-9)
-        disagree = int(np.sum(ref != pred))
-        if disagree > allowed:
-            return (f"stopped after {n} of {total} items: {disagree} top-1 disagreements with FP32 already exceed the {allowed} "
-                    f"that agreement >= {100 * t.min_agreement:g}% allows")
+        miss = certain_agreement_miss(full_ref, got, t.min_agreement, t.near_tie_margin)
+        if miss is not None:
+            return miss
         labels = self._usable_labels()
-        if labels is not None:
+        if labels is not None and t.drop_confidence == 0:  # the interval of a partial run bounds nothing exactly
             y = labels[:n]
             net = int(np.sum((ref == y) & (pred != y)) - np.sum((ref != y) & (pred == y)))
             allowed_lost = math.floor(t.max_top1_drop / 100.0 * total + 1e-9)
@@ -224,7 +223,8 @@ class Evaluator:
                 acc = compare_embeddings(ref, got, self.thresholds.embedding_cosine_percentile)
             else:
                 labels = self._usable_labels()
-                acc = compare_logits(ref, got, None if labels is None else labels[: len(got)])
+                acc = compare_logits(ref, got, None if labels is None else labels[: len(got)],
+                                     near_tie_margin=self.thresholds.near_tie_margin, drop_confidence=self.thresholds.drop_confidence)
             acc["output_kind"] = self.output_kind
             acc["runtime"] = name
             if reason:
@@ -266,7 +266,9 @@ def strictest(thresholds: Sequence[Any]) -> Any:
                                min_embedding_cosine=max(t.min_embedding_cosine for t in thresholds),
                                min_embedding_cosine_low=max(t.min_embedding_cosine_low for t in thresholds),
                                embedding_cosine_percentile=min(t.embedding_cosine_percentile for t in thresholds),
-                               min_nn_agreement=max(nn) if nn else None)
+                               min_nn_agreement=max(nn) if nn else None,
+                               near_tie_margin=min(t.near_tie_margin for t in thresholds),
+                               drop_confidence=min(t.drop_confidence for t in thresholds))
 
 
 def target_runtimes(profiles: list[TargetProfile], backends: dict[str, Any], threads: int | None, log: StageLog) -> list[RuntimeOpener]:

@@ -29,6 +29,8 @@ def sensitivity_key(calibration: Any, float_layers: Iterable[str], data_hash: st
         "samples": int(samples),
         "output_kind": output_kind,
     }
+    if getattr(calibration, "variant", None):  # method select: the candidate whose thresholds the graph carries
+        parts["variant"] = calibration.variant
     return hashlib.sha256(json.dumps(parts, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 

@@ -25,6 +25,7 @@ class Evaluation:
     accuracy: dict[str, Any]
     failures: list[str]
     seconds: float
+    variant: str | None = None  # method select: the calibration candidate this graph was built from
 
     def to_dict(self) -> dict[str, Any]:
         keys = ("samples", "top1_drop_points", "fp32_top1", "int8_top1", "top1_agreement", "softmax_kl_mean", "embedding_cosine_mean",
@@ -32,7 +33,7 @@ class Evaluation:
         return {"index": self.index, "step": self.step, "float_layers": len(self.returned), "returned": list(self.returned),
                 "passed": self.passed, "accuracy": {k: self.accuracy[k] for k in keys if k in self.accuracy},
                 "runtimes": {name: {k: acc[k] for k in keys if k in acc} for name, acc in self.accuracy.get("runtimes", {}).items()},
-                "failures": list(self.failures), "seconds": round(self.seconds, 3)}
+                "failures": list(self.failures), "seconds": round(self.seconds, 3), **({"calibration": self.variant} if self.variant else {})}
 
     def describe(self) -> str:
         a = self.accuracy
@@ -44,9 +45,10 @@ class Evaluation:
                          f"{a.get('embedding_cosine_low', float('nan')):.5f}")
         elif a.get("top1_agreement") is not None:
             parts.append(f"agreement {100 * a['top1_agreement']:.2f}%")
+        head = f"{len(self.returned)} float" + (f" ({self.variant} thresholds)" if self.variant else "")
         if a.get("stopped_early"):
-            return f"{len(self.returned)} float: miss ({a['stopped_early']})"
-        return f"{len(self.returned)} float: " + ", ".join(parts) + (" PASS" if self.passed else " miss")
+            return f"{head}: miss ({a['stopped_early']})"
+        return f"{head}: " + ", ".join(parts) + (" PASS" if self.passed else " miss")
 
 
 @dataclass
@@ -98,6 +100,8 @@ class BudgetResult:
     reason: str = ""  # why not met
     cache_path: str | None = None
     runtimes: list[str] = field(default_factory=lambda: ["onnxruntime"])  # every candidate ran on each
+    calibration: str | None = None  # method select: the calibration candidate of the shipped graph
+    calibration_chosen: str | None = None  # method select: what calibration chose before the budget ran
 
     @property
     def met(self) -> bool:
@@ -130,6 +134,8 @@ class BudgetResult:
             "layer_costs": [c.to_dict() for c in self.costs],
             "latency": self.latency,
             "seconds": round(self.seconds, 3),
+            **({"calibration": {"chosen_by_calibration": self.calibration_chosen, "shipped": self.calibration}}
+               if self.calibration else {}),
         }
 
     def one_line(self) -> str:

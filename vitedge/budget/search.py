@@ -2,13 +2,16 @@
 the budget, with the fewest layers in float.
 
     full INT8 graph --evaluate--> meets the budget?  yes: done (1 evaluation)
-        no: rank the INT8 layers (``vitedge.budget.rank``), return the top 1, 2, 4, ... of the
+        no, and the calibration has other candidates (method select): evaluate the full INT8 graph
+            of each, closest to FP32 at calibration first; one that meets it is shipped (no float layer)
+        still no: from the candidate that came closest, rank the INT8 layers (``vitedge.budget.rank``), return the top 1, 2, 4, ... of the
             ranking to float (doubling, or fixed groups) until a graph meets the budget, then
             bisect back to the fewest top-ranked layers that meet it and try re-quantizing each
             of those, least harmful first (fewest float layers)
 
 A graph in which every candidate layer went back to float is not an INT8 model: the search
-reports "not met" rather than return it. Layers the user pins with ``--keep-float`` are float
+reports "not met" rather than return it, with the closest graph it evaluated that keeps an INT8
+layer (the build ships it marked failed, so there is something to inspect). Layers the user pins with ``--keep-float`` are float
 from the start, never candidates, never re-quantized.
 """
 
@@ -78,10 +81,13 @@ def meet_budget(
         info(f"budget {name}: " + lookup.one_line(len(source)))
     result.runtimes = [name for name, _ in ev.runtimes]
     graphs: dict[tuple[str, ...], Any] = {}  # the passing candidates only (a ViT-B graph is ~100 MB)
+    closest: list[Any] = [None, None]  # [Evaluation, graph]: the complete miss closest to the budget, shipped when none meets it
+    variant = getattr(calibration, "variant", None)
+    result.calibration = result.calibration_chosen = variant
 
-    def evaluate(returned: tuple[str, ...], step: str) -> Evaluation:
+    def evaluate(returned: tuple[str, ...], step: str, graph: Any = None) -> Evaluation:
         t0 = time.perf_counter()
-        g = full if not returned else build_qdq(calibration, keep_float=pins + returned)
+        g = graph if graph is not None else full if not returned else build_qdq(calibration, keep_float=pins + returned)
         reused = len(ev.reused)
         acc = ev.accuracy(g.model, early_stop=settings.early_stop)
         if len(ev.reused) > reused:
@@ -90,10 +96,22 @@ def meet_budget(
         ok, failures = ev.verdict(acc)
         if ok:
             graphs[returned] = g
-        e = Evaluation(len(result.evaluations) + 1, step, returned, ok, acc, failures, time.perf_counter() - t0)
+        e = Evaluation(len(result.evaluations) + 1, step, returned, ok, acc, failures, time.perf_counter() - t0,
+                       variant=getattr(g.calibration, "variant", None))
         result.evaluations.append(e)
         info(f"budget evaluation {e.index}: {e.describe()}")
+        if not ok and not acc.get("stopped_early") and g.quantized and (
+                closest[0] is None or (_closeness(acc), -len(returned)) > (_closeness(closest[0].accuracy), -len(closest[0].returned))):
+            closest[:] = [e, g]
         return e
+
+    def not_met(reason: str, fallback_graph: Any) -> BudgetResult:
+        result.status, result.reason = "not-met", reason
+        result.graph = closest[1] if closest[1] is not None else fallback_graph
+        result.returned = tuple(closest[0].returned) if closest[0] is not None else ()
+        result.calibration = getattr(result.graph.calibration, "variant", None)
+        result.seconds = time.perf_counter() - start
+        return result
 
     first = evaluate((), "full-int8")
     if first.passed:
@@ -101,9 +119,20 @@ def meet_budget(
         result.seconds = time.perf_counter() - start
         return result
     if not full.quantized:
-        result.status, result.reason = "not-met", "no layer is INT8 (every layer pinned float) and the graph still misses the budget"
-        result.seconds = time.perf_counter() - start
-        return result
+        return not_met("no layer is INT8 (every layer pinned float) and the graph still misses the budget", full)
+    for name in _other_calibrations(calibration):  # calibration choices before float layers
+        if len(result.evaluations) >= settings.max_evals:
+            break
+        e = evaluate((), "calibration", build_qdq(calibration.with_variant(name), keep_float=pins))
+        if e.passed:
+            result.status, result.graph, result.calibration = "int8", graphs[()], name
+            info(f"budget: the full INT8 graph with {name} thresholds meets it (calibration chose {variant}); no layer returned to float")
+            result.seconds = time.perf_counter() - start
+            return result
+    if closest[1] is not None and closest[1] is not full:  # search layers from the calibration that came closest
+        calibration, full = closest[1].calibration, closest[1]
+        result.calibration = getattr(calibration, "variant", None)
+        info(f"budget: returning layers to float from the {result.calibration} thresholds (the closest full INT8 graph)")
 
     order = rank_layers(result, calibration, full, source, output_kind, preprocess, cache_dir, settings, info)
     n = len(order)
@@ -137,21 +166,28 @@ def meet_budget(
     if passing is None:
         complete = [e for e in result.evaluations if not e.accuracy.get("stopped_early")]
         best = max(complete, key=lambda e: (_closeness(e.accuracy), -len(e.returned))) if complete else result.evaluations[-1]
-        result.status = "not-met"
         if len(result.evaluations) >= settings.max_evals:
-            result.reason = (f"the evaluation cap ({settings.max_evals}) was reached; the closest graph ({best.describe()}) "
-                             f"misses: {'; '.join(best.failures)}")
+            reason = (f"the evaluation cap ({settings.max_evals}) was reached; the closest graph ({best.describe()}) "
+                      f"misses: {'; '.join(best.failures)}")
         else:
             last = result.evaluations[-1]
-            result.reason = (f"no graph with an INT8 layer left meets it: with {len(last.returned)} of the {n} INT8 layers back in "
-                             f"float it still misses ({'; '.join(last.failures)}), and all {n} in float is FP32, not INT8")
-        result.seconds = time.perf_counter() - start
-        return result
+            reason = (f"no graph with an INT8 layer left meets it: with {len(last.returned)} of the {n} INT8 layers back in "
+                      f"float it still misses ({'; '.join(last.failures)}), and all {n} in float is FP32, not INT8")
+        return not_met(reason, full)
     result.status = "fallback"
     result.returned = tuple(passing)
     result.graph = graphs[tuple(passing)]
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _other_calibrations(calibration: Any) -> list[str]:
+    """Method select's other candidates, closest to FP32 at calibration first (none for a fixed method)."""
+    variants = getattr(calibration, "variants", None) or {}
+    selection = getattr(calibration, "selection", None)
+    order = [s.name for s in selection.scores] if selection is not None else list(variants)
+    current = getattr(calibration, "variant", None)
+    return [name for name in order if name in variants and name != current]
 
 
 def _closeness(accuracy: dict[str, Any]) -> float:

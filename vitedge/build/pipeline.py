@@ -18,6 +18,7 @@ from vitedge.budget import (
     record_speed_verdict,
     run_budget,
 )
+from vitedge.budget import budget_failure as budget_not_met
 from vitedge.build.reporting import write_bundle_reports
 from vitedge.calibration.sources import open_source
 from vitedge.calibration.split import resolve_data
@@ -286,12 +287,19 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                     for row in checked.result.gate:
                         log.info(row.status.upper() + " " + row.detail)
             budget_failure = record_speed_verdict(manifest, validation, t.thresholds, profile, log)
+            not_met = budget_not_met(t.budget, t.loaded.spec.output_kind)
+            if not_met:  # the closest INT8 graph the budget found: shipped for inspection, marked failed
+                manifest.quantization["budget"]["verdict"] = {"passed": False, "detail": not_met}
+                log.info("FAIL " + not_met)
+                budget_failure = not_met if budget_failure is None else f"{not_met}; {budget_failure}"
 
             write_bundle_exports(tmp, manifest)  # camera/: DeepStream and Triton configs in NVIDIA bundles
             manifest.hash_files(tmp)
             write_bundle_reports(tmp, manifest, checked)
             manifest.write(tmp)
     passed = None if validation is None else bool(validation["passed"]) and budget_failure is None
+    if budget_failure and passed is None:  # not validated here (built on the device), but the budget already failed
+        passed = False
     summary = _summary(bundle_dir, artifact, validation)
     if t.budget is not None:
 

@@ -36,6 +36,9 @@ def build_report_markdown(manifest) -> str:
         f"- calibration: {m.calibration.get('summary_line', '')}",
         f"- quantization: {m.quantization.get('summary_line', '')}",
     ]
+    verdict = (m.quantization.get("budget") or {}).get("verdict") or {}
+    if verdict.get("passed") is False:
+        lines.append(f"- **FAILED: {verdict.get('detail', 'accuracy budget not met')}**")
     executed = executed_int8_line(m.backend_info.get("int8_layers"), m.target.get("backend", ""))
     if executed:
         lines.append(f"- {executed}")

@@ -28,7 +28,7 @@ from vitedge.cli_options import (
     weight_range_option,
     with_intake,
 )
-from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides
+from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides, noise_gate_flags, noise_overrides
 from vitedge.errors import GateFailure, UsageError
 from vitedge.project_config import require_build, with_project_config
 from vitedge.ui import StageLog
@@ -65,10 +65,11 @@ from vitedge.ui import StageLog
 @reference_cache_option()
 @int8_cache_option()
 @embedding_gate_flags
+@noise_gate_flags
 @click.option("-q", "--quiet", is_flag=True, help="Only the summary.")
 def command(model, targets, calib, val, out, force, intake, calib_size, seed, method, percentile, smoothquant_alpha, no_smoothquant,
             quantize_attention, weight_range, keep_float, bake_preprocess, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
-            no_fallback, fallback_max_evals, cache_dir, reference_cache, int8_cache, quiet, **embedding_gate) -> None:
+            no_fallback, fallback_max_evals, cache_dir, reference_cache, int8_cache, quiet, **gate_flags) -> None:
     """Quantize MODEL to INT8 once and build it for each --target, validated against FP32.
 
     When the INT8 graph misses the accuracy thresholds on the validation data, the layers that
@@ -95,7 +96,7 @@ def command(model, targets, calib, val, out, force, intake, calib_size, seed, me
         model=model, targets=tuple(targets), calib=calib, out=out, val=val, force=force, intake=intake,
         calib_size=calib_size, seed=seed, quant_overrides=quant,
         threshold_overrides={"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms,
-                             **embedding_overrides(embedding_gate)},
+                             **embedding_overrides(gate_flags), **noise_overrides(gate_flags)},
         bake_preprocess=bake_preprocess, cache_dir=cache_dir, reference_cache=reference_cache, int8_cache=int8_cache, keep_float=tuple(keep_float), measure_speed=not no_latency,
         budget=BudgetSettings(enabled=not no_fallback, max_evals=fallback_max_evals, measure_cost=not no_latency),
         config_record=click.get_current_context().meta.get("vitedge.config_record"),

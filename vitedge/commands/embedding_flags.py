@@ -25,3 +25,24 @@ def embedding_gate_flags(func):
 
 def embedding_overrides(kwargs: dict) -> dict[str, float | None]:
     return {k: kwargs.get(k) for k in EMBEDDING_THRESHOLDS}
+
+
+NOISE_THRESHOLDS = ("near_tie_margin", "drop_confidence")
+
+
+def noise_gate_flags(func):
+    """The near-tie gate's flags (vitedge.validation.noise, docs/gate.md), named as in NOISE_THRESHOLDS."""
+    for deco in reversed([
+        click.option("--near-tie-margin", type=click.FloatRange(0.0, 1.0), default=None,
+                     help="Gate: FP32 top-1 minus runner-up probability below which an image is a near-tie whose flip "
+                          "is noise (default 0.1; 0: every flip counts, the plain agreement gate)."),
+        click.option("--drop-confidence", type=click.FloatRange(0.0, 0.9999), default=None,
+                     help="Gate: confidence of the top-1 drop's exact paired interval; the drop fails only when the "
+                          "interval lies above --max-top1-drop (default 0.95; 0: the point estimate decides)."),
+    ]):
+        func = deco(func)
+    return func
+
+
+def noise_overrides(kwargs: dict) -> dict[str, float | None]:
+    return {k: kwargs.get(k) for k in NOISE_THRESHOLDS}

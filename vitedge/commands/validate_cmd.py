@@ -22,7 +22,7 @@ from vitedge.cli_options import (
     threads_type,
     threshold_options,
 )
-from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides
+from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides, noise_gate_flags, noise_overrides
 from vitedge.distributed.ray_validate import (
     ray_session,
     scale_from_flags,
@@ -67,6 +67,7 @@ from vitedge.validation.report import append_step_summary, check_report_dir
               help="Inputs the sensitivity runs on (the first N of the data).")
 @click.option("--threads", type=threads_type(), default=None, help="Runtime threads (default: the profile's).")
 @embedding_gate_flags
+@noise_gate_flags
 @click.option("--workers", type=bounded_int(1, limits.MAX_WORKERS), default=None,
               help="Shard the data over N Ray workers on a local Ray started for the run (needs vitedge[ray]); same metrics.")
 @click.option("--ray-address", default=None, metavar="ADDR",
@@ -77,7 +78,7 @@ from vitedge.validation.report import append_step_summary, check_report_dir
 @click.option("-q", "--quiet", is_flag=True, help="Only the verdict and the report paths.")
 def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
             latency_seconds, sensitivity, sensitivity_samples, threads, workers, ray_address, cache_dir, reference_cache, int8_cache, quiet,
-            **embedding_gate) -> None:
+            **gate_flags) -> None:
     """Validate BUNDLE's artifact against its FP32 reference on the same runtime and the same inputs.
 
     Verifies the bundle's file hashes first, then measures accuracy (top-1/top-5 with labels,
@@ -93,7 +94,7 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
 
     ctx = click.get_current_context()
     overrides = {"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms,
-                 **embedding_overrides(embedding_gate)}
+                 **embedding_overrides(gate_flags), **noise_overrides(gate_flags)}
     Thresholds(**{k: v for k, v in overrides.items() if v is not None})  # bad values: exit 2 before any work
     speed_flags = [k for k in ("min_speedup", "max_p99_ms") if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]
     if no_latency and speed_flags:

@@ -8,7 +8,8 @@
 Heavy imports (onnx, onnxruntime) happen inside the functions.
 """
 
-from vitedge.quantize.calibrate import Calibration, calibrate
+from vitedge.quantize.calibrate import calibrate, quantize
+from vitedge.quantize.record import Calibration
 from vitedge.quantize.checker import Violation, assert_qdq_graph, check_qdq_graph
 from vitedge.quantize.config import LAYER_KINDS, METHODS, QUANTIZER_VERSION, QuantConfig
 from vitedge.quantize.graph import QuantLayer
@@ -16,7 +17,6 @@ from vitedge.quantize.qdq import (
     METADATA_KEY,
     QuantizedGraph,
     build_qdq,
-    quantize,
     resolve_keep_float,
 )
 

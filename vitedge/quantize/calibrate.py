@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ from vitedge.onnxutil import (
 )
 from vitedge.quantize import smoothquant, stats
 from vitedge.quantize.cache import CalibrationCache, cache_key
-from vitedge.quantize.config import QUANTIZER_VERSION, QuantConfig
+from vitedge.quantize.config import QUANTIZER_VERSION, SELECT_SAMPLES, SELECT_SAMPLES_LARGE, QuantConfig
 from vitedge.quantize.graph import (
     GraphIndex,
     QuantLayer,
@@ -66,7 +67,10 @@ from vitedge.quantize.graph import (
     softmax_outputs,
 )
 from vitedge.quantize.histogram import ChannelHistogram
+from vitedge.quantize.qdq import QuantizedGraph, build_qdq
+from vitedge.quantize.record import Calibration, CandidateScore, Selection, Variant
 from vitedge.quantize.refine import Refinement, correct_biases, refinable, refine
+from vitedge.quantize.select import SELECT_MIN_RATIO, SELECT_MIN_T, choose
 from vitedge.quantize.smooth_search import choose_alphas
 from vitedge.spec import ModelSpec
 
@@ -92,53 +96,6 @@ def _large_graph_run(model: Any) -> tuple[int | None, SessionSettings]:
     if is_large(model):
         return LARGE_GRAPH_BATCH, lean_settings()
     return None, SessionSettings()
-
-
-@dataclass(frozen=True)
-class Calibration:
-    """What ``calibrate`` measured, ready for ``build_qdq``.
-
-    ``model`` is the prepared FP32 graph with SmoothQuant applied (if on): the graph the
-    Q/DQ pairs go into. ``thresholds`` maps each activation tensor of ``layers`` to its
-    clipping threshold (INT8 scale = threshold / 127). ``reused`` is True when the
-    statistics came from the cache; ``forward_passes`` counts the ONNX Runtime runs this
-    call made (0 when reused).
-    """
-
-    fp32_path: Path
-    fp32_sha256: str
-    config: QuantConfig
-    model: Any  # onnx.ModelProto
-    layers: tuple[QuantLayer, ...]
-    thresholds: dict[str, float]
-    absmax: dict[str, float]
-    smoothing: dict[str, np.ndarray]  # LayerNorm node name -> s
-    smoothed_layers: tuple[str, ...]
-    summary: SourceSummary
-    key: str
-    reused: bool
-    forward_passes: int
-    timings: dict[str, float] = field(default_factory=dict)
-    cache_path: Path | None = None
-    cache_note: str | None = None  # why the entry could not be written, if it could not
-    refinement: Any = None  # vitedge.quantize.refine.Refinement when GPTQ / bias correction is on
-
-    def to_dict(self) -> dict[str, Any]:
-        """Deterministic description (no timings): goes into the Q/DQ graph's metadata."""
-        return {
-            "quantizer_version": QUANTIZER_VERSION,
-            "config": self.config.to_dict(),
-            "fp32_sha256": self.fp32_sha256,
-            "cache_key": self.key,
-            "calibration": self.summary.to_dict(),
-            "smoothquant": {"layernorms": len(self.smoothing), "linear_layers": len(self.smoothed_layers)},
-        }
-
-    def one_line(self) -> str:
-        s = self.summary
-        how = "statistics reused from cache" if self.reused else f"{self.forward_passes} forward passes in {self.timings.get('statistics', 0.0):.1f} s"
-        sq = f", SmoothQuant on {len(self.smoothed_layers)} layers" if self.smoothing else ""
-        return f"calibrated {self.config.describe()} on {s.used} items (data {s.data_hash[:12]}){sq}; {how}"
 
 
 def calibrate(
@@ -209,6 +166,7 @@ def calibrate(
     cache_note = None
     candidates: dict[str, dict[str, float]] = {}
     moments: dict[str, tuple[np.ndarray, np.ndarray]] | None = None
+    variant_moments: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
     if restored is not None:
         thresholds, amax, scales, candidates = restored
         smoothed, renamed = smoothquant.apply(prepared, sites, scales)
@@ -254,15 +212,21 @@ def calibrate(
         # ImageNet-normalised digits at 2.13 of 2.64, clipping the bright strokes; full INT8
         # SigLIP-MAP agreement 98.99% -> 99.75% with the exact range, benchmarks/results/families.md).
         exact = {renamed.get(t, t) for t in probs} | image_inputs
-        base_method = "entropy" if config.method == "auto" else config.method
+        if config.method in ("auto", "select"):  # the candidates chosen from, per tensor (auto) or per model (select)
+            candidates = {t: stats.candidate_thresholds(amax[t], hists[t]) for t in sorted(amax) if t not in exact}
+        # auto and select start from entropy's thresholds (already among the candidates)
         thresholds = {
-            t: stats.threshold("minmax" if t in exact else base_method, amax[t], hists.get(t) if hists else None, percentile=config.percentile)
+            t: candidates[t]["entropy"] if t in candidates else
+            stats.threshold("minmax" if t in exact else config.method, amax[t], hists.get(t) if hists else None, percentile=config.percentile)
             for t in sorted(amax)
         }
-        if config.method == "auto":  # the candidates the refinement pass chooses from, per tensor
-            candidates = {t: stats.candidate_thresholds(amax[t], hists[t]) for t in sorted(amax) if t not in exact}
-        moments = {renamed.get(t, t): collector.moments(t, thresholds[renamed.get(t, t)], site_scale.get(t))
-                   for t in collector.moment_tensors}
+
+        def moments_for(th: dict[str, float]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+            return {renamed.get(t, t): collector.moments(t, th[renamed.get(t, t)], site_scale.get(t)) for t in collector.moment_tensors}
+
+        moments = moments_for(thresholds)
+        if config.method == "select":
+            variant_moments = {c: moments_for(th) for c, th in _variant_thresholds(thresholds, candidates).items()}
         timings["statistics"] = time.perf_counter() - t0
         reused = False
         try:
@@ -276,7 +240,20 @@ def calibrate(
     if missing:  # a bug, not a user error
         raise QuantizationError(f"no statistics for activation '{missing[0]}' ({len(missing)} missing)")
     refinement = None
-    if config.refine_params() is not None:
+    variants: dict[str, Variant] = {}
+    if config.method == "select":
+        if not candidates:
+            raise QuantizationError("method 'select' found no candidate thresholds in the statistics (stale cache entry?)")
+        for c, th in _variant_thresholds(thresholds, candidates).items():
+            ref = None
+            if config.refine_params() is not None:
+                ref, refine_passes = _refinement(cache, dict(parts, candidate=c), config, smoothed, meta, source, progress, smoothed,
+                                                 layers_after, th, {}, variant_moments.get(c))
+                passes += refine_passes
+                if refine_passes:
+                    reused = False
+            variants[c] = Variant(c, th, ref)
+    elif config.refine_params() is not None:
         if config.method == "auto" and not candidates:
             raise QuantizationError("method 'auto' found no candidate thresholds in the statistics (stale cache entry?)")
         refinement, refine_passes = _refinement(cache, parts, config, smoothed, meta, source, progress, smoothed, layers_after,
@@ -286,13 +263,71 @@ def calibrate(
         if refine_passes:
             reused = False
             timings["refinement"] = refinement.seconds
-    timings["total"] = time.perf_counter() - start
-    return Calibration(
+    result = Calibration(
         fp32_path=path, fp32_sha256=fp32_sha, config=config, model=smoothed, layers=layers_after,
         thresholds=thresholds, absmax=amax, smoothing=scales, smoothed_layers=smoothed_layers, summary=summary,
         key=key, reused=reused, forward_passes=passes, timings=timings,
         cache_path=cache.path_for(key) if cache_note is None else None, cache_note=cache_note, refinement=refinement,
+        variants=variants,
     )
+    if variants:
+        selection, select_passes = _selection(cache, parts, config, result, meta, source)
+        result = result.with_variant(selection.chosen)
+        result = replace(result, selection=selection, forward_passes=passes + select_passes)
+        if select_passes:
+            timings["selection"] = selection.seconds
+    timings["total"] = time.perf_counter() - start
+    return result
+
+
+def _variant_thresholds(thresholds: dict[str, float], candidates: dict[str, dict[str, float]]) -> dict[str, dict[str, float]]:
+    """Method select: every candidate's thresholds (tensors without candidates, the Softmax outputs and
+    the image, keep their own: max |x|), in ``stats.CANDIDATES`` order."""
+    return {c: {t: candidates[t][c] if t in candidates else v for t, v in thresholds.items()} for c in stats.CANDIDATES}
+
+
+def _selection(cache: CalibrationCache, parts: dict[str, Any], config: QuantConfig, calibration: Calibration,
+               meta: dict[str, str], source: CalibrationSource) -> tuple[Selection, int]:
+    """Method select's choice: from the cache, or by scoring every candidate at the model's output on
+    the first calibration images. Returns (selection, forward passes run)."""
+    large = is_large(calibration.model)
+    samples = SELECT_SAMPLES_LARGE if large else SELECT_SAMPLES
+    skey_parts = dict(parts, refine=config.refine_params(), select={"samples": samples, "attention": config.quantize_attention,
+                                                                    "weight_range": config.weight_range, "rule": [SELECT_MIN_T, SELECT_MIN_RATIO]})
+    skey = cache_key(skey_parts)
+    store = CalibrationCache(cache.root, kind="selection")
+    entry = store.load(skey)
+    if entry is not None:
+        try:
+            doc = entry["meta"]["selection"]
+            scores = tuple(CandidateScore(str(c["name"]), float(c["error"]), None if c["agreement"] is None else float(c["agreement"]),
+                                          float(c["paired_t"])) for c in doc["candidates"])
+            chosen = str(doc["chosen"])
+            if chosen in calibration.variants and all(s.name in calibration.variants for s in scores):
+                return Selection(chosen=chosen, metric=str(doc["metric"]), samples=int(doc["samples"]), scores=scores, reused=True,
+                                 first=str(doc["first"]), min_t=float(doc["min_t"]), min_ratio=float(doc["min_ratio"])), 0
+        except (KeyError, TypeError, ValueError):
+            pass
+    runner = _Runner(calibration.model, meta, source, False)
+    feeds, have = [], 0
+    for batch in runner._feeds("select"):
+        feeds.append(batch[: samples - have])
+        have += len(feeds[-1])
+        if have >= samples:
+            break
+    declared = None
+    if SPEC_KEY in meta:
+        try:
+            declared = ModelSpec.from_json(meta[SPEC_KEY]).output_kind
+        except Exception:
+            declared = None
+    settings = lean_settings() if large else SessionSettings()
+    selection = choose(calibration, runner.input.name, feeds, declared_kind=declared, settings=settings)
+    try:
+        store.save(skey, {"parts": skey_parts, "selection": selection.to_dict()}, {})
+    except OSError:
+        pass
+    return selection, len(feeds) * (1 + len(calibration.variants))
 
 
 def _refinement(cache: CalibrationCache, parts: dict[str, Any], config: QuantConfig, prepared: Any, meta: dict[str, str],
@@ -586,3 +621,21 @@ class _Runner:
         for values in self._run(collector.outputs, "calibrating"):
             collector.add(values)
             del values
+
+
+def quantize(
+    fp32_onnx_path: str | Path,
+    source: Any,
+    config: QuantConfig | None = None,
+    out_path: str | Path | None = None,
+    *,
+    keep_float: Iterable[str] | str = (),
+    cache_dir: str | Path | None = None,
+    progress: bool = False,
+) -> QuantizedGraph:
+    """calibrate + build_qdq (+ save when ``out_path`` is given)."""
+    cal = calibrate(fp32_onnx_path, source, config, cache_dir=cache_dir, progress=progress)
+    result = build_qdq(cal, keep_float=keep_float)
+    if out_path is not None:
+        result.save(out_path)
+    return result

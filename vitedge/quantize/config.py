@@ -20,17 +20,22 @@ CPU_REQUIREMENT = {
 
 # Bump when a change would make cached statistics or the Q/DQ graph differ for the same
 # inputs (placement, statistics, threshold search, SmoothQuant rewrite).
-QUANTIZER_VERSION = "4"
+QUANTIZER_VERSION = "5"  # 5: method "select" (the default) stores every candidate's thresholds
 
-METHODS = ("minmax", "percentile", "entropy", "mse", "auto")
-HISTOGRAM_METHODS = ("percentile", "entropy", "mse", "auto")
+METHODS = ("select", "minmax", "percentile", "entropy", "mse", "auto")
+HISTOGRAM_METHODS = ("select", "percentile", "entropy", "mse", "auto")
 LAYER_KINDS = ("linear", "patch_embed", "attention_matmul", "head", "pool_kv")
 # Kinds that stay float unless a caller lists them otherwise: see docs/quantization.md.
 FLOAT_KINDS = ("pool_kv",)
 
 # Defaults chosen by measurement: see docs/quantization.md and
-# benchmarks/results/quant_accuracy.md.
-DEFAULT_METHOD = "entropy"
+# benchmarks/results/quant_accuracy.md. "select" measures every candidate of stats.CANDIDATES on
+# the model itself (issue 30 item 4: entropy, the former default, collapsed on two ViTs trained
+# by others while minmax / percentile / mse held).
+DEFAULT_METHOD = "select"
+# Method "select": calibration images its candidates are scored on (the first N), fewer past 2 GB.
+SELECT_SAMPLES = 64
+SELECT_SAMPLES_LARGE = 8
 DEFAULT_PERCENTILE = 99.99
 DEFAULT_SMOOTHQUANT_ALPHA: float | None = 0.5
 DEFAULT_QUANTIZE_ATTENTION = False
@@ -52,6 +57,10 @@ class QuantConfig:
     """How to calibrate and quantize.
 
     method             how an activation's clipping threshold is chosen from its statistics:
+                       select (per model: every candidate of stats.CANDIDATES, i.e. entropy,
+                       percentile 99.99 and 99.999, minmax and mse, builds its full-INT8 graph
+                       and the one closest to FP32 at the output on the first calibration
+                       images wins; the others stay available to the accuracy budget),
                        minmax (absolute max), percentile (of |x|), entropy (TensorRT-style
                        KL divergence), mse (least expected quantisation error), auto (per
                        tensor, whichever of entropy / percentile 99.99 and 99.999 / minmax /

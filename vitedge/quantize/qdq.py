@@ -28,16 +28,15 @@ from vitedge.onnxutil import (
     set_metadata,
     topological_sort,
 )
-from vitedge.quantize.calibrate import Calibration, calibrate
 from vitedge.quantize.checker import Violation, check_qdq_graph
 from vitedge.quantize.config import (
     CPU_REQUIREMENT,
     FLOAT_KINDS,
     LAYER_KINDS,
     QUANTIZER_VERSION,
-    QuantConfig,
 )
 from vitedge.quantize.graph import GraphIndex, QuantLayer
+from vitedge.quantize.record import Calibration
 from vitedge.quantize.stats import QMAX
 from vitedge.quantize.weight_range import quantize_weight
 
@@ -220,21 +219,3 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
         kept_float=tuple(l.name for l in layers if l.name in floats),
         calibration=calibration,
     )
-
-
-def quantize(
-    fp32_onnx_path: str | Path,
-    source: Any,
-    config: QuantConfig | None = None,
-    out_path: str | Path | None = None,
-    *,
-    keep_float: Iterable[str] | str = (),
-    cache_dir: str | Path | None = None,
-    progress: bool = False,
-) -> QuantizedGraph:
-    """calibrate + build_qdq (+ save when ``out_path`` is given)."""
-    cal = calibrate(fp32_onnx_path, source, config, cache_dir=cache_dir, progress=progress)
-    result = build_qdq(cal, keep_float=keep_float)
-    if out_path is not None:
-        result.save(out_path)
-    return result

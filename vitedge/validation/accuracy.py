@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from vitedge.profiles import DEFAULT_DROP_CONFIDENCE, DEFAULT_NEAR_TIE_MARGIN
 from vitedge.validation.inputs import feed_for
+from vitedge.validation.noise import near_ties, paired_drop
 
 EVAL_BATCH = 32  # the most inputs per inference call while collecting outputs
 
@@ -51,8 +53,11 @@ def topk_accuracy(logits: np.ndarray, labels: np.ndarray, k: int) -> float:
     return float(np.mean(np.any(top == labels[:, None], axis=1)))
 
 
-def compare_logits(ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None) -> dict:
-    """Classifier parity: top-1/top-5 (with labels), agreement, cosine, logit error, KL."""
+def compare_logits(ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None, *,
+                   near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN, drop_confidence: float = DEFAULT_DROP_CONFIDENCE) -> dict:
+    """Classifier parity: top-1/top-5 (with labels), agreement, cosine, logit error, KL; and the
+    near-tie statistics the gate reads (vitedge.validation.noise): agreement where FP32 is decisive,
+    the expected drop under FP32's probabilities, and with labels the drop's exact paired interval."""
     out: dict = {"samples": int(ref.shape[0])}
     if labels is not None:
         out["fp32_top1"] = topk_accuracy(ref, labels, 1)
@@ -60,7 +65,11 @@ def compare_logits(ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None) 
         out["top1_drop_points"] = 100.0 * (out["fp32_top1"] - out["int8_top1"])
         out["fp32_top5"] = topk_accuracy(ref, labels, 5)
         out["int8_top5"] = topk_accuracy(got, labels, 5)
+        if drop_confidence > 0:
+            out.update(paired_drop(ref.argmax(1), got.argmax(1), labels, drop_confidence))
     out["top1_agreement"] = float(np.mean(ref.argmax(1) == got.argmax(1)))
+    if len(ref):
+        out.update(near_ties(ref, got, near_tie_margin))
     cos = np.sum(ref * got, axis=1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(got, axis=1) + 1e-12)
     out["logit_cosine_mean"] = float(cos.mean())
     out["logit_cosine_min"] = float(cos.min())

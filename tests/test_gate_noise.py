@@ -1,0 +1,219 @@
+"""The classifier gate tells near-tie noise from real loss (issue 30 item 6, docs/gate.md): the exact
+paired interval of the top-1 drop, agreement on the images where FP32 is decisive, the expected drop
+under FP32's own probabilities, and the budget's early stop that must never change a verdict.
+
+In-test logits stand in for a model's outputs: each case builds FP32 logits with a chosen share of
+near-ties and an "INT8" copy that flips chosen images, so what the gate must say is known exactly."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from vitedge.profiles import Thresholds
+from vitedge.validation.accuracy import compare_logits
+from vitedge.validation.noise import (
+    binom_sf,
+    certain_agreement_miss,
+    clopper_pearson,
+    fp32_margins,
+    paired_drop,
+)
+from vitedge.validation.run import evaluate_gate
+
+GATE = Thresholds(max_top1_drop=0.2, min_agreement=0.995)  # the onnx / intel-cpu profiles
+PLAIN = dataclasses.replace(GATE, near_tie_margin=0.0, drop_confidence=0.0)
+
+
+def _logits(n: int, near_tie_share: float, seed: int = 0, classes: int = 10) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(FP32 logits, labels, near-tie mask): decisive images have a top-2 logit gap of 4, near-ties of 0.02
+    between classes a and b; the label is a (FP32 right) on decisive images, a or b at random on near-ties."""
+    rng = np.random.default_rng(seed)
+    ref = rng.normal(0.0, 0.3, size=(n, classes)).astype(np.float32)
+    a = rng.integers(0, classes, size=n)
+    b = (a + 1 + rng.integers(0, classes - 1, size=n)) % classes
+    tie = rng.random(n) < near_tie_share
+    rows = np.arange(n)
+    ref[rows, a] = 6.0
+    ref[rows, b] = np.where(tie, 5.98, 2.0)
+    labels = np.where(tie & (rng.random(n) < 0.5), b, a)
+    return ref, labels, tie
+
+
+def _flip(ref: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """An INT8 stand-in: small noise everywhere, and the top-2 classes swapped on ``which``."""
+    got = ref + np.random.default_rng(1).normal(0.0, 0.003, size=ref.shape).astype(np.float32)
+    order = np.argsort(-ref, axis=1)
+    rows = np.flatnonzero(which)
+    first, second = order[rows, 0], order[rows, 1]
+    got[rows, first], got[rows, second] = ref[rows, second], ref[rows, first]
+    return got
+
+
+def _gate(ref, got, labels, t=GATE):
+    acc = compare_logits(ref, got, labels, near_tie_margin=t.near_tie_margin, drop_confidence=t.drop_confidence)
+    acc["output_kind"] = "logits"
+    rows = {r.name: r for r in evaluate_gate(acc, None, None, t)}
+    return acc, rows
+
+
+def test_exact_interval_and_test_match_known_values():
+    # scipy.stats.binomtest(k, n).proportion_ci(0.95, "exact") gives these (checked once, not imported here)
+    assert clopper_pearson(3, 10, 0.95) == pytest.approx((0.066739, 0.652453), abs=1e-5)
+    assert clopper_pearson(0, 10, 0.95) == pytest.approx((0.0, 0.308497), abs=1e-5)
+    assert clopper_pearson(17, 40, 0.95) == pytest.approx((0.270429, 0.591099), abs=1e-5)
+    assert binom_sf(12, 20, 0.5) == pytest.approx(0.2517223, abs=1e-6)
+    # 8 lost, 2 gained of 400: drop 1.5 points, interval from the 10 discordant pairs alone
+    ref_pred = np.zeros(400, dtype=int)
+    labels = np.zeros(400, dtype=int)
+    got_pred = ref_pred.copy()
+    got_pred[:8] = 1
+    ref_pred[8:10], got_pred[8:10] = 1, 0
+    d = paired_drop(ref_pred, got_pred, labels, 0.95)
+    assert d["top1_discordant"] == {"fp32_only": 8, "int8_only": 2}
+    lo, hi = clopper_pearson(8, 10, 0.95)
+    assert d["top1_drop_ci_points"] == pytest.approx([100 * 10 / 400 * (2 * lo - 1), 100 * 10 / 400 * (2 * hi - 1)])
+    assert d["top1_loss_p_value"] == pytest.approx(binom_sf(8, 10, 0.5))
+
+
+def test_near_tie_flips_pass_where_the_plain_gate_refuses():
+    """A low-confidence model (30 % near-ties) whose INT8 graph flips 3 % of all images, every one a
+    near-tie: agreement 97 % is noise, not loss, as labels confirm (drop within its interval)."""
+    ref, labels, tie = _logits(1000, 0.3)
+    flips = tie & (np.cumsum(tie) <= 30)
+    got = _flip(ref, flips)
+    acc, rows = _gate(ref, got, labels)
+    assert acc["top1_agreement"] == pytest.approx(0.97) and acc["decisive_agreement"] == 1.0
+    assert acc["near_tie_flips"] == 30 and acc["decisive_flips"] == 0 and acc["expected_drop_points"] < 0.2
+    assert rows["min_agreement"].passed and rows["max_top1_drop"].passed
+    assert rows["min_agreement"].value == pytest.approx(0.97)  # the row's value is still plain agreement
+    _, plain = _gate(ref, got, labels, PLAIN)
+    assert not plain["min_agreement"].passed  # what the old gate said
+    _, unlabelled = _gate(ref, got, None)  # without labels, FP32's margins explain the flips
+    assert unlabelled["min_agreement"].passed and "near-ties" in unlabelled["min_agreement"].detail
+
+
+def test_decisive_flips_are_refused_with_the_reason_in_one_line():
+    """The same agreement (97 %), but a third of the flips land where FP32 was sure: a real loss."""
+    ref, labels, tie = _logits(1000, 0.3)
+    flips = (tie & (np.cumsum(tie) <= 20)) | (~tie & (np.cumsum(~tie) <= 10))
+    acc, rows = _gate(ref, _flip(ref, flips), labels)
+    assert acc["decisive_flips"] == 10 and not rows["min_agreement"].passed
+    detail = rows["min_agreement"].detail
+    assert "\n" not in detail and "real loss" in detail
+    assert not rows["max_top1_drop"].passed  # 10 sure images lost: the interval lies above 0.2 points
+    assert "real loss" in rows["max_top1_drop"].detail
+    _, unlabelled = _gate(ref, _flip(ref, flips), None)  # without labels FP32's margins say the same
+    detail = unlabelled["min_agreement"].detail
+    assert not unlabelled["min_agreement"].passed and "\n" not in detail and "real loss" in detail and "decisive" in detail
+
+
+def test_with_labels_flips_that_cost_no_top1_pass():
+    """A model where INT8 flips 4 % of the images, some of them where FP32 had a gap above the margin,
+    but the labels show no loss (as many gained as lost): the paired test decides, and passes."""
+    ref, labels, tie = _logits(1000, 0.5)
+    flips = tie & (np.cumsum(tie) <= 40)
+    order = np.argsort(-ref, axis=1)
+    idx = np.flatnonzero(flips)
+    labels = labels.copy()
+    labels[idx[::2]] = order[idx[::2], 0]
+    labels[idx[1::2]] = order[idx[1::2], 1]
+    acc, rows = _gate(ref, _flip(ref, flips), labels)
+    assert acc["top1_drop_points"] == pytest.approx(0.0) and acc["top1_agreement"] == pytest.approx(0.96)
+    assert rows["max_top1_drop"].passed and rows["min_agreement"].passed
+    assert "no top-1 the labels can show" in rows["min_agreement"].detail
+
+
+def test_without_labels_only_the_margin_and_expected_drop_decide():
+    ref, _, tie = _logits(1000, 0.3)
+    ok = _gate(ref, _flip(ref, tie & (np.cumsum(tie) <= 30)), None)[1]
+    bad = _gate(ref, _flip(ref, ~tie & (np.cumsum(~tie) <= 30)), None)[1]
+    assert ok["max_top1_drop"].status == "skip" and ok["min_agreement"].passed
+    assert not bad["min_agreement"].passed
+
+
+def test_a_collapse_is_refused():
+    """A collapsed calibration flips a third of the images, sure ones included."""
+    ref, labels, _ = _logits(1000, 0.3)
+    flips = np.random.default_rng(3).random(1000) < 0.33
+    acc, rows = _gate(ref, _flip(ref, flips), labels)
+    assert acc["top1_agreement"] < 0.7
+    assert not rows["min_agreement"].passed and not rows["max_top1_drop"].passed
+
+
+def test_too_few_decisive_images_fall_back_to_plain_agreement():
+    """A model that hesitates everywhere (random weights) gives no decisive images to judge on."""
+    ref, labels, tie = _logits(200, 0.95)
+    assert int((fp32_margins(ref) >= GATE.near_tie_margin).sum()) < 30
+    acc, rows = _gate(ref, _flip(ref, tie & (np.cumsum(tie) <= 5)), None)
+    assert not rows["min_agreement"].passed and "too few" in rows["min_agreement"].detail
+
+
+def test_drop_over_the_limit_but_within_noise_passes():
+    """Labelled drop 0.4 points (6 lost, 2 gained of 1000, all near-ties) over a 0.2 limit: its exact
+    interval reaches below the limit, so the labels do not show a loss; the plain gate refuses it."""
+    ref, labels, tie = _logits(1000, 0.3)
+    flips = tie & (np.cumsum(tie) <= 8)
+    order = np.argsort(-ref, axis=1)
+    idx = np.flatnonzero(flips)
+    labels = labels.copy()
+    labels[idx[:6]] = order[idx[:6], 0]  # FP32 right, INT8 (which swaps the top two) wrong
+    labels[idx[6:]] = order[idx[6:], 1]  # the reverse
+    got = _flip(ref, flips)
+    acc, rows = _gate(ref, got, labels)
+    assert acc["top1_discordant"] == {"fp32_only": 6, "int8_only": 2}
+    assert acc["top1_drop_points"] == pytest.approx(0.4) and acc["top1_drop_ci_points"][0] < 0.2
+    assert rows["max_top1_drop"].passed and "within noise" in rows["max_top1_drop"].detail
+    _, plain = _gate(ref, got, labels, PLAIN)
+    assert not plain["max_top1_drop"].passed
+
+
+def test_budget_early_stop_never_changes_a_verdict():
+    """certain_agreement_miss stops a candidate only when the full run would fail the agreement row."""
+    rng = np.random.default_rng(7)
+    for trial in range(40):
+        ref, labels, tie = _logits(300, rng.uniform(0.1, 0.9), seed=trial)
+        flips = rng.random(300) < rng.uniform(0.0, 0.06)
+        got = _flip(ref, flips)
+        _, rows = _gate(ref, got, None)
+        for n in (50, 150, 299):
+            stop = certain_agreement_miss(ref, got[:n], GATE.min_agreement, GATE.near_tie_margin)
+            if stop is not None:
+                assert not rows["min_agreement"].passed, (trial, n, stop)
+
+
+def test_a_wrong_mean_is_refused_by_the_fp32_preprocessing_probe():
+    """A wrong --mean damages FP32 itself and INT8 follows it, so agreement-style statistics cannot see it;
+    FP32's own top-1 with the mean moved does. On the trained digits ViT: its real mean is never suspect,
+    the real mean + 0.5 is, and the gate then refuses flips it would otherwise excuse, in one line."""
+    from helpers.quantize_models import VAL_DIR, bundled_model
+
+    from vitedge.calibration.sources import open_source
+    from vitedge.onnxutil import ort_session
+    from vitedge.validation.noise import preprocessing_probe, probe_shifts
+
+    path, spec = bundled_model("digits")
+    sess = ort_session(path, threads=2)
+    name = sess.get_inputs()[0].name
+
+    def probe(pre):
+        val = open_source(VAL_DIR, pre, class_names=spec.class_names)
+        x = np.concatenate([b.images for b in val.batches(128)])
+        labels = np.concatenate([b.labels for b in val.batches(128)])
+        ref = sess.run(None, {name: x})[0]
+        return ref, labels, preprocessing_probe(ref, {m: sess.run(None, {name: x + d})[0] for m, d in probe_shifts(pre.std).items()}, labels)
+
+    assert not probe(spec.preprocess)[2]["suspect"]
+    wrong = dataclasses.replace(spec.preprocess, mean=tuple(m + 0.5 for m in spec.preprocess.mean))
+    ref, labels, found = probe(wrong)
+    assert found["suspect"] and max(r["gain_points"] for r in found["shifts"]) >= 1.0
+    # the gate: agreement under the limit, labels showing no INT8 loss, but FP32 itself is off
+    got = _flip(ref.astype(np.float32), np.arange(len(ref)) < 8)
+    acc = compare_logits(ref, got, labels)
+    acc.update(output_kind="logits", fp32_preprocessing_probe=found)
+    rows = {r.name: r for r in evaluate_gate(acc, None, None, GATE)}
+    detail = rows["min_agreement"].detail
+    assert acc["top1_agreement"] < 0.995 and not rows["min_agreement"].passed
+    assert "\n" not in detail and "check --mean/--std" in detail

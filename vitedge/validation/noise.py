@@ -1,0 +1,215 @@
+"""Telling real accuracy loss from near-tie noise: the statistics behind the classifier gate rows.
+
+An INT8 graph perturbs every logit a little. On an image where FP32 is decisive that changes
+nothing; on an image where FP32 hesitates between two classes (a near-tie) it can flip the top-1,
+and on low-accuracy models many images are near-ties. Such a flip is not a loss: FP32 itself was
+about as likely to be wrong as right there. Two measurements separate the two (docs/gate.md):
+
+* **with labels, a paired test of the top-1 drop.** Only the discordant images carry information:
+  ``b`` that FP32 gets right and INT8 wrong, ``c`` the reverse; the drop is ``(b - c) / N``. Given
+  ``n = b + c``, ``b`` is binomial(n, pi) and the drop is ``n / N * (2 pi - 1)``: the exact
+  (Clopper-Pearson) interval for ``pi`` gives an exact confidence interval for the drop, conditional
+  on ``n`` (McNemar's exact test is the same binomial). A drop whose interval reaches down to the
+  limit is not shown to exceed it.
+* **with or without labels, the FP32 margin.** An image is *decisive* when FP32's top-1 softmax
+  probability exceeds its runner-up's by at least ``near_tie_margin`` (default 0.5). A flip on a
+  near-tie costs at most that margin of expected top-1 under FP32's own probabilities. The *expected
+  drop* (reported, not gated) sums, over the flipped images, FP32's probability of its own class minus
+  its probability of the class INT8 chose: a label-free estimate of the top-1 drop, pessimistic for the
+  over-confident low-accuracy models (0.5-0.7 points where their labels showed none, docs/gate.md).
+
+The gate (``vitedge.validation.run.evaluate_gate``) uses them so: the top-1 drop fails only when its
+confidence interval lies wholly above the limit. Agreement below the limit passes, with labels, only
+when that paired test shows no loss beyond ``max_top1_drop`` (the labels are the direct evidence, and
+flips that cost no measurable top-1 are not a loss); without labels, only when the flips are
+near-ties: agreement on the decisive images meets the limit (with at least ``MIN_DECISIVE`` of them).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from vitedge.profiles import DEFAULT_DROP_CONFIDENCE, DEFAULT_NEAR_TIE_MARGIN  # noqa: F401 - the defaults live with Thresholds
+
+MIN_DECISIVE = 30  # decisive images the near-tie rule needs before it may judge agreement on them
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    z = x.astype(np.float64) - x.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def fp32_margins(ref: np.ndarray) -> np.ndarray:
+    """Per image: FP32's top-1 softmax probability minus its runner-up's (1.0 with one class)."""
+    if ref.shape[1] < 2:
+        return np.ones(len(ref))
+    p = np.sort(softmax(ref), axis=1)
+    return p[:, -1] - p[:, -2]
+
+
+def _log_binom_pmf(k: np.ndarray, n: int, p: float) -> np.ndarray:
+    if p <= 0.0:
+        return np.where(k == 0, 0.0, -np.inf)
+    if p >= 1.0:
+        return np.where(k == n, 0.0, -np.inf)
+    lg = np.vectorize(math.lgamma)
+    return lg(n + 1) - lg(k + 1) - lg(n - k + 1) + k * math.log(p) + (n - k) * math.log1p(-p)
+
+
+def binom_sf(k: int, n: int, p: float) -> float:
+    """P(X >= k) for X ~ binomial(n, p)."""
+    if k <= 0:
+        return 1.0
+    if k > n:
+        return 0.0
+    ks = np.arange(k, n + 1)
+    return float(min(1.0, np.exp(_log_binom_pmf(ks, n, p)).sum()))
+
+
+def binom_cdf(k: int, n: int, p: float) -> float:
+    """P(X <= k) for X ~ binomial(n, p)."""
+    if k < 0:
+        return 0.0
+    if k >= n:
+        return 1.0
+    ks = np.arange(0, k + 1)
+    return float(min(1.0, np.exp(_log_binom_pmf(ks, n, p)).sum()))
+
+
+def clopper_pearson(k: int, n: int, confidence: float) -> tuple[float, float]:
+    """The exact two-sided interval for a binomial proportion with ``k`` successes in ``n`` trials."""
+    if n <= 0:
+        return 0.0, 1.0
+    alpha = (1.0 - confidence) / 2.0
+
+    def solve(f, target: float) -> float:  # f increasing in p: bisection to 1e-10
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2.0
+            if f(mid) < target:
+                lo = mid
+            else:
+                hi = mid
+        return (lo + hi) / 2.0
+
+    lower = 0.0 if k == 0 else solve(lambda p: binom_sf(k, n, p), alpha)  # P(X >= k | p) = alpha
+    upper = 1.0 if k == n else solve(lambda p: 1.0 - binom_cdf(k, n, p), 1.0 - alpha)  # P(X <= k | p) = alpha
+    return lower, upper
+
+
+def paired_drop(ref_pred: np.ndarray, got_pred: np.ndarray, labels: np.ndarray, confidence: float) -> dict[str, Any]:
+    """The top-1 drop (points) with its exact paired confidence interval and the one-sided p-value of
+    "INT8 loses no top-1" (exact binomial on the discordant pairs, McNemar's exact test)."""
+    right_ref, right_got = ref_pred == labels, got_pred == labels
+    b = int(np.sum(right_ref & ~right_got))
+    c = int(np.sum(~right_ref & right_got))
+    total = len(labels)
+    n = b + c
+    lo_pi, hi_pi = clopper_pearson(b, n, confidence)
+    scale = 100.0 * n / max(total, 1)
+    return {
+        "top1_discordant": {"fp32_only": b, "int8_only": c},
+        "top1_drop_ci_points": [scale * (2.0 * lo_pi - 1.0), scale * (2.0 * hi_pi - 1.0)] if n else [0.0, 0.0],
+        "top1_drop_confidence": float(confidence),
+        "top1_loss_p_value": binom_sf(b, n, 0.5) if n else 1.0,
+    }
+
+
+def near_ties(ref: np.ndarray, got: np.ndarray, margin: float) -> dict[str, Any]:
+    """Agreement on the images where FP32 is decisive, the flips on near-ties, and the expected top-1
+    drop under FP32's own probabilities."""
+    ref_pred, got_pred = ref.argmax(1), got.argmax(1)
+    flips = ref_pred != got_pred
+    gaps = fp32_margins(ref)
+    decisive = gaps >= margin
+    p = softmax(ref)
+    rows = np.arange(len(ref))
+    expected = float(np.sum(p[rows, ref_pred] - p[rows, got_pred])) / max(len(ref), 1)
+    n_decisive = int(decisive.sum())
+    return {
+        "near_tie_margin": float(margin),
+        "decisive_samples": n_decisive,
+        "decisive_agreement": float(np.mean(~flips[decisive])) if n_decisive else None,
+        "decisive_flips": int(np.sum(flips & decisive)),
+        "near_tie_flips": int(np.sum(flips & ~decisive)),
+        "expected_drop_points": 100.0 * expected,
+        "fp32_margin_median": float(np.median(gaps)) if len(gaps) else None,
+    }
+
+
+def drop_within_noise(accuracy: dict[str, Any], limit: float) -> bool:
+    """Whether the top-1 drop's confidence interval reaches down to ``limit`` (not shown to exceed it)."""
+    ci = accuracy.get("top1_drop_ci_points")
+    return bool(ci) and ci[0] <= limit + 1e-9
+
+
+def agreement_is_near_tie_noise(accuracy: dict[str, Any], min_agreement: float) -> bool:
+    """Whether agreement below ``min_agreement`` is explained by near-ties: the decisive images (at least
+    ``MIN_DECISIVE``) agree at ``min_agreement`` or better."""
+    decisive = accuracy.get("decisive_agreement")
+    return decisive is not None and accuracy.get("decisive_samples", 0) >= MIN_DECISIVE and decisive >= min_agreement - 1e-12
+
+
+def certain_agreement_miss(ref: np.ndarray, got: np.ndarray, min_agreement: float, margin: float) -> str | None:
+    """Early stop of the accuracy budget: whether the first ``len(got)`` outputs already make the agreement
+    row fail whatever the rest gives (``ref`` covers every item). Exact: disagreements only grow, and the
+    near-tie rule fails for sure once the decisive images' flips exceed what the limit allows on all of them."""
+    total, n = len(ref), len(got)
+    pred, head = got.argmax(1), ref[:n].argmax(1)
+    flips = head != pred
+    allowed = math.floor((1.0 - min_agreement) * total + 1e-9)
+    if int(flips.sum()) <= allowed:
+        return None
+    if margin > 0:
+        decisive = fp32_margins(ref) >= margin
+        total_decisive = int(decisive.sum())
+        if total_decisive >= MIN_DECISIVE:
+            allowed_decisive = math.floor((1.0 - min_agreement) * total_decisive + 1e-9)
+            if int(np.sum(flips & decisive[:n])) <= allowed_decisive:
+                return None
+            return (f"stopped after {n} of {total} items: {int(np.sum(flips & decisive[:n]))} top-1 disagreements on images where FP32 "
+                    f"is decisive already exceed the {allowed_decisive} that agreement >= {100 * min_agreement:g}% allows on its "
+                    f"{total_decisive} decisive images")
+    return (f"stopped after {n} of {total} items: {int(flips.sum())} top-1 disagreements with FP32 already exceed the {allowed} "
+            f"that agreement >= {100 * min_agreement:g}% allows")
+
+
+# The FP32 preprocessing probe (docs/gate.md): a wrong --mean damages FP32 itself and INT8 follows it, so
+# no INT8-vs-FP32 statistic sees it; FP32's own top-1 with the mean moved does.
+PROBE_MEAN_SHIFT = 0.25  # in [0, 1] pixel units, each way
+PROBE_MIN_GAIN_POINTS = 1.0
+PROBE_MAX_P = 0.001
+
+
+def probe_shifts(std: tuple[float, ...], shift: float = PROBE_MEAN_SHIFT) -> dict[float, np.ndarray]:
+    """Mean shift (pixel units) -> what to add to a model-ready NCHW batch: moving the mean by ``m``
+    moves ``(x - mean) / std`` by ``-m / std``."""
+    s = np.asarray(std, dtype=np.float32).reshape(1, -1, 1, 1)
+    return {m: (-m / s).astype(np.float32) for m in (-shift, shift)}
+
+
+def preprocessing_probe(ref: np.ndarray, shifted: dict[float, np.ndarray], labels: np.ndarray) -> dict[str, Any]:
+    """Whether FP32 is significantly more accurate with its mean moved: per shift, its top-1, the gain in
+    points and the one-sided exact p-value of "no gain" on the discordant images. ``suspect`` when a shift
+    gains at least PROBE_MIN_GAIN_POINTS with p below PROBE_MAX_P."""
+    right = ref.argmax(1) == labels
+    rows = []
+    for m, logits in sorted(shifted.items()):
+        other = logits.argmax(1) == labels
+        gained, lost = int(np.sum(other & ~right)), int(np.sum(right & ~other))
+        rows.append({"mean_shift": float(m), "fp32_top1": float(np.mean(other)), "gain_points": 100.0 * (gained - lost) / len(labels),
+                     "p_value": binom_sf(gained, gained + lost, 0.5) if gained + lost else 1.0})
+    best = max(rows, key=lambda r: r["gain_points"]) if rows else None
+    suspect = best is not None and best["gain_points"] >= PROBE_MIN_GAIN_POINTS and best["p_value"] < PROBE_MAX_P
+    return {"fp32_top1": float(np.mean(right)), "shifts": rows, "suspect": bool(suspect)}
+
+
+def probe_text(probe: dict[str, Any]) -> str:
+    best = max(probe["shifts"], key=lambda r: r["gain_points"])
+    return (f"FP32 itself gains {best['gain_points']:.1f} points of top-1 ({100 * probe['fp32_top1']:.1f}% -> "
+            f"{100 * best['fp32_top1']:.1f}%, exact paired p {best['p_value']:.1g}) with the mean moved by {best['mean_shift']:+g}: "
+            "the preprocessing looks wrong (INT8 follows FP32 there), check --mean/--std")
