@@ -67,6 +67,9 @@ def log(msg: str) -> None:
 
 
 def environment() -> dict[str, Any]:
+    from vitedge.backends.openvino import block_vendor_telemetry
+
+    block_vendor_telemetry()  # NNCF telemetry: a forked sender that hangs on a closed network
     import nncf
     import onnx
     import onnxruntime
@@ -141,6 +144,9 @@ def quantized_ops_ov(model) -> int:
 
 
 def nncf_runs(fp32_onnx: Path, calib_x: np.ndarray, val_x: np.ndarray, val_y: np.ndarray, smoothquant: bool) -> dict[str, Any]:
+    from vitedge.backends.openvino import block_vendor_telemetry
+
+    block_vendor_telemetry()  # NNCF telemetry: a forked sender that hangs on a closed network
     import nncf
     import openvino as ov
     from nncf.quantization.advanced_parameters import (

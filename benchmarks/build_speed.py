@@ -102,6 +102,9 @@ def build_vitb(work: Path, calib_size: int, rows: dict[str, dict] | None = None)
 
 
 def anchor_graphs(work: Path, fp32: Path, calib_batches: list[np.ndarray], nncf_too: bool = True):
+    from vitedge.backends.openvino import block_vendor_telemetry
+
+    block_vendor_telemetry()  # NNCF telemetry: a forked sender that hangs on a closed network
     import nncf
     import openvino as ov
     from onnxruntime.quantization import CalibrationDataReader, quantize_static

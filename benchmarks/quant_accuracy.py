@@ -192,6 +192,9 @@ def anchors(fp32: Path, calib_batches: list[np.ndarray], x: np.ndarray, labels: 
     rows.append({"tool": "ONNX Runtime quantize_static (defaults, QDQ)", "runtime": "openvino", **score(ov_predict(ortq, x), labels, ref, ref_logits),
                  "seconds": secs, "trt_rule_violations": len(violations)})
     # NNCF, model_type=TRANSFORMER: OpenVINO backend, and the ONNX backend run in ONNX Runtime
+    from vitedge.backends.openvino import block_vendor_telemetry
+
+    block_vendor_telemetry()  # NNCF telemetry: a forked sender that hangs on a closed network
     import nncf
     import openvino as ov
 

@@ -114,6 +114,9 @@ def anchors(fp32: Path, calib_batches: list[np.ndarray], x: np.ndarray, labels: 
             rows.append({"method": f"ORT quantize_static {method} (defaults, QDQ)", "runtime": runtime, "seconds": secs,
                          **measure(fn(out, x), labels, ref_logits, fp32_top1)})
     try:
+        from vitedge.backends.openvino import block_vendor_telemetry
+
+        block_vendor_telemetry()  # NNCF telemetry: a forked sender that hangs on a closed network
         import nncf
         import openvino as ov
     except ImportError:

@@ -39,6 +39,11 @@ CUSTOM_VIT_SOURCE = (
     "        return self.out(self.encoder(x)[:, 0])\n"
 )
 
+# OpenVINO's and NNCF's telemetry forks a sender that hangs on this closed network holding the run's
+# pipe; vitedge blocks it in its own processes, and the test processes do the same before any import.
+from vitedge.backends.openvino import block_vendor_telemetry  # noqa: E402
+
+block_vendor_telemetry()
 os.environ.setdefault("VITEDGE_CACHE_DIR", str(Path(os.environ.get("TMPDIR", "/tmp")) / "vitedge-test-cache"))
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 

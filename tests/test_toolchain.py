@@ -127,3 +127,44 @@ def test_a_clean_run_passes_with_the_hook(tmp_path):
                            "--rootdir", str(tmp_path), "-n", "1", str(tmp_path / "test_clean.py")],
                           capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     assert proc.returncode == 0 and "leftover" not in proc.stdout, proc.stdout + proc.stderr
+
+
+TELEMETRY_PROBE = textwrap.dedent("""
+    import json, sys
+    import onnx
+    from onnx import TensorProto, helper
+    from vitedge.backends.openvino import OpenVinoBackend
+    OpenVinoBackend().check_environment()  # the first thing vitedge does with OpenVINO
+    import openvino as ov
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1])
+    ov.convert_model(sys.argv[1])  # ovc's telemetry would fork its GA4 sender here
+    from openvino.tools.ovc import telemetry_utils
+    import multiprocessing
+    print(json.dumps({"tm": telemetry_utils.tm.__name__, "children": len(multiprocessing.active_children())}))
+""")
+
+
+@pytest.mark.parametrize("allow", [False, True], ids=["blocked", "allowed"])
+def test_openvino_telemetry_is_off_in_vitedge_processes(tmp_path, allow):
+    """ovc's GA4 telemetry forks a sender per event; on this closed network it hangs in getaddrinfo and
+    holds the run's stdout (a run under a pipe never ended). vitedge blocks it unless the user allows it.
+    CI=true would switch it off by itself, so the probe runs without it, with a HOME that has no consent file."""
+    pytest.importorskip("openvino")
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "TF_BUILD", "JENKINS_URL")}
+    env.update(HOME=str(tmp_path), VITEDGE_ALLOW_VENDOR_TELEMETRY="1" if allow else "0")
+    if allow:  # the sender would try the network: answer "declined" from the consent file instead
+        (tmp_path / "intel").mkdir()
+        (tmp_path / "intel" / "openvino_telemetry").write_text("0")
+    proc = subprocess.run([sys.executable, "-c", TELEMETRY_PROBE, str(tmp_path / "relu.onnx")], capture_output=True,
+                          text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    import json
+
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    if allow:
+        assert seen["tm"] == "openvino_telemetry", seen  # the user's choice is left alone
+    else:
+        assert seen == {"tm": "openvino.tools.ovc.telemetry_stub", "children": 0}, seen

@@ -14,6 +14,8 @@ embedding runtime runs the artifact exactly as it was validated.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -77,7 +79,28 @@ def _rt_str(model: Any, key: str) -> str | None:
         return None
 
 
+# OpenVINO's converter (ovc) and NNCF send usage telemetry to Google Analytics unless the user opted
+# out or CI=true: a forked process per event, which on a closed network (a camera box, a CI runner
+# without DNS) hangs in getaddrinfo for good and keeps the parent's stdout pipe open (seen: a test run
+# that never closed its pipe). vitedge sends nothing itself and switches theirs off in its processes;
+# both fall back to their own no-op stubs when `openvino_telemetry` cannot be imported.
+ALLOW_TELEMETRY_ENV = "VITEDGE_ALLOW_VENDOR_TELEMETRY"
+
+
+def block_vendor_telemetry() -> bool:
+    """Make `import openvino_telemetry` fail in this process, so ovc and NNCF use their no-op stubs.
+    True when blocked; False when the user allowed it (VITEDGE_ALLOW_VENDOR_TELEMETRY=1) or it was
+    already imported by someone else before vitedge (then it is left as it is)."""
+    if os.environ.get(ALLOW_TELEMETRY_ENV, "").strip().lower() in ("1", "true", "yes"):
+        return False
+    if sys.modules.get("openvino_telemetry", None) is not None:
+        return False
+    sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # the documented way to block an import
+    return True
+
+
 def _ov():
+    block_vendor_telemetry()
     try:
         import openvino as ov
     except ImportError:
@@ -143,6 +166,7 @@ class OpenVinoBackend(Backend):
     options_type = OpenVinoOptions
 
     def check_environment(self) -> EnvironmentStatus:
+        block_vendor_telemetry()
         try:
             import openvino as ov
         except ImportError:
