@@ -25,7 +25,8 @@ from vitedge.fsutil import atomic_write_path
 
 SIGNATURE = "manifest.sig"
 KEY_ENV = "VITEDGE_SIGNING_KEY"
-_GATE_KEYS = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms")
+# every gate field the build recorded: validate gates with the build's own (the near-tie gate's two included)
+_GATE_KEYS = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms", "near_tie_margin", "drop_confidence")
 
 
 def named_paths(manifest) -> list[tuple[str, Any]]:

@@ -85,14 +85,19 @@ def kind_text(integer: bool) -> str:
     return "an integer" if integer else "a finite number"
 
 
+def number_text(x: float) -> str:
+    """A bound as a reader types it: whole numbers in full (10000000, not 1e+07), others as %g."""
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e15 else f"{x:g}"
+
+
 def bounds_text(lo: float | None, hi: float | None, lo_open: bool = False) -> str:
     if lo is None and hi is None:
         return ""
     if hi is None:
-        return f" {'>' if lo_open else '>='} {lo:g}"
+        return f" {'>' if lo_open else '>='} {number_text(lo)}"
     if lo is None:
-        return f" <= {hi:g}"
-    return f" in {'(' if lo_open else '['}{lo:g}, {hi:g}]"
+        return f" <= {number_text(hi)}"
+    return f" in {'(' if lo_open else '['}{number_text(lo)}, {number_text(hi)}]"
 
 
 def physical_memory() -> int | None:

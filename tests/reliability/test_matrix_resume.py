@@ -69,7 +69,7 @@ def test_a_row_resumes_only_from_what_it_asks(timm_vit, tmp_path):
     shutil.copy(timm_vit[1], model)
     data = tmp_path / "calib"
     shutil.copytree(CALIB_DIR, data)
-    strict = "latency = false\nfallback = false\n"
+    strict = "latency = false\nfallback = false\nnear_tie_margin = 0\ndrop_confidence = 0\n"  # the plain gate: every flip counts
 
     def run(build: str):
         r = cli("build-matrix", _matrix(tmp_path, model, build=build, calib=data), "--sequential", "-q", cwd=tmp_path)

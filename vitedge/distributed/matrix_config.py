@@ -38,7 +38,8 @@ from vitedge.limits import check_number
 from vitedge.profiles import Thresholds, load_profile
 
 BUILD_KEYS = {"calib_size": int, "seed": int, "latency": bool, "max_top1_drop": (int, float), "min_agreement": (int, float),
-              "min_speedup": (int, float), "max_p99_ms": (int, float), "fallback": bool, "cache_dir": str}
+              "min_speedup": (int, float), "max_p99_ms": (int, float), "near_tie_margin": (int, float),
+              "drop_confidence": (int, float), "fallback": bool, "cache_dir": str}
 MODEL_KEYS = {"name", "path", "calib", "val", "targets"}
 TOP_KEYS = {"targets", "out", "build", "models"}
 
@@ -114,7 +115,8 @@ def _build_settings(matrix: Path, base: Path, data: Any) -> BuildSettings:
     for k, v in data.items():
         if not isinstance(v, BUILD_KEYS[k]) or (BUILD_KEYS[k] is int and isinstance(v, bool)):
             raise UsageError(_where(matrix, f"[build] {k} has the wrong type ({type(v).__name__})"))
-    thresholds = tuple((k, float(data[k])) for k in ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms") if k in data)
+    thresholds = tuple((k, float(data[k])) for k in ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms",
+                                                   "near_tie_margin", "drop_confidence") if k in data)
     if data.get("calib_size") is not None and data["calib_size"] < 1:
         raise UsageError(_where(matrix, "[build] calib_size must be at least 1"))
     try:  # every number within its sane bound (vitedge.limits), before any row is built
