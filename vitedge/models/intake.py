@@ -427,7 +427,7 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
     if image_size is None and opt.input_size is None:
         image_size = chan.input_size_from_weights(sd, facts.get("num_prefix_tokens"))
         if image_size is not None:
-            sources["image_size"] = f"{SOURCE_FILE} (patch kernel x position-embedding grid)"
+            sources["image_size"] = f"{SOURCE_FILE} (patch side x position-embedding grid)"
     if opt.input_size is not None:
         if image_size is not None and tuple(opt.input_size) != tuple(image_size):
             raise UsageError(
@@ -437,7 +437,7 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
         image_size, sources["image_size"] = tuple(opt.input_size), SOURCE_FLAG
     if image_size is None:
         raise ModelLoadError(f"{where}: cannot tell the input size of this {family} model from its weights "
-                             "(no convolutional patch embedding with a square position-embedding grid); pass --input-size H W")
+                             "(no convolutional or Linear patch embedding with a square position-embedding grid); pass --input-size H W")
     channels, _ = chan.module_channels(module, sd, cfg, kwargs, example_shape)
     output, channels = _probe_output(module, image_size, where, channels)
     sources["channels"] = SOURCE_FILE
@@ -502,8 +502,25 @@ def _describe_module(module, sd: dict[str, Any], layout: Layout | None) -> dict[
             pass
     cls_like = [k for k in sd if ("cls" in k.lower() or "class_token" in k.lower()) and getattr(sd[k], "ndim", 0) == 3]
     facts["num_prefix_tokens"] = len(cls_like) or None
-    facts["is_vit"] = bool(attn_heads or pos)
+    facts["is_vit"] = bool(attn_heads or pos) or _graph_has_attention(module)
     return facts
+
+
+_ATTENTION_KINDS = {"aten::scaled_dot_product_attention", "aten::_native_multi_head_attention",
+                    "aten::_transformer_encoder_layer_fwd"}
+
+
+def _graph_has_attention(module) -> bool:
+    """A TorchScript file keeps no layer attributes (num_heads) and may keep no position table (a ViT may
+    add its positions otherwise): its graph still shows attention, a softmax over a matmul of tokens."""
+    graph = getattr(module, "inlined_graph", None)
+    if graph is None:
+        return False
+    try:
+        kinds = {node.kind() for node in graph.nodes()}
+    except Exception:
+        return False
+    return bool(kinds & _ATTENTION_KINDS) or ("aten::softmax" in kinds and bool(kinds & {"aten::matmul", "aten::bmm", "aten::einsum"}))
 
 
 def _probe_output(module, image_size, where: str, channels: int | None = None) -> tuple[int, int]:
