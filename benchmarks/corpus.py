@@ -233,7 +233,7 @@ def export_check(model, fmt: str, work: Path) -> BuildRow:
     size = loaded.spec.image_size
     return BuildRow(model.id, fmt, "export", 0, time.perf_counter() - start,
                     note=f"{size[0]}x{size[1]}x{loaded.spec.preprocess.channels} ({loaded.spec.sources.get('image_size')}); "
-                         ("max |PyTorch - ORT| " + (f"{result.max_abs_diff:.1e}" if result.max_abs_diff is not None else "not checked (an ONNX file is taken as it is)")))
+                         + ("max |PyTorch - ORT| " + (f"{result.max_abs_diff:.1e}" if result.max_abs_diff is not None else "not checked (an ONNX file is taken as it is)")))
 
 
 def _read_bundle(row: BuildRow, folder: Path, code: int | None, text: str) -> BuildRow:
