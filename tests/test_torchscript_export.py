@@ -119,3 +119,58 @@ def test_traced_vit_whose_weights_cannot_say_names_input_size(tmp_path):
     assert "\n" not in str(err.value)
     loaded = load_model(path, IntakeOptions(input_size=(28, 28)))
     assert loaded.spec.image_size == (28, 28) and loaded.spec.preprocess.channels == 1
+
+
+HAND_WRITTEN_VIT = '''
+import torch
+from torch import nn
+
+
+class HandWrittenViT(nn.Module):
+    """Attention by hand (no num_heads attribute), positions from a Linear of the pixels (no table)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(49, 16)
+        self.pos = nn.Linear(49, 16)
+        self.q = nn.Linear(16, 16)
+        self.k = nn.Linear(16, 16)
+        self.v = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 10)
+        self.pretrained_cfg = {"input_size": (1, 28, 28), "mean": (0.5,), "std": (0.5,)}
+
+    def forward(self, x):
+        b = x.shape[0]
+        rows = x.reshape(b, 1, 4, 7, 4, 7).permute(0, 2, 4, 1, 3, 5).reshape(b, 16, 49)
+        t = self.embed(rows) + self.pos(rows)
+        w = torch.softmax(self.q(t) @ self.k(t).transpose(-1, -2) * 0.25, dim=-1)
+        return self.head((w @ self.v(t))[:, 0])
+
+
+class NotAViT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+        self.pretrained_cfg = {"input_size": (1, 28, 28)}
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+'''
+
+
+def test_hand_written_vit_without_heads_or_position_table_is_taken_and_a_mlp_is_not(tmp_path):
+    """Attention shows when the class runs: a class with no num_heads and no position table is a ViT if its
+    forward pass computes a softmax over a matmul; a plain MLP is still refused."""
+    src = tmp_path / "hand_vit.py"
+    src.write_text(HAND_WRITTEN_VIT)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hand_vit_for_tests", src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name in ("HandWrittenViT", "NotAViT"):
+        torch.save(getattr(mod, name)().state_dict(), tmp_path / f"{name}.pt")
+    loaded = load_model(tmp_path / "HandWrittenViT.pt", IntakeOptions(model_class=f"{src}:HandWrittenViT"))
+    assert loaded.spec.image_size == (28, 28) and loaded.spec.num_classes == 10
+    with pytest.raises(ModelLoadError, match="not a Vision Transformer"):
+        load_model(tmp_path / "NotAViT.pt", IntakeOptions(model_class=f"{src}:NotAViT"))

@@ -136,9 +136,9 @@ class ResearchaseMnistViT(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.to_patch_embedding(x)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embedding
-        for attn, mlp in self.transformer.layers:
-            x = x + attn(x)
-            x = x + mlp(x)
+        for layer in self.transformer.layers:  # indexing, not unpacking: torch.jit.script takes this
+            x = x + layer[0](x)
+            x = x + layer[1](x)
         return self.mlp_head(x[:, 0])
 
 
@@ -273,8 +273,8 @@ class GauravMnistViT(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.patch_to_embedding(_to_patch_rows(x, self.patch_size))
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embedding
-        for attn, mlp in self.transformer.layers:
-            x = mlp(attn(x))
+        for layer in self.transformer.layers:
+            x = layer[1](layer[0](x))
         return self.mlp_head(x[:, 0])
 
 

@@ -7,6 +7,7 @@ a flag, or a default. `vitedge inspect` prints them.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -407,8 +408,9 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
     checks.check_finite_weights(sd, where)
     facts = _describe_module(module, sd, layout)
     checks.check_heads_agree(opt.num_heads, facts.get("num_heads"), f"the attention layers of {where} have")
-    if not facts.get("is_vit") and layout is None:
-        raise ModelLoadError(f"{where}: found a {type(module).__name__} with no patch embedding or attention layers, not a Vision Transformer")
+    # a class that keeps no num_heads and no position table (attention written by hand, positions added
+    # otherwise) shows its attention only when it runs: checked below, once the input size is known
+    look_at_graph = not facts.get("is_vit") and layout is None
     cfg = getattr(module, "pretrained_cfg", None) or getattr(module, "default_cfg", None) or {}
     sources: dict[str, str] = {}
     image_size = None
@@ -440,6 +442,8 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
                              "(no convolutional or Linear patch embedding with a square position-embedding grid); pass --input-size H W")
     channels, _ = chan.module_channels(module, sd, cfg, kwargs, example_shape)
     output, channels = _probe_output(module, image_size, where, channels)
+    if look_at_graph and not _runs_attention(module, image_size, channels):
+        raise ModelLoadError(f"{where}: found a {type(module).__name__} with no patch embedding or attention layers, not a Vision Transformer")
     sources["channels"] = SOURCE_FILE
     output_kind = opt.output_kind or ("embedding" if (layout is not None and layout.num_classes == 0) else "logits")
     sources["num_classes"] = SOURCE_FLAG if opt.output_kind else SOURCE_FILE
@@ -506,20 +510,53 @@ def _describe_module(module, sd: dict[str, Any], layout: Layout | None) -> dict[
     return facts
 
 
+def _runs_attention(module, image_size, channels: int | None) -> bool:
+    """Does one forward pass compute attention (a softmax over a matmul of tokens)? Traced at the input size,
+    with the fused attention kernels off so that the plain ops show."""
+    import torch
+
+    if _graph_has_attention(module):
+        return True
+    if not isinstance(module, torch.nn.Module) or isinstance(module, torch.jit.ScriptModule):
+        return False
+    mha = getattr(torch.backends, "mha", None)
+    before = mha.get_fastpath_enabled() if mha is not None else None
+    try:
+        if mha is not None:
+            mha.set_fastpath_enabled(False)
+        x = torch.zeros(1, int(channels or 3), int(image_size[0]), int(image_size[1]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            traced = torch.jit.trace(module, x, check_trace=False)
+        return _graph_has_attention(traced)
+    except Exception:
+        return False
+    finally:
+        if mha is not None:
+            mha.set_fastpath_enabled(before)
+
+
 _ATTENTION_KINDS = {"aten::scaled_dot_product_attention", "aten::_native_multi_head_attention",
                     "aten::_transformer_encoder_layer_fwd"}
 
 
 def _graph_has_attention(module) -> bool:
-    """A TorchScript file keeps no layer attributes (num_heads) and may keep no position table (a ViT may
-    add its positions otherwise): its graph still shows attention, a softmax over a matmul of tokens."""
+    """A TorchScript file or a torch.export program keeps no layer attributes (num_heads) and may keep no
+    position table (a ViT may add its positions otherwise): its graph still shows attention, a softmax over
+    a matmul of tokens."""
     graph = getattr(module, "inlined_graph", None)
-    if graph is None:
-        return False
     try:
-        kinds = {node.kind() for node in graph.nodes()}
+        if graph is not None:
+            kinds = {node.kind() for node in graph.nodes()}
+        elif hasattr(getattr(module, "graph", None), "nodes"):  # a torch.fx GraphModule (torch.export's .module())
+            kinds = {"aten::" + str(getattr(n.target, "__name__", n.target)).split(".")[0]
+                     for n in module.graph.nodes if n.op == "call_function"}
+        else:
+            return False
     except Exception:
         return False
+    if "aten::_softmax" in kinds:
+        kinds.add("aten::softmax")
     return bool(kinds & _ATTENTION_KINDS) or ("aten::softmax" in kinds and bool(kinds & {"aten::matmul", "aten::bmm", "aten::einsum"}))
 
 
