@@ -32,6 +32,7 @@ import datetime as _dt
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -229,7 +230,8 @@ def export_check(model, fmt: str, work: Path) -> BuildRow:
         loaded = load_model(path, opts)
         result = export_onnx(loaded, work / f"{model.id}.{fmt}.check.onnx")
     except Exception as err:  # what the CLI would print as its one line (exit 2 or 3)
-        return BuildRow(model.id, fmt, "export", 2, time.perf_counter() - start, note=f"{type(err).__name__}: {err}"[:200])
+        text = re.sub(r"\s*\[Caused by .*?\]\s*", " ", f"{type(err).__name__}: {err}", flags=re.S)  # torch's graph dump
+        return BuildRow(model.id, fmt, "export", 2, time.perf_counter() - start, note=" ".join(text.split())[:420])
     size = loaded.spec.image_size
     return BuildRow(model.id, fmt, "export", 0, time.perf_counter() - start,
                     note=f"{size[0]}x{size[1]}x{loaded.spec.preprocess.channels} ({loaded.spec.sources.get('image_size')}); "
