@@ -223,7 +223,7 @@ def _torchscript_to_onnx(loaded: LoadedModel, example, options: ExportOptions, o
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
+    text = str(err).strip().split(" [Caused by ", 1)[0]  # torch appends a dump of the graph node
     return text.splitlines()[0][:200] if text else type(err).__name__
 
 
