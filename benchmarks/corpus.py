@@ -280,9 +280,15 @@ def fp32_top1(model) -> float:
 
 
 def anchors(model, split: Path, work: Path) -> list[dict[str, Any]]:
-    """The anchor tools on the same calibration and validation folders (benchmarks/quant_methods.py)."""
+    """The anchor tools on the same calibration and validation folders: ONNX Runtime quantize_static (QDQ,
+    its defaults otherwise) with MinMax, Entropy and Percentile, run in ONNX Runtime and OpenVINO; NNCF
+    default and model_type=TRANSFORMER, OpenVINO and ONNX backends. One row per (tool, runtime); a tool or
+    runtime that fails is a row with its error (OpenVINO refuses some of these graphs)."""
+    import io
+
     sys.path.insert(0, str(REPO / "benchmarks"))
     import quant_methods as qm
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, quantize_static
 
     from vitedge.calibration.sources import open_source
     from vitedge.export import export_onnx
@@ -293,15 +299,70 @@ def anchors(model, split: Path, work: Path) -> list[dict[str, Any]]:
     loaded = load_model(model.path, opts)
     fp32 = work / f"{model.id}.anchor.fp32.onnx"
     export_onnx(loaded, fp32)
-    calib = open_source(split / "calib", loaded.spec.preprocess)
+    calib = np.concatenate([b.images for b in open_source(split / "calib", loaded.spec.preprocess).batches(64)])
+    size = 10 if len(calib) % 10 == 0 else 1  # equal batches: ORT's entropy and percentile calibrators stack them
+    calib_batches = [calib[i:i + size] for i in range(0, len(calib), size)]
     val = open_source(split / "val", loaded.spec.preprocess)
-    calib_batches = [b.images for b in calib.batches(32)]
     x = np.concatenate([b.images for b in val.batches(128)])
     labels = np.concatenate([b.labels for b in val.batches(128)])
     ref_logits = qm.qa.ort_predict(fp32, x)
     top1 = float((ref_logits.argmax(1) == labels).mean() * 100)
-    rows = qm.anchors(fp32, calib_batches, x, labels, ref_logits, top1, work)
-    return [{"model": model.id, "fp32_top1": top1, **r} for r in rows]
+    runners = (("onnxruntime", qm.qa.ort_predict), ("openvino", qm.qa.ov_predict))
+    rows: list[dict[str, Any]] = []
+
+    def row(method: str, runtime: str, secs: float, run) -> None:
+        try:
+            rows.append({"model": model.id, "fp32_top1": top1, "method": method, "runtime": runtime, "seconds": secs,
+                         **qm.measure(run(), labels, ref_logits, top1)})
+        except Exception as err:
+            rows.append({"model": model.id, "method": method, "runtime": runtime, "error": _one_line(err)})
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter({"input": b} for b in calib_batches)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    for method in ("MinMax", "Entropy", "Percentile"):
+        out = work / f"{model.id}.ort_{method}.onnx"
+        t0 = time.perf_counter()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                quantize_static(str(fp32), str(out), Reader(), calibrate_method=getattr(CalibrationMethod, method))
+        except Exception as err:
+            rows.append({"model": model.id, "method": f"ORT quantize_static {method}", "error": _one_line(err)})
+            continue
+        secs = time.perf_counter() - t0
+        for runtime, fn in runners:
+            row(f"ORT quantize_static {method}", runtime, secs, lambda fn=fn, out=out: fn(out, x))
+    import nncf
+    import onnx
+    import openvino as ov
+
+    items = [c[None] for c in calib]
+    for label, kwargs in (("default", {}), ("TRANSFORMER", {"model_type": nncf.ModelType.TRANSFORMER})):
+        for backend in ("OpenVINO", "ONNX"):
+            t0 = time.perf_counter()
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    if backend == "OpenVINO":
+                        q = nncf.quantize(ov.Core().read_model(str(fp32)), nncf.Dataset(items), **kwargs)
+                    else:
+                        q = nncf.quantize(onnx.load(str(fp32)), nncf.Dataset([{"input": i} for i in items]), **kwargs)
+            except Exception as err:
+                rows.append({"model": model.id, "method": f"NNCF {label} ({backend} backend)", "error": _one_line(err)})
+                continue
+            secs = time.perf_counter() - t0
+            if backend == "OpenVINO":
+                row(f"NNCF {label} (OpenVINO backend)", "openvino", secs, lambda q=q: qm.qa.ov_predict(q, x))
+            else:
+                row(f"NNCF {label} (ONNX backend)", "onnxruntime", secs, lambda q=q: qm.qa.ort_predict(q.SerializeToString(), x))
+    return rows
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(f"{type(err).__name__}: {err}".split())[:200]
 
 
 # ------------------------------------------------------------------ report
@@ -312,17 +373,18 @@ def markdown(res: dict[str, Any]) -> str:
     lines = [
         "# The corpus through `vitedge build` (issue 30)",
         "",
-        f"Measured {res['date']} by `python benchmarks/corpus.py {' '.join(res['argv'])}` on {isa['model']}, "
+        f"Measured {res['date']} by `python benchmarks/corpus.py {' '.join(res['argv'])}` "
+        "(runs separated by `;`, combined with --merge) on " f"{isa['model']}, "
         f"{isa['cores']} cores, ISA flags: {', '.join(isa['flags']) or 'none of avx2/avx512/vnni/amx'} "
         f"({'VNNI' if isa['vnni'] else 'no VNNI'}). Calibration: {res['calib_size']} images, validation: {res['val_size']} "
         "other images of each model's test set (seeded split, benchmarks/corpus/cache.py). Command: `vitedge build FILE "
         f"{' '.join('--target ' + t for t in res['targets'])} --calib CALIB --val VAL --mean .. --std .. --no-latency"
         f"{(' ' + ' '.join(res['extra'])) if res['extra'] else ''}`; the gate is each target profile's (top-1 drop <= 0.2 "
         "points, agreement >= 99.5 %). Wall times are on 2 cores shared with other jobs: compare them within a run only.",
-        "",
-        "| model | format | target | exit | build s | FP32 top-1 % | INT8 top-1 % | drop pts | agreement % | INT8 layers | gate | note |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    if res["builds"]:
+        lines += ["", "| model | format | target | exit | build s | FP32 top-1 % | INT8 top-1 % | drop pts | agreement % | INT8 layers | gate | note |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["builds"]:
         layers = f"{r['int8_layers']}/{r['layers_total']}" if r["layers_total"] else ""
         lines.append(
@@ -373,7 +435,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per build")
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a fresh temporary one)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
+                    help="combine the results of earlier runs (their corpus.json files) into --out; measure nothing")
     args = ap.parse_args(argv)
+    if args.merge:
+        parts = [json.loads(p.read_text()) for p in args.merge]
+        res = {**parts[0], "argv": [a for p in parts for a in p["argv"] + [";"]][:-1]}
+        for key in ("builds", "exports", "anchors", "fp32"):
+            res[key] = [row for p in parts for row in p.get(key, [])]
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "corpus.json").write_text(json.dumps(res, indent=1) + "\n")
+        (args.out / "corpus.md").write_text(markdown(res))
+        print(markdown(res))
+        return 0
 
     manifest = cache.load_manifest()
     ids = [i for i in args.models.split(",") if i] or [m.id for m in manifest.models]
