@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from vitedge.errors import ModelLoadError
+from vitedge.errors import ExportError, ModelLoadError
 from vitedge.export import export_onnx
 from vitedge.models.intake import IntakeOptions, load_model
 from vitedge.onnxutil import ort_session
@@ -174,3 +174,32 @@ def test_hand_written_vit_without_heads_or_position_table_is_taken_and_a_mlp_is_
     assert loaded.spec.image_size == (28, 28) and loaded.spec.num_classes == 10
     with pytest.raises(ModelLoadError, match="not a Vision Transformer"):
         load_model(tmp_path / "NotAViT.pt", IntakeOptions(model_class=f"{src}:NotAViT"))
+
+
+class _ChunkedQkvViT(nn.Module):
+    """q, k, v from one projection, split by a generator over chunk(): scripted, a loop of run-time length."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, 16, 8, 8)
+        self.pos_embed = nn.Parameter(torch.randn(1, 16, 16))
+        self.qkv = nn.Linear(16, 48)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.patch(x).flatten(2).transpose(1, 2) + self.pos_embed
+        q, k, v = [c.reshape(c.shape[0], c.shape[1], 2, 8).transpose(1, 2) for c in self.qkv(t).chunk(3, dim=-1)]
+        w = torch.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1)
+        return self.head(torch.matmul(w, v).transpose(1, 2).reshape(t.shape[0], t.shape[1], 16).mean(1))
+
+
+def test_scripted_file_neither_exporter_takes_fails_in_one_line_with_nothing_on_stdout(tmp_path, capfd):
+    path = tmp_path / "scripted.pt"
+    torch.jit.script(_ChunkedQkvViT().eval()).save(str(path))
+    loaded = load_model(path)
+    capfd.readouterr()
+    with pytest.raises(ExportError, match="torch.export.save") as err:
+        export_onnx(loaded, tmp_path / "scripted.onnx")
+    assert "\n" not in str(err.value) and "[Caused by" not in str(err.value)
+    assert capfd.readouterr().out == ""  # torch's C++ graph dump ("Torch IR graph at exception") is silenced
+    assert not (tmp_path / "scripted.onnx").exists()

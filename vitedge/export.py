@@ -182,11 +182,12 @@ def _legacy_export(module, example, options: ExportOptions, output_name: str, tm
     import torch
 
     path = tmp / "model.onnx"
-    torch.onnx.export(
-        module, (example,), str(path), opset_version=options.opset, dynamo=False,
-        input_names=["input"], output_names=[output_name],
-        dynamic_axes={"input": {0: "batch"}, output_name: {0: "batch"}}, do_constant_folding=True,
-    )
+    with _native_stdout_silenced():  # on failure torch dumps the whole graph to fd 1 from C++
+        torch.onnx.export(
+            module, (example,), str(path), opset_version=options.opset, dynamo=False,
+            input_names=["input"], output_names=[output_name],
+            dynamic_axes={"input": {0: "batch"}, output_name: {0: "batch"}}, do_constant_folding=True,
+        )
     gc.collect()  # the exporter's temporaries, before the graph is read
     return onnx.load(str(path), load_external_data=False)  # external weights stay in their files
 
@@ -220,6 +221,31 @@ def _torchscript_to_onnx(loaded: LoadedModel, example, options: ExportOptions, o
                 f"TorchScript program for the torch.export path failed too ({type(second).__name__}: {why}): save the "
                 "model with torch.export.save, or pass its state_dict with --model-class"
             ) from first
+
+
+@contextlib.contextmanager
+def _native_stdout_silenced():
+    """File descriptor 1 to the null device: the TorchScript exporter writes "Torch IR graph at exception: ..."
+    (hundreds of lines) from C++, past Python's sys.stdout, before its error reaches vitedge's one line."""
+    import os
+    import sys
+
+    for stream in (sys.stdout, sys.__stdout__):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no fd 1 (a daemon): nothing to silence
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _first_line(err: BaseException) -> str:
