@@ -443,6 +443,10 @@ def main(argv: list[str] | None = None) -> int:
         res = {**parts[0], "argv": [a for p in parts for a in p["argv"] + [";"]][:-1]}
         for key in ("builds", "exports", "anchors", "fp32"):
             res[key] = [row for p in parts for row in p.get(key, [])]
+        for p in parts[1:]:  # a later run's own build flags go with its rows
+            for row in p.get("builds", []):
+                if p.get("extra"):
+                    row["note"] = " ".join(p["extra"]) + (f"; {row['note']}" if row["note"] else "")
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "corpus.json").write_text(json.dumps(res, indent=1) + "\n")
         (args.out / "corpus.md").write_text(markdown(res))
