@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import os
+import sys
 import tempfile
 import time
 import warnings
@@ -227,9 +229,6 @@ def _torchscript_to_onnx(loaded: LoadedModel, example, options: ExportOptions, o
 def _native_stdout_silenced():
     """File descriptor 1 to the null device: the TorchScript exporter writes "Torch IR graph at exception: ..."
     (hundreds of lines) from C++, past Python's sys.stdout, before its error reaches vitedge's one line."""
-    import os
-    import sys
-
     for stream in (sys.stdout, sys.__stdout__):
         with contextlib.suppress(Exception):
             stream.flush()
