@@ -12,7 +12,7 @@ is incomplete. Then, per model:
   batch); ONNX (opset 17, dynamic batch). A format a model cannot be saved in (torch.jit.script of a
   class it cannot compile) is a row saying so, not a vitedge failure;
 * ``vitedge build FILE --target onnx --target intel-cpu --calib CALIB --val VAL --mean .. --std ..
-  --no-latency`` (plus ``--input-size`` for the one model whose weights do not fix it) as a
+  --crop-pct 1.0 --no-latency`` (plus ``--input-size`` for the one model whose weights do not fix it) as a
   subprocess: exit code, wall time, and per target FP32 and INT8 top-1, drop, agreement and INT8
   layers, read from each bundle's report/validation.json;
 * with ``--anchors``, on the same splits: ONNX Runtime ``quantize_static`` MinMax, Entropy and
