@@ -146,16 +146,17 @@ def test_mean_and_std_take_one_value_per_channel():
     assert code == 2 and "not a list of numbers" in text
 
 
-def test_torchscript_size_from_weights_or_the_error_names_input_size(tmp_path):
-    """A traced ViT whose patch embedding is a Linear on unfolded patches: the weights cannot say its size."""
+def test_torchscript_linear_patch_size_from_weights(tmp_path):
+    """A traced ViT whose patch embedding is a Linear on unfolded patches: the Linear's fan-in and the position
+    table fix its size (issue 30; a ViT whose weights cannot say it is in tests/test_torchscript_export.py)."""
     spec = importlib.util.spec_from_file_location("postnorm_for_tests", EXAMPLES / "postnorm_vit.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     torch.manual_seed(0)
     path = tmp_path / "postnorm_ts.pt"
     torch.jit.trace(mod.PostNormViT(dim=32, depth=1, heads=2, mlp_dim=64).eval(), torch.zeros(1, 3, 32, 32), check_trace=False).save(str(path))
-    with pytest.raises(ModelLoadError, match="pass --input-size H W"):
-        load_model(path)
+    loaded = load_model(path)
+    assert loaded.spec.image_size == (32, 32) and loaded.spec.sources["image_size"].startswith("file")
     assert load_model(path, IntakeOptions(input_size=(32, 32))).spec.image_size == (32, 32)
 
 

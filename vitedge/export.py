@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import os
+import sys
 import tempfile
 import time
 import warnings
@@ -162,17 +164,10 @@ def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str
                 onnx_program = torch.onnx.export(program, (example[:_program_batch(loaded)],), dynamo=True,
                                                  opset_version=max(options.opset, 18), input_names=["input"], output_names=[output_name])
                 model = onnx_program.model_proto
+            elif loaded.spec.family == "torchscript":
+                model = _torchscript_to_onnx(loaded, example, options, output_name, tmp)
             else:
-                # to a file: past 2 GB the exporter writes the weights as external data beside it
-                path = tmp / "model.onnx"
-                torch.onnx.export(
-                    loaded.module, (example,), str(path), opset_version=options.opset, dynamo=False,
-                    input_names=["input"], output_names=[output_name],
-                    dynamic_axes={"input": {0: "batch"}, output_name: {0: "batch"}}, do_constant_folding=True,
-                )
-                del example
-                gc.collect()  # the exporter's temporaries, before the graph is read
-                model = onnx.load(str(path), load_external_data=False)  # external weights stay in their files
+                model = _legacy_export(loaded.module, example, options, output_name, tmp)
     except ExportError:
         raise
     except Exception as err:
@@ -182,6 +177,80 @@ def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str
         first = str(err).strip().splitlines()[0][:200] if str(err).strip() else type(err).__name__
         raise ExportError(f"ONNX export of {loaded.path} failed: {type(err).__name__}: {first}") from err
     return model
+
+
+def _legacy_export(module, example, options: ExportOptions, output_name: str, tmp: Path):
+    """The TorchScript-based exporter, to a file: past 2 GB it writes the weights as external data beside it."""
+    import onnx
+    import torch
+
+    path = tmp / "model.onnx"
+    with _native_stdout_silenced():  # on failure torch dumps the whole graph to fd 1 from C++
+        torch.onnx.export(
+            module, (example,), str(path), opset_version=options.opset, dynamo=False,
+            input_names=["input"], output_names=[output_name],
+            dynamic_axes={"input": {0: "batch"}, output_name: {0: "batch"}}, do_constant_folding=True,
+        )
+    gc.collect()  # the exporter's temporaries, before the graph is read
+    return onnx.load(str(path), load_external_data=False)  # external weights stay in their files
+
+
+def _torchscript_to_onnx(loaded: LoadedModel, example, options: ExportOptions, output_name: str, tmp: Path):
+    """A TorchScript file's graph keeps no tensor shapes: its values are typed "Tensor", not "Float(2, 17, 64)"
+    as when an nn.Module is traced for export. The TorchScript-based exporter needs the rank of some inputs
+    (a transpose with a negative dimension, an unflatten): a traced torchvision ViT, whose attention computes
+    `unflatten(-1, (3, E))` with E read from `size(-1)`, stops at "ONNX export of transpose for tensor of
+    unknown rank". So when that exporter refuses the file, vitedge converts the TorchScript program into an
+    ExportedProgram (torch's TorchScript-to-torch.export converter runs it on an example input, so every
+    value gets its shape), gives it a dynamic batch, and exports that as it exports a `.pt2` file. The
+    parity check afterwards compares the graph with the TorchScript module itself."""
+    import torch
+
+    try:
+        return _legacy_export(loaded.module, example, options, output_name, tmp)
+    except Exception as first:
+        try:
+            from torch._export.converter import TS2EPConverter
+
+            program = TS2EPConverter(loaded.module, (example,)).convert()
+            program = torch.export.export(program.module(), (example,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+            onnx_program = torch.onnx.export(program, (example,), dynamo=True, opset_version=max(options.opset, 18),
+                                             input_names=["input"], output_names=[output_name])
+            return onnx_program.model_proto
+        except Exception as second:
+            why = str(second).strip().splitlines()[0][:160] if str(second).strip() else type(second).__name__
+            raise ExportError(
+                f"ONNX export of {loaded.path} failed: {type(first).__name__}: {_first_line(first)}; converting the "
+                f"TorchScript program for the torch.export path failed too ({type(second).__name__}: {why}): save the "
+                "model with torch.export.save, or pass its state_dict with --model-class"
+            ) from first
+
+
+@contextlib.contextmanager
+def _native_stdout_silenced():
+    """File descriptor 1 to the null device: the TorchScript exporter writes "Torch IR graph at exception: ..."
+    (hundreds of lines) from C++, past Python's sys.stdout, before its error reaches vitedge's one line."""
+    for stream in (sys.stdout, sys.__stdout__):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    try:
+        saved = os.dup(1)
+    except OSError:  # no fd 1 (a daemon): nothing to silence
+        yield
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().split(" [Caused by ", 1)[0]  # torch appends a dump of the graph node
+    return text.splitlines()[0][:200] if text else type(err).__name__
 
 
 @contextlib.contextmanager

@@ -2,7 +2,8 @@
 
 A ViT says how many channels it takes in its patch embedding (the first convolution's
 weight is (width, channels, k, k)) and what size it was trained for in its position
-embedding ((1, prefix + grid_h * grid_w, width)) with the patch kernel. These readers
+embedding ((1, prefix + grid_h * grid_w, width)) with the patch kernel, or, when patches
+are flattened and projected by a Linear, with that Linear's fan-in (channels * k * k). These readers
 serve TorchScript files, ``torch.export`` programs and modules of classes vitedge does
 not know; a forward pass then checks what they found.
 """
@@ -33,20 +34,40 @@ def channels_from_weights(sd: dict[str, Any]) -> int | None:
     return conv[0] if conv else None
 
 
+def patch_linear(sd: dict[str, Any], width: int) -> tuple[int, int] | None:
+    """(input channels, patch side) of a Linear patch embedding: the first 2-D weight that maps
+    channels * side * side pixels (1 or 3 channels) to the model width. A ViT without a convolution
+    flattens each patch and projects it with a Linear, so that Linear's fan-in fixes the patch side
+    (no integer is both a square and three times a square, so the channel count is never ambiguous)."""
+    for _, w in _float_tensors(sd, 2):
+        out_features, fan_in = int(w.shape[0]), int(w.shape[1])
+        if out_features != width:
+            continue
+        for channels in (1, 3):
+            side = math.isqrt(fan_in // channels) if fan_in % channels == 0 else 0
+            if side > 1 and side * side * channels == fan_in:
+                return channels, side
+    return None
+
+
 def input_size_from_weights(sd: dict[str, Any], prefix_tokens: int | None = None) -> tuple[int, int] | None:
     """The square input size the position embedding and the patch kernel were made for,
-    or None when the weights cannot say (no conv patch embedding, no 3-D position table,
-    or a token count that is not prefix + a square grid)."""
-    conv = patch_conv(sd)
+    or None when the weights cannot say (no conv or Linear patch embedding, no 3-D position
+    table, or a token count that is not prefix + a square grid)."""
     pos = [v for k, v in _float_tensors(sd, 3) if "pos" in k.lower() and int(v.shape[0]) == 1]
-    if conv is None or not pos:
+    if not pos:
         return None
+    conv = patch_conv(sd)
+    linear = patch_linear(sd, int(pos[0].shape[2])) if conv is None else None
+    if conv is None and linear is None:
+        return None
+    patch = conv[1] if conv is not None else linear[1]  # type: ignore[index]
     tokens = int(pos[0].shape[1])
     candidates = ([prefix_tokens] if prefix_tokens is not None else []) + [1, 0, 2, 5]
     for prefix in candidates:
         side = math.isqrt(max(tokens - prefix, 0))
         if side > 0 and side * side == tokens - prefix:
-            return (side * conv[1], side * conv[1])
+            return (side * patch, side * patch)
     return None
 
 

@@ -7,6 +7,7 @@ a flag, or a default. `vitedge inspect` prints them.
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -411,8 +412,9 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
     checks.check_finite_weights(sd, where)
     facts = _describe_module(module, sd, layout)
     checks.check_heads_agree(opt.num_heads, facts.get("num_heads"), f"the attention layers of {where} have")
-    if not facts.get("is_vit") and layout is None:
-        raise ModelLoadError(f"{where}: found a {type(module).__name__} with no patch embedding or attention layers, not a Vision Transformer")
+    # a class that keeps no num_heads and no position table (attention written by hand, positions added
+    # otherwise) shows its attention only when it runs: checked below, once the input size is known
+    look_at_graph = not facts.get("is_vit") and layout is None
     cfg = getattr(module, "pretrained_cfg", None) or getattr(module, "default_cfg", None) or {}
     sources: dict[str, str] = {}
     image_size = None
@@ -431,7 +433,7 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
     if image_size is None and opt.input_size is None:
         image_size = chan.input_size_from_weights(sd, facts.get("num_prefix_tokens"))
         if image_size is not None:
-            sources["image_size"] = f"{SOURCE_FILE} (patch kernel x position-embedding grid)"
+            sources["image_size"] = f"{SOURCE_FILE} (patch side x position-embedding grid)"
     if opt.input_size is not None:
         if image_size is not None and tuple(opt.input_size) != tuple(image_size):
             raise UsageError(
@@ -441,9 +443,11 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
         image_size, sources["image_size"] = tuple(opt.input_size), SOURCE_FLAG
     if image_size is None:
         raise ModelLoadError(f"{where}: cannot tell the input size of this {family} model from its weights "
-                             "(no convolutional patch embedding with a square position-embedding grid); pass --input-size H W")
+                             "(no convolutional or Linear patch embedding with a square position-embedding grid); pass --input-size H W")
     channels, _ = chan.module_channels(module, sd, cfg, kwargs, example_shape)
     output, channels = _probe_output(module, image_size, where, channels)
+    if look_at_graph and not _runs_attention(module, image_size, channels):
+        raise ModelLoadError(f"{where}: found a {type(module).__name__} with no patch embedding or attention layers, not a Vision Transformer")
     sources["channels"] = SOURCE_FILE
     output_kind = opt.output_kind or ("embedding" if (layout is not None and layout.num_classes == 0) else "logits")
     sources["num_classes"] = SOURCE_FLAG if opt.output_kind else SOURCE_FILE
@@ -506,8 +510,58 @@ def _describe_module(module, sd: dict[str, Any], layout: Layout | None) -> dict[
             pass
     cls_like = [k for k in sd if ("cls" in k.lower() or "class_token" in k.lower()) and getattr(sd[k], "ndim", 0) == 3]
     facts["num_prefix_tokens"] = len(cls_like) or None
-    facts["is_vit"] = bool(attn_heads or pos)
+    facts["is_vit"] = bool(attn_heads or pos) or _graph_has_attention(module)
     return facts
+
+
+def _runs_attention(module, image_size, channels: int | None) -> bool:
+    """Does one forward pass compute attention (a softmax over a matmul of tokens)? Traced at the input size,
+    with the fused attention kernels off so that the plain ops show."""
+    import torch
+
+    if _graph_has_attention(module):
+        return True
+    if not isinstance(module, torch.nn.Module) or isinstance(module, torch.jit.ScriptModule):
+        return False
+    mha = getattr(torch.backends, "mha", None)
+    before = mha.get_fastpath_enabled() if mha is not None else None
+    try:
+        if mha is not None:
+            mha.set_fastpath_enabled(False)
+        x = torch.zeros(1, int(channels or 3), int(image_size[0]), int(image_size[1]))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            traced = torch.jit.trace(module, x, check_trace=False)
+        return _graph_has_attention(traced)
+    except Exception:
+        return False
+    finally:
+        if mha is not None:
+            mha.set_fastpath_enabled(before)
+
+
+_ATTENTION_KINDS = {"aten::scaled_dot_product_attention", "aten::_native_multi_head_attention",
+                    "aten::_transformer_encoder_layer_fwd"}
+
+
+def _graph_has_attention(module) -> bool:
+    """A TorchScript file or a torch.export program keeps no layer attributes (num_heads) and may keep no
+    position table (a ViT may add its positions otherwise): its graph still shows attention, a softmax over
+    a matmul of tokens."""
+    graph = getattr(module, "inlined_graph", None)
+    try:
+        if graph is not None:
+            kinds = {node.kind() for node in graph.nodes()}
+        elif hasattr(getattr(module, "graph", None), "nodes"):  # a torch.fx GraphModule (torch.export's .module())
+            kinds = {"aten::" + str(getattr(n.target, "__name__", n.target)).split(".")[0]
+                     for n in module.graph.nodes if n.op == "call_function"}
+        else:
+            return False
+    except Exception:
+        return False
+    if "aten::_softmax" in kinds:
+        kinds.add("aten::softmax")
+    return bool(kinds & _ATTENTION_KINDS) or ("aten::softmax" in kinds and bool(kinds & {"aten::matmul", "aten::bmm", "aten::einsum"}))
 
 
 def _probe_output(module, image_size, where: str, channels: int | None = None) -> tuple[int, int]:

@@ -1,0 +1,520 @@
+"""Issue 30 item 2: every corpus model through the real CLI, in every format a user could save it in.
+
+The corpus (benchmarks/corpus/manifest.toml) is small ViTs that other people trained and published; it
+lives in a local cache that a session fills (benchmarks/corpus/fetch.md). This script checks every
+sha256 of the manifest first and stops, naming each missing file and how to bring it, when the cache
+is incomplete. Then, per model:
+
+* a seeded split of its test set into calibration (``--calib-size``, default 300) and labelled
+  validation (``--val-size``, default 1000) image folders, disjoint (benchmarks/corpus/cache.py);
+* the model saved in each format (``--formats``): the authors' state_dict with ``--model-class
+  benchmarks/corpus/models.py:Class``; TorchScript traced and scripted; ``.pt2`` (torch.export, dynamic
+  batch); ONNX (opset 17, dynamic batch). A format a model cannot be saved in (torch.jit.script of a
+  class it cannot compile) is a row saying so, not a vitedge failure;
+* ``vitedge build FILE --target onnx --target intel-cpu --calib CALIB --val VAL --mean .. --std ..
+  --crop-pct 1.0 --no-latency`` (plus ``--input-size`` for the one model whose weights do not fix it) as a
+  subprocess: exit code, wall time, and per target FP32 and INT8 top-1, drop, agreement and INT8
+  layers, read from each bundle's report/validation.json;
+* with ``--anchors``, on the same splits: ONNX Runtime ``quantize_static`` MinMax, Entropy and
+  Percentile, NNCF default and ``model_type=TRANSFORMER`` (benchmarks/quant_methods.py's anchors).
+
+``--fp32-only`` measures each model's FP32 top-1 on its whole test set in PyTorch (the manifest's
+``measured_fp32_top1``) and builds nothing. Writes benchmarks/results/corpus.md and corpus.json
+(``--out``), with the CPU's ISA flags. Builds take minutes each on 2 shared cores: select with
+``--models``, ``--formats``, ``--targets``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "benchmarks" / "corpus"
+MODELS_PY = CORPUS / "models.py"
+RESULTS = REPO / "benchmarks" / "results"
+TARGETS = ("onnx", "intel-cpu")
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+cache = _load("vitedge_corpus_cache", CORPUS / "cache.py")
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def cpu_isa() -> dict[str, Any]:
+    text = ""
+    with contextlib.suppress(OSError):
+        text = Path("/proc/cpuinfo").read_text()
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    model = next((line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")), "")
+    wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8", "avx512_bf16")
+    return {"model": model, "cores": os.cpu_count(), "flags": [f for f in wanted if f in flags],
+            "vnni": any(f in flags for f in ("avx512_vnni", "avx_vnni"))}
+
+
+# ------------------------------------------------------------------ the model in each format
+
+
+def torch_module(model):
+    import torch
+
+    classes = _load("vitedge_corpus_models", MODELS_PY)
+    module = getattr(classes, model.model_class)()
+    module.load_state_dict(torch.load(model.path, map_location="cpu", weights_only=True), strict=True)
+    return module.eval()
+
+
+@contextlib.contextmanager
+def _no_fastpath():
+    """Save as a user would, without the fused attention kernels torch picks under no_grad (they have no
+    ONNX form: a file holding them is a different matter from the formats measured here)."""
+    import torch
+
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        yield
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
+
+
+def _example(model):
+    import torch
+
+    return torch.randn(2, model.channels, model.size, model.size, generator=torch.Generator().manual_seed(0))
+
+
+def save_state_dict(model, work: Path) -> tuple[Path, list[str]]:
+    return model.path, ["--model-class", f"{MODELS_PY}:{model.model_class}"]
+
+
+def save_traced(model, work: Path) -> tuple[Path, list[str]]:
+    import torch
+
+    out = work / f"{model.id}.traced.pt"
+    with _no_fastpath():
+        torch.jit.trace(torch_module(model), _example(model), check_trace=False).save(str(out))
+    return out, []
+
+
+def save_scripted(model, work: Path) -> tuple[Path, list[str]]:
+    import torch
+
+    out = work / f"{model.id}.scripted.pt"
+    torch.jit.script(torch_module(model)).save(str(out))
+    return out, []
+
+
+def save_pt2(model, work: Path) -> tuple[Path, list[str]]:
+    import torch
+
+    out = work / f"{model.id}.pt2"
+    with _no_fastpath():
+        program = torch.export.export(torch_module(model), (_example(model),),
+                                      dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=1024)},))
+    torch.export.save(program, str(out))
+    return out, []
+
+
+def save_onnx(model, work: Path) -> tuple[Path, list[str]]:
+    import torch
+
+    out = work / f"{model.id}.onnx"
+    with _no_fastpath(), contextlib.redirect_stdout(sys.stderr):
+        torch.onnx.export(torch_module(model), (_example(model),), str(out), opset_version=17, dynamo=False,
+                          input_names=["input"], output_names=["logits"],
+                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}})
+    return out, []
+
+
+FORMATS: dict[str, Callable[[Any, Path], tuple[Path, list[str]]]] = {
+    "state_dict": save_state_dict,
+    "torchscript-trace": save_traced,
+    "torchscript-script": save_scripted,
+    "pt2": save_pt2,
+    "onnx": save_onnx,
+}
+
+
+# ------------------------------------------------------------------ one build through the CLI
+
+
+@dataclass
+class BuildRow:
+    model: str
+    format: str
+    target: str
+    exit_code: int | None
+    seconds: float | None
+    fp32_top1: float | None = None
+    int8_top1: float | None = None
+    drop_points: float | None = None
+    agreement: float | None = None
+    int8_layers: int | None = None
+    layers_total: int | None = None
+    float_layers_returned: str | None = None
+    passed: bool | None = None
+    note: str = ""
+
+
+def build(model, fmt: str, split: Path, work: Path, targets: list[str], extra: list[str], timeout: float) -> list[BuildRow]:
+    try:
+        path, flags = FORMATS[fmt](model, work)
+    except Exception as err:  # the model cannot be saved so: a fact about the model, not a vitedge result
+        first = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        return [BuildRow(model.id, fmt, t, None, None, note=f"not saved in this format: {type(err).__name__}: {first}") for t in targets]
+    out = work / f"bundle-{model.id}-{fmt}"
+    cmd = [sys.executable, "-m", "vitedge", "build", str(path), *flags]
+    for t in targets:
+        cmd += ["--target", t]
+    cmd += ["--calib", str(split / "calib"), "--val", str(split / "val"), "-o", str(out), "--force", "--no-latency",
+            "--mean", *map(str, model.mean), "--std", *map(str, model.std), "--crop-pct", "1.0"]
+    # --crop-pct 1.0: the authors feed the whole 28x28 / 32x32 image (no resize-and-centre-crop); the state_dict
+    # form reads it from the class's pretrained_cfg, the other formats carry no preprocessing and need the flag
+    if model.needs_input_size:
+        cmd += ["--input-size", str(model.size), str(model.size)]
+    cmd += extra
+    env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    log(f"   $ vitedge build {path.name} ... ({fmt})")
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=str(work))
+        code, text = proc.returncode, (proc.stderr or "") + (proc.stdout or "")
+    except subprocess.TimeoutExpired:
+        code, text = None, f"timed out after {timeout:.0f} s"
+    secs = time.perf_counter() - start
+    rows = []
+    for t in targets:
+        folder = out / t if len(targets) > 1 else out
+        rows.append(_read_bundle(BuildRow(model.id, fmt, t, code, secs), folder, code, text))
+    return rows
+
+
+def export_check(model, fmt: str, work: Path) -> BuildRow:
+    """The part of a build where formats differ, in this process: vitedge's intake of the saved file and its
+    FP32 ONNX export with the parity check against PyTorch (--export-only)."""
+    from vitedge.export import export_onnx
+    from vitedge.models.intake import IntakeOptions, load_model
+
+    try:
+        path, flags = FORMATS[fmt](model, work)
+    except Exception as err:
+        first = str(err).strip().splitlines()[0][:160] if str(err).strip() else type(err).__name__
+        return BuildRow(model.id, fmt, "export", None, None, note=f"not saved in this format: {type(err).__name__}: {first}")
+    opts = IntakeOptions(model_class=flags[1] if flags else None, mean=model.mean, std=model.std,
+                         input_size=(model.size, model.size) if model.needs_input_size else None)
+    start = time.perf_counter()
+    try:
+        loaded = load_model(path, opts)
+        result = export_onnx(loaded, work / f"{model.id}.{fmt}.check.onnx")
+    except Exception as err:  # what the CLI would print as its one line (exit 2 or 3)
+        text = re.sub(r"\s*\[Caused by .*?\]\s*", " ", f"{type(err).__name__}: {err}", flags=re.S)  # torch's graph dump
+        return BuildRow(model.id, fmt, "export", 2, time.perf_counter() - start, note=" ".join(text.split())[:420])
+    size = loaded.spec.image_size
+    return BuildRow(model.id, fmt, "export", 0, time.perf_counter() - start,
+                    note=f"{size[0]}x{size[1]}x{loaded.spec.preprocess.channels} ({loaded.spec.sources.get('image_size')}); "
+                         + ("max |PyTorch - ORT| " + (f"{result.max_abs_diff:.1e}" if result.max_abs_diff is not None else "not checked (an ONNX file is taken as it is)")))
+
+
+def _read_bundle(row: BuildRow, folder: Path, code: int | None, text: str) -> BuildRow:
+    report = folder / "report" / "validation.json"
+    if not report.is_file():
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        row.note = (lines[-1] if lines else "no output")[:200]
+        return row
+    v = json.loads(report.read_text())
+    acc, q = v.get("accuracy", {}), v.get("quantization", {})
+    row.fp32_top1 = _pct(acc.get("fp32_top1"))
+    row.int8_top1 = _pct(acc.get("int8_top1"))
+    row.drop_points = acc.get("top1_drop_points")
+    row.agreement = _pct(acc.get("top1_agreement"))
+    row.int8_layers, row.layers_total = q.get("layers_int8"), q.get("layers_total")
+    row.float_layers_returned = q.get("summary_line")
+    row.passed = bool(v.get("passed"))
+    if code not in (0, 1):
+        row.note = f"exit {code}"
+    return row
+
+
+def _pct(v) -> float | None:
+    return None if v is None else float(v) * 100.0
+
+
+# ------------------------------------------------------------------ FP32 on the whole test set, and the anchors
+
+
+def fp32_top1(model) -> float:
+    """PyTorch FP32 top-1 on the model's whole test set, preprocessed as its authors did."""
+    import torch
+
+    ds = cache.load_manifest().datasets[model.dataset]
+    items, labels = cache.load_images(ds)
+    x = np.stack([cache.decode(it, model.channels) for it in items]).astype(np.float32).transpose(0, 3, 1, 2) / 255.0
+    x = (x - np.asarray(model.mean, np.float32).reshape(1, -1, 1, 1)) / np.asarray(model.std, np.float32).reshape(1, -1, 1, 1)
+    module = torch_module(model)
+    with torch.no_grad():
+        pred = np.concatenate([module(torch.from_numpy(x[i:i + 500])).argmax(1).numpy() for i in range(0, len(x), 500)])
+    return float((pred == labels).mean() * 100)
+
+
+def anchors(model, split: Path, work: Path) -> list[dict[str, Any]]:
+    """The anchor tools on the same calibration and validation folders: ONNX Runtime quantize_static (QDQ,
+    its defaults otherwise) with MinMax, Entropy and Percentile, run in ONNX Runtime and OpenVINO; NNCF
+    default and model_type=TRANSFORMER, OpenVINO and ONNX backends. One row per (tool, runtime); a tool or
+    runtime that fails is a row with its error (OpenVINO refuses some of these graphs)."""
+    import io
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import quant_methods as qm
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, quantize_static
+
+    from vitedge.calibration.sources import open_source
+    from vitedge.export import export_onnx
+    from vitedge.models.intake import IntakeOptions, load_model
+
+    opts = IntakeOptions(model_class=f"{MODELS_PY}:{model.model_class}", mean=model.mean, std=model.std,
+                         input_size=(model.size, model.size) if model.needs_input_size else None)
+    loaded = load_model(model.path, opts)
+    fp32 = work / f"{model.id}.anchor.fp32.onnx"
+    export_onnx(loaded, fp32)
+    calib = np.concatenate([b.images for b in open_source(split / "calib", loaded.spec.preprocess).batches(64)])
+    size = 10 if len(calib) % 10 == 0 else 1  # equal batches: ORT's entropy and percentile calibrators stack them
+    calib_batches = [calib[i:i + size] for i in range(0, len(calib), size)]
+    val = open_source(split / "val", loaded.spec.preprocess)
+    x = np.concatenate([b.images for b in val.batches(128)])
+    labels = np.concatenate([b.labels for b in val.batches(128)])
+    ref_logits = qm.qa.ort_predict(fp32, x)
+    top1 = float((ref_logits.argmax(1) == labels).mean() * 100)
+    runners = (("onnxruntime", qm.qa.ort_predict), ("openvino", qm.qa.ov_predict))
+    rows: list[dict[str, Any]] = []
+
+    def row(method: str, runtime: str, secs: float, run) -> None:
+        try:
+            rows.append({"model": model.id, "fp32_top1": top1, "method": method, "runtime": runtime, "seconds": secs,
+                         **qm.measure(run(), labels, ref_logits, top1)})
+        except Exception as err:
+            rows.append({"model": model.id, "method": method, "runtime": runtime, "error": _one_line(err)})
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter({"input": b} for b in calib_batches)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    for method in ("MinMax", "Entropy", "Percentile"):
+        out = work / f"{model.id}.ort_{method}.onnx"
+        t0 = time.perf_counter()
+        try:
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                quantize_static(str(fp32), str(out), Reader(), calibrate_method=getattr(CalibrationMethod, method))
+        except Exception as err:
+            rows.append({"model": model.id, "method": f"ORT quantize_static {method}", "error": _one_line(err)})
+            continue
+        secs = time.perf_counter() - t0
+        for runtime, fn in runners:
+            row(f"ORT quantize_static {method}", runtime, secs, lambda fn=fn, out=out: fn(out, x))
+    import nncf
+    import onnx
+    import openvino as ov
+
+    items = [c[None] for c in calib]
+    for label, kwargs in (("default", {}), ("TRANSFORMER", {"model_type": nncf.ModelType.TRANSFORMER})):
+        for backend in ("OpenVINO", "ONNX"):
+            t0 = time.perf_counter()
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    if backend == "OpenVINO":
+                        q = nncf.quantize(ov.Core().read_model(str(fp32)), nncf.Dataset(items), **kwargs)
+                    else:
+                        q = nncf.quantize(onnx.load(str(fp32)), nncf.Dataset([{"input": i} for i in items]), **kwargs)
+            except Exception as err:
+                rows.append({"model": model.id, "method": f"NNCF {label} ({backend} backend)", "error": _one_line(err)})
+                continue
+            secs = time.perf_counter() - t0
+            if backend == "OpenVINO":
+                row(f"NNCF {label} (OpenVINO backend)", "openvino", secs, lambda q=q: qm.qa.ov_predict(q, x))
+            else:
+                row(f"NNCF {label} (ONNX backend)", "onnxruntime", secs, lambda q=q: qm.qa.ort_predict(q.SerializeToString(), x))
+    return rows
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(f"{type(err).__name__}: {err}".split())[:200]
+
+
+# ------------------------------------------------------------------ report
+
+
+def markdown(res: dict[str, Any]) -> str:
+    isa = res["cpu"]
+    lines = [
+        "# The corpus through `vitedge build` (issue 30)",
+        "",
+        f"Measured {res['date']} by `python benchmarks/corpus.py {' '.join(res['argv'])}` "
+        "(runs separated by `;`, combined with --merge) on " f"{isa['model']}, "
+        f"{isa['cores']} cores, ISA flags: {', '.join(isa['flags']) or 'none of avx2/avx512/vnni/amx'} "
+        f"({'VNNI' if isa['vnni'] else 'no VNNI'}). Calibration: {res['calib_size']} images, validation: {res['val_size']} "
+        "other images of each model's test set (seeded split, benchmarks/corpus/cache.py). Command: `vitedge build FILE "
+        f"{' '.join('--target ' + t for t in res['targets'])} --calib CALIB --val VAL --mean .. --std .. --crop-pct 1.0 --no-latency"
+        f"{(' ' + ' '.join(res['extra'])) if res['extra'] else ''}`; the gate is each target profile's (top-1 drop <= 0.2 "
+        "points, agreement >= 99.5 %). Wall times are on 2 cores shared with other jobs: compare them within a run only.",
+    ]
+    if res["builds"]:
+        lines += ["", "| model | format | target | exit | build s | FP32 top-1 % | INT8 top-1 % | drop pts | agreement % | INT8 layers | gate | note |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["builds"]:
+        layers = f"{r['int8_layers']}/{r['layers_total']}" if r["layers_total"] else ""
+        lines.append(
+            f"| {r['model']} | {r['format']} | {r['target']} | {'' if r['exit_code'] is None else r['exit_code']} | "
+            f"{_f(r['seconds'], 0)} | {_f(r['fp32_top1'])} | {_f(r['int8_top1'])} | {_f(r['drop_points'])} | "
+            f"{_f(r['agreement'])} | {layers} | {'' if r['passed'] is None else ('pass' if r['passed'] else 'FAIL')} | "
+            f"{r['note']} |"
+        )
+    if res.get("exports"):
+        lines += ["", "## Intake and FP32 export of every format (in process: `load_model` + `export_onnx` with its parity check)", "",
+                  "| model | format | result | s | input (source); parity |", "|---|---|---|---|---|"]
+        for r in res["exports"]:
+            status = "not saved" if r["exit_code"] is None else ("ok" if r["exit_code"] == 0 else "FAILED")
+            lines.append(f"| {r['model']} | {r['format']} | {status} | {_f(r['seconds'], 1)} | {r['note']} |")
+    if res.get("anchors"):
+        lines += ["", "## Anchors on the same splits (full INT8, their defaults otherwise)", "",
+                  "| model | method | runtime | INT8 top-1 % | drop pts | agreement % | s | error |", "|---|---|---|---|---|---|---|---|"]
+        for a in res["anchors"]:
+            lines.append(f"| {a['model']} | {a.get('method', '')} | {a.get('runtime', '')} | {_f(a.get('top1'))} | "
+                         f"{_f(a.get('drop'))} | {_f(a.get('agreement'))} | {_f(a.get('seconds'), 1)} | {a.get('error', '')} |")
+    if res.get("fp32"):
+        lines += ["", "## FP32 top-1 on the whole test set (PyTorch), vs the authors' claim", "",
+                  "| model | measured % | claimed % | where claimed |", "|---|---|---|---|"]
+        for f in res["fp32"]:
+            lines.append(f"| {f['model']} | {f['measured']:.2f} | {_f(f['claimed'])} | {f['where']} |")
+    return "\n".join(lines) + "\n"
+
+
+def _f(v, digits: int = 2) -> str:
+    return "" if v is None else f"{v:.{digits}f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="", help="comma-separated corpus ids (default: all)")
+    ap.add_argument("--formats", default=",".join(FORMATS), help=f"comma-separated, of {', '.join(FORMATS)}")
+    ap.add_argument("--targets", default=",".join(TARGETS))
+    ap.add_argument("--calib-size", type=int, default=300)
+    ap.add_argument("--val-size", type=int, default=1000)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--anchors", action="store_true", help="also run the anchor tools on the same splits")
+    ap.add_argument("--fp32-only", action="store_true", help="measure FP32 top-1 on each whole test set; build nothing")
+    ap.add_argument("--export-only", action="store_true",
+                    help="per model and format, only vitedge's intake and FP32 ONNX export with its parity check (in this process)")
+    ap.add_argument("--build-flag", action="append", default=[], metavar="FLAG",
+                    help="extra flag for every vitedge build, e.g. --build-flag=--no-fallback (repeatable)")
+    ap.add_argument("--timeout", type=float, default=1800, help="seconds per build")
+    ap.add_argument("--work", type=Path, default=None, help="work folder (default: a fresh temporary one)")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
+                    help="combine the results of earlier runs (their corpus.json files) into --out; measure nothing")
+    args = ap.parse_args(argv)
+    if args.merge:
+        parts = [json.loads(p.read_text()) for p in args.merge]
+        res = {**parts[0], "argv": [a for p in parts for a in p["argv"] + [";"]][:-1]}
+        for key in ("builds", "exports", "anchors", "fp32"):
+            res[key] = [row for p in parts for row in p.get(key, [])]
+        for p in parts[1:]:  # a later run's own build flags go with its rows
+            for row in p.get("builds", []):
+                if p.get("extra"):
+                    row["note"] = " ".join(p["extra"]) + (f"; {row['note']}" if row["note"] else "")
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "corpus.json").write_text(json.dumps(res, indent=1) + "\n")
+        (args.out / "corpus.md").write_text(markdown(res))
+        print(markdown(res))
+        return 0
+
+    manifest = cache.load_manifest()
+    ids = [i for i in args.models.split(",") if i] or [m.id for m in manifest.models]
+    try:
+        models = [manifest.model(i) for i in ids]
+    except KeyError as err:
+        print(err.args[0], file=sys.stderr)
+        return 2
+    formats = [f for f in args.formats.split(",") if f]
+    unknown = [f for f in formats if f not in FORMATS]
+    if unknown:
+        print(f"unknown format {unknown[0]}: choose from {', '.join(FORMATS)}", file=sys.stderr)
+        return 2
+    missing = cache.problems(manifest, ids)
+    if missing:
+        for line in missing:
+            print(line, file=sys.stderr)
+        print(f"the corpus cache ({cache.cache_dir()}) is incomplete: benchmarks/corpus/fetch.md says how to fill it", file=sys.stderr)
+        return 2
+    targets = [t for t in args.targets.split(",") if t]
+    res: dict[str, Any] = {
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "argv": argv, "cpu": cpu_isa(),
+        "calib_size": args.calib_size, "val_size": args.val_size, "targets": targets, "extra": args.build_flag,
+        "builds": [], "exports": [], "anchors": [], "fp32": [],
+    }
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="vitedge-corpus-") as tmp:
+        work = args.work or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        for model in models:
+            log(f"== {model.id}")
+            if args.fp32_only:
+                top1 = fp32_top1(model)
+                log(f"   FP32 top-1 {top1:.2f} % (claimed {model.claimed_top1})")
+                res["fp32"].append({"model": model.id, "measured": top1, "claimed": model.claimed_top1, "where": model.claimed_where})
+                continue
+            if args.export_only:
+                for fmt in formats:
+                    row = export_check(model, fmt, work)
+                    log(f"   {row.format:18s} exit {row.exit_code} {_f(row.seconds, 1)} s  {row.note}")
+                    res["exports"].append(asdict(row))
+                continue
+            split = cache.make_split(manifest.datasets[model.dataset], args.calib_size, args.val_size, args.seed)
+            for fmt in formats:
+                for row in build(model, fmt, split, work, targets, args.build_flag, args.timeout):
+                    log(f"   {row.format:18s} {row.target:9s} exit {row.exit_code} {_f(row.seconds, 0)} s  "
+                        f"agreement {_f(row.agreement)}  INT8 layers {row.int8_layers}/{row.layers_total}  {row.note}")
+                    res["builds"].append(asdict(row))
+            if args.anchors:
+                try:
+                    res["anchors"] += anchors(model, split, work)
+                except Exception as err:
+                    res["anchors"].append({"model": model.id, "error": f"{type(err).__name__}: {err}"[:200]})
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = "corpus_fp32" if args.fp32_only else ("corpus_formats" if args.export_only else "corpus")
+    (args.out / f"{stem}.json").write_text(json.dumps(res, indent=1) + "\n")
+    (args.out / f"{stem}.md").write_text(markdown(res))
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

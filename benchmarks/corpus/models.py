@@ -1,0 +1,443 @@
+"""Torch classes for the corpus checkpoints: small ViTs that other people trained and published.
+
+Written for vitedge from the checkpoints' state_dict keys and shapes and from reading each
+source repository's model code; no code is copied from those repositories (their licences
+differ, several state none). Each class builds with no arguments into the configuration its
+checkpoint was trained with, so ``vitedge build CKPT --model-class
+benchmarks/corpus/models.py:Class`` loads the state_dict strictly, and names its submodules so
+that the checkpoint's keys match exactly (``load_state_dict(strict=True)``).
+
+Every class returns raw logits of shape (batch, classes) for any batch size (one source model
+returns softmax probabilities and one a (logits, attentions) tuple: top-1 is the same, and the
+difference is written next to the class). ``pretrained_cfg`` says the input size and the
+normalisation its authors trained with, as timm does; vitedge reads it when the class is
+given with ``--model-class``. benchmarks/corpus/manifest.toml records the same facts with
+their sources.
+
+Only torch is imported: this file is handed to ``--model-class`` and must import alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+__all__ = [
+    "AshuConvEnrichedViT",
+    "AshuViT",
+    "GauravMnistViT",
+    "KavishkaShallowViT",
+    "ResearchaseMnistViT",
+    "SmmkPostNormViT",
+    "TintnViT",
+]
+
+
+def _cfg(channels: int, size: int, mean, std) -> dict:
+    return {"input_size": (channels, size, size), "mean": tuple(mean), "std": tuple(std), "crop_pct": 1.0,
+            "interpolation": "bilinear"}
+
+
+def _to_patch_rows(x: torch.Tensor, patch: int) -> torch.Tensor:
+    """(B, C, H, W) -> (B, tokens, patch*patch*C), each row ordered (row-in-patch, column-in-patch, channel):
+    the layout of einops' 'b c (h p1) (w p2) -> b (h w) (p1 p2 c)'."""
+    b, c, h, w = x.shape
+    gh, gw = h // patch, w // patch
+    x = x.reshape(b, c, gh, patch, gw, patch)
+    x = x.permute(0, 2, 4, 3, 5, 1)
+    return x.reshape(b, gh * gw, patch * patch * c)
+
+
+class _PatchRows(nn.Module):
+    """No weights: index 0 of a Sequential whose index 1 is the patch Linear."""
+
+    def __init__(self, patch: int) -> None:
+        super().__init__()
+        self.patch = patch
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _to_patch_rows(x, self.patch)
+
+
+def _split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
+    b, n, d = t.shape
+    return t.reshape(b, n, heads, d // heads).transpose(1, 2)
+
+
+def _merge_heads(t: torch.Tensor) -> torch.Tensor:
+    b, h, n, d = t.shape
+    return t.transpose(1, 2).reshape(b, n, h * d)
+
+
+# ---------------------------------------------------------------- researchase/vit-mnist-explorations
+
+
+class _LnThen(nn.Module):
+    """LayerNorm, then the wrapped layer (keys: norm.*, fn.*)."""
+
+    def __init__(self, dim: int, fn: nn.Module) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(dim)
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fn(self.norm(x))
+
+
+class _FusedQkvAttention(nn.Module):
+    """Attention with one bias-free qkv projection and heads * head_dim wider than the model."""
+
+    def __init__(self, dim: int, heads: int, head_dim: int, out_in_sequential: bool = True) -> None:
+        super().__init__()
+        inner = heads * head_dim
+        self.heads = heads
+        self.scale = head_dim ** -0.5
+        self.to_qkv = nn.Linear(dim, inner * 3, bias=False)
+        self.to_out = nn.Sequential(nn.Linear(inner, dim), nn.Dropout(0.0)) if out_in_sequential else nn.Linear(inner, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (_split_heads(t, self.heads) for t in self.to_qkv(x).chunk(3, dim=-1))
+        weights = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * self.scale, dim=-1)
+        return self.to_out(_merge_heads(torch.matmul(weights, v)))
+
+
+class _ReluMlp(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        # indices 0 and 3 hold the weights: Linear, ReLU, Dropout, Linear, Dropout
+        self.net = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Dropout(0.0), nn.Linear(hidden, dim), nn.Dropout(0.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class ResearchaseMnistViT(nn.Module):
+    """MNIST, 1 channel, 28x28: Linear patch embedding (4x4 patches), class token, 6 pre-norm blocks
+    of width 64 with 4 heads of 64 (attention 4x wider than the model), ReLU MLP of 128.
+    Checkpoint: vit_mnist_gpu.pt of researchase/vit-mnist-explorations (MIT)."""
+
+    def __init__(self, image_size: int = 28, patch_size: int = 4, channels: int = 1, dim: int = 64, depth: int = 6,
+                 heads: int = 4, head_dim: int = 64, mlp_dim: int = 128, num_classes: int = 10) -> None:
+        super().__init__()
+        tokens = (image_size // patch_size) ** 2
+        self.to_patch_embedding = nn.Sequential(_PatchRows(patch_size), nn.Linear(channels * patch_size ** 2, dim))
+        self.pos_embedding = nn.Parameter(torch.zeros(1, tokens + 1, dim))
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.transformer = nn.Module()
+        self.transformer.layers = nn.ModuleList(
+            nn.ModuleList([_LnThen(dim, _FusedQkvAttention(dim, heads, head_dim)), _LnThen(dim, _ReluMlp(dim, mlp_dim))])
+            for _ in range(depth)
+        )
+        self.mlp_head = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, num_classes))
+        self.pretrained_cfg = _cfg(channels, image_size, (0.1307,), (0.3081,))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.to_patch_embedding(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embedding
+        for layer in self.transformer.layers:  # indexing, not unpacking: torch.jit.script takes this
+            x = x + layer[0](x)
+            x = x + layer[1](x)
+        return self.mlp_head(x[:, 0])
+
+
+# ---------------------------------------------------------------- kavishka-dot/shallow-vit-mnist
+
+
+class _OneHead(nn.Module):
+    """One attention head with its own bias-free key/query/value Linears. The source scales the scores
+    by the model width (32) ** -0.5, not by the head width: kept, since the weights were trained so."""
+
+    def __init__(self, dim: int, head_dim: int) -> None:
+        super().__init__()
+        self.key = nn.Linear(dim, head_dim, bias=False)
+        self.query = nn.Linear(dim, head_dim, bias=False)
+        self.value = nn.Linear(dim, head_dim, bias=False)
+        self.scale = dim ** -0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = torch.matmul(self.query(x), self.key(x).transpose(-1, -2)) * self.scale
+        return torch.matmul(torch.softmax(scores, dim=-1), self.value(x))
+
+
+class _HeadList(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(_OneHead(dim, dim // heads) for _ in range(heads))
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(torch.cat([h(x) for h in self.heads], dim=-1))
+
+
+class _KavishkaBlock(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.sa = _HeadList(dim, heads)
+        self.ffwd = nn.Module()
+        self.ffwd.net = nn.Sequential(nn.Linear(dim, 4 * dim), nn.ReLU(), nn.Linear(4 * dim, dim), nn.Dropout(0.0))
+        self.ln1 = nn.LayerNorm(dim)
+        self.ln2 = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.sa(self.ln1(x))
+        return x + self.ffwd.net(self.ln2(x))
+
+
+class KavishkaShallowViT(nn.Module):
+    """MNIST, 1 channel, 28x28 cut into 16 patches of 7x7, no class token and no position table: a
+    second Linear of the patch pixels is added as its "position embedding"; 3 pre-norm blocks of width 32
+    with 4 hand-written heads of 8, ReLU MLP; the head runs on every token and the first token's output
+    is the prediction. The source ends in a softmax (and reshapes to a fixed batch of 64); this class
+    returns the logits before it, for any batch: same top-1.
+    Checkpoint: models/vision_transformer.pth of kavishka-dot/shallow-vit-mnist (no licence stated)."""
+
+    def __init__(self, patch_size: int = 7, dim: int = 32, depth: int = 3, heads: int = 4, num_classes: int = 10) -> None:
+        super().__init__()
+        self.patch_size = patch_size
+        self.encoder = nn.Linear(patch_size * patch_size, dim)
+        self.pos_embedding = nn.Linear(patch_size * patch_size, dim)
+        self.blocks = nn.Sequential(*(_KavishkaBlock(dim, heads) for _ in range(depth)))
+        self.ln_f = nn.LayerNorm(dim)
+        self.vit_head = nn.Linear(dim, num_classes)
+        self.pretrained_cfg = _cfg(1, 28, (0.5,), (0.5,))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        p = self.patch_size
+        # torch.Tensor.unfold on H then W, flattened per patch: rows of the (7, 7) patch, one channel
+        rows = x.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5).reshape(b, (h // p) * (w // p), c * p * p)
+        t = self.encoder(rows) + self.pos_embedding(rows)
+        t = self.ln_f(self.blocks(t))
+        return self.vit_head(t[:, 0])
+
+
+# ---------------------------------------------------------------- GauravPBhagwat/Handwritten-Digit-Recognition...
+
+
+class _Residual(nn.Module):
+    def __init__(self, fn: nn.Module) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.fn(x)
+
+
+class _GeluMlp(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class _ModelWidthScaledAttention(_FusedQkvAttention):
+    """The early (2020) layout of this attention: heads split the model width and the scores are scaled
+    by the model width ** -0.5 (not the head width)."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__(dim, heads, dim // heads, out_in_sequential=False)
+        self.scale = dim ** -0.5
+
+
+class GauravMnistViT(nn.Module):
+    """MNIST, 1 channel, 28x28: Linear patch embedding of 7x7 patches, class token, 6 blocks of width 64
+    (residual around a pre-norm attention with 8 heads of 8, and around a pre-norm GELU MLP of 128), an
+    MLP head (Linear, GELU, Linear) without a final LayerNorm.
+    The repository's vit_mnist.py is a later, different model (a conv stem, 4x4 patches, 8 heads of 32)
+    that this checkpoint does not fit; the layout here is read from the checkpoint's keys and shapes. Its
+    head count is not in the file: measured on the MNIST test set, 8 heads (the published layout's default)
+    give 97.94 % top-1; 16 give 96.40 %, 4 give 88.13 %, 2 give 58.77 %.
+    Checkpoint: vit_mnist.pth of GauravPBhagwat/Handwritten-Digit-Recognition-Using-CNN-And-Vision-Transformer
+    (no licence stated)."""
+
+    def __init__(self, image_size: int = 28, patch_size: int = 7, dim: int = 64, depth: int = 6, heads: int = 8,
+                 mlp_dim: int = 128, num_classes: int = 10) -> None:
+        super().__init__()
+        self.patch_size = patch_size
+        self.patch_to_embedding = nn.Linear(patch_size * patch_size, dim)
+        self.pos_embedding = nn.Parameter(torch.zeros(1, (image_size // patch_size) ** 2 + 1, dim))
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.transformer = nn.Module()
+        self.transformer.layers = nn.ModuleList(
+            nn.ModuleList([_Residual(_LnThen(dim, _ModelWidthScaledAttention(dim, heads))),
+                           _Residual(_LnThen(dim, _GeluMlp(dim, mlp_dim)))])
+            for _ in range(depth)
+        )
+        self.mlp_head = nn.Sequential(nn.Linear(dim, mlp_dim), nn.GELU(), nn.Linear(mlp_dim, num_classes))
+        self.pretrained_cfg = _cfg(1, image_size, (0.1307,), (0.3081,))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_to_embedding(_to_patch_rows(x, self.patch_size))
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embedding
+        for layer in self.transformer.layers:
+            x = layer[1](layer[0](x))
+        return self.mlp_head(x[:, 0])
+
+
+# ---------------------------------------------------------------- smmk47/CIFAR10-Classification
+
+
+class _ConvPatches(nn.Module):
+    def __init__(self, channels: int, dim: int, patch: int) -> None:
+        super().__init__()
+        self.proj = nn.Conv2d(channels, dim, kernel_size=patch, stride=patch)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+class SmmkPostNormViT(nn.Module):
+    """CIFAR-10, 3 channels, 32x32: conv patch embedding (4x4), class token, torch's
+    nn.TransformerEncoder of 6 post-norm layers (width 128, 8 heads of 16, ReLU feed-forward of 256),
+    head LayerNorm + Linear. Checkpoint: vit_cifar10.pth of smmk47/CIFAR10-Classification (no licence stated)."""
+
+    def __init__(self, image_size: int = 32, patch_size: int = 4, dim: int = 128, depth: int = 6, heads: int = 8,
+                 mlp_dim: int = 256, num_classes: int = 10) -> None:
+        super().__init__()
+        self.patch_embed = _ConvPatches(3, dim, patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, (image_size // patch_size) ** 2 + 1, dim))
+        layer = nn.TransformerEncoderLayer(d_model=dim, nhead=heads, dim_feedforward=mlp_dim, dropout=0.0, batch_first=True)
+        self.transformer = nn.TransformerEncoder(layer, num_layers=depth, enable_nested_tensor=False)
+        self.mlp_head = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, num_classes))
+        self.pretrained_cfg = _cfg(3, image_size, (0.4914, 0.4822, 0.4465), (0.2023, 0.1994, 0.2010))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        return self.mlp_head(self.transformer(x)[:, 0])
+
+
+# ---------------------------------------------------------------- AshuAhlawat/Convolutional-Transformer
+
+
+class _AshuPatches(nn.Module):
+    def __init__(self, dim: int, patch: int, enrich: bool) -> None:
+        super().__init__()
+        self.embed = nn.Conv2d(3, dim, kernel_size=patch, stride=patch)
+        # a 3x3 convolution over the patch grid before the tokens are flattened (Identity: no weights)
+        self.enrich = nn.Conv2d(dim, dim, kernel_size=3, stride=1, padding=1) if enrich else nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.enrich(self.embed(x)).flatten(2).transpose(1, 2)
+
+
+class _MhaBlock(nn.Module):
+    """Pre-norm block around torch's nn.MultiheadAttention and a GELU MLP."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.norm2 = nn.LayerNorm(dim)
+        self.attention = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm1(x)
+        x = x + self.attention(y, y, y, need_weights=False)[0]
+        return x + self.mlp(self.norm2(x))
+
+
+class AshuViT(nn.Module):
+    """CIFAR-10, 3 channels, 32x32, pixels in [0, 1] (no normalisation): conv patch embedding (4x4),
+    class token, 4 pre-norm blocks of width 64 with nn.MultiheadAttention (4 heads of 16) and a GELU
+    MLP of 256, head LayerNorm + Linear. ``enrich=True`` adds the 3x3 convolution over the patch grid of
+    the same repository's "convolution-enriched" model.
+    Checkpoints: vit_model.pth and convt_model.pth of AshuAhlawat/Convolutional-Transformer (no licence stated)."""
+
+    def __init__(self, enrich: bool = False, image_size: int = 32, patch_size: int = 4, dim: int = 64, depth: int = 4,
+                 heads: int = 4, num_classes: int = 10) -> None:
+        super().__init__()
+        self.patch_embedding = _AshuPatches(dim, patch_size, enrich)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, (image_size // patch_size) ** 2 + 1, dim))
+        self.transformer_layers = nn.Sequential(*(_MhaBlock(dim, heads) for _ in range(depth)))
+        self.out_head = nn.Sequential(nn.LayerNorm(dim), nn.Linear(dim, num_classes))
+        self.pretrained_cfg = _cfg(3, image_size, (0.0, 0.0, 0.0), (1.0, 1.0, 1.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embedding(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        return self.out_head(self.transformer_layers(x)[:, 0])
+
+
+class AshuConvEnrichedViT(AshuViT):
+    """AshuViT with the convolution-enriched patch embedding (convt_model.pth)."""
+
+    def __init__(self) -> None:
+        super().__init__(enrich=True)
+
+
+# ---------------------------------------------------------------- tintn/vision-transformer-from-scratch layout
+
+
+class _TanhGelu(nn.Module):
+    """GELU by its tanh approximation, as the source computes it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class _TintnAttention(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv_projection = nn.Linear(dim, 3 * dim)
+        self.output_projection = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (_split_heads(t, self.heads) for t in self.qkv_projection(x).chunk(3, dim=-1))
+        scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+        return self.output_projection(_merge_heads(torch.matmul(torch.softmax(scores, dim=-1), v)))
+
+
+class _TintnBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, hidden: int) -> None:
+        super().__init__()
+        self.attention = _TintnAttention(dim, heads)
+        self.layernorm_1 = nn.LayerNorm(dim)
+        self.mlp = nn.Module()
+        self.mlp.dense_1 = nn.Linear(dim, hidden)
+        self.mlp.activation = _TanhGelu()
+        self.mlp.dense_2 = nn.Linear(hidden, dim)
+        self.layernorm_2 = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.layernorm_1(x))
+        m = self.mlp
+        return x + m.dense_2(m.activation(m.dense_1(self.layernorm_2(x))))
+
+
+class TintnViT(nn.Module):
+    """CIFAR-10, 3 channels, 32x32, normalised with mean = std = 0.5: Hugging Face-style names
+    (embedding.patch_embeddings.projection, encoder.blocks, classifier), conv patch embedding (4x4),
+    4 pre-norm blocks of width 48 with 4 heads of 12, tanh-GELU MLP of 192, Linear head on the class
+    token without a final LayerNorm. The source returns (logits, attentions); this class, the logits.
+    Checkpoints: experiments/vit-with-10-epochs/model_final.pt of forks of
+    tintn/vision-transformer-from-scratch (mayankmks12/Vision-transformer-: no licence stated;
+    anzksdk/vision-transformer-from-scratch: MIT)."""
+
+    def __init__(self, image_size: int = 32, patch_size: int = 4, dim: int = 48, depth: int = 4, heads: int = 4,
+                 hidden: int = 192, num_classes: int = 10) -> None:
+        super().__init__()
+        self.embedding = nn.Module()
+        self.embedding.patch_embeddings = nn.Module()
+        self.embedding.patch_embeddings.projection = nn.Conv2d(3, dim, kernel_size=patch_size, stride=patch_size)
+        self.embedding.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.embedding.position_embeddings = nn.Parameter(torch.zeros(1, (image_size // patch_size) ** 2 + 1, dim))
+        self.encoder = nn.Module()
+        self.encoder.blocks = nn.ModuleList(_TintnBlock(dim, heads, hidden) for _ in range(depth))
+        self.classifier = nn.Linear(dim, num_classes)
+        self.pretrained_cfg = _cfg(3, image_size, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e = self.embedding
+        x = e.patch_embeddings.projection(x).flatten(2).transpose(1, 2)
+        x = torch.cat([e.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + e.position_embeddings
+        for block in self.encoder.blocks:
+            x = block(x)
+        return self.classifier(x[:, 0])

@@ -1,0 +1,205 @@
+"""TorchScript files that the TorchScript-based ONNX exporter cannot take, and traced ViTs whose input size
+only their weights say (issue 30 item 3). Small models built here; no corpus needed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from vitedge.errors import ExportError, ModelLoadError
+from vitedge.export import export_onnx
+from vitedge.models.intake import IntakeOptions, load_model
+from vitedge.onnxutil import ort_session
+
+
+def _traced(module: nn.Module, x: torch.Tensor, path) -> None:
+    """Saved as users save: torch.jit.trace of the eval-mode module (with the attention fast path off: under
+    it a trace records fused kernels that no ONNX exporter takes, another matter)."""
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        torch.jit.trace(module.eval(), x, check_trace=False).save(str(path))
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
+
+
+def _onnx_matches(out, module: nn.Module, shape: tuple[int, ...]) -> None:
+    sess = ort_session(out)
+    for batch in (1, 5):  # the batch stays dynamic
+        x = torch.randn(batch, *shape)
+        with torch.no_grad():
+            ref = module(x).numpy()
+        np.testing.assert_allclose(sess.run(None, {"input": x.numpy()})[0], ref, atol=1e-4, rtol=1e-4)
+
+
+def test_traced_torchvision_vit_with_one_channel_exports(tmp_path):
+    """torchvision's attention computes unflatten(-1, (3, E)) with E read from size(-1); in a TorchScript
+    file nothing says that tensor's rank, and the TorchScript-based exporter stopped at "ONNX export of
+    transpose for tensor of unknown rank"."""
+    from torchvision.models.vision_transformer import VisionTransformer
+
+    torch.manual_seed(0)
+    m = VisionTransformer(image_size=28, patch_size=7, num_layers=2, num_heads=4, hidden_dim=32, mlp_dim=64, num_classes=10)
+    m.conv_proj = nn.Conv2d(1, 32, kernel_size=7, stride=7)
+    nn.init.normal_(m.heads.head.weight, std=0.5)  # torchvision zero-initialises the head
+    m.eval()
+    path = tmp_path / "tv_traced.pt"
+    _traced(m, torch.randn(2, 1, 28, 28), path)
+    before = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)  # as vitedge exports: the fused kernel has no ONNX form
+    try:
+        with pytest.raises(Exception, match="unknown rank"):  # the cause, as torch's exporter reports it
+            torch.onnx.export(torch.jit.load(str(path)), (torch.randn(2, 1, 28, 28),), str(tmp_path / "direct.onnx"),
+                              opset_version=17, dynamo=False, dynamic_axes={"input": {0: "batch"}}, input_names=["input"])
+    finally:
+        torch.backends.mha.set_fastpath_enabled(before)
+    loaded = load_model(path)
+    assert loaded.spec.family == "torchscript" and loaded.spec.image_size == (28, 28)
+    assert loaded.spec.preprocess.channels == 1
+    out = tmp_path / "tv.onnx"
+    result = export_onnx(loaded, out)
+    assert result.max_abs_diff is not None and result.max_abs_diff <= result.tolerance
+    _onnx_matches(out, m, (1, 28, 28))
+
+
+class _LinearPatchViT(nn.Module):
+    """Patches flattened and projected by a Linear (no convolution), a class token and a position table
+    (``position=False``: positions from a second Linear of the patch pixels, as a corpus model does)."""
+
+    def __init__(self, channels: int = 1, size: int = 28, patch: int = 4, dim: int = 32, classes: int = 10,
+                 position: bool = True) -> None:
+        super().__init__()
+        self.patch = patch
+        self.to_patch = nn.Linear(channels * patch * patch, dim)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim))
+        if position:
+            self.pos_embedding = nn.Parameter(torch.randn(1, (size // patch) ** 2 + 1, dim))
+        else:
+            self.pos_from_pixels = nn.Linear(channels * patch * patch, dim)
+        self.block = nn.TransformerEncoderLayer(dim, 4, 64, dropout=0.0, batch_first=True, norm_first=True)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        p = self.patch
+        rows = x.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 3, 5, 1).reshape(b, (h // p) * (w // p), p * p * c)
+        tokens = self.to_patch(rows)
+        if hasattr(self, "pos_from_pixels"):
+            tokens = tokens + self.pos_from_pixels(rows)
+        t = torch.cat([self.cls_token.expand(b, -1, -1), tokens], dim=1)
+        if hasattr(self, "pos_embedding"):
+            t = t + self.pos_embedding
+        return self.head(self.block(t)[:, 0])
+
+
+@pytest.mark.parametrize("channels,size,patch", [(1, 28, 4), (3, 32, 8)])
+def test_traced_linear_patch_vit_size_comes_from_its_weights(tmp_path, channels, size, patch):
+    torch.manual_seed(0)
+    m = _LinearPatchViT(channels, size, patch).eval()
+    path = tmp_path / "linear_patch.pt"
+    _traced(m, torch.randn(2, channels, size, size), path)
+    loaded = load_model(path)
+    assert loaded.spec.image_size == (size, size)
+    assert loaded.spec.preprocess.channels == channels
+    assert loaded.spec.sources["image_size"].startswith("file")
+    out = tmp_path / "linear_patch.onnx"
+    export_onnx(loaded, out)
+    _onnx_matches(out, m, (channels, size, size))
+
+
+def test_traced_vit_whose_weights_cannot_say_names_input_size(tmp_path):
+    torch.manual_seed(0)
+    m = _LinearPatchViT(position=False).eval()  # no position table: nothing in the weights fixes the size
+    path = tmp_path / "no_pos.pt"
+    _traced(m, torch.randn(2, 1, 28, 28), path)
+    with pytest.raises(ModelLoadError, match=r"pass --input-size H W") as err:
+        load_model(path)
+    assert "\n" not in str(err.value)
+    loaded = load_model(path, IntakeOptions(input_size=(28, 28)))
+    assert loaded.spec.image_size == (28, 28) and loaded.spec.preprocess.channels == 1
+
+
+HAND_WRITTEN_VIT = '''
+import torch
+from torch import nn
+
+
+class HandWrittenViT(nn.Module):
+    """Attention by hand (no num_heads attribute), positions from a Linear of the pixels (no table)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(49, 16)
+        self.pos = nn.Linear(49, 16)
+        self.q = nn.Linear(16, 16)
+        self.k = nn.Linear(16, 16)
+        self.v = nn.Linear(16, 16)
+        self.head = nn.Linear(16, 10)
+        self.pretrained_cfg = {"input_size": (1, 28, 28), "mean": (0.5,), "std": (0.5,)}
+
+    def forward(self, x):
+        b = x.shape[0]
+        rows = x.reshape(b, 1, 4, 7, 4, 7).permute(0, 2, 4, 1, 3, 5).reshape(b, 16, 49)
+        t = self.embed(rows) + self.pos(rows)
+        w = torch.softmax(self.q(t) @ self.k(t).transpose(-1, -2) * 0.25, dim=-1)
+        return self.head((w @ self.v(t))[:, 0])
+
+
+class NotAViT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(784, 10)
+        self.pretrained_cfg = {"input_size": (1, 28, 28)}
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+'''
+
+
+def test_hand_written_vit_without_heads_or_position_table_is_taken_and_a_mlp_is_not(tmp_path):
+    """Attention shows when the class runs: a class with no num_heads and no position table is a ViT if its
+    forward pass computes a softmax over a matmul; a plain MLP is still refused."""
+    src = tmp_path / "hand_vit.py"
+    src.write_text(HAND_WRITTEN_VIT)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("hand_vit_for_tests", src)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for name in ("HandWrittenViT", "NotAViT"):
+        torch.save(getattr(mod, name)().state_dict(), tmp_path / f"{name}.pt")
+    loaded = load_model(tmp_path / "HandWrittenViT.pt", IntakeOptions(model_class=f"{src}:HandWrittenViT"))
+    assert loaded.spec.image_size == (28, 28) and loaded.spec.num_classes == 10
+    with pytest.raises(ModelLoadError, match="not a Vision Transformer"):
+        load_model(tmp_path / "NotAViT.pt", IntakeOptions(model_class=f"{src}:NotAViT"))
+
+
+class _ChunkedQkvViT(nn.Module):
+    """q, k, v from one projection, split by a generator over chunk(): scripted, a loop of run-time length."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, 16, 8, 8)
+        self.pos_embed = nn.Parameter(torch.randn(1, 16, 16))
+        self.qkv = nn.Linear(16, 48)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.patch(x).flatten(2).transpose(1, 2) + self.pos_embed
+        q, k, v = [c.reshape(c.shape[0], c.shape[1], 2, 8).transpose(1, 2) for c in self.qkv(t).chunk(3, dim=-1)]
+        w = torch.softmax(torch.matmul(q, k.transpose(-1, -2)), dim=-1)
+        return self.head(torch.matmul(w, v).transpose(1, 2).reshape(t.shape[0], t.shape[1], 16).mean(1))
+
+
+def test_scripted_file_neither_exporter_takes_fails_in_one_line_with_nothing_on_stdout(tmp_path, capfd):
+    path = tmp_path / "scripted.pt"
+    torch.jit.script(_ChunkedQkvViT().eval()).save(str(path))
+    loaded = load_model(path)
+    capfd.readouterr()
+    with pytest.raises(ExportError, match="torch.export.save") as err:
+        export_onnx(loaded, tmp_path / "scripted.onnx")
+    assert "\n" not in str(err.value) and "[Caused by" not in str(err.value)
+    assert capfd.readouterr().out == ""  # torch's C++ graph dump ("Torch IR graph at exception") is silenced
+    assert not (tmp_path / "scripted.onnx").exists()
