@@ -269,4 +269,11 @@ def test_sigterm_while_openvino_builds_exits_143(delay, timm_vit, tmp_path):
     lines = [ln for ln in (seen + rest.splitlines()) if ln.startswith("vitedge: ")]
     assert p.returncode == 143, "".join(seen[-5:]) + rest[-2000:]
     assert lines == ["vitedge: terminated (SIGTERM); nothing partial was left behind"], lines
-    assert not ws.out.exists() and debris(tmp_path) == []
+    assert debris(tmp_path) == []
+    if ws.out.exists():  # on a quick machine the signal can land after the bundle was complete: it must be whole
+        from vitedge.manifest import verify_bundle
+
+        manifests = list(ws.out.rglob("manifest.json"))
+        assert manifests, sorted(p.name for p in ws.out.rglob("*"))
+        for m in manifests:
+            verify_bundle(m.parent)
