@@ -290,7 +290,6 @@ def anchors(model, split: Path, work: Path) -> list[dict[str, Any]]:
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     import quant_methods as qm
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, quantize_static
 
     from vitedge.calibration.sources import open_source
     from vitedge.export import export_onnx
@@ -319,25 +318,15 @@ def anchors(model, split: Path, work: Path) -> list[dict[str, Any]]:
         except Exception as err:
             rows.append({"model": model.id, "method": method, "runtime": runtime, "error": _one_line(err)})
 
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter({"input": b} for b in calib_batches)
-
-        def get_next(self):
-            return next(self.it, None)
-
-    for method in ("MinMax", "Entropy", "Percentile"):
-        out = work / f"{model.id}.ort_{method}.onnx"
-        t0 = time.perf_counter()
-        try:
-            with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-                quantize_static(str(fp32), str(out), Reader(), calibrate_method=getattr(CalibrationMethod, method))
-        except Exception as err:
+    for method, out, secs, err in qm.ort_static_graphs(fp32, calib_batches, work, prefix=f"{model.id}."):
+        if err is not None:
             rows.append({"model": model.id, "method": f"ORT quantize_static {method}", "error": _one_line(err)})
             continue
-        secs = time.perf_counter() - t0
         for runtime, fn in runners:
             row(f"ORT quantize_static {method}", runtime, secs, lambda fn=fn, out=out: fn(out, x))
+    from vitedge.backends.openvino import block_vendor_telemetry
+
+    block_vendor_telemetry()  # NNCF telemetry: a forked sender that hangs on a closed network
     import nncf
     import onnx
     import openvino as ov

@@ -86,12 +86,13 @@ def measure(logits: np.ndarray, labels: np.ndarray, ref_logits: np.ndarray, fp32
             "cosine": cosine(ref_logits, logits)}
 
 
-def anchors(fp32: Path, calib_batches: list[np.ndarray], x: np.ndarray, labels: np.ndarray, ref_logits: np.ndarray, fp32_top1: float,
-            work: Path) -> list[dict]:
-    import onnx
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, quantize_static
+ORT_METHODS = ("MinMax", "Entropy", "Percentile")
 
-    rows = []
+
+def ort_static_graphs(fp32: Path, calib_batches: list[np.ndarray], work: Path, prefix: str = ""):
+    """ONNX Runtime's quantize_static (QDQ, its defaults otherwise) with each calibration method on the same
+    batches: yields (method, graph path, seconds, None), or (method, None, 0.0, error) when it fails."""
+    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, quantize_static
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -100,16 +101,27 @@ def anchors(fp32: Path, calib_batches: list[np.ndarray], x: np.ndarray, labels: 
         def get_next(self):
             return next(self.it, None)
 
-    for method in ("MinMax", "Entropy", "Percentile"):
-        out = work / f"ort_{method}.onnx"
+    for method in ORT_METHODS:
+        out = work / f"{prefix}ort_{method}.onnx"
         t0 = time.perf_counter()
         try:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 quantize_static(str(fp32), str(out), Reader(), calibrate_method=getattr(CalibrationMethod, method))
         except Exception as err:
+            yield method, None, 0.0, err
+            continue
+        yield method, out, time.perf_counter() - t0, None
+
+
+def anchors(fp32: Path, calib_batches: list[np.ndarray], x: np.ndarray, labels: np.ndarray, ref_logits: np.ndarray, fp32_top1: float,
+            work: Path) -> list[dict]:
+    import onnx
+
+    rows = []
+    for method, out, secs, err in ort_static_graphs(fp32, calib_batches, work):
+        if err is not None:
             rows.append({"method": f"ORT quantize_static {method}", "error": f"{type(err).__name__}: {err}"[:160]})
             continue
-        secs = time.perf_counter() - t0
         for runtime, fn in (("onnxruntime", qa.ort_predict), ("openvino", qa.ov_predict)):
             rows.append({"method": f"ORT quantize_static {method} (defaults, QDQ)", "runtime": runtime, "seconds": secs,
                          **measure(fn(out, x), labels, ref_logits, fp32_top1)})
