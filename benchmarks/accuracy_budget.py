@@ -216,7 +216,7 @@ def main() -> None:
     import make_outlier_vit as mo
 
     from vitedge.budget import BudgetSettings, measure_costs, meet_budget
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
     from vitedge.profiles import Thresholds

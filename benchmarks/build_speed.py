@@ -75,7 +75,7 @@ def build_vitb(work: Path, calib_size: int, rows: dict[str, dict] | None = None)
     import torch
 
     from vitedge.budget import BudgetSettings
-    from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.app.build import BuildRequest, run_build
     from vitedge.models.intake import IntakeOptions
     from vitedge.ui import StageLog
 
@@ -265,7 +265,7 @@ def quick_latency(bundles: Path, ort_static: Path, rounds: int) -> list[dict]:
 
 
 def calib_batches(spec, calib_size: int) -> list[np.ndarray]:
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
 
     src = open_source(REPO / "calibration" / "digits", spec.preprocess, limit=calib_size, seed=0)
     return [b.images for b in src.batches(8)]

@@ -125,7 +125,7 @@ def evaluate(ref: np.ndarray, got: np.ndarray, labels: np.ndarray) -> dict[str, 
 
 
 def run_model(which: str, corpus: Path, work: Path, args) -> dict[str, Any]:
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
     log(f"== {which}")
@@ -245,7 +245,7 @@ def probe_all(results: list[dict[str, Any]], work: Path) -> list[dict[str, Any]]
     """The FP32 preprocessing probe on each model's FP32 graph with its right mean and with the mean + 0.5."""
     import onnx
 
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.onnxutil import SPEC_KEY, get_metadata
     from vitedge.spec import ModelSpec
     from vitedge.validation.noise import preprocessing_probe, probe_shifts

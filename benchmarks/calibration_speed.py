@@ -109,7 +109,7 @@ def _spec(fp32: Path):
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     import resource
 
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
 
     fp32 = Path(job["fp32"])
     spec = _spec(fp32)

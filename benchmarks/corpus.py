@@ -291,7 +291,7 @@ def anchors(model, split: Path, work: Path) -> list[dict[str, Any]]:
     sys.path.insert(0, str(REPO / "benchmarks"))
     import quant_methods as qm
 
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
 

@@ -123,7 +123,7 @@ def sweep_one(name: str, work: Path, calib_size: int) -> dict[str, Any]:
     import torch
     from onnxruntime.quantization import CalibrationDataReader, quantize_static
 
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
     from vitedge.quantize import QuantConfig, build_qdq, calibrate
@@ -232,7 +232,7 @@ def ort_anchor(fp32: Path, pre, x: np.ndarray, labels: np.ndarray, ref: np.ndarr
     """ONNX Runtime quantize_static with its defaults on the same FP32 graph, run in ONNX Runtime."""
     from onnxruntime.quantization import CalibrationDataReader, quantize_static
 
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
 
     batches = [b.images for b in open_source(CALIB, pre).batches(16)]
 
@@ -256,7 +256,7 @@ def ort_anchor(fp32: Path, pre, x: np.ndarray, labels: np.ndarray, ref: np.ndarr
 
 
 def sweep_trained(name: str, ckpt: Path, facts: dict[str, Any], work: Path) -> dict[str, Any]:
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.spec import Preprocess
 
     log(f"== {name} (trained): vitedge build {ckpt.relative_to(REPO)} {' '.join(facts['vitedge_flags'])}")

@@ -6,7 +6,7 @@ Run by hand, one model at a time (one heavy run at a time on a shared machine; ~
 
     flock /tmp/vitedge-bench.lock python benchmarks/large_graph.py --model vit_h_14 [--calib-size 16] [--work DIR]
 
-The build runs in a child process (`vitedge.build.pipeline.run_build`, the code behind `vitedge build`)
+The build runs in a child process (`vitedge.app.build.run_build`, the code behind `vitedge build`)
 for the `onnx`, `intel-cpu` and `jetson-orin` targets (the TensorRT plan: no GPU here, so the bundle
 carries the ONNX that `vitedge engine` completes on the device) with a small calibration set,
 validation on the same images, no latency measurement and the accuracy budget off (its sensitivity
@@ -46,7 +46,7 @@ import contextlib, faulthandler, json, signal, sys, time
 faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: where the build is, in the log
 from pathlib import Path
 from vitedge.budget import BudgetSettings
-from vitedge.build.pipeline import BuildRequest, run_build
+from vitedge.app.build import BuildRequest, run_build
 from vitedge.ui import StageLog
 
 

@@ -219,7 +219,7 @@ def anchors(fp32: Path, calib_batches: list[np.ndarray], x: np.ndarray, labels: 
 
 
 def accuracy(which: str, work: Path) -> dict[str, Any]:
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
     log(f"== {which}: export")
@@ -291,7 +291,7 @@ def latency(work: Path, rounds: int) -> dict[str, Any]:
     import timm
     import torch
 
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
     from vitedge.quantize import QuantConfig, build_qdq, calibrate

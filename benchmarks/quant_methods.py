@@ -156,7 +156,7 @@ def anchors(fp32: Path, calib_batches: list[np.ndarray], x: np.ndarray, labels: 
 
 
 def run_model(which: str, work: Path, variants: list[tuple[str, dict[str, Any]]], with_anchors: bool) -> dict[str, Any]:
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
     qa.log(f"== {which}: export")

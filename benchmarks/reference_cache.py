@@ -42,7 +42,7 @@ def log(msg: str) -> None:
 
 
 def build(out: Path, cache: Path, *, reference_cache: bool, force: bool, int8_cache: bool = True) -> dict:
-    from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.app.build import BuildRequest, run_build
     from vitedge.ui import StageLog
 
     stage_log = StageLog(quiet=True)
@@ -66,7 +66,7 @@ def build(out: Path, cache: Path, *, reference_cache: bool, force: bool, int8_ca
 def batch_check(bundle: Path) -> dict:
     """FP32 and INT8 outputs of the bundle at batch 1, 8 and 32: accuracy figures and the largest output difference."""
     from vitedge.backends import get_backend
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.manifest import read_manifest
     from vitedge.validation.accuracy import collect_outputs, compare_logits
     from vitedge.validation.bundle import bundle_profile

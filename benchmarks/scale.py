@@ -39,7 +39,7 @@ def log(msg: str) -> None:
 
 def build(model: Path, out: Path, calib: Path, val: Path | None, calib_size: int, arch: str | None, cache: Path) -> Path:
     from vitedge.budget import BudgetSettings
-    from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.app.build import BuildRequest, run_build
     from vitedge.models.intake import IntakeOptions
     from vitedge.ui import StageLog
 
@@ -51,7 +51,7 @@ def build(model: Path, out: Path, calib: Path, val: Path | None, calib_size: int
 
 
 def accuracy_pass(bundle: Path, data: Path, size: int | None, validator=None, threads: int | None = None) -> tuple[float, dict[str, Any]]:
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.manifest import verify_bundle
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
 

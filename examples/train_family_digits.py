@@ -151,7 +151,7 @@ def vitedge_preprocess(recipe: FamilyRecipe):
 @torch.no_grad()
 def vitedge_top1(ckpt: Path, recipe: FamilyRecipe, folder: Path) -> tuple[float, int, Any]:
     """Top-1 of the file as vitedge reads it, on ``folder`` as ``vitedge build --val`` reads it."""
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.models.intake import load_model
 
     loaded = load_model(ckpt, intake_options(recipe))

@@ -107,7 +107,7 @@ def example_bundles(tmp_path_factory):
 @pytest.fixture(scope="session")
 def built_bundle(tmp_path_factory) -> Path:
     """One `onnx` bundle of examples/digits_vit.pt per test process (latency not measured)."""
-    from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.app.build import BuildRequest, run_build
     from vitedge.ui import StageLog
 
     out = tmp_path_factory.mktemp("validate-bundles") / "onnx"

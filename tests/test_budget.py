@@ -14,7 +14,7 @@ import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 
 from vitedge.budget import BudgetSettings, speed_verdict
-from vitedge.build.pipeline import BuildRequest, run_build
+from vitedge.app.build import BuildRequest, run_build
 from vitedge.manifest import read_manifest
 from vitedge.ui import StageLog
 
@@ -142,7 +142,7 @@ def test_evaluation_cap_is_respected(fallback, work):
     """max_evals bounds the search (the full INT8 evaluation counts); a capped miss is not met, and
     the result carries the closest graph evaluated (the build ships it marked failed)."""
     from vitedge.budget import meet_budget
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.profiles import Thresholds
     from vitedge.quantize import QuantConfig, calibrate
 

@@ -17,7 +17,7 @@ from conftest import CALIB_DIR, EXAMPLES, REPO, VAL_DIR
 from helpers.cli import default_sigint
 
 from vitedge.backends.ort_attention import fuse_attention
-from vitedge.build.pipeline import BuildRequest, run_build
+from vitedge.app.build import BuildRequest, run_build
 from vitedge.errors import UsageError
 from vitedge.fsutil import sha256_file
 from vitedge.manifest import read_manifest, verify_bundle

@@ -44,7 +44,7 @@ def built(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def completed(built, tmp_path_factory):
-    from vitedge.build.engine_completion import complete_bundle
+    from vitedge.app.engine_completion import complete_bundle
 
     bundle = tmp_path_factory.mktemp("device") / "jetson-orin"
     shutil.copytree(built / "jetson-orin", bundle)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitedge.calibration import _common
-from vitedge.calibration.sources import (
+from vitedge.datasources import _common
+from vitedge.datasources.sources import (
     Batch,
     CalibrationSource,
     SourceSummary,
@@ -402,7 +402,7 @@ def test_video_frames_are_sampled_evenly_over_the_whole_video(video):
 
 
 def test_sequential_reading_matches_seeking(video):
-    from vitedge.calibration.video import import_cv2, iter_seek, iter_sequential
+    from vitedge.datasources.video import import_cv2, iter_seek, iter_sequential
 
     cv2 = import_cv2()
     wanted = [3, 19, 38]

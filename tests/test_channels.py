@@ -15,7 +15,7 @@ from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from helpers.cli import run_vitedge
 from PIL import Image
 
-from vitedge.build.pipeline import BuildRequest, run_build
+from vitedge.app.build import BuildRequest, run_build
 from vitedge.errors import CalibrationError, ModelLoadError
 from vitedge.manifest import read_manifest
 from vitedge.models.intake import IntakeOptions, load_model
@@ -204,7 +204,7 @@ def four_channel(tmp_path_factory):
 
 
 def test_four_channel_model_needs_arrays_and_builds_from_them(four_channel, tmp_path):
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.runtime import load
 
     path, npz, frames = four_channel

@@ -11,7 +11,7 @@ import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from PIL import Image
 
-from vitedge.calibration.split import find_split, resolve_data
+from vitedge.datasources.split import find_split, resolve_data
 
 LENIENT = ("--max-top1-drop", 100, "--min-agreement", 0)
 

@@ -113,7 +113,7 @@ def test_dead_worker_is_retried_then_reported(ray_cluster, tmp_path):
 
 
 def test_worker_refuses_files_the_driver_did_not_see(ray_cluster, bundle):
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.distributed.cluster import run_tasks
     from vitedge.distributed.contract import BundleAddress, DataAddress
     from vitedge.distributed.shard_tasks import ShardTask, run_shard

@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import CALIB_DIR
 
-from vitedge.build.pipeline import BuildRequest, run_build
+from vitedge.app.build import BuildRequest, run_build
 from vitedge.manifest import read_manifest
 from vitedge.profiles import Thresholds
 from vitedge.ui import StageLog

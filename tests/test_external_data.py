@@ -12,7 +12,7 @@ import onnx
 import pytest
 from conftest import CALIB_DIR
 
-from vitedge.build.pipeline import BuildRequest, run_build
+from vitedge.app.build import BuildRequest, run_build
 from vitedge.errors import BundleError, UsageError
 from vitedge.export import ExportOptions, export_onnx
 from vitedge.manifest import read_manifest, verify_bundle

@@ -135,7 +135,7 @@ def test_family_builds_and_validates_on_both_cpu_targets(family_files, tmp_path,
     is coarse (a Swin of width 16 sits at 82-84% with logit cosine 0.99); a broken artifact
     scores near chance (10%)."""
     from vitedge.budget import BudgetSettings
-    from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.app.build import BuildRequest, run_build
     from vitedge.manifest import verify_bundle
     from vitedge.ui import StageLog
 

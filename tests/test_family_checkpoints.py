@@ -51,7 +51,7 @@ def test_every_family_has_a_small_trained_checkpoint():
 def test_family_checkpoint_reads_as_its_family_and_keeps_its_accuracy(name):
     import torch
 
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.models.intake import load_model
 
     facts = _sidecar(name)

@@ -190,7 +190,7 @@ def test_a_wrong_mean_is_refused_by_the_fp32_preprocessing_probe():
     the real mean + 0.5 is, and the gate then refuses flips it would otherwise excuse, in one line."""
     from helpers.quantize_models import VAL_DIR, bundled_model
 
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.onnxutil import ort_session
     from vitedge.validation.noise import preprocessing_probe, probe_shifts
 

@@ -126,7 +126,7 @@ def test_every_float_core_fuses_and_computes_the_same(family, exported):
 @pytest.fixture(scope="module")
 def qdq_graphs(exported, tmp_path_factory):
     """family -> (plain Q/DQ graph, Q/DQ graph with the attention matmuls quantized), from one calibration."""
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
     cache = tmp_path_factory.mktemp("calib-cache")

@@ -65,7 +65,7 @@ def test_calibrate_refuses_what_is_not_a_config(tmp_path):
 def test_calibration_data_of_the_wrong_size(tmp_path):
     from helpers.quantize_models import CALIB_DIR, fp32_model
 
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.errors import CalibrationError
     from vitedge.quantize import calibrate
     from vitedge.spec import Preprocess

@@ -75,7 +75,7 @@ def test_budget_tries_calibrations_before_float_layers(digits):
     """A full INT8 graph from a collapsed candidate misses the budget; another candidate's full INT8
     graph meets it, so the budget ships that one with no layer in float."""
     from vitedge.budget import BudgetSettings, meet_budget
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.profiles import Thresholds
 
     cal = _collapsed(digits["cal"]).with_variant("entropy")

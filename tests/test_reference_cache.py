@@ -56,7 +56,7 @@ def test_a_changed_int8_graph_runs_again_and_its_new_outputs_count(bundle, tmp_p
     import onnx
     from onnx import numpy_helper
 
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.manifest import read_manifest
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
     from vitedge.validation.reference_cache import ReferenceCacheSettings
@@ -92,7 +92,7 @@ def test_other_data_misses(bundle, capsys, tmp_path):
 def test_another_fp32_graph_misses(bundle, tmp_path):
     import onnx
 
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.manifest import read_manifest
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
     from vitedge.validation.reference_cache import ReferenceCacheSettings
@@ -172,7 +172,7 @@ def test_targets_sharing_a_runtime_and_a_warm_rebuild_reuse_fp32(tmp_path):
     budget's and the validation's FP32 outputs from the cache."""
     from conftest import CALIB_DIR, EXAMPLES, REPO
 
-    from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.app.build import BuildRequest, run_build
     from vitedge.ui import StageLog
 
     twin = tmp_path / "onnx-twin.toml"

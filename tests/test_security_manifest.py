@@ -22,7 +22,7 @@ CALIB = REPO / "calibration" / "digits" / "calib"
 def built(tmp_path_factory) -> Path:
     """One real onnx bundle of the bundled digits ViT, gated at min_agreement 0.9."""
     from vitedge.budget import BudgetSettings
-    from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.app.build import BuildRequest, run_build
     from vitedge.ui import StageLog
 
     out = tmp_path_factory.mktemp("manifest") / "bundle"
@@ -83,7 +83,7 @@ def test_absolute_or_non_string_paths_are_refused(bundle):
 
 
 def test_edited_profile_thresholds_do_not_loosen_the_gate(bundle):
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
 
     recorded = read_manifest(bundle).validation["thresholds"]

@@ -173,7 +173,7 @@ def test_debris_of_killed_runs_is_cleaned_and_live_runs_are_left_alone(tmp_path,
 _SIGNAL_IN_BUILD = textwrap.dedent("""
     import contextlib, os, signal, sys
     from vitedge import cli
-    from vitedge.build import pipeline
+    from vitedge.app import build as pipeline
     sig, nth = getattr(signal, sys.argv[1]), int(sys.argv[2])
     real, calls = pipeline.atomic_output_dir, []
     @contextlib.contextmanager

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from vitedge.calibration.sources import open_source
+from vitedge.datasources.sources import open_source
 from vitedge.errors import CalibrationError, ModelLoadError
 from vitedge.models.formats import read_model_file
 from vitedge.safefile import FileTooLarge, read_bounded
@@ -36,7 +36,7 @@ def test_fifo_and_dev_zero_in_an_image_folder_are_skipped(images):
     (images / "zz.png").symlink_to("/dev/zero")
     source = open_source(images, PRE, min_count=16)
     assert len(source) == 20
-    # the link to /dev/zero leaves the data folder, so it is not even opened (vitedge.calibration.images.scan_images)
+    # the link to /dev/zero leaves the data folder, so it is not even opened (vitedge.datasources.images.scan_images)
     assert source.summary.skipped == {"not a regular file (FIFO, device or socket)": 1, "a symlink out of the data folder": 1}
     assert next(iter(source.batches(4))).images.shape == (4, 3, 32, 32)
 

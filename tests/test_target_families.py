@@ -22,7 +22,7 @@ from helpers.jetson_devices import (
 
 from vitedge.backends.tensorrt.device import read_device_tree
 from vitedge.errors import BundleError, UsageError
-from vitedge.families import list_families, select_member
+from vitedge.target_families import list_families, select_member
 from vitedge.manifest import read_manifest, verify_bundle
 from vitedge.profiles import family_profile
 

@@ -6,7 +6,7 @@ import json
 
 from helpers.cli import run_vitedge
 
-from vitedge.families import list_families
+from vitedge.target_families import list_families
 from vitedge.profiles import list_profiles
 
 

@@ -11,7 +11,7 @@ import pytest
 from helpers.tensorrt_graphs import LN_NAMES
 from helpers.tensorrt_standin import make_fake_trt
 
-from vitedge.backends.tensorrt.build import apply_plan
+from vitedge.backends.tensorrt.apply import apply_plan
 from vitedge.backends.tensorrt.plan import (
     TensorRtOptions,
     capabilities_from_module,

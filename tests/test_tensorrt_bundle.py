@@ -130,7 +130,7 @@ def test_the_cast_graph_for_trt11_keeps_the_example_accurate(planned):
     import onnx
 
     from vitedge.backends.tensorrt.typed import make_strongly_typed
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.onnxutil import ort_session
 
     if not VAL_DIR.is_dir():
@@ -156,7 +156,7 @@ def test_the_cast_graph_for_trt11_keeps_the_example_accurate(planned):
 # -- `vitedge engine` on a "device", with the stand-in ------------------------------------------
 
 def _complete(bundle, version="10.3.0", facts=STANDIN_GPU, **kwargs):
-    from vitedge.build.engine_completion import complete_bundle
+    from vitedge.app.engine_completion import complete_bundle
 
     cudart = make_fake_cudart()
     trt = make_fake_trt(version, cudart=cudart, dla_cores=kwargs.pop("dla_cores", 0))
@@ -248,7 +248,7 @@ def test_engine_completion_with_dla_reports_gpu_fallback(planned, tmp_path):
 
 
 def test_a_failed_engine_build_leaves_the_bundle_untouched(planned, tmp_path):
-    from vitedge.build.engine_completion import complete_bundle
+    from vitedge.app.engine_completion import complete_bundle
 
     bundle = _copy(planned[0], tmp_path)
     before = _snapshot(bundle)

@@ -15,7 +15,7 @@ import pytest
 from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
 from onnx import TensorProto, helper
 
-from vitedge.backends.tensorrt.build import apply_plan
+from vitedge.backends.tensorrt.apply import apply_plan
 from vitedge.backends.tensorrt.plan import (
     TensorRtOptions,
     assumed_capabilities,

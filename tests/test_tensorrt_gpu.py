@@ -27,7 +27,7 @@ import pytest
 from helpers.tensorrt_graphs import write_tiny_qdq_graph
 
 from vitedge.backends.tensorrt import versions as tv
-from vitedge.backends.tensorrt.build import apply_plan
+from vitedge.backends.tensorrt.apply import apply_plan
 from vitedge.backends.tensorrt.plan import TensorRtOptions, capabilities_from_module, plan_build
 from vitedge.backends.tensorrt.typed import make_strongly_typed
 

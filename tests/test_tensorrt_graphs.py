@@ -47,7 +47,7 @@ def _model_file(name, request, tmp_path_factory):
 
 
 def _source(spec, tmp_path_factory):
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
 
     if CALIB_DIR.is_dir():
         return open_source(CALIB_DIR, spec.preprocess, limit=32, seed=0, class_names=None)

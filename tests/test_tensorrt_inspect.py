@@ -12,7 +12,7 @@ from helpers.tensorrt_standin import make_fake_trt
 from onnx import TensorProto, helper, numpy_helper
 
 from vitedge.backends.tensorrt.attention import attention_blocks, fusion_warnings
-from vitedge.backends.tensorrt.build import apply_plan
+from vitedge.backends.tensorrt.apply import apply_plan
 from vitedge.backends.tensorrt.engine_inspect import one_line, summarize_layers
 from vitedge.backends.tensorrt.plan import (
     TensorRtOptions,

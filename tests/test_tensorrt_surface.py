@@ -16,7 +16,7 @@ import pytest
 from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
 
 from vitedge.backends.tensorrt import versions as tv
-from vitedge.backends.tensorrt.build import apply_plan
+from vitedge.backends.tensorrt.apply import apply_plan
 from vitedge.backends.tensorrt.plan import (
     TensorRtOptions,
     assumed_capabilities,

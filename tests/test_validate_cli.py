@@ -121,7 +121,7 @@ def test_default_data_is_the_set_recorded_at_build_time(bundle, capsys):
 
 
 def test_sensitivity_api_ranks_a_chosen_subset(built_bundle):
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.manifest import read_manifest
     from vitedge.validation.sensitivity import first_inputs, layer_sensitivity
 

@@ -4,7 +4,7 @@ Each section is a dataclass whose ``to_json()`` writes exactly the keys (and key
 versioned schema has, and whose ``from_json()`` reads them back; keys this vitedge does not
 know are kept as read (``more``), and an optional key absent from the file stays absent, so
 reading and writing a manifest changes nothing in it. `vitedge build` and `vitedge engine`
-write the manifest through these types (vitedge.build); readers keep the JSON view
+write the manifest through these types (vitedge.app); readers keep the JSON view
 (vitedge.manifest.Manifest holds each section's ``to_json()``).
 """
 

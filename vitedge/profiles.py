@@ -21,7 +21,7 @@ from vitedge.backends import get_backend, list_backends
 from vitedge.backends.tensorrt.members import FamilyOptions
 from vitedge.cpu import read_cpu
 from vitedge.errors import ProfileError, UsageError
-from vitedge.families import is_family, list_families, load_family
+from vitedge.target_families import is_family, list_families, load_family
 from vitedge.limits import check_number
 from vitedge.paths import targets_dir
 from vitedge.quantize.config import QuantConfig

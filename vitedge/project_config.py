@@ -31,7 +31,7 @@ import click
 import tomllib
 from click.core import ParameterSource
 
-from vitedge.build.pipeline import BuildRequest, bundle_dirs
+from vitedge.app.build import BuildRequest, bundle_dirs
 from vitedge.errors import UsageError
 from vitedge.profiles import Thresholds
 

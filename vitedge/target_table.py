@@ -11,7 +11,7 @@ from typing import Any
 from vitedge.backends import get_backend
 from vitedge.cpu import CpuInfo, read_cpu
 from vitedge.errors import VitedgeError
-from vitedge.families import list_families
+from vitedge.target_families import list_families
 from vitedge.profiles import family_profile, list_profiles, load_profile
 
 WIDTH = 80

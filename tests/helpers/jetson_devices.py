@@ -31,7 +31,7 @@ DESKTOP = DeviceFacts(tensorrt="10.7.0", gpu_name="NVIDIA GeForce RTX 4090", com
 
 def complete_with_standin(bundle, facts, **kwargs):
     """`vitedge engine` on ``facts``' device, driven by the recording TensorRT stand-in."""
-    from vitedge.build.engine_completion import complete_bundle
+    from vitedge.app.engine_completion import complete_bundle
 
     cudart = make_fake_cudart()
     trt = make_fake_trt(facts.tensorrt, cudart=cudart)

@@ -167,7 +167,7 @@ def bundled_model(which: str = "digits") -> tuple[Path, object]:
 
 
 def source_for(spec, limit: int | None = 16, seed: int = 0, path: Path = CALIB_DIR):
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
 
     return open_source(path, spec.preprocess, limit=limit, seed=seed, class_names=spec.class_names)
 

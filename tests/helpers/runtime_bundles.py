@@ -11,7 +11,7 @@ HEAVY = ("torch", "onnx", "click", "rich", "nncf", "timm", "torchvision", "trans
 
 
 def build_runtime_bundles(root: Path, model: Path, calib: Path, val: Path) -> None:
-    from vitedge.build.pipeline import BuildRequest, run_build
+    from vitedge.app.build import BuildRequest, run_build
     from vitedge.ui import StageLog
 
     for kind in KINDS:

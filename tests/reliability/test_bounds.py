@@ -177,7 +177,7 @@ def test_bounded_input_is_refused_in_one_line_and_changes_nothing(make, code, fr
 
 def test_symlinks_out_of_a_data_folder_and_loops_are_left_out_and_counted(tmp_path):
     """A link to / inside a calibration folder is not walked (the scan stays quick) and a loop is walked once."""
-    from vitedge.calibration.sources import open_source
+    from vitedge.datasources.sources import open_source
     from vitedge.spec import Preprocess
 
     data = tmp_path / "calib"

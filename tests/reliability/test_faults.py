@@ -146,7 +146,7 @@ def test_interrupt_is_130_and_leaves_nothing(monkeypatch, timm_vit, tmp_path):
     def interrupted(*_a, **_k):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("vitedge.build.pipeline.load_model", interrupted)
+    monkeypatch.setattr("vitedge.app.build.load_model", interrupted)
     run = cli("build", timm_vit[1], "-t", "onnx", "--calib", CALIB_DIR, "-o", tmp_path / "out", "-q", "--cache-dir", tmp_path / "cache")
     assert_one_line(run, 130, "interrupted")
     assert not (tmp_path / "out").exists() and debris(tmp_path) == []

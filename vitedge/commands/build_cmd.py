@@ -9,8 +9,8 @@ import click
 
 from vitedge import limits
 from vitedge.budget import BudgetSettings
-from vitedge.build.pipeline import BuildRequest, run_build
-from vitedge.build.summary import print_build_summary
+from vitedge.app.build import BuildRequest, run_build
+from vitedge.app.summary import print_build_summary
 from vitedge.cli_options import (
     CheckedPath,
     bounded_int,

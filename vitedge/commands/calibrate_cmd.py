@@ -7,8 +7,8 @@ from pathlib import Path
 
 import click
 
-from vitedge.calibration.sources import open_source
-from vitedge.calibration.split import calibration_part
+from vitedge.datasources.sources import open_source
+from vitedge.datasources.split import calibration_part
 from vitedge.cli_options import (
     CheckedPath,
     cache_dir_option,

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from vitedge.cli_options import CheckedPath
-from vitedge.build.engine_completion import complete_bundle
+from vitedge.app.engine_completion import complete_bundle
 from vitedge.errors import GateFailure
 from vitedge.ui import StageLog
 

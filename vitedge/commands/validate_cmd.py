@@ -9,8 +9,8 @@ import click
 from click.core import ParameterSource
 
 from vitedge import limits
-from vitedge.calibration.sources import open_source
-from vitedge.calibration.split import validation_part
+from vitedge.datasources.sources import open_source
+from vitedge.datasources.split import validation_part
 from vitedge.cli_options import (
     CheckedPath,
     bounded_float,

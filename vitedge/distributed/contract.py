@@ -12,7 +12,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from vitedge.calibration.sources import open_source
+from vitedge.datasources.sources import open_source
 from vitedge.errors import BundleError, CalibrationError, DataError
 from vitedge.fsutil import sha256_file
 from vitedge.manifest import verify_bundle

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vitedge.budget import BudgetSettings
-from vitedge.build.pipeline import BuildRequest, run_build
-from vitedge.calibration.sources import open_source
-from vitedge.calibration.split import resolve_data
+from vitedge.app.build import BuildRequest, run_build
+from vitedge.datasources.sources import open_source
+from vitedge.datasources.split import resolve_data
 from vitedge.distributed.matrix_config import MatrixRow
 from vitedge.errors import VitedgeError
 from vitedge.fsutil import sha256_file
@@ -149,7 +149,7 @@ def result_from_manifest(row: MatrixRow, manifest, resumed: bool) -> RowResult:
 
 
 def _run_one_build(row: MatrixRow) -> None:
-    """The single call into the build application layer (vitedge.build.pipeline), as `vitedge build` makes it."""
+    """The single call into the build application layer (vitedge.app.build), as `vitedge build` makes it."""
 
     s = row.settings
     req = BuildRequest(model=row.model, targets=(row.target,), calib=row.calib, val=row.val, out=row.bundle,

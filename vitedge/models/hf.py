@@ -12,7 +12,7 @@ from vitedge.errors import (
     UnsafePickleError,
     UsageError,
 )
-from vitedge.models.build import resample_pos_embed
+from vitedge.models.construct import resample_pos_embed
 from vitedge.spec import (
     IMAGENET_MEAN,
     IMAGENET_STD,

@@ -14,7 +14,7 @@ from typing import Any
 
 from vitedge.errors import ModelLoadError, UsageError
 from vitedge.limits import check_attention_fits
-from vitedge.models import build, checks, families
+from vitedge.models import architectures as families, checks, construct as build
 from vitedge.models import channels as chan
 from vitedge.models.formats import RawModel, read_model_file
 from vitedge.models.hf import load_hf_folder, read_preprocess

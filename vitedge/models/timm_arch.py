@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from vitedge.errors import ModelLoadError, UsageError
-from vitedge.models.families import explicit_attention
+from vitedge.models.architectures import explicit_attention
 from vitedge.models.loading import require_library
 
 MAX_CANDIDATES = 6

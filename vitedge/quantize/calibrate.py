@@ -38,7 +38,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from vitedge.calibration._common import CalibrationSource, SourceSummary
+from vitedge.datasources._common import CalibrationSource, SourceSummary
 from vitedge.errors import CalibrationError, QuantizationError, UsageError
 from vitedge.fsutil import sha256_bytes
 from vitedge.onnxutil import (

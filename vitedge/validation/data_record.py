@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vitedge.calibration.sources import open_source
+from vitedge.datasources.sources import open_source
 from vitedge.errors import CalibrationError, UsageError
 
 ROLES = ("validation", "calibration")

@@ -7,5 +7,5 @@ really holds), device (device facts and the engine compatibility check), runner
 (TensorRtRunner on cuda-python), members (the family types and the member-selection rules),
 family (one plan per member of a target family), bundle (plan files and the on-device
 build), report (report.md lines), backend (the Backend the registry names). Completing a
-bundle on the device (`vitedge engine`) is vitedge.build.engine_completion's job.
+bundle on the device (`vitedge engine`) is vitedge.app.engine_completion's job.
 """

@@ -16,7 +16,7 @@ Modules: plan (settings -> BuildPlan, trtexec line), build (apply_plan:
 the TensorRT API calls), typed (the strongly typed cast graph for TensorRT 10.12+),
 device (device facts and the engine compatibility check), runner
 (TensorRtRunner on cuda-python), bundle (plan files, on-device build). Completing a
-bundle on the device (`vitedge engine`) is the application layer's job: vitedge.build.engine_completion.
+bundle on the device (`vitedge engine`) is the application layer's job: vitedge.app.engine_completion.
 """
 
 from __future__ import annotations

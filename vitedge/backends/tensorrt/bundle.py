@@ -1,5 +1,5 @@
 """TensorRT bundle steps: plan files where no engine can be built, and the on-device engine
-build (`vitedge engine BUNDLE` runs it through vitedge.build.engine_completion).
+build (`vitedge engine BUNDLE` runs it through vitedge.app.engine_completion).
 
 Where TensorRT or a GPU is missing, a tensorrt bundle still holds everything the device
 needs: the validated Q/DQ graph, the FP32 graph for the reference engine, build_plan.json
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.backends.tensorrt.attention import attention_blocks, fusion_warnings
-from vitedge.backends.tensorrt.build import EngineBuild, apply_plan, write_engine
+from vitedge.backends.tensorrt.apply import EngineBuild, apply_plan, write_engine
 from vitedge.backends.tensorrt.device import FACTS_FILE, DeviceFacts, read_device_facts
 from vitedge.backends.tensorrt.plan import (
     ENGINE,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from vitedge.backends.tensorrt.build import apply_plan, write_engine
+from vitedge.backends.tensorrt.apply import apply_plan, write_engine
 from vitedge.backends.tensorrt.plan import (
     TIMING_CACHE,
     BuildPlan,

@@ -1,5 +1,5 @@
 """Target-family members: the pure rules that pick a family bundle's member profile for the device
-found at engine-build time (no files read here: vitedge.families loads the TOML files).
+found at engine-build time (no files read here: vitedge.target_families loads the TOML files).
 
 A family record (TargetFamily.to_dict(), kept in the bundle's manifest) lists its member profiles
 and the rules that recognise each member's device from facts read on it (the device-tree model

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from vitedge.backends.base import Runner
-from vitedge.backends.tensorrt.build import last_error, make_logger
+from vitedge.backends.tensorrt.apply import last_error, make_logger
 from vitedge.backends.tensorrt.device import (
     check_engine_facts,
     cuda_call,

@@ -10,8 +10,8 @@ import numpy as np
 from rich.console import Console
 from rich.progress import track
 
-from vitedge.calibration import _common
-from vitedge.calibration._common import (
+from vitedge.datasources import _common
+from vitedge.datasources._common import (
     CalibrationSource,
     Item,
     SourceSummary,

@@ -19,9 +19,9 @@ from vitedge.budget import (
     run_budget,
 )
 from vitedge.budget import budget_failure as budget_not_met
-from vitedge.build.reporting import write_bundle_reports
-from vitedge.calibration.sources import open_source
-from vitedge.calibration.split import resolve_data
+from vitedge.app.reporting import write_bundle_reports
+from vitedge.datasources.sources import open_source
+from vitedge.datasources.split import resolve_data
 from vitedge.camera_apps.exports import write_bundle_exports
 from vitedge.errors import BundleError, UsageError
 from vitedge.export import ExportOptions, bake_file, export_onnx

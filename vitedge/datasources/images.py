@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from vitedge.calibration import _common
-from vitedge.calibration._common import (
+from vitedge.datasources import _common
+from vitedge.datasources._common import (
     CalibrationSource,
     Item,
     SourceSummary,

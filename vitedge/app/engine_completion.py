@@ -3,7 +3,7 @@
 The application workflow around the backend's on-device build (vitedge.backends.tensorrt.bundle):
 check the bundle, pick the family member for this device, build the engines, validate them
 when labelled data is given, and write the bundle through the same report and manifest code
-`vitedge build` uses (vitedge.build.reporting), so both write one bundle schema.
+`vitedge build` uses (vitedge.app.reporting), so both write one bundle schema.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from vitedge.backends.tensorrt.plan import (
     TYPED_GRAPH,
     TensorRtOptions,
 )
-from vitedge.build.reporting import write_bundle_reports
-from vitedge.calibration.sources import open_source
+from vitedge.app.reporting import write_bundle_reports
+from vitedge.datasources.sources import open_source
 from vitedge.camera_apps.deepstream import BAKED_GRAPH as DEEPSTREAM_GRAPH
 from vitedge.camera_apps.deepstream import CONFIG_FILE as DEEPSTREAM_CONFIG
 from vitedge.camera_apps.deepstream import ENGINE_FILE as DEEPSTREAM_ENGINE

@@ -1,0 +1,107 @@
+"""Calibration and validation data: a folder of images, a .npy/.npz file or a video.
+
+``open_source`` reads and checks every candidate once (so counts are known up front),
+picks a deterministic seeded subset when asked, and returns a ``CalibrationSource``
+that yields preprocessed, model-ready float32 NCHW batches in the same order every
+time. ``summary`` says what was found, skipped, converted and used, and a ``data_hash``
+that identifies exactly the items used, wherever the folder lives.
+
+The work is split by kind: ``images.py`` (folders), ``arrays.py`` (.npy/.npz) and
+``video.py`` (OpenCV, imported only for videos); shared types are in ``_common.py``.
+No torch here.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from vitedge.datasources._common import (
+    Batch,
+    CalibrationSource,
+    SourceSummary,
+    check_limit,
+)
+from vitedge.datasources.arrays import open_array_file
+from vitedge.datasources.images import (
+    ARRAY_EXTENSIONS,
+    IMAGE_EXTENSIONS,
+    VIDEO_EXTENSIONS,
+    open_image_folder,
+)
+from vitedge.datasources.video import open_video
+from vitedge.errors import CalibrationError, UsageError
+from vitedge.safefile import check_regular
+from vitedge.spec import Preprocess
+
+__all__ = [
+    "ARRAY_EXTENSIONS",
+    "IMAGE_EXTENSIONS",
+    "VIDEO_EXTENSIONS",
+    "Batch",
+    "CalibrationSource",
+    "SourceSummary",
+    "open_source",
+]
+
+_WHAT = "a folder of images (.jpg .jpeg .png .bmp .webp), a .npy/.npz file or a video (.mp4 .avi .mov .mkv .webm)"
+
+
+def open_source(
+    path: str | os.PathLike[str],
+    preprocess: Preprocess,
+    *,
+    limit: int | None = None,
+    seed: int = 0,
+    min_count: int = 1,
+    class_names: Sequence[str] | None = None,
+    video_frames: int = 64,
+    progress: bool = False,
+) -> CalibrationSource:
+    """Open calibration or validation data at ``path``.
+
+    ``limit`` is the CLI's --calib-size: a seeded subset of that many items (all of them
+    when fewer are usable; for a video, the number of frames to sample instead of
+    ``video_frames``). Fewer than ``min_count`` usable items is a CalibrationError.
+    ``class_names`` (the model's) map class-folder names to label indices.
+    """
+    check_limit(limit)
+    if int(seed) < 0:
+        raise UsageError(f"--seed must be 0 or more, got {seed}")
+    seed = int(seed)
+    limit = int(limit) if limit is not None else None
+    path_text = os.fspath(path)
+    file = Path(path_text).expanduser()
+    if not file.exists():
+        raise CalibrationError(f"{path_text} does not exist: pass {_WHAT}")
+    common = dict(limit=limit, seed=seed, min_count=int(min_count), progress=progress)
+    suffix = file.suffix.lower()
+    if preprocess.channels not in (1, 3) and (file.is_dir() or suffix in VIDEO_EXTENSIONS):
+        c, (h, w) = preprocess.channels, preprocess.crop_size
+        raise CalibrationError(
+            f"{path_text} holds {'a video' if suffix in VIDEO_EXTENSIONS else 'images'} with at most 3 colour channels, but this model "
+            f"takes {c}-channel input: save the data as a .npy/.npz of uint8 frames shaped (N, H, W, {c}) "
+            f"or float32 model-ready inputs shaped (N, {c}, {h}, {w})"
+        )
+
+    if file.is_dir():
+        if not os.access(file, os.R_OK | os.X_OK):
+            raise CalibrationError(f"{path_text} cannot be read (permission denied): fix its permissions")
+        return open_image_folder(file, path_text, preprocess, class_names=class_names, **common)
+
+    try:
+        check_regular(file)
+    except OSError as err:
+        raise CalibrationError(f"{path_text} is not a regular file ({err.strerror or err}): pass {_WHAT}") from None
+    if suffix in ARRAY_EXTENSIONS:
+
+        return open_array_file(file, path_text, preprocess, class_names=class_names, **common)
+    if suffix in VIDEO_EXTENSIONS:
+
+        return open_video(file, path_text, preprocess, video_frames=video_frames, **common)
+    if suffix in IMAGE_EXTENSIONS:
+        raise CalibrationError(
+            f"{path_text} is a single image: pass the folder that holds the calibration images"
+        )
+    raise CalibrationError(f"{path_text} is not a supported data source ({suffix or 'no extension'}): pass {_WHAT}")
