@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "vitedge"
+PACKAGE = Path(__file__).resolve().parents[2] / "vitedge"
 
 # Lowest first. A module is placed by its longest matching prefix.
 LAYERS: list[tuple[str, list[str]]] = [
