@@ -80,7 +80,7 @@ def _layer_of(module: str) -> int:
             if (module == prefix or nested) and len(prefix) > best_len:
                 best, best_len = index, len(prefix)
     if best is None:
-        raise AssertionError(f"{module} has no layer: add it to LAYERS in tests/test_architecture.py "
+        raise AssertionError(f"{module} has no layer: add it to LAYERS in tests/package/test_architecture.py "
                              "and to docs/architecture.md")
     return best
 

@@ -110,7 +110,7 @@ def crop_frame(frame: np.ndarray, pre: Preprocess, *, bgr: bool) -> np.ndarray:
 
     A BGR frame is resized and cropped as it is and its channels are swapped afterwards, on
     the small crop: Pillow resamples each channel on its own, so this is bit-identical to
-    swapping first (tests/test_runtime.py checks it) and skips copying the full frame.
+    swapping first (tests/runtime/test_runtime.py checks it) and skips copying the full frame.
     For a 1-channel model the result is HxWx1 grey, for a C-channel model HxWxC."""
     if pre.channels == 1:
         return _grey_crop(frame, pre, bgr=bgr)
