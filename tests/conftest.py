@@ -149,3 +149,11 @@ def tiny(tmp_path_factory):
     from helpers.tensorrt_graphs import write_tiny_qdq_graph
 
     return write_tiny_qdq_graph(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture
+def force_external(monkeypatch):
+    """Every graph counts as past protobuf's 2 GiB limit, so a small model takes the external-data path."""
+    from vitedge.onnxutil import EXTERNAL_DATA_ENV
+
+    monkeypatch.setenv(EXTERNAL_DATA_ENV, "0")

@@ -148,7 +148,7 @@ def test_mean_and_std_take_one_value_per_channel():
 
 def test_torchscript_linear_patch_size_from_weights(tmp_path):
     """A traced ViT whose patch embedding is a Linear on unfolded patches: the Linear's fan-in and the position
-    table fix its size (issue 30; a ViT whose weights cannot say it is in tests/test_torchscript_export.py)."""
+    table fix its size (issue 30; a ViT whose weights cannot say it is in tests/models/test_torchscript_export.py)."""
     spec = importlib.util.spec_from_file_location("postnorm_for_tests", EXAMPLES / "postnorm_vit.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -4,7 +4,7 @@ Every xdist worker (and a run without xdist) shuts Ray down if a test left it in
 waits for its child processes and kills what is still alive; the controller does the same after
 xdist has torn its workers down (so a worker that would not exit is killed, not left holding
 the run's stdout). Anything killed is listed under "leftover processes" and the run exits 1.
-tests/conftest.py imports these hooks; tests/test_toolchain.py runs them on a planted leftover."""
+tests/conftest.py imports these hooks; tests/package/test_toolchain.py runs them on a planted leftover."""
 
 from __future__ import annotations
 

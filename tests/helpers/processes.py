@@ -66,7 +66,7 @@ def _alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2:].split()[0] != "Z"
 
 
-GRACE_ENV = "VITEDGE_TEST_REAP_GRACE"  # seconds; tests/test_toolchain.py shortens it for its planted leftovers
+GRACE_ENV = "VITEDGE_TEST_REAP_GRACE"  # seconds; tests/package/test_toolchain.py shortens it for its planted leftovers
 
 
 def reap(grace_seconds: float | None = None) -> list[Leftover]:

@@ -73,11 +73,7 @@ def check_frame(frame: object, what: str = "frame", channels: int = 3) -> None:
         raise FrameError(f"{what} looks channels-first (shape {frame.shape}); pass HxWx3: frame.transpose(1, 2, 0)")
     if frame.shape[2] != 3:
         raise FrameError(f"{what} has {frame.shape[2]} channels (shape {frame.shape}); expected HxWx3 (channels last)")
-    if frame.shape[0] == 0 or frame.shape[1] == 0:
-        raise FrameError(f"{what} is empty (shape {frame.shape})")
-    if frame.dtype != np.uint8:
-        raise FrameError(f"{what} is {frame.dtype}, not uint8: pass 0-255 camera frames as uint8 "
-                         f"(an already preprocessed float tensor goes to model.infer())")
+    _check_size_and_dtype(frame, what)
 
 
 def _check_other_channels(frame: np.ndarray, what: str, channels: int) -> None:
@@ -88,6 +84,11 @@ def _check_other_channels(frame: np.ndarray, what: str, channels: int) -> None:
         first = frame.ndim == 3 and frame.shape[0] in takes and frame.shape[2] not in takes
         hint = f"; it looks channels-first: frame.transpose(1, 2, 0)" if first else ""
         raise FrameError(f"{what} has shape {frame.shape}; this {channels}-channel model takes uint8 {shapes} frames{hint}")
+    _check_size_and_dtype(frame, what)
+
+
+def _check_size_and_dtype(frame: np.ndarray, what: str) -> None:
+    """The last checks of every frame, whatever its channel count: not empty, and uint8."""
     if frame.shape[0] == 0 or frame.shape[1] == 0:
         raise FrameError(f"{what} is empty (shape {frame.shape})")
     if frame.dtype != np.uint8:
@@ -110,7 +111,7 @@ def crop_frame(frame: np.ndarray, pre: Preprocess, *, bgr: bool) -> np.ndarray:
 
     A BGR frame is resized and cropped as it is and its channels are swapped afterwards, on
     the small crop: Pillow resamples each channel on its own, so this is bit-identical to
-    swapping first (tests/test_runtime.py checks it) and skips copying the full frame.
+    swapping first (tests/runtime/test_runtime.py checks it) and skips copying the full frame.
     For a 1-channel model the result is HxWx1 grey, for a C-channel model HxWxC."""
     if pre.channels == 1:
         return _grey_crop(frame, pre, bgr=bgr)

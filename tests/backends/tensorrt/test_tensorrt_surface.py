@@ -25,7 +25,7 @@ from vitedge.backends.tensorrt.plan import (
     reference_plan,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 VERSIONS = tv.supported_surfaces()
 
 

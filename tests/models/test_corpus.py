@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-CORPUS = Path(__file__).resolve().parents[1] / "benchmarks" / "corpus"
+CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
 
 
 def _load(name: str, path: Path):

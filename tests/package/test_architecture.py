@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "vitedge"
+PACKAGE = Path(__file__).resolve().parents[2] / "vitedge"
 
 # Lowest first. A module is placed by its longest matching prefix.
 LAYERS: list[tuple[str, list[str]]] = [
@@ -80,7 +80,7 @@ def _layer_of(module: str) -> int:
             if (module == prefix or nested) and len(prefix) > best_len:
                 best, best_len = index, len(prefix)
     if best is None:
-        raise AssertionError(f"{module} has no layer: add it to LAYERS in tests/test_architecture.py "
+        raise AssertionError(f"{module} has no layer: add it to LAYERS in tests/package/test_architecture.py "
                              "and to docs/architecture.md")
     return best
 

@@ -32,11 +32,6 @@ from vitedge.quantize.calibrate import CALIBRATION_BATCH, LARGE_GRAPH_BATCH
 MINMAX = QuantConfig(method="minmax", smoothquant_alpha=None, bias_correction=False)  # one pass, no refinement
 
 
-@pytest.fixture
-def force_external(monkeypatch):
-    monkeypatch.setenv(EXTERNAL_DATA_ENV, "0")  # every graph counts as past 2 GiB
-
-
 def _x(spec, n=2):
     h, w = spec.image_size
     return np.random.default_rng(0).standard_normal((n, spec.preprocess.channels, h, w)).astype(np.float32)

@@ -31,7 +31,7 @@ from vitedge.backends.tensorrt.apply import apply_plan
 from vitedge.backends.tensorrt.plan import TensorRtOptions, capabilities_from_module, plan_build
 from vitedge.backends.tensorrt.typed import make_strongly_typed
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _tensorrt():

@@ -135,7 +135,7 @@ def test_the_typed_manifest_writes_the_v1_schema_of_the_committed_bundle(built):
     build now writes the same key paths, report/ files and report.md sections."""
     import json
 
-    fixture = Path(__file__).parent / "fixtures" / "bundle_v1" / "intel-cpu"
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "bundle_v1" / "intel-cpu"
     now = read_manifest(built / "intel-cpu")
     recorded = json.loads((fixture / "manifest.json").read_text())
     paths, before = _key_paths(now.to_dict()), _key_paths(recorded)

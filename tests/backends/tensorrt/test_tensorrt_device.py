@@ -195,7 +195,7 @@ def test_the_tensorrt_extra_pins_the_cuda_python_range_the_runner_handles():
 
     from vitedge.backends.tensorrt.device import CUDA_PYTHON_RANGE
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     for pyproject in (root / "pyproject.toml", root / "packaging" / "runtime" / "pyproject.toml"):
         extra = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["tensorrt"]
         assert f"cuda-python{CUDA_PYTHON_RANGE}" in extra, pyproject

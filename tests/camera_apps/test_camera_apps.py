@@ -23,7 +23,7 @@ from vitedge.runtime.results import softmax
 from vitedge.spec import Preprocess
 
 IMAGENET = {"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
-VAL = Path(__file__).resolve().parent.parent / "calibration" / "digits" / "val"
+VAL = Path(__file__).resolve().parents[2] / "calibration" / "digits" / "val"
 # (width, height) of camera frames: square, 4:3, 3:4, 16:9 and 9:16
 FRAME_SIZES = [(32, 32), (64, 48), (48, 64), (160, 90), (90, 160)]
 

@@ -28,11 +28,6 @@ from vitedge.onnxutil import (
 from vitedge.ui import StageLog
 
 
-@pytest.fixture
-def force_external(monkeypatch):
-    monkeypatch.setenv(EXTERNAL_DATA_ENV, "0")  # every graph counts as past 2 GiB
-
-
 def test_export_writes_external_data_and_checks_parity(tmp_path, timm_vit, force_external):
     _, path = timm_vit
     result = export_onnx(load_model(path), tmp_path / "m.onnx", ExportOptions())

@@ -196,7 +196,7 @@ def test_openvino_forced_isa_paths(isa):
     import sys
 
     pytest.importorskip("openvino")
-    code = _FORCED_PROBE.format(tests=str(Path(__file__).parent))
+    code = _FORCED_PROBE.format(tests=str(Path(__file__).resolve().parents[1]))
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "ONEDNN_MAX_CPU_ISA": isa})
     assert proc.returncode == 0, proc.stderr[-2000:]
