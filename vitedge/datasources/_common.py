@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -46,21 +46,10 @@ class SourceSummary:
     classes_present: int | None = None  # distinct labels among the used items (labeled only)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "path": self.path,
-            "kind": self.kind,
-            "found": self.found,
-            "used": self.used,
-            "skipped": dict(self.skipped),
-            "converted": dict(self.converted),
-            "subset_size": self.subset_size,
-            "seed": self.seed,
-            "data_hash": self.data_hash,
-            "labeled": self.labeled,
-            "class_names": list(self.class_names) if self.class_names is not None else None,
-            "notes": list(self.notes),
-            "classes_present": self.classes_present,
-        }
+        record = asdict(self)  # the fields in order; tuples become lists, as JSON has them
+        record["class_names"] = list(self.class_names) if self.class_names is not None else None
+        record["notes"] = list(self.notes)
+        return record
 
     def one_line(self) -> str:
         noun = NOUNS.get(self.kind, "items")
@@ -113,6 +102,63 @@ class Item:
 
 # Decodes a list of items (in order) into float32 CHW arrays.
 Loader = Callable[[list[Item]], list[np.ndarray]]
+
+
+@dataclass(frozen=True)
+class SourceRequest:
+    """What open_source was asked, as every opener needs it: the path as the user wrote it, the
+    seeded subset (--calib-size, --seed), the fewest usable items, and whether to show progress."""
+
+    path_text: str
+    limit: int | None
+    seed: int
+    min_count: int
+    progress: bool
+
+
+@dataclass
+class Collected:
+    """The usable items of a source as they are read, each with its preprocessed pixels while
+    they fit the cache budget, and the reasons the unusable ones were skipped, counted."""
+
+    budget: int = field(default_factory=lambda: CACHE_BYTES)  # read at call time: tests lower it
+    items: list[Item] = field(default_factory=list)
+    skipped: dict[str, int] = field(default_factory=dict)
+    cached: int = 0
+
+    def add(self, item: Item, pixels: np.ndarray | None) -> None:
+        if pixels is not None and self.cached + pixels.nbytes <= self.budget:
+            item.data = pixels
+            self.cached += pixels.nbytes
+        self.items.append(item)
+
+    def skip(self, reason: str) -> None:
+        count_into(self.skipped, [reason])
+
+    def require(self, request: SourceRequest, noun: str, what_to_do: str) -> None:
+        """A CalibrationError, saying what was skipped and ``what_to_do``, when too few items are usable."""
+        too_few(len(self.items), noun, request.path_text, request.min_count, self.skipped, what_to_do)
+
+
+def summarize(kind: str, request: SourceRequest, found: int, used: list[Item], skipped: dict[str, int], *,
+              labeled: bool = False, class_names: tuple[str, ...] | None = None, notes: Sequence[str] = (),
+              hash_extra: str = "") -> SourceSummary:
+    """The summary of a source that found ``found`` candidates and uses ``used``, in order."""
+    return SourceSummary(
+        path=request.path_text,
+        kind=kind,
+        found=found,
+        used=len(used),
+        skipped=by_count(skipped),
+        converted=by_count(count_into({}, (it.mode for it in used))),
+        subset_size=request.limit,
+        seed=request.seed,
+        data_hash=data_hash(kind, used, extra=hash_extra),
+        labeled=labeled,
+        class_names=class_names,
+        notes=tuple(notes),
+        classes_present=len({it.label for it in used}) if labeled else None,
+    )
 
 
 class CalibrationSource:

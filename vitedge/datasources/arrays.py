@@ -8,18 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from vitedge.datasources import _common
 from vitedge.datasources._common import (
     CalibrationSource,
+    Collected,
     Item,
-    SourceSummary,
-    by_count,
-    count_into,
-    data_hash,
+    SourceRequest,
     fill_cache,
     keep_subset,
     ordered_map,
-    too_few,
+    summarize,
 )
 from vitedge.errors import CalibrationError
 from vitedge.preprocess import preprocess_array
@@ -138,17 +135,9 @@ def _row_sha(row: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def open_array_file(
-    file: Path,
-    path_text: str,
-    pre: Preprocess,
-    *,
-    limit: int | None,
-    seed: int,
-    min_count: int,
-    class_names: Sequence[str] | None,
-    progress: bool,
-) -> CalibrationSource:
+def open_array_file(file: Path, pre: Preprocess, request: SourceRequest,
+                    class_names: Sequence[str] | None) -> CalibrationSource:
+    path_text = request.path_text
     images, raw_labels = _load(file, path_text)
     form = _check_images(images, path_text, pre)
     n = int(images.shape[0])
@@ -165,44 +154,25 @@ def open_array_file(
         # float rows are used as-is and cost nothing to fetch again, so only frames are cached
         return _row_sha(row), ok, (preprocess_array(row, pre) if form == "uint8" and ok else None)
 
-    budget = _common.CACHE_BYTES
-    cached = 0
-    skipped: dict[str, int] = {}
-    items: list[Item] = []
-    results = ordered_map(check, list(range(n)), progress=progress, description=f"Reading {path_text}")
+    found = Collected()
+    results = ordered_map(check, list(range(n)), progress=request.progress, description=f"Reading {path_text}")
     for i, (sha, ok, arr) in zip(range(n), results):
         if not ok:
-            count_into(skipped, ["non-finite values"])
+            found.skip("non-finite values")
             continue
-        item = Item(id=f"array[{i}]", sort_key=i, sha=sha,
-                    label=int(labels[i]) if labels is not None else None, ref=i)
-        if arr is not None and cached + arr.nbytes <= budget:
-            item.data = arr
-            cached += arr.nbytes
-        items.append(item)
+        found.add(Item(id=f"array[{i}]", sort_key=i, sha=sha, label=int(labels[i]) if labels is not None else None,
+                       ref=i), arr)
 
-    too_few(len(items), "images", path_text, min_count, skipped,
-            "add images to the array or lower --calib-size")
-    used = keep_subset(items, limit, seed)
+    found.require(request, "images", "add images to the array or lower --calib-size")
+    used = keep_subset(found.items, request.limit, request.seed)
 
     def loader(batch: list[Item]) -> list[np.ndarray]:
         return preprocess_rows([it.ref for it in batch])
 
     if form == "uint8":
-        fill_cache(used, loader, budget)
+        fill_cache(used, loader, found.budget)
 
-    summary = SourceSummary(
-        path=path_text,
-        kind="arrays",
-        found=n,
-        used=len(used),
-        skipped=by_count(skipped),
-        converted={},
-        subset_size=limit,
-        seed=seed,
-        data_hash=data_hash("arrays", used),
-        labeled=labels is not None,
-        class_names=tuple(class_names) if labels is not None and class_names is not None else None,
-        classes_present=len({it.label for it in used}) if labels is not None else None,
-    )
+    labeled = labels is not None
+    summary = summarize("arrays", request, n, used, found.skipped, labeled=labeled,
+                        class_names=tuple(class_names) if labeled and class_names is not None else None)
     return CalibrationSource(summary, used, loader)

@@ -12,19 +12,18 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from vitedge.datasources import _common
 from vitedge.datasources._common import (
     CalibrationSource,
+    Collected,
     Item,
-    SourceSummary,
+    SourceRequest,
     _threaded,
     by_count,
     count_into,
-    data_hash,
     fill_cache,
     keep_subset,
     ordered_map,
-    too_few,
+    summarize,
 )
 from vitedge.errors import CalibrationError
 from vitedge.fsutil import sha256_bytes
@@ -211,17 +210,9 @@ def _check_one(path: Path, pre: Preprocess) -> tuple[str, str | None, np.ndarray
         return skip
 
 
-def open_image_folder(
-    root: Path,
-    path_text: str,
-    pre: Preprocess,
-    *,
-    limit: int | None,
-    seed: int,
-    min_count: int,
-    class_names: Sequence[str] | None,
-    progress: bool,
-) -> CalibrationSource:
+def open_image_folder(root: Path, pre: Preprocess, request: SourceRequest,
+                      class_names: Sequence[str] | None) -> CalibrationSource:
+    path_text = request.path_text
     skipped: dict[str, int] = {}
     rels, other = scan_images(root, skipped)
     if not rels:
@@ -229,45 +220,24 @@ def open_image_folder(
         raise CalibrationError(_no_images_message(path_text, other) + left_out)
     labels, names, notes = _label_map(rels, path_text, class_names)
 
-    budget = _common.CACHE_BYTES
-    cached = 0
-    items: list[Item] = []
+    found = Collected(skipped=skipped)
     results = ordered_map(lambda rel: _check_one(root / rel, pre), rels,
-                          progress=progress, description=f"Reading {path_text}")
+                          progress=request.progress, description=f"Reading {path_text}")
     for rel, result in zip(rels, results):
         if isinstance(result, _Skip):
-            count_into(skipped, [str(result)])
+            found.skip(str(result))
             continue
         sha, mode, arr = result
         label = labels[rel.split("/", 1)[0]] if labels is not None else None
-        item = Item(id=rel, sort_key=rel, sha=sha, label=label, ref=rel, mode=mode)
-        if cached + arr.nbytes <= budget:
-            item.data = arr
-            cached += arr.nbytes
-        items.append(item)
+        found.add(Item(id=rel, sort_key=rel, sha=sha, label=label, ref=rel, mode=mode), arr)
 
-    too_few(len(items), "images", path_text, min_count, skipped,
-            "add images or lower --calib-size")
-    used = keep_subset(items, limit, seed)
+    found.require(request, "images", "add images or lower --calib-size")
+    used = keep_subset(found.items, request.limit, request.seed)
     loader = _make_loader(root, path_text, pre)
-    fill_cache(used, loader, budget)
+    fill_cache(used, loader, found.budget)
 
-    present = len({it.label for it in used}) if labels is not None else None
-    summary = SourceSummary(
-        path=path_text,
-        kind="images",
-        found=len(rels),
-        used=len(used),
-        skipped=by_count(skipped),
-        converted=by_count(count_into({}, (it.mode for it in used))),
-        subset_size=limit,
-        seed=seed,
-        data_hash=data_hash("images", used),
-        labeled=labels is not None,
-        class_names=names,
-        notes=tuple(notes),
-        classes_present=present,
-    )
+    summary = summarize("images", request, len(rels), used, skipped,
+                        labeled=labels is not None, class_names=names, notes=notes)
     return CalibrationSource(summary, used, loader)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from vitedge.datasources._common import (
     Batch,
     CalibrationSource,
+    SourceRequest,
     SourceSummary,
     check_limit,
 )
@@ -75,7 +76,7 @@ def open_source(
     file = Path(path_text).expanduser()
     if not file.exists():
         raise CalibrationError(f"{path_text} does not exist: pass {_WHAT}")
-    common = dict(limit=limit, seed=seed, min_count=int(min_count), progress=progress)
+    request = SourceRequest(path_text, limit, seed, int(min_count), bool(progress))
     suffix = file.suffix.lower()
     if preprocess.channels not in (1, 3) and (file.is_dir() or suffix in VIDEO_EXTENSIONS):
         c, (h, w) = preprocess.channels, preprocess.crop_size
@@ -88,18 +89,16 @@ def open_source(
     if file.is_dir():
         if not os.access(file, os.R_OK | os.X_OK):
             raise CalibrationError(f"{path_text} cannot be read (permission denied): fix its permissions")
-        return open_image_folder(file, path_text, preprocess, class_names=class_names, **common)
+        return open_image_folder(file, preprocess, request, class_names)
 
     try:
         check_regular(file)
     except OSError as err:
         raise CalibrationError(f"{path_text} is not a regular file ({err.strerror or err}): pass {_WHAT}") from None
     if suffix in ARRAY_EXTENSIONS:
-
-        return open_array_file(file, path_text, preprocess, class_names=class_names, **common)
+        return open_array_file(file, preprocess, request, class_names)
     if suffix in VIDEO_EXTENSIONS:
-
-        return open_video(file, path_text, preprocess, video_frames=video_frames, **common)
+        return open_video(file, preprocess, request, video_frames)
     if suffix in IMAGE_EXTENSIONS:
         raise CalibrationError(
             f"{path_text} is a single image: pass the folder that holds the calibration images"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -10,15 +12,14 @@ import numpy as np
 from rich.console import Console
 from rich.progress import track
 
-from vitedge.datasources import _common
 from vitedge.datasources._common import (
     CalibrationSource,
+    Collected,
     Item,
-    SourceSummary,
-    by_count,
-    data_hash,
+    Loader,
+    SourceRequest,
     fill_cache,
-    too_few,
+    summarize,
 )
 from vitedge.errors import CalibrationError, MissingDependencyError, UsageError
 from vitedge.fsutil import sha256_file
@@ -113,96 +114,103 @@ def _track(pairs: Iterator[Any], total: int, progress: bool, path_text: str) -> 
                       console=Console(stderr=True), transient=True))
 
 
-def open_video(
-    file: Path,
-    path_text: str,
-    pre: Preprocess,
-    *,
-    limit: int | None,
-    seed: int,
-    min_count: int,
-    video_frames: int,
-    progress: bool,
-) -> CalibrationSource:
-    cv2 = import_cv2()
+@dataclass(frozen=True)
+class _VideoFile:
+    """A video being read: the file as it was when opened, so every later read can check it is still that file."""
+
+    cv2: Any
+    file: Path
+    path_text: str
+    stat: os.stat_result
+    sha: str
+
+    def check_unchanged(self) -> None:
+        now = self.file.stat()
+        if (now.st_size, now.st_mtime_ns) != (self.stat.st_size, self.stat.st_mtime_ns):
+            raise CalibrationError(
+                f"{self.path_text} changed while vitedge was using it: leave it alone during the run and start again"
+            )
+
+    def seek(self, indices: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+        return iter_seek(self.cv2, self.file, self.path_text, indices)
+
+    def sequential(self, indices: Iterable[int] | None) -> Iterator[tuple[int, np.ndarray | None]]:
+        return iter_sequential(self.cv2, self.file, self.path_text, indices)
+
+
+def _frames_to_sample(limit: int | None, video_frames: int) -> int:
     n = int(limit) if limit is not None else int(video_frames)
     if n < 1:
         raise UsageError(f"the number of video frames to sample must be at least 1, got {n}")
+    return n
+
+
+def _open_video_file(cv2: Any, file: Path, path_text: str) -> tuple[_VideoFile, int]:
+    """The video and the frame count its container states (0 when it does not say)."""
     total = frame_count(cv2, file, path_text)  # a CalibrationError before hashing a non-video
     stat = file.stat()
-    video_sha = sha256_file(file)
+    return _VideoFile(cv2, file, path_text, stat, sha256_file(file)), total
 
-    budget = _common.CACHE_BYTES
-    cached = 0
-    skipped: dict[str, int] = {}
-    items: list[Item] = []
 
-    def collect(pairs: Iterable[tuple[int, np.ndarray | None]], count: int) -> None:
-        # Preprocess each frame as it arrives: full-size frames are never held together.
-        nonlocal cached
-        for idx, frame in _track(iter(pairs), count, progress, path_text):
-            if frame is None:
-                skipped["undecodable frame"] = skipped.get("undecodable frame", 0) + 1
-                continue
-            arr = preprocess_array(frame, pre, bgr=True)
-            item = Item(id=f"frame@{idx}", sort_key=idx, sha=video_sha, label=None, ref=idx)
-            if cached + arr.nbytes <= budget:
-                item.data = arr
-                cached += arr.nbytes
-            items.append(item)
+def _collect(video: _VideoFile, pairs: Iterator[tuple[int, np.ndarray | None]], count: int, pre: Preprocess,
+             progress: bool) -> Collected:
+    """Preprocess each frame as it arrives: full-size frames are never held together."""
+    found = Collected()
+    for idx, frame in _track(pairs, count, progress, video.path_text):
+        if frame is None:
+            found.skip("undecodable frame")
+            continue
+        found.add(Item(id=f"frame@{idx}", sort_key=idx, sha=video.sha, label=None, ref=idx),
+                  preprocess_array(frame, pre, bgr=True))
+    return found
 
+
+def _sample(video: _VideoFile, total: int, n: int, pre: Preprocess, progress: bool) -> tuple[int, Collected]:
+    """``n`` evenly spaced frames, and how many frames the video holds. Seek when the container
+    knows its length and seeking lands exactly, else count the frames, then read front to back
+    keeping the chosen ones."""
     try:
-        # Seek when the container knows its length and seeking lands exactly ...
         if total <= 0:
             raise _SeekFailed(None)
         indices = spaced_indices(total, n)
-        collect(iter_seek(cv2, file, path_text, indices), len(indices))
+        return total, _collect(video, video.seek(indices), len(indices), pre, progress)
     except _SeekFailed:
-        # ... else count the frames, then read front to back keeping the chosen ones.
-        items.clear()
-        skipped.clear()
-        cached = 0
-        total = sum(1 for _ in iter_sequential(cv2, file, path_text, None))
+        total = sum(1 for _ in video.sequential(None))
         indices = spaced_indices(total, n)
-        collect(iter_sequential(cv2, file, path_text, indices), len(indices))
-    if total == 0:
-        raise CalibrationError(f"no frames could be decoded from {path_text}: re-encode it or pass a folder of images")
-    too_few(len(items), "frames", path_text, min_count, skipped,
-            "use a longer video, raise the number of sampled frames or lower --calib-size")
-    items.sort(key=lambda it: it.sort_key)
+        return total, _collect(video, video.sequential(indices), len(indices), pre, progress)
 
+
+def _make_loader(video: _VideoFile, pre: Preprocess) -> Loader:
     def loader(batch: list[Item]) -> list[np.ndarray]:
-        now = file.stat()
-        if (now.st_size, now.st_mtime_ns) != (stat.st_size, stat.st_mtime_ns):
-            raise CalibrationError(
-                f"{path_text} changed while vitedge was using it: leave it alone during the run and start again"
-            )
+        video.check_unchanged()
         wanted = [it.ref for it in batch]
         got: dict[int, np.ndarray | None]
         try:
-            got = dict(iter_seek(cv2, file, path_text, wanted))
+            got = dict(video.seek(wanted))
         except _SeekFailed:
-            got = dict(iter_sequential(cv2, file, path_text, wanted))
+            got = dict(video.sequential(wanted))
         out = []
         for idx in wanted:
             frame = got.get(idx)
             if frame is None:
-                raise CalibrationError(f"frame {idx} of {path_text} can no longer be decoded: start again")
+                raise CalibrationError(f"frame {idx} of {video.path_text} can no longer be decoded: start again")
             out.append(preprocess_array(frame, pre, bgr=True))
         return out
 
-    fill_cache(items, loader, budget)
-    summary = SourceSummary(
-        path=path_text,
-        kind="video",
-        found=total,
-        used=len(items),
-        skipped=by_count(skipped),
-        converted={},
-        subset_size=limit,
-        seed=seed,
-        data_hash=data_hash("video", items, extra=video_sha),
-        labeled=False,
-        class_names=None,
-    )
+    return loader
+
+
+def open_video(file: Path, pre: Preprocess, request: SourceRequest, video_frames: int) -> CalibrationSource:
+    cv2 = import_cv2()
+    n = _frames_to_sample(request.limit, video_frames)
+    video, total = _open_video_file(cv2, file, request.path_text)
+    total, found = _sample(video, total, n, pre, request.progress)
+    if total == 0:
+        raise CalibrationError(
+            f"no frames could be decoded from {request.path_text}: re-encode it or pass a folder of images")
+    found.require(request, "frames", "use a longer video, raise the number of sampled frames or lower --calib-size")
+    items = sorted(found.items, key=lambda it: it.sort_key)
+    loader = _make_loader(video, pre)
+    fill_cache(items, loader, found.budget)
+    summary = summarize("video", request, total, items, found.skipped, hash_extra=video.sha)
     return CalibrationSource(summary, items, loader)
