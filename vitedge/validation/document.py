@@ -41,7 +41,7 @@ class _Section:
 
     @classmethod
     def section_from(cls: type[S], data: JsonDict | None) -> S:
-        data = data or {}
+        data = _obj(data)
         names = [f.name for f in fields(cls) if f.name != "extra"]  # type: ignore[arg-type]
         return cls(**{n: data.get(n) for n in names}, extra={k: v for k, v in data.items() if k not in names})
 
@@ -50,7 +50,7 @@ class _Values:
     """A section whose keys vary: its values in order, the ones readers use named by attributes."""
 
     def __init__(self, values: JsonDict | None = None) -> None:
-        self.values: JsonDict = dict(values or {})
+        self.values: JsonDict = _obj(values)
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
@@ -63,6 +63,11 @@ class _Values:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.values!r})"
+
+
+def _obj(value: object) -> JsonDict:
+    """A JSON object as a new dict; anything else (a malformed document) as an empty one."""
+    return dict(value) if isinstance(value, dict) else {}
 
 
 def _value(key: str) -> property:
@@ -165,7 +170,7 @@ class ThresholdsSection:
 
     @classmethod
     def section_from(cls, data: JsonDict | None) -> ThresholdsSection:
-        data = dict(data or {})
+        data = _obj(data)
         overridden, notes = data.pop("overridden", []), data.pop("notes", None)
         return cls(data, overridden, notes)
 
@@ -228,9 +233,9 @@ class LatencySection:
 
     @classmethod
     def section_from(cls, data: JsonDict | None) -> LatencySection:
-        data = data or {}
+        data = _obj(data)
         return cls(bool(data.get("measured")), data.get("method"), data.get("settings"), _stats(data.get("fp32")),
-                   _stats(data.get("int8")), dict(data.get("speedup") or {}), data.get("measured_on"))
+                   _stats(data.get("int8")), _obj(data.get("speedup")), data.get("measured_on"))
 
     def p50_ms(self, side: str, batch: str = "1") -> float | None:
         stats = getattr(self, side).get(batch)
@@ -240,7 +245,8 @@ class LatencySection:
 def _stats(rows: dict[str, JsonDict] | None) -> dict[str, LatencyStats]:
     """Latency rows read back; a key an unmeasured run's row lacks reads as None."""
     required = [f.name for f in fields(LatencyStats) if f.name not in ("stable", "samples_ms")]
-    return {b: LatencyStats(**{k: row.get(k) for k in required}, stable=row.get("stable", True)) for b, row in (rows or {}).items()}
+    return {b: LatencyStats(**{k: row.get(k) for k in required}, stable=row.get("stable", True))
+            for b, row in _obj(rows).items() if isinstance(row, dict)}
 
 
 @dataclass
@@ -259,7 +265,7 @@ class MemorySection:
 
     @classmethod
     def section_from(cls, data: JsonDict | None) -> MemorySection:
-        data = dict(data or {})
+        data = _obj(data)
         return cls(data, data.pop("method", None))
 
 
@@ -358,7 +364,7 @@ class ValidationReport:
             values[name] = kind(data.get(name)) if issubclass(kind, _Values) else kind.section_from(data.get(name))
         sens = data.get("sensitivity")
         values["sensitivity"] = None if sens is None else SensitivitySection(sens)
-        values["gate"] = [_gate_row(r) for r in data.get("gate") or ()]
+        values["gate"] = [_gate_row(r) for r in data.get("gate") or () if isinstance(r, dict)]
         values["failures"] = list(data.get("failures") or ())
         values["plots"] = list(data.get("plots") or ())
         values["seconds"] = data.get("seconds", 0.0)

@@ -87,75 +87,95 @@ def check_validation_document(doc: Any) -> list[str]:
     problems: list[str] = []
     if doc.get("schema") != SCHEMA:
         problems.append(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
-
-    def need(where: str, obj: Any, keys: tuple[str, ...]) -> None:
-        if not isinstance(obj, dict):
-            problems.append(f"{where or 'document'} is not an object")
-            return
-        problems.extend(f"{where + '.' if where else ''}{k} is missing" for k in keys if k not in obj)
-
     for section, keys in VALIDATION_KEYS.items():
         if section == "gate[]":
-            rows = doc.get("gate")
-            if not isinstance(rows, list):
-                problems.append("gate is not a list")
-                continue
-            for i, row in enumerate(rows):
-                need(f"gate[{i}]", row, keys)
-                if isinstance(row, dict) and row.get("status") not in STATUSES:
-                    problems.append(f"gate[{i}].status is {row.get('status')!r}")
-            names = [r.get("name") for r in rows if isinstance(r, dict)]
-            embedding = (doc.get("accuracy") or {}).get("output_kind") == "embedding"
-            base = list(GATE_NAMES[:2]) + (list(EMBEDDING_GATE_NAMES[:2]) if embedding else [])
-            optional_nn = ([], ["min_nn_agreement"]) if embedding else ([],)
-            allowed = [base + nn + ["min_speedup"] + p99 for nn in optional_nn for p99 in ([], ["max_p99_ms"])]
-            if names not in allowed:
-                problems.append(f"gate rows are {names}, expected {base + list(GATE_NAMES[2:3])} (and max_p99_ms when set)")
-        elif section:
-            if section in doc:
-                need(section, doc[section], keys)
-        else:
-            need("", doc, keys)
-    def numbers(where: str, obj: Any, keys: tuple[str, ...]) -> None:
-        if isinstance(obj, dict):
-            problems.extend(f"{where}.{k} is {obj[k]!r}, not a number" for k in keys
-                            if obj.get(k) is not None and (isinstance(obj[k], bool) or not isinstance(obj[k], (int, float))))
+            problems += _gate_problems(doc, keys)
+        elif not section:
+            problems += _missing("", doc, keys)
+        elif section in doc:
+            problems += _missing(section, doc[section], keys)
+    problems += _number_problems(doc)
+    problems += [f"{section} is not an object" for section in ("data", "target", "latency", "accuracy", "thresholds")
+                 if section in doc and not isinstance(doc[section], dict)]
+    problems += _conditional_problems(doc)
+    if doc.get("passed") is not None and isinstance(doc.get("gate"), list):
+        if bool(doc["passed"]) != all(r.get("status") != "fail" for r in doc["gate"] if isinstance(r, dict)):
+            problems.append("passed disagrees with the gate rows")
+    return problems
 
+
+def _missing(where: str, obj: Any, keys: tuple[str, ...]) -> list[str]:
+    if not isinstance(obj, dict):
+        return [f"{where or 'document'} is not an object"]
+    return [f"{where + '.' if where else ''}{k} is missing" for k in keys if k not in obj]
+
+
+def _not_numbers(where: str, obj: Any, keys: tuple[str, ...]) -> list[str]:
+    if not isinstance(obj, dict):
+        return []
+    return [f"{where}.{k} is {obj[k]!r}, not a number" for k in keys
+            if obj.get(k) is not None and (isinstance(obj[k], bool) or not isinstance(obj[k], (int, float)))]
+
+
+def _gate_problems(doc: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    """Each gate row's keys and status, and the rows in the order the gate writes them."""
+    rows = doc.get("gate")
+    if not isinstance(rows, list):
+        return ["gate is not a list"]
+    problems: list[str] = []
+    for i, row in enumerate(rows):
+        problems += _missing(f"gate[{i}]", row, keys)
+        if isinstance(row, dict) and row.get("status") not in STATUSES:
+            problems.append(f"gate[{i}].status is {row.get('status')!r}")
+    names = [r.get("name") for r in rows if isinstance(r, dict)]
     acc = doc.get("accuracy")
-    numbers("accuracy", acc, LOGIT_KEYS + LABEL_KEYS + EMBEDDING_KEYS + ("top1_agreement",))
-    numbers("document", doc, ("speedup",))
+    embedding = isinstance(acc, dict) and acc.get("output_kind") == "embedding"
+    base = list(GATE_NAMES[:2]) + (list(EMBEDDING_GATE_NAMES[:2]) if embedding else [])
+    optional_nn = ([], ["min_nn_agreement"]) if embedding else ([],)
+    allowed = [base + nn + ["min_speedup"] + p99 for nn in optional_nn for p99 in ([], ["max_p99_ms"])]
+    if names not in allowed:
+        problems.append(f"gate rows are {names}, expected {base + list(GATE_NAMES[2:3])} (and max_p99_ms when set)")
+    return problems
+
+
+def _number_problems(doc: dict[str, Any]) -> list[str]:
+    """Figures that are not numbers: accuracy, speedup, each latency row."""
+    problems = _not_numbers("accuracy", doc.get("accuracy"), LOGIT_KEYS + LABEL_KEYS + EMBEDDING_KEYS + ("top1_agreement",))
+    problems += _not_numbers("document", doc, ("speedup",))
     for name in ("fp32", "int8"):
         lat_side = (doc.get("latency") or {}).get(name) if isinstance(doc.get("latency"), dict) else None
         if isinstance(lat_side, dict):
             for b, stats in lat_side.items():
-                numbers(f"latency.{name}.{b}", stats, LATENCY_STATS_KEYS[:-1])
+                problems += _not_numbers(f"latency.{name}.{b}", stats, LATENCY_STATS_KEYS[:-1])
         elif lat_side is not None:
             problems.append(f"latency.{name} is not an object")
-    for section in ("data", "target", "latency", "accuracy", "thresholds"):
-        if section in doc and not isinstance(doc[section], dict):
-            problems.append(f"{section} is not an object")
+    return problems
+
+
+def _conditional_problems(doc: dict[str, Any]) -> list[str]:
+    """The keys a section must have given what ran: per model kind, with labels, measured latency, sensitivity."""
+    problems: list[str] = []
+    acc = doc.get("accuracy")
     if isinstance(acc, dict):
         if acc.get("output_kind") == "embedding":
-            need("accuracy", acc, EMBEDDING_KEYS[:2])
+            problems += _missing("accuracy", acc, EMBEDDING_KEYS[:2])
         else:
-            need("accuracy", acc, LOGIT_KEYS)
+            problems += _missing("accuracy", acc, LOGIT_KEYS)
             if acc.get("labeled"):
-                need("accuracy", acc, LABEL_KEYS)
+                problems += _missing("accuracy", acc, LABEL_KEYS)
     lat = doc.get("latency")
     if isinstance(lat, dict) and lat.get("measured"):
         for name in ("fp32", "int8"):
-            for b, stats in (lat.get(name) or {}).items():
-                need(f"latency.{name}.{b}", stats, LATENCY_STATS_KEYS)
-        if "1" not in (lat.get("int8") or {}):
+            side = lat.get(name)
+            for b, stats in (side.items() if isinstance(side, dict) else ()):  # not an object: said by _number_problems
+                problems += _missing(f"latency.{name}.{b}", stats, LATENCY_STATS_KEYS)
+        if not isinstance(lat.get("int8"), dict) or "1" not in lat["int8"]:
             problems.append("latency.int8 has no batch 1")
     sens = doc.get("sensitivity")
     if isinstance(sens, dict) and "error" not in sens:
-        need("sensitivity", sens, SENSITIVITY_KEYS)
+        problems += _missing("sensitivity", sens, SENSITIVITY_KEYS)
         for i, layer in enumerate(sens.get("layers") or []):
-            need(f"sensitivity.layers[{i}]", layer, SENSITIVITY_LAYER_KEYS)
-    if doc.get("passed") is not None and isinstance(doc.get("gate"), list):
-        if bool(doc["passed"]) != all(r.get("status") != "fail" for r in doc["gate"] if isinstance(r, dict)):
-            problems.append("passed disagrees with the gate rows")
+            problems += _missing(f"sensitivity.layers[{i}]", layer, SENSITIVITY_LAYER_KEYS)
     return problems
 
 
