@@ -102,9 +102,9 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
 
 
 def _threshold_overrides(ctx: click.Context, no_latency: bool, gate_flags: dict[str, object],
-                         **limits: float | None) -> dict[str, float | None]:
+                         **flags: float | None) -> dict[str, float | None]:
     """The threshold flags over the profile's; bad values and --no-latency with a speed limit: exit 2 before any work."""
-    overrides = {**limits, **embedding_overrides(gate_flags), **noise_overrides(gate_flags)}
+    overrides = {**flags, **embedding_overrides(gate_flags), **noise_overrides(gate_flags)}
     Thresholds(**{k: v for k, v in overrides.items() if v is not None})
     speed_flags = [k for k in ("min_speedup", "max_p99_ms") if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]
     if no_latency and speed_flags:
