@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, ClassVar, TypeVar
 
-from vitedge.validation.gate import FAIL, GateRow
+from vitedge.validation.gate import GateRow
 from vitedge.validation.latency import LatencyStats
 
 JsonDict = dict[str, Any]
@@ -332,10 +332,6 @@ class ValidationReport:
         "accuracy": AccuracySection, "latency": LatencySection, "memory": MemorySection,
     }
     _OMIT_NONE: ClassVar[tuple[str, ...]] = ("config", "distributed")
-
-    @property
-    def failed_rows(self) -> list[GateRow]:
-        return [r for r in self.gate if r.status == FAIL or not r.passed]
 
     def with_plots(self, plots: list[str]) -> ValidationReport:
         return replace(self, plots=list(plots))
