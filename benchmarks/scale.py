@@ -65,7 +65,7 @@ def accuracy_pass(bundle: Path, data: Path, size: int | None, validator=None, th
     result = validate_bundle(bundle, manifest, source, options, **kwargs)
     seconds = time.perf_counter() - t0
     if sharded is not None:
-        sharded.annotate(result.document)
+        sharded.annotate(result.report)
     return seconds, result.document
 
 

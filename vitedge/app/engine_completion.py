@@ -112,7 +112,7 @@ def _complete(req: EngineRequest, say: Callable[[str], None], trt: Any, cudart: 
         checked = None
         if req.val is not None:
             checked = _validate(tmp, manifest, req, BoundTensorRtBackend(trt, cudart, facts), say)
-            manifest.validation = checked.document
+            manifest.validation = checked.report.to_json()  # the manifest holds the JSON document
             passed = checked.passed
 
         write_bundle_exports(tmp, manifest)  # camera/triton/ now that the engine exists

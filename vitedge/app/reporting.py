@@ -19,6 +19,7 @@ from vitedge.target_table import (
     faster_cpu_target,
     int8_not_faster_sentence,
 )
+from vitedge.validation.document import ValidationReport
 from vitedge.validation.report import SCHEMA, gate_table, validation_markdown
 
 
@@ -55,7 +56,7 @@ def build_report_markdown(manifest) -> str:
     lines += _backend_lines(m)
     v = m.validation
     if v and v.get("schema") == SCHEMA:
-        lines += [validation_markdown(v), "",
+        lines += [validation_markdown(ValidationReport.from_json(v)), "",
                   "Reports: `report/validation.json` (schema vitedge.validation/1), `report/summary.md`, `report/junit.xml`. "
                   "Re-check this bundle with `vitedge validate BUNDLE --data LABELLED_SET`.", ""]
     elif v:  # a validation recorded by code that does not write the versioned document

@@ -7,13 +7,13 @@ from pathlib import Path
 import click
 
 from vitedge.cli_options import CheckedPath, bounded_float
+from vitedge.app.compare import CompareRequest, run_compare
 from vitedge.errors import GateFailure
-from vitedge.validation.compare import compare_reports, load_report, parse_fraction
+from vitedge.validation.compare import parse_fraction
 from vitedge.validation.defaults import (
     DEFAULT_MAX_ACCURACY_REGRESSION,
     DEFAULT_MAX_LATENCY_REGRESSION,
 )
-from vitedge.validation.report import append_step_summary, check_report_dir
 
 
 @click.command("compare")
@@ -33,21 +33,17 @@ def command(old, new, max_latency_regression, max_accuracy_regression, allow_mis
     OLD is the accepted baseline (e.g. from the main branch), NEW the candidate.
     Exit code 0 when nothing regressed past the limits, 1 when something did, 2 for bad input."""
 
-    lat = parse_fraction(max_latency_regression)
-    check_report_dir(report_dir)
-    old_doc, new_doc = load_report(old), load_report(new)
-    result = compare_reports(old_doc, new_doc, old_path=str(old), new_path=str(new), max_latency_regression=lat,
-                             max_accuracy_regression=max_accuracy_regression, allow_mismatch=allow_mismatch)
+    outcome = run_compare(CompareRequest(old, new, parse_fraction(max_latency_regression), max_accuracy_regression,
+                                         allow_mismatch, report_dir))
+    result, written = outcome.comparison, outcome.written
     for w in result.warnings:
         click.echo(f"vitedge: warning: {w}", err=True)
-    written = result.write(report_dir) if report_dir is not None else []
-    warning = append_step_summary(result.markdown())
-    if warning:
-        click.echo(f"vitedge: warning: {warning}", err=True)
+    if outcome.summary_warning:
+        click.echo(f"vitedge: warning: {outcome.summary_warning}", err=True)
     if not quiet:
-        for row in result.document["gate"]:
-            click.echo(f"{row['status'].upper():<5} {row['name']:<22} {row['detail']}")
+        for row in result.rows:
+            click.echo(f"{row.status.upper():<5} {row.name:<22} {row.detail}")
     where = f"; reports in {written[0].parent}/ ({', '.join(p.name for p in written)})" if written else ""
-    click.echo(f"{'PASS' if result.passed else 'FAIL'}: {result.document['target']['name']}{where}")
+    click.echo(f"{'PASS' if result.passed else 'FAIL'}: {result.target_name}{where}")
     if not result.passed:
         raise GateFailure(result.failure_line())

@@ -9,8 +9,7 @@ import click
 from click.core import ParameterSource
 
 from vitedge import limits
-from vitedge.datasources.sources import open_source
-from vitedge.datasources.split import validation_part
+from vitedge.app.validate import ValidateOutcome, ValidateRequest, run_validations
 from vitedge.cli_options import (
     CheckedPath,
     bounded_float,
@@ -23,27 +22,19 @@ from vitedge.cli_options import (
     threshold_options,
 )
 from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides, noise_gate_flags, noise_overrides
-from vitedge.distributed.ray_validate import (
-    ray_session,
-    scale_from_flags,
-    sharded_validator,
-)
-from vitedge.errors import CalibrationError, DataError, GateFailure, UsageError
-from vitedge.manifest import verify_bundle
+from vitedge.errors import GateFailure, UsageError
 from vitedge.outlock import output_locks
 from vitedge.outputs import check_output
 from vitedge.profiles import Thresholds
 from vitedge.project_config import config_bundles, with_project_config
 from vitedge.ui import StageLog
-from vitedge.validation.bundle import ValidateOptions, validate_bundle
-from vitedge.validation.data_record import DataRecord, open_recorded
 from vitedge.validation.defaults import (
     DEFAULT_LATENCY_SECONDS,
     DEFAULT_SENSITIVITY_SAMPLES,
 )
-from vitedge.validation.latency import LatencySettings
+from vitedge.validation.document import ValidationReport
 from vitedge.validation.reference_cache import ReferenceCacheSettings
-from vitedge.validation.report import append_step_summary, check_report_dir
+from vitedge.validation.report import check_report_dir
 
 
 @click.command("validate")
@@ -90,17 +81,39 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
     Without BUNDLE: every bundle the project config's build writes (vitedge.toml).
 
     Exit code 0 when every threshold holds, 1 when one fails, 2 for bad input."""
-
-
     ctx = click.get_current_context()
-    overrides = {"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms,
-                 **embedding_overrides(gate_flags), **noise_overrides(gate_flags)}
-    Thresholds(**{k: v for k, v in overrides.items() if v is not None})  # bad values: exit 2 before any work
+    overrides = _threshold_overrides(ctx, no_latency, gate_flags, max_top1_drop=max_top1_drop, min_agreement=min_agreement,
+                                     min_speedup=min_speedup, max_p99_ms=max_p99_ms)
+    # no BUNDLE: every bundle the project config's build writes
+    bundles = [Path(bundle)] if bundle is not None else config_bundles(ctx.meta.get("vitedge.project_config"))
+    dirs = _report_dirs(ctx, bundles, report_dir, data)
+    cache = ReferenceCacheSettings(enabled=reference_cache, root=cache_dir, int8_outputs=int8_cache)
+    requests = [ValidateRequest(b, dirs[b], data, data_size, seed, overrides, measure_speed=not no_latency,
+                                latency_seconds=latency_seconds, sensitivity=sensitivity, sensitivity_samples=sensitivity_samples,
+                                threads=threads, workers=workers, ray_address=ray_address, reference_cache=cache,
+                                config=ctx.meta.get("vitedge.config_record"), progress=not quiet) for b in bundles]
+    failed = []
+    for outcome in run_validations(requests, lambda _request: StageLog(quiet=quiet)):
+        print_outcome(outcome, quiet)
+        if not outcome.validation.passed:
+            failed.append(outcome.validation.failure_line())
+    if failed:
+        raise GateFailure("; ".join(failed))
+
+
+def _threshold_overrides(ctx: click.Context, no_latency: bool, gate_flags: dict[str, object],
+                         **flags: float | None) -> dict[str, float | None]:
+    """The threshold flags over the profile's; bad values and --no-latency with a speed limit: exit 2 before any work."""
+    overrides = {**flags, **embedding_overrides(gate_flags), **noise_overrides(gate_flags)}
+    Thresholds(**{k: v for k, v in overrides.items() if v is not None})
     speed_flags = [k for k in ("min_speedup", "max_p99_ms") if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]
     if no_latency and speed_flags:
         raise UsageError("--no-latency cannot check --min-speedup or --max-p99-ms; drop one")
-    # no BUNDLE: every bundle the project config's build writes
-    bundles = [Path(bundle)] if bundle is not None else config_bundles(ctx.meta.get("vitedge.project_config"))
+    return overrides
+
+
+def _report_dirs(ctx: click.Context, bundles: list[Path], report_dir: Path | None, data: Path | None) -> dict[Path, Path]:
+    """Each bundle's report folder, checked and locked for the command's run."""
     dirs = {b: (b / "report" if report_dir is None else Path(report_dir) / (b.name if len(bundles) > 1 else "")) for b in bundles}
     for b, d in dirs.items():
         check_report_dir(d)
@@ -110,118 +123,47 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
         check_output(d, "report", force=True, inputs=(data,), reads=() if own else (b,), flag="--report-dir")
     # two validations writing one report folder: the second is refused now (a missing bundle is not created for its lock)
     ctx.with_resource(output_locks([d for d in dirs.values() if report_dir is not None or d.parent.is_dir()], flag="--report-dir"))
-    failed = []
-    scale = scale_from_flags(workers, ray_address)
-    with ray_session(scale):
-        for b in bundles:
-            result = validate_one(b, dirs[b], data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
-                                  sensitivity_samples, threads, quiet, scale=scale,
-                                  reference=ReferenceCacheSettings(enabled=reference_cache, root=cache_dir,
-                                                                     int8_outputs=int8_cache),
-                                  config=ctx.meta.get("vitedge.config_record"))
-            if not result.passed:
-                failed.append(result.failure_line())
-    if failed:
-        raise GateFailure("; ".join(failed))
+    return dirs
 
 
-def validate_one(bundle: Path, report_dir: Path, data, data_size, seed, overrides, no_latency, latency_seconds, sensitivity,
-                 sensitivity_samples, threads, quiet, scale=None, reference: ReferenceCacheSettings | None = None,
-                 config: dict | None = None):
-    """Validate one bundle, write its reports and print its verdict; the BundleValidation."""
-
-    log = StageLog(quiet=quiet)
-    with log.stage("verify", str(bundle)):
-        manifest = verify_bundle(bundle)
-        log.info(f"{len(manifest.files)} files match manifest.json; target {manifest.target.get('name')} "
-                 f"({manifest.target.get('backend')}), model {manifest.model.get('source')}")
-    spec = manifest.spec
-    role = "validation"
-    subset = (data_size, seed)  # how the items were picked: workers re-open exactly these
-    if data is None:
-        record = DataRecord.from_manifest(manifest)
-        if record is None:
-            raise UsageError("pass --data LABELLED_SET (an image folder with one subfolder per class, or a .npz with images "
-                             "and labels); the bundle records no validation set")
-        if data_size is not None:
-            raise UsageError("--data-size takes a subset of --data; without --data the build's own set is used as it was")
-        role = record.role
-        subset = (record.subset_size, record.seed)
-        log.info(f"no --data given: re-validating on {record.describe()}")
-        with log.stage("data", record.path):
-            source = open_recorded(record, spec, progress=not quiet)
-            log.info(source.summary.one_line())
-    else:
-        with log.stage("data", str(data)):
-            data, split = validation_part(data, spec.class_names)
-            if split:
-                log.info(split.one_line())
-            try:
-                source = open_source_for(data, spec, data_size, seed, progress=not quiet)
-            except CalibrationError as err:
-                raise DataError(f"--data: {err}") from None
-            log.info(source.summary.one_line())
-    options = ValidateOptions(
-        data_role=role, threshold_overrides=overrides, measure_speed=not no_latency,
-        latency=LatencySettings.for_budget(latency_seconds),
-        sensitivity=sensitivity, sensitivity_samples=sensitivity_samples, threads=threads, producer="vitedge validate",
-        reference_cache=reference if reference is not None else ReferenceCacheSettings(),
-        config=config,
-    )
-    with log.stage("validate", f"{manifest.target.get('name')}: INT8 vs FP32 on {len(source)} inputs, same runtime"):
-        validator = None
-        if scale is not None:
-
-            validator = sharded_validator(scale, bundle, source, *subset)
-        result = validate_bundle(bundle, manifest, source, options, log=log, bundle_label=str(bundle),
-                                 **({"artifact_validator": validator} if validator else {}))
-        if validator is not None:
-            validator.annotate(result.document)
-    written, notes = result.write(report_dir)
-    for w in (result.document.get("accuracy") or {}).get("warnings") or ():
+def print_outcome(outcome: ValidateOutcome, quiet: bool) -> None:
+    """FP32's warnings, the notes, the figures and the verdict of one bundle."""
+    for w in outcome.validation.report.accuracy.warnings:
         click.echo(f"vitedge: WARNING: {w}", err=True)
-    for note in notes:
+    log = StageLog(quiet=quiet)
+    for note in outcome.notes:
         log.info(note)
-    warning = append_step_summary(result.markdown([p.name for p in written if p.suffix == ".png"]))
-    if warning:
-        log.info(warning)
-    print_validation(result, written, quiet)
-    if role == "calibration":
-        click.echo("note: validated on the build's calibration images, not held-out data (pass --data for a real accuracy figure)")
-    return result
-
-
-def open_source_for(data: Path, spec, data_size, seed, *, progress: bool):
-
-    return open_source(data, spec.preprocess, limit=data_size, seed=seed, class_names=spec.class_names, progress=progress)
-
-
-def print_validation(result, written, quiet: bool) -> None:
-    doc = result.document
+    report = outcome.validation.report
     if not quiet:
-        acc, lat = doc["accuracy"], doc["latency"]
-        if acc.get("fp32_top1") is not None:
-            click.echo(f"top-1       FP32 {100 * acc['fp32_top1']:.2f}%  INT8 {100 * acc['int8_top1']:.2f}%  "
-                       f"(top-5 {100 * acc['fp32_top5']:.2f}% / {100 * acc['int8_top5']:.2f}%)")
-        if acc.get("top1_agreement") is not None:
-            click.echo(f"agreement   {100 * acc['top1_agreement']:.2f}% with FP32")
-        if acc.get("logit_cosine_mean") is not None:
-            click.echo(f"logits      cosine {acc['logit_cosine_mean']:.5f}, |err| mean {acc['logit_abs_error_mean']:.4f} "
-                       f"max {acc['logit_abs_error_max']:.4f}, KL {acc['softmax_kl_mean']:.2e}")
-        if acc.get("embedding_cosine_mean") is not None:
-            click.echo(f"embedding   cosine mean {acc['embedding_cosine_mean']:.5f}, worst 1% {acc['embedding_cosine_worst1pct']:.5f}")
-        for b, s in lat.get("int8", {}).items():
-            f = lat["fp32"].get(b, {})
-            click.echo(f"batch {b:<5} FP32 p50 {f.get('p50_ms', 0):.3f} ms  INT8 p50 {s['p50_ms']:.3f} / p90 {s['p90_ms']:.3f} / "
-                       f"p99 {s['p99_ms']:.3f} ms  {s['throughput']:.1f} img/s  {lat['speedup'].get(b, 0):.2f}x")
-        art, mem = doc["artifact"], doc["memory"]
-        click.echo(f"size        {art['bytes'] / 1e6:.2f} MB (FP32 {art['reference_bytes'] / 1e6:.2f} MB); "
-                   f"peak RSS {(mem.get('peak_rss_bytes') or 0) / 1e6:.0f} MB")
-        sens = doc.get("sensitivity")
-        if sens and sens.get("layers"):
-            top = ", ".join(f"{r['name']} ({r['kind']})" for r in sens["layers"][:3])
-            click.echo(f"sensitive   {top}")
-        for row in doc["gate"]:
-            click.echo(f"{row['status'].upper():<5} {row['name']:<14} {row['detail']}")
-    click.echo(f"{'PASS' if doc['passed'] else 'FAIL'}: {doc['target']['name']}; reports in {written[0].parent}/ "
-               f"({', '.join(p.name for p in written)})")
+        for line in figure_lines(report):
+            click.echo(line)
+    click.echo(f"{'PASS' if report.passed else 'FAIL'}: {report.target.name}; reports in {outcome.written[0].parent}/ "
+               f"({', '.join(p.name for p in outcome.written)})")
+    if outcome.data_role == "calibration":
+        click.echo("note: validated on the build's calibration images, not held-out data (pass --data for a real accuracy figure)")
+
+
+def figure_lines(report: ValidationReport) -> list[str]:
+    """The terminal summary of one validation: accuracy, latency per batch size, size and memory, sensitivity, the gate."""
+    acc, lat, art = report.accuracy, report.latency, report.artifact
+    lines = []
+    if acc.fp32_top1 is not None:
+        lines.append(f"top-1       FP32 {100 * acc.fp32_top1:.2f}%  INT8 {100 * acc.int8_top1:.2f}%  "
+                     f"(top-5 {100 * acc.fp32_top5:.2f}% / {100 * acc.int8_top5:.2f}%)")
+    if acc.top1_agreement is not None:
+        lines.append(f"agreement   {100 * acc.top1_agreement:.2f}% with FP32")
+    if acc.logit_cosine_mean is not None:
+        lines.append(f"logits      cosine {acc.logit_cosine_mean:.5f}, |err| mean {acc.logit_abs_error_mean:.4f} "
+                     f"max {acc.logit_abs_error_max:.4f}, KL {acc.softmax_kl_mean:.2e}")
+    if acc.embedding_cosine_mean is not None:
+        lines.append(f"embedding   cosine mean {acc.embedding_cosine_mean:.5f}, worst 1% {acc.embedding_cosine_worst1pct:.5f}")
+    for b, s in lat.int8.items():
+        f = lat.p50_ms("fp32", b) or 0
+        lines.append(f"batch {b:<5} FP32 p50 {f:.3f} ms  INT8 p50 {s.p50_ms:.3f} / p90 {s.p90_ms:.3f} / "
+                     f"p99 {s.p99_ms:.3f} ms  {s.throughput:.1f} img/s  {lat.speedup.get(b, 0):.2f}x")
+    lines.append(f"size        {art.bytes / 1e6:.2f} MB (FP32 {art.reference_bytes / 1e6:.2f} MB); "
+                 f"peak RSS {(report.memory.peak_rss_bytes or 0) / 1e6:.0f} MB")
+    if report.sensitivity is not None and report.sensitivity.layers:
+        lines.append("sensitive   " + ", ".join(f"{r['name']} ({r['kind']})" for r in report.sensitivity.layers[:3]))
+    lines += [f"{row.status.upper():<5} {row.name:<14} {row.detail}" for row in report.gate]
+    return lines

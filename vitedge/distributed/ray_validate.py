@@ -40,6 +40,7 @@ from vitedge.distributed.shard_tasks import (
 )
 from vitedge.distributed.sharding import shard_ranges
 from vitedge.validation.accuracy import Outputs, eval_batch
+from vitedge.validation.document import ValidationReport
 from vitedge.validation.latency import LatencySettings
 from vitedge.validation.run import (
     ValidationResult,
@@ -111,12 +112,12 @@ class ShardedValidator:
                     int8_outputs={"cache": "off", "batch": batch, "note": "sharded: each worker computes its shard's INT8 outputs"})
         return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, data, thresholds)
 
-    def annotate(self, document: dict[str, Any]) -> None:
-        """Add what ran where to a validation document."""
-        document["distributed"] = self.record
+    def annotate(self, report: ValidationReport) -> None:
+        """Add what ran where to a validation report."""
+        report.distributed = self.record
         node = self.record.get("latency_node")
-        if node and document.get("latency", {}).get("measured"):
-            document["latency"]["measured_on"] = f"{node['host']} (Ray node {node['node_id'][:12]})"
+        if node and report.latency.measured:
+            report.latency.measured_on = f"{node['host']} (Ray node {node['node_id'][:12]})"
 
 
 def _raise_failures(outcomes, names: list[str]) -> None:

@@ -15,22 +15,47 @@ from __future__ import annotations
 import os
 import platform
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from vitedge import __version__
 from vitedge.backends import get_backend
+from vitedge.backends.base import Backend
 from vitedge.bundle_trust import locked_thresholds
+from vitedge.datasources._common import CalibrationSource
 from vitedge.errors import BundleError, VitedgeError
+from vitedge.manifest import Manifest
 from vitedge.profiles import TargetProfile, Thresholds, parse_profile
 from vitedge.validation import report as rpt
 from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
-from vitedge.validation.latency import MEMORY_METHOD, LatencySettings
+from vitedge.validation.document import (
+    AccuracySection,
+    ArtifactSection,
+    BundleSection,
+    DataSection,
+    LatencySection,
+    MemorySection,
+    ModelSection,
+    QuantizationSection,
+    RuntimeSection,
+    SensitivitySection,
+    TargetSection,
+    ThresholdsSection,
+    ValidationReport,
+)
+from vitedge.validation.latency import MEMORY_METHOD, LatencySettings, LatencyStats
 from vitedge.validation.reference_cache import ReferenceCacheSettings
 from vitedge.validation.run import ValidationResult, validate_artifact
-from vitedge.validation.sensitivity import first_inputs, layer_sensitivity
+from vitedge.validation.sensitivity import SensitivityResult, first_inputs, layer_sensitivity
+
+
+class InfoLog(Protocol):
+    """Where progress lines go: a ``vitedge.ui.StageLog``, or anything with ``info``."""
+
+    def info(self, message: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -81,57 +106,62 @@ def artifact_bytes(bundle: Path, rel: str | None, extra: list[str] | None = None
 
 @dataclass
 class BundleValidation:
-    manifest: Any
+    manifest: Manifest
     thresholds: Thresholds
     result: ValidationResult
-    document: dict[str, Any]
-    sensitivity: Any = None  # SensitivityResult | None
+    report: ValidationReport
+    sensitivity: SensitivityResult | None = None
 
     @property
     def passed(self) -> bool:
         return self.result.passed
 
+    @property
+    def document(self) -> dict[str, Any]:
+        """The report as the JSON document (validation.json, the manifest's ``validation``)."""
+        return self.report.to_json()
+
     def failure_line(self) -> str:
-        t = self.document["target"]["name"]
-        return f"{t}: gate failed: " + "; ".join(self.document["failures"])
+        return f"{self.report.target.name}: gate failed: " + "; ".join(self.report.failures)
 
     def files(self) -> tuple[dict[str, bytes | str], list[str]]:
         """Rendered report files (name -> content) and notes (e.g. why plots were skipped)."""
         notes: list[str] = []
         files: dict[str, bytes | str] = {}
-        title = f"{self.document['model']['source']} on {self.document['target']['name']}"
         plots: list[str] = []
         if not rpt.matplotlib_available():
             if self.result.latency_settings is not None or self.sensitivity is not None:
                 notes.append(rpt.PLOTS_HINT)
         else:
-            if self.result.latency_settings is not None:
-                png = rpt.latency_plot(self.result.latency, f"latency, {title}")
-                if png:
-                    files["latency.png"] = png
-                    plots.append("latency.png")
-            if self.document.get("sensitivity") and self.document["sensitivity"].get("layers"):
-                png = rpt.sensitivity_plot(self.document["sensitivity"], f"per-layer sensitivity, {title}")
-                if png:
-                    files["sensitivity.png"] = png
-                    plots.append("sensitivity.png")
-        doc = dict(self.document, plots=plots)
-        files["validation.json"] = rpt.to_json(doc)
+            files.update(self._plots())
+            plots = list(files)
+        report = self.report.with_plots(plots)
+        files["validation.json"] = rpt.to_json(report.to_json())
         files["summary.md"] = self.markdown(plots)
-        files["junit.xml"] = rpt.validation_junit(doc)
+        files["junit.xml"] = rpt.validation_junit(report)
         return files, notes
 
+    def _plots(self) -> dict[str, bytes]:
+        title = f"{self.report.model.source} on {self.report.target.name}"
+        pngs: dict[str, bytes | None] = {}
+        if self.result.latency_settings is not None:
+            pngs["latency.png"] = rpt.latency_plot(self.result.latency, f"latency, {title}")
+        sens = self.report.sensitivity
+        if sens is not None and sens.layers:
+            pngs["sensitivity.png"] = rpt.sensitivity_plot(sens.section_json(), f"per-layer sensitivity, {title}")
+        return {name: png for name, png in pngs.items() if png}
+
     def markdown(self, plots: list[str] | None = None) -> str:
-        return rpt.validation_markdown(self.document, plots=plots or [])
+        return rpt.validation_markdown(self.report, plots=plots or [])
 
     def write(self, report_dir: Path) -> tuple[list[Path], list[str]]:
         files, notes = self.files()
         return rpt.write_report_files(report_dir, files, rpt.VALIDATION_FILES), notes
 
 
-def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = ValidateOptions(), *,
-                    log=None, bundle_label: str | None = None, backend=None,
-                    artifact_validator=validate_artifact) -> BundleValidation:
+def validate_bundle(bundle: Path, manifest: Manifest, source: CalibrationSource, options: ValidateOptions = ValidateOptions(), *,
+                    log: InfoLog | None = None, bundle_label: str | None = None, backend: Backend | None = None,
+                    artifact_validator: Callable[..., ValidationResult] = validate_artifact) -> BundleValidation:
     """Validate the artifact of ``bundle`` (described by ``manifest``) on ``source``; ``backend``: the
     one to run it with (default: the registry's for the manifest's backend).
 
@@ -169,10 +199,10 @@ def validate_bundle(bundle: Path, manifest, source, options: ValidateOptions = V
     sens_doc: dict[str, Any] | None = None
     if options.sensitivity:
         sens, sens_doc = _sensitivity(bundle, manifest, source, kind, spec, options, info)
-    doc = _document(bundle, manifest, profile, thresholds, options, result, sens_doc, backend, bundle_label)
-    doc["seconds"] = time.perf_counter() - start
-    doc["thresholds"]["notes"] = threshold_notes
-    return BundleValidation(manifest, thresholds, result, doc, sens)
+    report = _report(bundle, manifest, profile, thresholds, options, result, sens_doc, backend, bundle_label)
+    report.seconds = time.perf_counter() - start
+    report.thresholds.notes = threshold_notes
+    return BundleValidation(manifest, thresholds, result, report, sens)
 
 
 def _sensitivity(bundle: Path, manifest, source, kind: str, spec, options: ValidateOptions, info):
@@ -195,54 +225,62 @@ def _sensitivity(bundle: Path, manifest, source, kind: str, spec, options: Valid
     return sens, sens.to_dict()
 
 
-def _document(bundle: Path, manifest, profile: TargetProfile, thresholds: Thresholds, options: ValidateOptions,
-              result: ValidationResult, sens_doc, backend, bundle_label: str | None) -> dict[str, Any]:
+def _report(bundle: Path, manifest, profile: TargetProfile, thresholds: Thresholds, options: ValidateOptions,
+            result: ValidationResult, sens_doc: dict[str, Any] | None, backend, bundle_label: str | None) -> ValidationReport:
+    overridden = sorted(k for k, v in options.threshold_overrides.items() if v is not None)
+    return ValidationReport(
+        schema=rpt.SCHEMA, producer=options.producer, vitedge_version=__version__,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        passed=result.passed, failures=[row.detail for row in result.failures()],
+        bundle=BundleSection(bundle_label if bundle_label is not None else str(bundle), manifest.created, manifest.vitedge_version),
+        model=_model_section(manifest), target=TargetSection(manifest.target.get("name"), manifest.target.get("backend"),
+                                                              manifest.target.get("precision"), list(profile.batch_sizes)),
+        quantization=_quantization_section(manifest.quantization or {}),
+        artifact=_artifact_section(bundle, manifest.artifacts),
+        runtime=RuntimeSection(manifest.target.get("backend"), _versions(backend), options.threads, platform.platform(),
+                               platform.machine(), os.cpu_count()),
+        data=DataSection.section_from(dict(result.data, role=options.data_role) if options.data_role else result.data),
+        thresholds=ThresholdsSection(thresholds.to_dict(), overridden),
+        accuracy=AccuracySection(result.accuracy),
+        latency=_latency_section(result),
+        speedup=result.speedup,
+        memory=MemorySection(dict(result.memory), MEMORY_METHOD),
+        gate=list(result.gate),
+        sensitivity=None if sens_doc is None else SensitivitySection(sens_doc),
+        config=options.config,  # which config set what (absent when none was read)
+    )
+
+
+def _latency_section(result: ValidationResult) -> LatencySection:
+    settings = result.latency_settings
+
+    def by_batch(side: str) -> dict[str, LatencyStats]:
+        return dict(sorted(result.latency.get(side, {}).items(), key=lambda kv: int(kv[0])))
+
+    return LatencySection(settings is not None, settings.describe() if settings else None, settings.to_dict() if settings else None,
+                          by_batch("fp32"), by_batch("int8"), result.speedups())
+
+
+def _model_section(manifest) -> ModelSection:
     spec = manifest.model.get("spec", {})
-    arts = manifest.artifacts
+    return ModelSection(manifest.model.get("source"), manifest.model.get("source_sha256"), spec.get("family"), spec.get("variant"),
+                        spec.get("image_size"), spec.get("num_classes"), manifest.output.get("kind", spec.get("output_kind")))
+
+
+def _quantization_section(q: dict[str, Any]) -> QuantizationSection:
+    return QuantizationSection(q.get("layers_int8"), q.get("layers_total"), q.get("summary_line"), q.get("config"))
+
+
+def _artifact_section(bundle: Path, arts: dict[str, Any]) -> ArtifactSection:
     extra = list(arts.get("extra") or [])
     size = artifact_bytes(bundle, arts.get("model"), extra)
     ref_size = artifact_bytes(bundle, arts.get("reference"), extra)
-    try:
-        versions = backend.versions()
-    except Exception:
-        versions = {}
-    r = result.to_dict()
-    overridden = sorted(k for k, v in options.threshold_overrides.items() if v is not None)
-    q = manifest.quantization or {}
-    doc = {
-        "schema": rpt.SCHEMA,
-        "producer": options.producer,
-        "vitedge_version": __version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "passed": result.passed,
-        "failures": [row.detail for row in result.failures()],
-        "bundle": {"path": bundle_label if bundle_label is not None else str(bundle), "manifest_created": manifest.created,
-                   "manifest_vitedge_version": manifest.vitedge_version},
-        "model": {
-            "source": manifest.model.get("source"), "source_sha256": manifest.model.get("source_sha256"),
-            "family": spec.get("family"), "variant": spec.get("variant"), "image_size": spec.get("image_size"),
-            "num_classes": spec.get("num_classes"), "output_kind": manifest.output.get("kind", spec.get("output_kind")),
-        },
-        "target": {"name": manifest.target.get("name"), "backend": manifest.target.get("backend"),
-                   "precision": manifest.target.get("precision"), "batch_sizes": list(profile.batch_sizes)},
-        "quantization": {"layers_int8": q.get("layers_int8"), "layers_total": q.get("layers_total"),
-                         "summary_line": q.get("summary_line"), "config": q.get("config")},
-        "artifact": {"model": arts.get("model"), "bytes": size, "reference": arts.get("reference"), "reference_bytes": ref_size,
-                     "size_ratio": (ref_size / size) if size and ref_size else None},
-        "runtime": {"backend": manifest.target.get("backend"), "versions": versions, "threads": options.threads,
-                    "platform": platform.platform(), "machine": platform.machine(), "cpu_count": os.cpu_count()},
-        "data": dict(r["data"], role=options.data_role) if options.data_role else r["data"],
-        "thresholds": dict(thresholds.to_dict(), overridden=overridden),
-        "accuracy": r["accuracy"],
-        "latency": r["latency"],
-        "speedup": r["speedup"],
-        "memory": dict(r["memory"], method=MEMORY_METHOD),
-        "gate": r["gate"],
-        "sensitivity": sens_doc,
-        "seconds": 0.0,
-        "plots": [],
-    }
-    if options.config is not None:
-        doc["config"] = options.config  # which config set what (absent when none was read)
-    return doc
+    return ArtifactSection(arts.get("model"), size, arts.get("reference"), ref_size,
+                           (ref_size / size) if size and ref_size else None)
 
+
+def _versions(backend) -> dict[str, str]:
+    try:
+        return backend.versions()
+    except Exception:  # a report without versions beats no report
+        return {}

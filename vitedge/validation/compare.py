@@ -26,6 +26,7 @@ from vitedge.validation.defaults import (
     DEFAULT_MAX_ACCURACY_REGRESSION,
     DEFAULT_MAX_LATENCY_REGRESSION,
 )
+from vitedge.validation.document import LatencySection, ValidationReport
 from vitedge.validation.gate import FAIL, PASS, SKIP, GateRow
 
 
@@ -46,7 +47,7 @@ def parse_fraction(text: str | float, flag: str = "--max-latency-regression") ->
     return value
 
 
-def load_report(path: Path) -> dict[str, Any]:
+def load_report(path: Path) -> ValidationReport:
     """A validation report, checked to be ``vitedge.validation/1`` with the keys compare reads."""
     path = Path(path)
     if not path.is_file():
@@ -68,13 +69,13 @@ def load_report(path: Path) -> dict[str, Any]:
     if problems:
         raise DataError(f"{path} does not follow {rpt.SCHEMA}: {problems[0]}"
                         + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "") + "; a damaged or hand-edited report")
-    return doc
+    return ValidationReport.from_json(doc)
 
 
-def _identity(doc: dict[str, Any]) -> dict[str, Any]:
-    m = doc.get("model", {})
-    return {"model": m.get("source"), "family": m.get("family"), "variant": m.get("variant"),
-            "image_size": m.get("image_size"), "num_classes": m.get("num_classes"), "output_kind": m.get("output_kind")}
+def _identity(report: ValidationReport) -> dict[str, Any]:
+    m = report.model
+    return {"model": m.source, "family": m.family, "variant": m.variant, "image_size": m.image_size,
+            "num_classes": m.num_classes, "output_kind": m.output_kind}
 
 
 @dataclass
@@ -86,6 +87,10 @@ class Comparison:
     @property
     def passed(self) -> bool:
         return all(r.passed for r in self.rows)
+
+    @property
+    def target_name(self) -> str | None:
+        return self.document["target"]["name"]
 
     def failure_line(self) -> str:
         return "regression: " + "; ".join(r.detail for r in self.rows if not r.passed)
@@ -137,70 +142,22 @@ def _row(name: str, old: float | None, new: float | None, change: float | None, 
     return row, {"old": old, "new": new}
 
 
-def compare_reports(old: dict[str, Any], new: dict[str, Any], *, old_path: str = "OLD", new_path: str = "NEW",
+def compare_reports(old: ValidationReport, new: ValidationReport, *, old_path: str = "OLD", new_path: str = "NEW",
                     max_latency_regression: float = DEFAULT_MAX_LATENCY_REGRESSION,
                     max_accuracy_regression: float = DEFAULT_MAX_ACCURACY_REGRESSION,
                     allow_mismatch: bool = False) -> Comparison:
-    warnings: list[str] = []
+    """The regression rows of NEW against OLD: top-1, agreement, INT8 p50 per batch size in common."""
     if max_accuracy_regression < 0:
         raise UsageError(f"--max-accuracy-regression must be 0 or more points, got {max_accuracy_regression}")
-    io, inew = _identity(old), _identity(new)
-    if io != inew:
-        diff = next(k for k in io if io[k] != inew[k])
-        msg = f"the reports are of different models ({diff}: {io[diff]!r} in {old_path} vs {inew[diff]!r} in {new_path})"
-        if not allow_mismatch:
-            raise UsageError(msg + "; compare reports of one model (or pass --allow-mismatch)")
-        warnings.append(msg)
-    to, tn = old["target"].get("name"), new["target"].get("name")
-    if to != tn:
-        msg = f"the reports are of different targets ('{to}' in {old_path} vs '{tn}' in {new_path})"
-        if not allow_mismatch:
-            raise UsageError(msg + "; compare reports of one target (or pass --allow-mismatch)")
-        warnings.append(msg)
-    if old["data"].get("data_hash") != new["data"].get("data_hash"):
-        warnings.append("the reports were validated on different data (data_hash differs): accuracy changes mix model and data")
-
-    rows: list[tuple[GateRow, dict[str, Any]]] = []
-    ao, an = old["accuracy"], new["accuracy"]
-    lim = max_accuracy_regression
-    if ao.get("int8_top1") is not None and an.get("int8_top1") is not None:
-        drop = 100.0 * (ao["int8_top1"] - an["int8_top1"])
-        ok = drop <= lim + 1e-9
-        rows.append(_row("top1_regression", ao["int8_top1"], an["int8_top1"], drop, lim, "points", ok,
-                         f"INT8 top-1 {100 * ao['int8_top1']:.2f}% -> {100 * an['int8_top1']:.2f}%: "
-                         f"{'lost' if drop > 0 else 'gained'} {abs(drop):.3f} points (limit {lim:g})"
-                         + ("" if ok else f", over by {drop - lim:.3f} points")))
-    else:
-        rows.append(_row("top1_regression", ao.get("int8_top1"), an.get("int8_top1"), None, lim, "points", True,
-                         "not checked: a report has no labelled top-1", SKIP))
-    if ao.get("top1_agreement") is not None and an.get("top1_agreement") is not None:
-        drop = 100.0 * (ao["top1_agreement"] - an["top1_agreement"])
-        ok = drop <= lim + 1e-9
-        rows.append(_row("agreement_regression", ao["top1_agreement"], an["top1_agreement"], drop, lim, "points", ok,
-                         f"agreement with FP32 {100 * ao['top1_agreement']:.2f}% -> {100 * an['top1_agreement']:.2f}%: "
-                         f"{'lost' if drop > 0 else 'gained'} {abs(drop):.3f} points (limit {lim:g})"
-                         + ("" if ok else f", over by {drop - lim:.3f} points")))
-    else:
-        rows.append(_row("agreement_regression", None, None, None, lim, "points", True, "not checked: a report has no agreement", SKIP))
-    lo, ln = old["latency"], new["latency"]
-    llim = max_latency_regression
-    if lo.get("measured") and ln.get("measured"):
-        common = sorted(set(lo.get("int8", {})) & set(ln.get("int8", {})), key=int)
-        if not common:
-            rows.append(_row("p50_regression", None, None, None, llim, "%", True, "not checked: no batch size in common", SKIP))
-        for b in common:
-            po, pn = lo["int8"][b]["p50_ms"], ln["int8"][b]["p50_ms"]
-            change = pn / po - 1.0 if po > 0 else 0.0
-            ok = change <= llim + 1e-12
-            r, extra = _row(f"p50_regression_b{b}", po, pn, 100 * change, 100 * llim, "%", ok,
-                            f"INT8 p50 at batch {b} {po:.3f} -> {pn:.3f} ms ({100 * change:+.1f}%, limit +{100 * llim:g}%)"
-                            + ("" if ok else f", over by {100 * (change - llim):.1f} points"))
-            rows.append((r, extra))
-    else:
-        which = "either report" if not lo.get("measured") and not ln.get("measured") else (old_path if not lo.get("measured") else new_path)
-        rows.append(_row("p50_regression", None, None, None, 100 * llim, "%", True, f"not checked: latency not measured in {which}", SKIP))
-
-    gate = [dict(r.to_dict(), **extra) for r, extra in rows]
+    warnings = _mismatches(old, new, old_path, new_path, allow_mismatch)
+    lim, llim = max_accuracy_regression, max_latency_regression
+    rows = [
+        _points_row("top1_regression", "INT8 top-1", old.accuracy.int8_top1, new.accuracy.int8_top1, lim,
+                    "not checked: a report has no labelled top-1", skip_values=True),
+        _points_row("agreement_regression", "agreement with FP32", old.accuracy.top1_agreement, new.accuracy.top1_agreement,
+                    lim, "not checked: a report has no agreement", skip_values=False),
+        *_latency_rows(old.latency, new.latency, llim, old_path, new_path),
+    ]
     doc = {
         "schema": rpt.COMPARE_SCHEMA,
         "producer": "vitedge compare",
@@ -210,15 +167,68 @@ def compare_reports(old: dict[str, Any], new: dict[str, Any], *, old_path: str =
         "failures": [r.detail for r, _ in rows if not r.passed],
         "old": _side(old, old_path),
         "new": _side(new, new_path),
-        "model": inew,
-        "target": {"name": tn, "backend": new["target"].get("backend")},
+        "model": _identity(new),
+        "target": {"name": new.target.name, "backend": new.target.backend},
         "limits": {"max_latency_regression": llim, "max_accuracy_regression": lim},
         "warnings": warnings,
-        "gate": gate,
+        "gate": [dict(r.to_dict(), **extra) for r, extra in rows],
     }
     return Comparison([r for r, _ in rows], doc, warnings)
 
 
-def _side(doc: dict[str, Any], path: str) -> dict[str, Any]:
-    return {"path": path, "schema": doc.get("schema"), "created": doc.get("created"), "vitedge_version": doc.get("vitedge_version"),
-            "data_hash": doc["data"].get("data_hash"), "passed": doc.get("passed")}
+def _mismatches(old: ValidationReport, new: ValidationReport, old_path: str, new_path: str, allow_mismatch: bool) -> list[str]:
+    """Warnings for reports of different models, targets or data; a refusal (exit 2) for the first two unless allowed."""
+    warnings: list[str] = []
+    io, inew = _identity(old), _identity(new)
+    if io != inew:
+        diff = next(k for k in io if io[k] != inew[k])
+        msg = f"the reports are of different models ({diff}: {io[diff]!r} in {old_path} vs {inew[diff]!r} in {new_path})"
+        if not allow_mismatch:
+            raise UsageError(msg + "; compare reports of one model (or pass --allow-mismatch)")
+        warnings.append(msg)
+    to, tn = old.target.name, new.target.name
+    if to != tn:
+        msg = f"the reports are of different targets ('{to}' in {old_path} vs '{tn}' in {new_path})"
+        if not allow_mismatch:
+            raise UsageError(msg + "; compare reports of one target (or pass --allow-mismatch)")
+        warnings.append(msg)
+    if old.data.data_hash != new.data.data_hash:
+        warnings.append("the reports were validated on different data (data_hash differs): accuracy changes mix model and data")
+    return warnings
+
+
+def _points_row(name: str, what: str, old: float | None, new: float | None, lim: float, skip: str, *,
+                skip_values: bool) -> tuple[GateRow, dict[str, Any]]:
+    """A fraction lost since OLD, in points (``skip_values``: a skipped row still shows the values it has)."""
+    if old is None or new is None:
+        return _row(name, old if skip_values else None, new if skip_values else None, None, lim, "points", True, skip, SKIP)
+    drop = 100.0 * (old - new)
+    ok = drop <= lim + 1e-9
+    return _row(name, old, new, drop, lim, "points", ok,
+                f"{what} {100 * old:.2f}% -> {100 * new:.2f}%: {'lost' if drop > 0 else 'gained'} {abs(drop):.3f} points "
+                f"(limit {lim:g})" + ("" if ok else f", over by {drop - lim:.3f} points"))
+
+
+def _latency_rows(lo: LatencySection, ln: LatencySection, llim: float, old_path: str,
+                  new_path: str) -> list[tuple[GateRow, dict[str, Any]]]:
+    """INT8 median latency growth per batch size both reports measured."""
+    if not (lo.measured and ln.measured):
+        which = "either report" if not lo.measured and not ln.measured else (old_path if not lo.measured else new_path)
+        return [_row("p50_regression", None, None, None, 100 * llim, "%", True, f"not checked: latency not measured in {which}", SKIP)]
+    common = sorted(set(lo.int8) & set(ln.int8), key=int)
+    if not common:
+        return [_row("p50_regression", None, None, None, llim, "%", True, "not checked: no batch size in common", SKIP)]
+    rows = []
+    for b in common:
+        po, pn = lo.int8[b].p50_ms, ln.int8[b].p50_ms
+        change = pn / po - 1.0 if po > 0 else 0.0
+        ok = change <= llim + 1e-12
+        rows.append(_row(f"p50_regression_b{b}", po, pn, 100 * change, 100 * llim, "%", ok,
+                         f"INT8 p50 at batch {b} {po:.3f} -> {pn:.3f} ms ({100 * change:+.1f}%, limit +{100 * llim:g}%)"
+                         + ("" if ok else f", over by {100 * (change - llim):.1f} points")))
+    return rows
+
+
+def _side(report: ValidationReport, path: str) -> dict[str, Any]:
+    return {"path": path, "schema": report.schema, "created": report.created, "vitedge_version": report.vitedge_version,
+            "data_hash": report.data.data_hash, "passed": report.passed}

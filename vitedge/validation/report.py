@@ -22,6 +22,7 @@ import numpy as np
 
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_output_dir, atomic_write_path
+from vitedge.validation.document import AccuracySection, LatencySection, SensitivitySection, ValidationReport
 
 SCHEMA = "vitedge.validation/1"
 COMPARE_SCHEMA = "vitedge.comparison/1"
@@ -86,75 +87,95 @@ def check_validation_document(doc: Any) -> list[str]:
     problems: list[str] = []
     if doc.get("schema") != SCHEMA:
         problems.append(f"schema is {doc.get('schema')!r}, expected {SCHEMA!r}")
-
-    def need(where: str, obj: Any, keys: tuple[str, ...]) -> None:
-        if not isinstance(obj, dict):
-            problems.append(f"{where or 'document'} is not an object")
-            return
-        problems.extend(f"{where + '.' if where else ''}{k} is missing" for k in keys if k not in obj)
-
     for section, keys in VALIDATION_KEYS.items():
         if section == "gate[]":
-            rows = doc.get("gate")
-            if not isinstance(rows, list):
-                problems.append("gate is not a list")
-                continue
-            for i, row in enumerate(rows):
-                need(f"gate[{i}]", row, keys)
-                if isinstance(row, dict) and row.get("status") not in STATUSES:
-                    problems.append(f"gate[{i}].status is {row.get('status')!r}")
-            names = [r.get("name") for r in rows if isinstance(r, dict)]
-            embedding = (doc.get("accuracy") or {}).get("output_kind") == "embedding"
-            base = list(GATE_NAMES[:2]) + (list(EMBEDDING_GATE_NAMES[:2]) if embedding else [])
-            optional_nn = ([], ["min_nn_agreement"]) if embedding else ([],)
-            allowed = [base + nn + ["min_speedup"] + p99 for nn in optional_nn for p99 in ([], ["max_p99_ms"])]
-            if names not in allowed:
-                problems.append(f"gate rows are {names}, expected {base + list(GATE_NAMES[2:3])} (and max_p99_ms when set)")
-        elif section:
-            if section in doc:
-                need(section, doc[section], keys)
-        else:
-            need("", doc, keys)
-    def numbers(where: str, obj: Any, keys: tuple[str, ...]) -> None:
-        if isinstance(obj, dict):
-            problems.extend(f"{where}.{k} is {obj[k]!r}, not a number" for k in keys
-                            if obj.get(k) is not None and (isinstance(obj[k], bool) or not isinstance(obj[k], (int, float))))
+            problems += _gate_problems(doc, keys)
+        elif not section:
+            problems += _missing("", doc, keys)
+        elif section in doc:
+            problems += _missing(section, doc[section], keys)
+    problems += _number_problems(doc)
+    problems += [f"{section} is not an object" for section in ("data", "target", "latency", "accuracy", "thresholds")
+                 if section in doc and not isinstance(doc[section], dict)]
+    problems += _conditional_problems(doc)
+    if doc.get("passed") is not None and isinstance(doc.get("gate"), list):
+        if bool(doc["passed"]) != all(r.get("status") != "fail" for r in doc["gate"] if isinstance(r, dict)):
+            problems.append("passed disagrees with the gate rows")
+    return problems
 
+
+def _missing(where: str, obj: Any, keys: tuple[str, ...]) -> list[str]:
+    if not isinstance(obj, dict):
+        return [f"{where or 'document'} is not an object"]
+    return [f"{where + '.' if where else ''}{k} is missing" for k in keys if k not in obj]
+
+
+def _not_numbers(where: str, obj: Any, keys: tuple[str, ...]) -> list[str]:
+    if not isinstance(obj, dict):
+        return []
+    return [f"{where}.{k} is {obj[k]!r}, not a number" for k in keys
+            if obj.get(k) is not None and (isinstance(obj[k], bool) or not isinstance(obj[k], (int, float)))]
+
+
+def _gate_problems(doc: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    """Each gate row's keys and status, and the rows in the order the gate writes them."""
+    rows = doc.get("gate")
+    if not isinstance(rows, list):
+        return ["gate is not a list"]
+    problems: list[str] = []
+    for i, row in enumerate(rows):
+        problems += _missing(f"gate[{i}]", row, keys)
+        if isinstance(row, dict) and row.get("status") not in STATUSES:
+            problems.append(f"gate[{i}].status is {row.get('status')!r}")
+    names = [r.get("name") for r in rows if isinstance(r, dict)]
     acc = doc.get("accuracy")
-    numbers("accuracy", acc, LOGIT_KEYS + LABEL_KEYS + EMBEDDING_KEYS + ("top1_agreement",))
-    numbers("document", doc, ("speedup",))
+    embedding = isinstance(acc, dict) and acc.get("output_kind") == "embedding"
+    base = list(GATE_NAMES[:2]) + (list(EMBEDDING_GATE_NAMES[:2]) if embedding else [])
+    optional_nn = ([], ["min_nn_agreement"]) if embedding else ([],)
+    allowed = [base + nn + ["min_speedup"] + p99 for nn in optional_nn for p99 in ([], ["max_p99_ms"])]
+    if names not in allowed:
+        problems.append(f"gate rows are {names}, expected {base + list(GATE_NAMES[2:3])} (and max_p99_ms when set)")
+    return problems
+
+
+def _number_problems(doc: dict[str, Any]) -> list[str]:
+    """Figures that are not numbers: accuracy, speedup, each latency row."""
+    problems = _not_numbers("accuracy", doc.get("accuracy"), LOGIT_KEYS + LABEL_KEYS + EMBEDDING_KEYS + ("top1_agreement",))
+    problems += _not_numbers("document", doc, ("speedup",))
     for name in ("fp32", "int8"):
         lat_side = (doc.get("latency") or {}).get(name) if isinstance(doc.get("latency"), dict) else None
         if isinstance(lat_side, dict):
             for b, stats in lat_side.items():
-                numbers(f"latency.{name}.{b}", stats, LATENCY_STATS_KEYS[:-1])
+                problems += _not_numbers(f"latency.{name}.{b}", stats, LATENCY_STATS_KEYS[:-1])
         elif lat_side is not None:
             problems.append(f"latency.{name} is not an object")
-    for section in ("data", "target", "latency", "accuracy", "thresholds"):
-        if section in doc and not isinstance(doc[section], dict):
-            problems.append(f"{section} is not an object")
+    return problems
+
+
+def _conditional_problems(doc: dict[str, Any]) -> list[str]:
+    """The keys a section must have given what ran: per model kind, with labels, measured latency, sensitivity."""
+    problems: list[str] = []
+    acc = doc.get("accuracy")
     if isinstance(acc, dict):
         if acc.get("output_kind") == "embedding":
-            need("accuracy", acc, EMBEDDING_KEYS[:2])
+            problems += _missing("accuracy", acc, EMBEDDING_KEYS[:2])
         else:
-            need("accuracy", acc, LOGIT_KEYS)
+            problems += _missing("accuracy", acc, LOGIT_KEYS)
             if acc.get("labeled"):
-                need("accuracy", acc, LABEL_KEYS)
+                problems += _missing("accuracy", acc, LABEL_KEYS)
     lat = doc.get("latency")
     if isinstance(lat, dict) and lat.get("measured"):
         for name in ("fp32", "int8"):
-            for b, stats in (lat.get(name) or {}).items():
-                need(f"latency.{name}.{b}", stats, LATENCY_STATS_KEYS)
-        if "1" not in (lat.get("int8") or {}):
+            side = lat.get(name)
+            for b, stats in (side.items() if isinstance(side, dict) else ()):  # not an object: said by _number_problems
+                problems += _missing(f"latency.{name}.{b}", stats, LATENCY_STATS_KEYS)
+        if not isinstance(lat.get("int8"), dict) or "1" not in lat["int8"]:
             problems.append("latency.int8 has no batch 1")
     sens = doc.get("sensitivity")
     if isinstance(sens, dict) and "error" not in sens:
-        need("sensitivity", sens, SENSITIVITY_KEYS)
+        problems += _missing("sensitivity", sens, SENSITIVITY_KEYS)
         for i, layer in enumerate(sens.get("layers") or []):
-            need(f"sensitivity.layers[{i}]", layer, SENSITIVITY_LAYER_KEYS)
-    if doc.get("passed") is not None and isinstance(doc.get("gate"), list):
-        if bool(doc["passed"]) != all(r.get("status") != "fail" for r in doc["gate"] if isinstance(r, dict)):
-            problems.append("passed disagrees with the gate rows")
+            problems += _missing(f"sensitivity.layers[{i}]", layer, SENSITIVITY_LAYER_KEYS)
     return problems
 
 
@@ -175,28 +196,22 @@ def _mb(v: Any) -> str:
     return "–" if v is None else f"{v / 1e6:.2f} MB"
 
 
-def _value(row: dict[str, Any]) -> str:
-    v, unit = row.get("value"), row.get("unit", "")
+def _value(row: dict[str, Any], key: str = "value") -> str:
+    """A gate row's ``value`` (or ``limit``) in its unit; a measured value shows decimals, a limit as given."""
+    v, unit = row.get(key), row.get("unit", "")
     if v is None:
         return "–"
     if unit == "fraction":
         return _pct(v)
     if unit == "x":
-        return f"{v:.2f}x"
-    if unit == "%":
+        return f"{v:.2f}x" if key == "value" else f"{v:g}x"
+    if unit == "%" and key == "value":
         return f"{v:+.1f}%"
-    return f"{v:.3f} {unit}".strip()
+    return (f"{v:.3f} {unit}" if key == "value" else f"{v:g} {unit}").strip()
 
 
 def _limit(row: dict[str, Any]) -> str:
-    v, unit = row.get("limit"), row.get("unit", "")
-    if v is None:
-        return "–"
-    if unit == "fraction":
-        return _pct(v)
-    if unit == "x":
-        return f"{v:g}x"
-    return f"{v:g} {unit}".strip()
+    return _value(row, "limit")
 
 
 _BADGE = {"pass": "✅ pass", "fail": "❌ **fail**", "skip": "⏭️ skip"}
@@ -212,96 +227,115 @@ def gate_table(rows: list[dict[str, Any]]) -> list[str]:
 # --------------------------------------------------------------------------- validation Markdown
 
 
-def validation_markdown(doc: dict[str, Any], *, heading: str = "##", plots: Iterable[str] = ()) -> str:
-    target, model, data = doc["target"], doc["model"], doc["data"]
-    verdict = "✅ PASS" if doc["passed"] else "❌ FAIL"
-    art = doc["artifact"]
-    rt = doc["runtime"]
-    lines = [
-        f"{heading} {verdict}: vitedge {doc['producer'].split()[-1]} `{target['name']}` ({target['backend']}, {target['precision']})",
-        "",
-        f"`{model['source']}` ({model['family']} {model['variant']}, {model['image_size'][0]}x{model['image_size'][1]}, "
-        f"{model['output_kind']}) as `{art['model']}` on {rt['backend']} {rt['versions'].get(rt['backend'], '')}".rstrip()
-        + f"; {data['items']} {'labelled ' if data['labeled'] else ''}inputs from `{data['path']}`"
-        + (" (the calibration images, not held-out data)." if data.get("role") == "calibration" else "."),
-        "",
-    ]
-    lines += [f"> **WARNING:** {w}\n" for w in (doc.get("accuracy") or {}).get("warnings") or ()]
-    reused = [what for what, key in (("FP32 reference", "reference"), ("INT8 artifact", "int8_outputs"))
-              if (data.get(key) or {}).get("cache") == "hit"]
-    if reused:
-        lines += [f"Outputs reused from the validation cache (the same graph bytes, data, runtime, settings and CPU ran "
-                  f"before; `--no-int8-cache` / `--no-reference-cache` run them): {', '.join(reused)}.", ""]
-    if not doc["passed"]:
-        lines += ["**Failed:** " + "; ".join(doc["failures"]), ""]
-    lines += gate_table(doc["gate"]) + [""]
-    lines += [f"**Note:** {note}" for note in (doc["thresholds"].get("notes") or [])] + ([""] if doc["thresholds"].get("notes") else [])
-    acc = doc["accuracy"]
-    lines += [f"{heading}# Accuracy (INT8 vs FP32, same runtime, same inputs)", "", "| metric | FP32 | INT8 |", "|---|---|---|"]
-    if acc.get("output_kind") == "embedding":
-        lines += [
-            f"| embedding cosine, mean | | {_num(acc.get('embedding_cosine_mean'), '.5f')} |",
-            f"| embedding cosine, p{acc.get('embedding_cosine_low_percentile', 5):g} | | {_num(acc.get('embedding_cosine_low'), '.5f')} |",
-            f"| embedding cosine, worst 1% | | {_num(acc.get('embedding_cosine_worst1pct'), '.5f')} |",
-            f"| nearest-neighbour agreement | | {_pct(acc.get('nn_agreement'))} |",
-        ]
-    else:
-        if acc.get("fp32_top1") is not None:
-            lines += [f"| top-1 | {_pct(acc['fp32_top1'])} | {_pct(acc['int8_top1'])} |",
-                      f"| top-5 | {_pct(acc['fp32_top5'])} | {_pct(acc['int8_top5'])} |"]
-        lines += [
-            f"| top-1 agreement with FP32 | | {_pct(acc.get('top1_agreement'))} |",
-            f"| logit cosine, mean / min | | {_num(acc.get('logit_cosine_mean'), '.5f')} / {_num(acc.get('logit_cosine_min'), '.5f')} |",
-            f"| logit abs error, mean / max | | {_num(acc.get('logit_abs_error_mean'), '.4f')} / {_num(acc.get('logit_abs_error_max'), '.4f')} |",
-            f"| softmax KL(FP32 ‖ INT8), mean | | {_num(acc.get('softmax_kl_mean'), '.2e')} |",
-        ]
-    lines.append("")
-    lat = doc["latency"]
-    lines.append(f"{heading}# Latency")
-    lines.append("")
-    if lat.get("measured"):
-        lines += ["| batch | FP32 p50 ms | INT8 p50 ms | INT8 p90 ms | INT8 p99 ms | INT8 img/s | speedup | iterations | stable |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for b, s in lat["int8"].items():
-            f = lat["fp32"].get(b, {})
-            stable = "yes" if s.get("stable") and f.get("stable") else "no"
-            lines.append(f"| {b} | {_num(f.get('p50_ms'))} | {_num(s['p50_ms'])} | {_num(s['p90_ms'])} | {_num(s['p99_ms'])} | "
-                         f"{_num(s['throughput'], '.1f')} | {_num(lat['speedup'].get(b), '.2f')}x | {s['iterations']} | {stable} |")
-        lines += ["", f"<sub>{lat['method']}</sub>"]
-        if lat.get("measured_on"):  # a sharded run (vitedge.distributed): one worker timed alone
-            lines += ["", f"Measured on {lat['measured_on']}, alone (no other shard running)."]
-    else:
-        lines.append("Not measured (--no-latency).")
-    mem = doc.get("memory", {})
-    lines += ["", f"Artifact {_mb(art.get('bytes'))} on disk (FP32 reference {_mb(art.get('reference_bytes'))}"
-              + (f", {art['size_ratio']:.2f}x smaller" if art.get("size_ratio") else "") + f"); peak RSS {_mb(mem.get('peak_rss_bytes'))}.", ""]
-    sens = doc.get("sensitivity")
-    if sens and sens.get("layers"):
-        metric = sens["metric"]
-        top = sens["layers"][:10]
-        lines += [f"{heading}# Most sensitive layers", "",
-                  f"Each INT8 layer quantized alone (every other layer in float), {sens['samples']} inputs, run on "
-                  f"{sens['runtime']} whatever the target's backend; ranked by `{metric}` against FP32. "
-                  f"Float twin vs FP32 (noise floor): {_num(sens['baseline'].get(metric), '.2e')}; "
-                  f"whole INT8 graph: {_num(sens['full'].get(metric), '.2e')}.", ""]
-        cols = ["kl", "top1_flip_rate", "mse"] if sens["output_kind"] != "embedding" else ["one_minus_cosine", "mse"]
-        lines += ["| rank | layer | kind | " + " | ".join(cols) + " |", "|---|---|---|" + "---|" * len(cols)]
-        for r in top:
-            vals = " | ".join(_pct(r[c], 1) if c == "top1_flip_rate" else _num(r[c], ".2e") for c in cols)
-            lines.append(f"| {r['rank']} | `{r['name']}` | {r['kind']} | {vals} |")
-        if len(sens["layers"]) > len(top):
-            lines.append(f"\n{len(sens['layers']) - len(top)} more layers in validation.json.")
-        lines.append("")
-    elif sens and sens.get("error"):
-        lines += [f"Sensitivity not computed: {sens['error']}", ""]
-    dist = doc.get("distributed")
-    if dist:
-        lines += [f"Accuracy sharded over {dist['shards']} Ray tasks on {len(dist['nodes'])} node(s); "
+def validation_markdown(doc: ValidationReport | dict[str, Any], *, heading: str = "##", plots: Iterable[str] = ()) -> str:
+    """summary.md (and the validation part of report.md): the verdict, the gate, accuracy, latency, sensitivity."""
+    report = doc if isinstance(doc, ValidationReport) else ValidationReport.from_json(doc)
+    lines = _md_heading(report, heading)
+    lines += _md_gate(report)
+    lines += _md_accuracy(report.accuracy, heading)
+    lines += _md_latency(report.latency, heading)
+    lines += _md_size(report)
+    lines += _md_sensitivity(report.sensitivity, heading)
+    if report.distributed:
+        lines += [f"Accuracy sharded over {report.distributed['shards']} Ray tasks on {len(report.distributed['nodes'])} node(s); "
                   f"every metric computed on the driver from the merged per-sample outputs.", ""]
     plots = list(plots)
     if plots:
         lines += ["Plots: " + ", ".join(f"`{p}`" for p in plots), ""]
     return "\n".join(lines)
+
+
+def _md_heading(r: ValidationReport, heading: str) -> list[str]:
+    """The verdict line, what ran on what, FP32's warnings and which outputs the cache gave."""
+    target, model, data, rt = r.target, r.model, r.data, r.runtime
+    lines = [
+        f"{heading} {'✅ PASS' if r.passed else '❌ FAIL'}: vitedge {r.producer.split()[-1]} `{target.name}` ({target.backend}, {target.precision})",
+        "",
+        f"`{model.source}` ({model.family} {model.variant}, {model.image_size[0]}x{model.image_size[1]}, "
+        f"{model.output_kind}) as `{r.artifact.model}` on {rt.backend} {rt.versions.get(rt.backend, '')}".rstrip()
+        + f"; {data.items} {'labelled ' if data.labeled else ''}inputs from `{data.path}`"
+        + (" (the calibration images, not held-out data)." if data.role == "calibration" else "."),
+        "",
+    ]
+    lines += [f"> **WARNING:** {w}\n" for w in r.accuracy.warnings]
+    reused = [what for what, key in (("FP32 reference", "reference"), ("INT8 artifact", "int8_outputs")) if data.cache_hit(key)]
+    if reused:
+        lines += [f"Outputs reused from the validation cache (the same graph bytes, data, runtime, settings and CPU ran "
+                  f"before; `--no-int8-cache` / `--no-reference-cache` run them): {', '.join(reused)}.", ""]
+    return lines
+
+
+def _md_gate(r: ValidationReport) -> list[str]:
+    lines = [] if r.passed else ["**Failed:** " + "; ".join(r.failures), ""]
+    lines += gate_table([row.to_dict() for row in r.gate]) + [""]
+    notes = r.thresholds.notes or []
+    return lines + [f"**Note:** {note}" for note in notes] + ([""] if notes else [])
+
+
+def _md_accuracy(acc: AccuracySection, heading: str) -> list[str]:
+    lines = [f"{heading}# Accuracy (INT8 vs FP32, same runtime, same inputs)", "", "| metric | FP32 | INT8 |", "|---|---|---|"]
+    if acc.is_embedding:
+        lines += [
+            f"| embedding cosine, mean | | {_num(acc.embedding_cosine_mean, '.5f')} |",
+            f"| embedding cosine, p{acc.get('embedding_cosine_low_percentile', 5):g} | | {_num(acc.embedding_cosine_low, '.5f')} |",
+            f"| embedding cosine, worst 1% | | {_num(acc.embedding_cosine_worst1pct, '.5f')} |",
+            f"| nearest-neighbour agreement | | {_pct(acc.nn_agreement)} |",
+        ]
+    else:
+        if acc.fp32_top1 is not None:
+            lines += [f"| top-1 | {_pct(acc.fp32_top1)} | {_pct(acc.int8_top1)} |",
+                      f"| top-5 | {_pct(acc.fp32_top5)} | {_pct(acc.int8_top5)} |"]
+        lines += [
+            f"| top-1 agreement with FP32 | | {_pct(acc.top1_agreement)} |",
+            f"| logit cosine, mean / min | | {_num(acc.logit_cosine_mean, '.5f')} / {_num(acc.logit_cosine_min, '.5f')} |",
+            f"| logit abs error, mean / max | | {_num(acc.logit_abs_error_mean, '.4f')} / {_num(acc.logit_abs_error_max, '.4f')} |",
+            f"| softmax KL(FP32 ‖ INT8), mean | | {_num(acc.softmax_kl_mean, '.2e')} |",
+        ]
+    return lines + [""]
+
+
+def _md_latency(lat: LatencySection, heading: str) -> list[str]:
+    lines = [f"{heading}# Latency", ""]
+    if not lat.measured:
+        return lines + ["Not measured (--no-latency)."]
+    lines += ["| batch | FP32 p50 ms | INT8 p50 ms | INT8 p90 ms | INT8 p99 ms | INT8 img/s | speedup | iterations | stable |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for b, s in lat.int8.items():
+        f = lat.fp32.get(b)
+        stable = "yes" if s.stable and f is not None and f.stable else "no"
+        lines.append(f"| {b} | {_num(f.p50_ms if f else None)} | {_num(s.p50_ms)} | {_num(s.p90_ms)} | {_num(s.p99_ms)} | "
+                     f"{_num(s.throughput, '.1f')} | {_num(lat.speedup.get(b), '.2f')}x | {s.iterations} | {stable} |")
+    lines += ["", f"<sub>{lat.method}</sub>"]
+    if lat.measured_on:  # a sharded run (vitedge.distributed): one worker timed alone
+        lines += ["", f"Measured on {lat.measured_on}, alone (no other shard running)."]
+    return lines
+
+
+def _md_size(r: ValidationReport) -> list[str]:
+    art = r.artifact
+    return ["", f"Artifact {_mb(art.bytes)} on disk (FP32 reference {_mb(art.reference_bytes)}"
+            + (f", {art.size_ratio:.2f}x smaller" if art.size_ratio else "") + f"); peak RSS {_mb(r.memory.peak_rss_bytes)}.", ""]
+
+
+def _md_sensitivity(sens: SensitivitySection | None, heading: str) -> list[str]:
+    if sens is None:
+        return []
+    if not sens.layers:
+        return [f"Sensitivity not computed: {sens.error}", ""] if sens.error else []
+    metric, top = sens.metric, sens.layers[:10]
+    lines = [f"{heading}# Most sensitive layers", "",
+             f"Each INT8 layer quantized alone (every other layer in float), {sens.samples} inputs, run on "
+             f"{sens.runtime} whatever the target's backend; ranked by `{metric}` against FP32. "
+             f"Float twin vs FP32 (noise floor): {_num(sens.baseline.get(metric), '.2e')}; "
+             f"whole INT8 graph: {_num(sens.full.get(metric), '.2e')}.", ""]
+    cols = ["kl", "top1_flip_rate", "mse"] if sens.output_kind != "embedding" else ["one_minus_cosine", "mse"]
+    lines += ["| rank | layer | kind | " + " | ".join(cols) + " |", "|---|---|---|" + "---|" * len(cols)]
+    for r in top:
+        vals = " | ".join(_pct(r[c], 1) if c == "top1_flip_rate" else _num(r[c], ".2e") for c in cols)
+        lines.append(f"| {r['rank']} | `{r['name']}` | {r['kind']} | {vals} |")
+    if len(sens.layers) > len(top):
+        lines.append(f"\n{len(sens.layers) - len(top)} more layers in validation.json.")
+    return lines + [""]
 
 
 # --------------------------------------------------------------------------- JUnit
@@ -331,11 +365,11 @@ def junit_xml(suite: str, classname: str, rows: list[dict[str, Any]], properties
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
 
-def validation_junit(doc: dict[str, Any]) -> str:
-    t = doc["target"]["name"]
-    props = {"schema": doc["schema"], "model": doc["model"]["source"], "target": t, "backend": doc["target"]["backend"],
-             "data_hash": doc["data"]["data_hash"], "vitedge_version": doc["vitedge_version"]}
-    return junit_xml(f"vitedge.validate.{t}", f"vitedge.gate.{t}", doc["gate"], props, doc.get("seconds", 0.0))
+def validation_junit(report: ValidationReport) -> str:
+    t = report.target.name
+    props = {"schema": report.schema, "model": report.model.source, "target": t, "backend": report.target.backend,
+             "data_hash": report.data.data_hash, "vitedge_version": report.vitedge_version}
+    return junit_xml(f"vitedge.validate.{t}", f"vitedge.gate.{t}", [r.to_dict() for r in report.gate], props, report.seconds)
 
 
 # --------------------------------------------------------------------------- plots

@@ -55,6 +55,9 @@ THRESHOLD_NAMES = ("max_top1_drop", "min_agreement", "min_embedding_cosine", "mi
 
 @dataclass
 class ValidationResult:
+    """What one validation measured, and its gate. ``validation.bundle`` turns it into the typed
+    document (``validation.document.ValidationReport``), which has the one JSON serializer."""
+
     accuracy: dict[str, Any]
     latency: dict[str, dict[str, LatencyStats]]  # "fp32"/"int8" -> batch (str) -> stats
     speedup: float | None  # FP32 p50 / INT8 p50 at batch 1
@@ -85,103 +88,96 @@ class ValidationResult:
         s = self.latency.get("int8", {}).get("1")
         return None if s is None else s.p99_ms
 
-    def latency_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"measured": self.latency_settings is not None}
-        if self.latency_settings is not None:
-            out["method"] = self.latency_settings.describe()
-            out["settings"] = self.latency_settings.to_dict()
-        for name in ("fp32", "int8"):
-            out[name] = {b: s.to_dict() for b, s in sorted(self.latency.get(name, {}).items(), key=lambda kv: int(kv[0]))}
-        out["speedup"] = self.speedups()
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "passed": self.passed,
-            "accuracy": self.accuracy,
-            "latency": self.latency_dict(),
-            "speedup": self.speedup,
-            "memory": self.memory,
-            "gate": [r.to_dict() for r in self.gate],
-            "data": self.data,
-        }
-
 
 def evaluate_gate(accuracy: dict[str, Any], speedup: float | None, p99_ms: float | None, t: Thresholds) -> list[GateRow]:
     """One row per threshold, in THRESHOLD_NAMES order; max_p99_ms only when a limit is set (it has no
     default). A threshold that cannot be checked here (no labels, latency not measured) is skipped."""
-    rows: list[GateRow] = []
-    drop = accuracy.get("top1_drop_points")
-    drop_failed = False
-    if drop is not None:
-        over = drop - t.max_top1_drop
-        ok = over <= 1e-9
-        ci = accuracy.get("top1_drop_ci_points")
-        text = (f"top-1 {100 * accuracy['int8_top1']:.2f}% vs FP32 {100 * accuracy['fp32_top1']:.2f}%: "
-                f"drop {drop:.3f} points (limit {t.max_top1_drop:g})")
-        if ok:
-            detail = text + (f", {_ci_text(accuracy)}" if ci else "")
-        elif ci and t.drop_confidence > 0 and drop_within_noise(accuracy, t.max_top1_drop):
-            ok = True
-            detail = f"{text}: within noise, {_ci_text(accuracy)} reaches the limit"
-        else:
-            detail = text + f", over by {over:.3f} points" + (f"; {_ci_text(accuracy)} lies above the limit: a real loss" if ci else "")
-        drop_failed = not ok
-        rows.append(GateRow("max_top1_drop", drop, t.max_top1_drop, ok, detail, PASS if ok else FAIL, "points", over))
+    drop = _drop_row(accuracy, t)
+    if accuracy.get("output_kind") == "embedding":
+        middle = [agreement_skip_row(t), *embedding_rows(accuracy, t)]
     else:
+        middle = [_agreement_row(accuracy, t, drop_failed=not drop.passed)]
+    return [drop, *middle, *_speed_rows(speedup, p99_ms, t)]
+
+
+def _drop_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
+    """max_top1_drop: fails only when the paired test says the loss is real (docs/gate.md)."""
+    drop = accuracy.get("top1_drop_points")
+    if drop is None:
         why = "an embedding model has no top-1" if accuracy.get("output_kind") == "embedding" else "the data has no labels"
-        rows.append(GateRow("max_top1_drop", None, t.max_top1_drop, True, f"not checked: {why}", SKIP, "points"))
+        return GateRow("max_top1_drop", None, t.max_top1_drop, True, f"not checked: {why}", SKIP, "points")
+    over = drop - t.max_top1_drop
+    ok = over <= 1e-9
+    ci = accuracy.get("top1_drop_ci_points")
+    text = (f"top-1 {100 * accuracy['int8_top1']:.2f}% vs FP32 {100 * accuracy['fp32_top1']:.2f}%: "
+            f"drop {drop:.3f} points (limit {t.max_top1_drop:g})")
+    if ok:
+        detail = text + (f", {_ci_text(accuracy)}" if ci else "")
+    elif ci and t.drop_confidence > 0 and drop_within_noise(accuracy, t.max_top1_drop):
+        ok = True
+        detail = f"{text}: within noise, {_ci_text(accuracy)} reaches the limit"
+    else:
+        detail = text + f", over by {over:.3f} points" + (f"; {_ci_text(accuracy)} lies above the limit: a real loss" if ci else "")
+    return GateRow("max_top1_drop", drop, t.max_top1_drop, ok, detail, PASS if ok else FAIL, "points", over)
+
+
+def _agreement_row(accuracy: dict[str, Any], t: Thresholds, *, drop_failed: bool) -> GateRow:
+    """min_agreement of a classifier: flips the labels show cost nothing, or near-ties, are excused (docs/gate.md)."""
     agree = accuracy.get("top1_agreement")
     what = "top-1 agreement with FP32"
-    if accuracy.get("output_kind") == "embedding":
+    if agree is None:
+        return GateRow("min_agreement", None, t.min_agreement, True, f"not checked: {what} needs at least 2 samples",
+                       SKIP, "fraction")
+    short = t.min_agreement - agree
+    ok = short <= 1e-12
+    detail = f"{what} {100 * agree:.2f}% (limit {100 * t.min_agreement:.2f}%)"
+    decisive = accuracy.get("decisive_agreement")
+    # with labels, the paired test of the drop is the evidence; without, FP32's margins are
+    labelled = accuracy.get("top1_drop_points") is not None and bool(accuracy.get("top1_drop_ci_points")) and t.drop_confidence > 0
+    probe = accuracy.get("fp32_preprocessing_probe") or {}
+    if not ok and t.near_tie_margin > 0 and probe.get("suspect"):  # flips on inputs FP32 was not trained for
+        detail += f", short by {100 * short:.3f} points; not excused as near-ties: {probe_text(probe)}"
+    elif not ok and t.near_tie_margin > 0 and labelled and not drop_failed:
+        ok = True
+        detail += f": the flips cost no top-1 the labels can show ({_ci_text(accuracy)})"
+        if decisive is not None:
+            detail += f"; {_decisive_text(accuracy)}"
+    elif not ok and t.near_tie_margin > 0 and not labelled and agreement_is_near_tie_noise(accuracy, t.min_agreement):
+        ok = True
+        detail += f": the flips beyond it are near-ties, {_decisive_text(accuracy)}"
+    elif not ok:
+        detail += f", short by {100 * short:.3f} points" + _real_loss_text(accuracy, t, labelled)
+    return GateRow("min_agreement", agree, t.min_agreement, ok, detail, PASS if ok else FAIL, "fraction", short)
 
-        rows += [agreement_skip_row(t), *embedding_rows(accuracy, t)]
-    elif agree is not None:
-        short = t.min_agreement - agree
-        ok = short <= 1e-12
-        detail = f"{what} {100 * agree:.2f}% (limit {100 * t.min_agreement:.2f}%)"
-        decisive = accuracy.get("decisive_agreement")
-        # with labels, the paired test of the drop is the evidence; without, FP32's margins are
-        labelled = drop is not None and bool(accuracy.get("top1_drop_ci_points")) and t.drop_confidence > 0
-        probe = accuracy.get("fp32_preprocessing_probe") or {}
-        if not ok and t.near_tie_margin > 0 and probe.get("suspect"):  # flips on inputs FP32 was not trained for
-            detail += f", short by {100 * short:.3f} points; not excused as near-ties: {probe_text(probe)}"
-        elif not ok and t.near_tie_margin > 0 and labelled and not drop_failed:
-            ok = True
-            detail += f": the flips cost no top-1 the labels can show ({_ci_text(accuracy)})"
-            if decisive is not None:
-                detail += f"; {_decisive_text(accuracy)}"
-        elif not ok and t.near_tie_margin > 0 and not labelled and agreement_is_near_tie_noise(accuracy, t.min_agreement):
-            ok = True
-            detail += f": the flips beyond it are near-ties, {_decisive_text(accuracy)}"
-        elif not ok:
-            detail += f", short by {100 * short:.3f} points"
-            if t.near_tie_margin > 0 and labelled:
-                detail += f"; the labelled top-1 drop is a real loss ({_ci_text(accuracy)})"
-            elif t.near_tie_margin > 0 and decisive is not None:
-                if accuracy.get("decisive_samples", 0) < MIN_DECISIVE:
-                    detail += (f"; FP32 is decisive on only {accuracy['decisive_samples']} images (fewer than {MIN_DECISIVE}): "
-                               "too few to tell near-tie flips from loss")
-                else:
-                    detail += f"; {_decisive_text(accuracy)}: a real loss"
-        rows.append(GateRow("min_agreement", agree, t.min_agreement, ok, detail, PASS if ok else FAIL, "fraction", short))
-    else:
-        rows.append(GateRow("min_agreement", None, t.min_agreement, True, f"not checked: {what} needs at least 2 samples",
-                            SKIP, "fraction"))
+
+def _real_loss_text(accuracy: dict[str, Any], t: Thresholds, labelled: bool) -> str:
+    """Why failed agreement is a real loss: the labelled drop, or FP32's decisive images (when there are enough)."""
+    if t.near_tie_margin <= 0:
+        return ""
+    if labelled:
+        return f"; the labelled top-1 drop is a real loss ({_ci_text(accuracy)})"
+    if accuracy.get("decisive_agreement") is None:
+        return ""
+    if accuracy.get("decisive_samples", 0) < MIN_DECISIVE:
+        return (f"; FP32 is decisive on only {accuracy['decisive_samples']} images (fewer than {MIN_DECISIVE}): "
+                "too few to tell near-tie flips from loss")
+    return f"; {_decisive_text(accuracy)}: a real loss"
+
+
+def _speed_rows(speedup: float | None, p99_ms: float | None, t: Thresholds) -> list[GateRow]:
+    """min_speedup (the floor of this CPU), and max_p99_ms when a limit is set."""
     floor, where = t.speedup_floor()
     if speedup is not None:
         short = floor - speedup
         ok = short <= 0
-        rows.append(GateRow("min_speedup", speedup, floor, ok,
-                            f"speedup over FP32 {speedup:.2f}x at batch 1 (limit {floor:g}x{where})"
-                            + ("" if ok else f", short by {short:.2f}x"), PASS if ok else FAIL, "x", short))
+        rows = [GateRow("min_speedup", speedup, floor, ok, f"speedup over FP32 {speedup:.2f}x at batch 1 (limit {floor:g}x{where})"
+                        + ("" if ok else f", short by {short:.2f}x"), PASS if ok else FAIL, "x", short)]
     else:
-        rows.append(GateRow("min_speedup", None, floor, True, "not checked: latency not measured", SKIP, "x"))
+        rows = [GateRow("min_speedup", None, floor, True, "not checked: latency not measured", SKIP, "x")]
     if t.max_p99_ms is not None and p99_ms is not None:
         over = p99_ms - t.max_p99_ms
         ok = over <= 0
-        rows.append(GateRow("max_p99_ms", p99_ms, t.max_p99_ms, ok,
-                            f"p99 latency {p99_ms:.3f} ms at batch 1 (limit {t.max_p99_ms:g} ms)"
+        rows.append(GateRow("max_p99_ms", p99_ms, t.max_p99_ms, ok, f"p99 latency {p99_ms:.3f} ms at batch 1 (limit {t.max_p99_ms:g} ms)"
                             + ("" if ok else f", over by {over:.3f} ms"), PASS if ok else FAIL, "ms", over))
     elif t.max_p99_ms is not None:
         rows.append(GateRow("max_p99_ms", None, t.max_p99_ms, True, "not checked: latency not measured", SKIP, "ms"))
