@@ -47,7 +47,7 @@ def check_targets(profiles: list[Any], backends: dict[str, Any]) -> None:
     for p in profiles:
         backend = backends[p.name]
         env = backend.check_environment()
-        if not env.can_build and not getattr(backend, "builds_without_runtime", False):
+        if not env.can_build and not backend.facts.builds_without_runtime:
             raise BundleError(f"target {p.name} needs {p.backend}, which is not usable here: {env.detail}"
                               + (f"; {env.install_hint}" if env.install_hint else ""))
         if env.can_build:
