@@ -210,6 +210,8 @@ def backend_class(name: str) -> type[Backend]:
     if isinstance(target, str):
         module_name, class_name = target.split(":")
         target = getattr(importlib.import_module(module_name), class_name)
+        if not isinstance(getattr(target, "facts", None), BackendFacts):
+            raise TypeError(f"{module_name}:{class_name} has no `facts` (a BackendFacts); see vitedge.backends.base")
     return target
 
 
