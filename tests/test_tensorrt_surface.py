@@ -166,10 +166,10 @@ def test_vitedge_asks_each_version_only_for_names_it_has_and_none_it_deprecated(
 
 
 # vitedge/backends/tensorrt modules that call TensorRT: trt.* anywhere in them; TensorRT objects, by the
-# variable names below, in build.py and runner.py (engine_inspect.py reads JSON dicts, device.py's
+# variable names below, in apply.py and runner.py (engine_inspect.py reads JSON dicts, device.py's
 # ``runtime`` is cuda-python's).
-_CALLERS = ("build.py", "runner.py", "engine_inspect.py", "device.py", "backend.py", "bundle.py")
-_OBJECT_CALLERS = ("build.py", "runner.py")
+_CALLERS = ("apply.py", "runner.py", "engine_inspect.py", "device.py", "backend.py", "bundle.py")
+_OBJECT_CALLERS = ("apply.py", "runner.py")
 _VARS = {"builder": "Builder", "config": "IBuilderConfig", "network": "INetworkDefinition", "parser": "OnnxParser",
          "profile": "IOptimizationProfile", "runtime": "Runtime", "engine": "ICudaEngine", "e": "ICudaEngine",
          "context": "IExecutionContext", "ctx": "IExecutionContext", "inspector": "EngineInspector", "layer": "ILayer",
