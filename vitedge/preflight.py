@@ -10,7 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from vitedge.backends import Backend
 from vitedge.errors import BundleError, UsageError
+from vitedge.profiles import TargetProfile
 from vitedge.swap import partial_prefix
 from vitedge.validation.run import check_labels
 
@@ -42,7 +44,7 @@ def check_writable(folder: Path, flag: str = "-o") -> None:
         raise UsageError(f"{flag} {folder} cannot be written: {probe}: {err.strerror or err}; choose another {flag} or fix its permissions") from None
 
 
-def check_targets(profiles: list[Any], backends: dict[str, Any]) -> None:
+def check_targets(profiles: list[TargetProfile], backends: dict[str, Backend]) -> None:
     """Each target's backend usable here (or able to plan without its runtime) and its options honourable."""
     for p in profiles:
         backend = backends[p.name]
@@ -54,7 +56,7 @@ def check_targets(profiles: list[Any], backends: dict[str, Any]) -> None:
             backend.check_options(p.backend_options)
 
 
-def preflight(req: Any, profiles: list[Any], backends: dict[str, Any], dirs: dict[str, Path]) -> None:
+def preflight(req: Any, profiles: list[TargetProfile], backends: dict[str, Backend], dirs: dict[str, Path]) -> None:
     check_utf8({"MODEL": req.model, "--calib": req.calib, "--val": req.val, "-o": req.out, "--cache-dir": req.cache_dir,
                 **{f"-o ({name})": d for name, d in dirs.items()}})
     for d in dirs.values():
