@@ -269,3 +269,18 @@ def test_no_module_outside_the_backends_decides_by_a_backend_name():
                 if any(isinstance(c, ast.Constant) and c.value in names for c in consts):
                     found.append(f"{rel}:{node.lineno}")
     assert not found, "compare the backend's facts (vitedge.backends.backend_facts), not its name: " + ", ".join(found)
+
+
+def test_a_targets_path_folder_comes_first_and_its_families_are_found(tmp_path, monkeypatch):
+    """VITEDGE_TARGETS_PATH folders are searched before vitedge's own targets/: a profile of the same name hides it."""
+    from vitedge.profiles import list_profiles, load_profile
+    from vitedge.target_families import is_family, list_families
+
+    (tmp_path / "onnx.toml").write_text('backend = "onnxruntime"\nprecision = "int8"\nbatch_sizes = [2]\n')
+    (tmp_path / "families").mkdir()
+    (tmp_path / "families" / "my-cpus.toml").write_text("# listed only\n")
+    monkeypatch.setenv("VITEDGE_TARGETS_PATH", str(tmp_path))
+    assert load_profile("onnx").source == tmp_path / "onnx.toml" and load_profile("onnx").batch_sizes == (2,)
+    assert [p for p in list_profiles() if p.stem == "onnx"] == [tmp_path / "onnx.toml"]
+    assert is_family("my-cpus") and tmp_path / "families" / "my-cpus.toml" in list_families()
+    assert load_profile("intel-cpu").source.parent != tmp_path  # the rest still come from vitedge's own folder
