@@ -10,7 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from vitedge.backends import Backend
 from vitedge.errors import BundleError, UsageError
+from vitedge.profiles import TargetProfile
 from vitedge.swap import partial_prefix
 from vitedge.validation.run import check_labels
 
@@ -42,19 +44,19 @@ def check_writable(folder: Path, flag: str = "-o") -> None:
         raise UsageError(f"{flag} {folder} cannot be written: {probe}: {err.strerror or err}; choose another {flag} or fix its permissions") from None
 
 
-def check_targets(profiles: list[Any], backends: dict[str, Any]) -> None:
+def check_targets(profiles: list[TargetProfile], backends: dict[str, Backend]) -> None:
     """Each target's backend usable here (or able to plan without its runtime) and its options honourable."""
     for p in profiles:
         backend = backends[p.name]
         env = backend.check_environment()
-        if not env.can_build and not getattr(backend, "builds_without_runtime", False):
+        if not env.can_build and not backend.facts.builds_without_runtime:
             raise BundleError(f"target {p.name} needs {p.backend}, which is not usable here: {env.detail}"
                               + (f"; {env.install_hint}" if env.install_hint else ""))
         if env.can_build:
             backend.check_options(p.backend_options)
 
 
-def preflight(req: Any, profiles: list[Any], backends: dict[str, Any], dirs: dict[str, Path]) -> None:
+def preflight(req: Any, profiles: list[TargetProfile], backends: dict[str, Backend], dirs: dict[str, Path]) -> None:
     check_utf8({"MODEL": req.model, "--calib": req.calib, "--val": req.val, "-o": req.out, "--cache-dir": req.cache_dir,
                 **{f"-o ({name})": d for name, d in dirs.items()}})
     for d in dirs.values():

@@ -1,8 +1,9 @@
 """Target profiles: one TOML file per device, validated strictly.
 
 A profile names its backend, precision, batch sizes, backend options and the parity
-thresholds a build must meet. Users add a device by adding a file; a typo'd key is an
-error naming the file and the key, never silently ignored.
+thresholds a build must meet. Users add a device by adding a file (to `targets/`, or to a folder
+of their own listed in VITEDGE_TARGETS_PATH); a typo'd key is an error naming the file and the
+key, never silently ignored.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from vitedge.cpu import read_cpu
 from vitedge.errors import ProfileError, UsageError
 from vitedge.target_families import is_family, list_families, load_family
 from vitedge.limits import check_number
-from vitedge.paths import targets_dir
+from vitedge.paths import find_target_file, target_files
 from vitedge.quantize.config import QuantConfig
 
 PRECISIONS = ("int8",)
@@ -152,7 +153,8 @@ _REQUIRED = ("backend", "precision")
 
 
 def list_profiles() -> list[Path]:
-    return sorted(targets_dir().glob("*.toml"))
+    """Every target profile file: vitedge's `targets/` and the folders in VITEDGE_TARGETS_PATH (vitedge.paths)."""
+    return target_files()
 
 
 def resolve_profile_path(name_or_path: str) -> Path:
@@ -161,8 +163,8 @@ def resolve_profile_path(name_or_path: str) -> Path:
         if not candidate.is_file():
             raise ProfileError(f"target profile file {candidate} does not exist")
         return candidate
-    path = targets_dir() / f"{name_or_path}.toml"
-    if not path.is_file():
+    path = find_target_file(name_or_path)
+    if path is None:
 
         known = ", ".join([p.stem for p in list_profiles()] + [p.stem for p in list_families()])
         raise ProfileError(f"unknown target '{name_or_path}'; known targets: {known} (or pass a path to your own .toml)")

@@ -1,9 +1,10 @@
 """Target families: `jetson` and `nvidia-gpu` name several device profiles at once.
 
-A family file (`targets/families/NAME.toml`) lists its member profiles and the rules that
-recognise each member's device from facts read on it (the device-tree model and compatible
-strings, the L4T release). `vitedge build --target jetson` builds one portable bundle with a
-plan per member; `vitedge engine BUNDLE` on the device picks the member with `select_member`.
+A family file (`targets/families/NAME.toml`, or `families/` in a VITEDGE_TARGETS_PATH folder)
+lists its member profiles and the rules that recognise each member's device from facts read on
+it (the device-tree model and compatible strings, the L4T release). `vitedge build --target
+jetson` builds one portable bundle with a plan per member; `vitedge engine BUNDLE` on the device
+picks the member with `select_member`.
 """
 
 from __future__ import annotations
@@ -21,26 +22,22 @@ from vitedge.backends.tensorrt.members import (  # noqa: F401 - the family types
     select_member,
 )
 from vitedge.errors import ProfileError
-from vitedge.paths import targets_dir
+from vitedge.paths import find_target_file, target_files
 
 FAMILIES_DIR = "families"
 
 
-def families_dir() -> Path:
-    return targets_dir() / FAMILIES_DIR
-
-
 def list_families() -> list[Path]:
-    return sorted(families_dir().glob("*.toml"))
+    return target_files(FAMILIES_DIR)
 
 
 def is_family(name: str) -> bool:
-    return "/" not in name and not name.endswith(".toml") and (families_dir() / f"{name}.toml").is_file()
+    return "/" not in name and not name.endswith(".toml") and find_target_file(name, FAMILIES_DIR) is not None
 
 
 def load_family(name: str) -> TargetFamily:
-    path = families_dir() / f"{name}.toml"
-    if not path.is_file():
+    path = find_target_file(name, FAMILIES_DIR) if "/" not in name else None
+    if path is None:
         known = ", ".join(p.stem for p in list_families())
         raise ProfileError(f"unknown target family '{name}'; known families: {known}")
     try:

@@ -8,15 +8,13 @@ import textwrap
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitedge.backends import get_backend
+from vitedge.backends import backend_facts, get_backend, list_backends
 from vitedge.cpu import CpuInfo, read_cpu
 from vitedge.errors import VitedgeError
 from vitedge.target_families import list_families
 from vitedge.profiles import family_profile, list_profiles, load_profile
 
 WIDTH = 80
-# Backends whose INT8 runs on this machine's CPU: the ones a CPU's ISA (VNNI or not) makes fast or slow.
-CPU_BACKENDS = ("onnxruntime", "openvino")
 NOT_FASTER = "INT8 is not faster than FP32 on this CPU"
 STATUS_TEXT = {"ready": "builds, runs", "bundle-only": "bundle only", "unavailable": "cannot build", "invalid": "invalid"}
 
@@ -60,13 +58,17 @@ def _note(notes: list[str], text: str | None) -> int | None:
     return notes.index(text)
 
 
-def _status(backend_name: str, notes: list[str]) -> tuple[str, str, int | None]:
+def _on_cpu(backend_name: str | None) -> bool:
+    """Does this backend's INT8 run on this machine's CPU (whose ISA, VNNI or not, makes it fast or slow)?"""
+    return backend_name in list_backends() and backend_facts(str(backend_name)).on_cpu
 
+
+def _status(backend_name: str, notes: list[str]) -> tuple[str, str, int | None]:
     backend = get_backend(backend_name)
     env = backend.check_environment()
     if env.can_build and env.can_run:
         return "ready", env.detail, None
-    if env.can_build or getattr(backend, "builds_without_runtime", False):
+    if env.can_build or backend.facts.builds_without_runtime:
         hint = f"{backend_name}: {env.detail} here, so the bundle holds a build plan and the engine is built" + (
             f" {env.install_hint}" if env.install_hint else " on the device")
         return "bundle-only", env.detail, _note(notes, hint)
@@ -84,7 +86,7 @@ def faster_cpu_target(slow_backend: str, gates: dict[str, dict[str, Any]]) -> st
     another CPU runtime whose gate asks for an INT8 speedup >= 1x on every CPU (``gates``: profile
     name -> [thresholds] as a dict, with "backend" added)."""
     for name, gate in sorted(gates.items()):
-        if gate.get("backend") in CPU_BACKENDS and gate.get("backend") != slow_backend \
+        if _on_cpu(gate.get("backend")) and gate.get("backend") != slow_backend \
                 and gate.get("min_speedup_without_vnni") is None and (gate.get("min_speedup") or 0) >= 1:
             return name
     return None
@@ -106,7 +108,7 @@ def int8_not_faster_sentence(target: str, backend: str, speedup: float | None, c
                              faster: str | None = None) -> str | None:
     """The plain sentence for a CPU target whose INT8 ran slower than its FP32 here (measured
     ``speedup`` = FP32 / INT8 latency at batch 1 below 1), naming the ``faster`` target; None otherwise."""
-    if backend not in CPU_BACKENDS or speedup is None or speedup >= 1:
+    if not _on_cpu(backend) or speedup is None or speedup >= 1:
         return None
     text = f"{target}: {NOT_FASTER} ({_cpu_label(cpu or read_cpu())}): INT8 ran at {speedup:.2f}x FP32 speed at batch 1"
     return text + (f"; the {faster} target is faster here" if faster else "; use the FP32 model on this CPU")
@@ -116,7 +118,7 @@ def _slow_without_vnni_note(prof, cpu: CpuInfo, gates: dict[str, dict[str, Any]]
     """For `vitedge targets` on an x86 CPU without VNNI/AMX: a profile that itself accepts an INT8
     speedup below 1x there (min_speedup_without_vnni) says so, and names the faster target."""
     floor = prof.thresholds.min_speedup_without_vnni
-    if floor is None or floor >= 1 or prof.backend not in CPU_BACKENDS or not (cpu.is_x86 and cpu.int8_dot_product is False):
+    if floor is None or floor >= 1 or not _on_cpu(prof.backend) or not (cpu.is_x86 and cpu.int8_dot_product is False):
         return None
     faster = faster_cpu_target(prof.backend, gates)
     return (f"{prof.name}: {NOT_FASTER} ({_cpu_label(cpu)}); its gate accepts {floor:g}x here"

@@ -194,14 +194,16 @@ def test_jetson_bundle_carries_camera_configs_and_the_engine_deepstream_runs(bun
 
 
 def test_triton_config_says_what_a_version_compatible_engine_needs(bundles):
+    from vitedge.backends import backend_facts
     from vitedge.camera_apps.triton import config_text, model_name
 
-    manifest = read_manifest(bundles / "jetson")
-    assert "version-compatible" not in config_text(manifest, bundles / "jetson", model_name(manifest))
+    manifest, served = read_manifest(bundles / "jetson"), backend_facts("tensorrt")
+    assert "version-compatible" not in config_text(manifest, bundles / "jetson", model_name(manifest), served)
     for member in manifest.target["profile"]["backend_options"]["members"].values():
         member["backend_options"]["version_compatible"] = True
     manifest.target["profile"]["backend_options"]["version_compatible"] = True
-    assert "--backend-config=tensorrt,version-compatible=true" in config_text(manifest, bundles / "jetson", model_name(manifest))
+    assert "--backend-config=tensorrt,version-compatible=true" in config_text(manifest, bundles / "jetson", model_name(manifest),
+                                                                               served)
 
 
 def _digit_frames(size: tuple[int, int], n: int = 4) -> list[np.ndarray]:

@@ -249,7 +249,7 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
     profile, backend, bundle_dir, val_record = t.profile, t.backend, t.bundle_dir, t.val_record
     env = backend.check_environment()
     with log.stage("build", f"{profile.name} ({profile.backend})"):
-        if not env.can_build and not getattr(backend, "builds_without_runtime", False):
+        if not env.can_build and not backend.facts.builds_without_runtime:
             raise BundleError(f"target {profile.name} needs {profile.backend}, which is not usable here: {env.detail}"
                               + (f"; {env.install_hint}" if env.install_hint else ""))
         with atomic_output_dir(bundle_dir, force=req.force) as tmp:
@@ -293,7 +293,7 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                 log.info("FAIL " + not_met)
                 budget_failure = not_met if budget_failure is None else f"{not_met}; {budget_failure}"
 
-            write_bundle_exports(tmp, manifest)  # camera/: DeepStream and Triton configs in NVIDIA bundles
+            write_bundle_exports(tmp, manifest, backend.facts)  # camera/: DeepStream and Triton configs in NVIDIA bundles
             manifest.hash_files(tmp)
             write_bundle_reports(tmp, manifest, checked)
             manifest.write(tmp)

@@ -73,7 +73,7 @@ def complete_bundle(bundle: Path, *, val: Path | None = None, force: bool = Fals
 def _complete(req: EngineRequest, say: Callable[[str], None], trt: Any, cudart: Any, facts: DeviceFacts | None) -> EngineResult:
     bundle = req.bundle
     manifest = verify_bundle(bundle)
-    if manifest.target.get("backend") != "tensorrt":
+    if manifest.target.get("backend") != TensorRtBackend.name:
         raise UsageError(f"{bundle} is a {manifest.target.get('backend')} bundle; `vitedge engine` builds TensorRT engines")
     if manifest.artifacts.get("built") and not req.force:
         device = DeviceFacts.from_dict((manifest.backend_info or {}).get("device") or {})
@@ -115,7 +115,7 @@ def _complete(req: EngineRequest, say: Callable[[str], None], trt: Any, cudart: 
             manifest.validation = checked.report.to_json()  # the manifest holds the JSON document
             passed = checked.passed
 
-        write_bundle_exports(tmp, manifest)  # camera/triton/ now that the engine exists
+        write_bundle_exports(tmp, manifest, TensorRtBackend.facts)  # camera/triton/ now that the engine exists
         manifest.hash_files(tmp)
         write_bundle_reports(tmp, manifest, checked, budget_note=BUDGET_AT_BUILD)
         manifest.write(tmp)
@@ -127,7 +127,7 @@ def _build_deepstream_engine(tmp: Path, manifest: Manifest, trt: Any, options: T
     """The engine of the graph the bundle's nvinfer config runs, when that is not the bundle's own
     (normalisation baked in front, a Softmax behind): built here with the same plan, so nvinfer
     loads an INT8 engine instead of building its own."""
-    written = write_bundle_exports(tmp, manifest)  # camera/deepstream/ holds that graph now
+    written = write_bundle_exports(tmp, manifest, TensorRtBackend.facts)  # camera/deepstream/ holds that graph now
     graph = f"{CAMERA_DIR}/deepstream/{DEEPSTREAM_GRAPH}"
     if graph not in written:
         if f"{CAMERA_DIR}/deepstream/{DEEPSTREAM_CONFIG}" in written:

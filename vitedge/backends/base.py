@@ -1,4 +1,23 @@
-"""The backend and runner interfaces, and the registry that maps names to backends."""
+"""The backend and runner interfaces, each backend's facts, and the registry that maps names to backends.
+
+Adding a backend (a runtime) touches nothing above this layer:
+
+1. Write a `Backend` subclass (a module or a package in `vitedge/backends/`, or your own module)
+   with its `name`, its `options_type` (a frozen dataclass of the profile's ``[backend_options]``),
+   `check_environment`, `build`, `open_runner` (a `Runner` subclass), and its `facts`: one
+   `BackendFacts` saying what it runs on, its runtime modules, install hints, whether it builds
+   without its runtime, how Triton serves its artifact. Import the runtime only inside those
+   methods, so the facts are readable where the runtime is not installed.
+2. Register it: a line in `_REGISTRY` below for a backend shipped with vitedge, or
+   ``register_backend("name", MyBackend)`` (or ``"my.module:MyBackend"``) from your own code.
+3. Add a target profile naming it (``backend = "name"``): a TOML file in `targets/`, or in a
+   folder listed in the ``VITEDGE_TARGETS_PATH`` environment variable (`vitedge.paths.targets_dirs`).
+
+`vitedge targets`, `vitedge build`, `vitedge validate`, `vitedge export-config`, the accuracy
+budget and `vitedge.runtime.load` then find it through `get_backend` and `backend_facts`.
+If the runtime-only distribution must ship it, list it in packaging/runtime/pyproject.toml with
+its extra (`BackendFacts.runtime_extra`).
+"""
 
 from __future__ import annotations
 
@@ -6,12 +25,48 @@ import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from vitedge.errors import UsageError
 from vitedge.onnxutil import FLOAT_NCHW, UINT8_NHWC_RGB
+
+
+CPU = "cpu"
+GPU = "gpu"
+
+
+@dataclass(frozen=True)
+class BackendFacts:
+    """What a backend is, readable without importing its runtime (`Backend.facts`)."""
+
+    runtime: str  # what it is, for messages: "ONNX Runtime"
+    runs_on: str  # CPU or GPU: where its INT8 runs (CPU targets get the VNNI checks and notes)
+    runtime_modules: tuple[str, ...]  # the Python modules its runner needs, checked before a bundle is opened
+    install_hint: str  # how to install the runtime beside vitedge, to build
+    runtime_install: str  # how to install it on a box with the runtime distribution only (vitedge-runtime)
+    runtime_extra: str | None = None  # that distribution's extra installing it (packaging/runtime/pyproject.toml)
+    # build() may run where check_environment() says it cannot build: the bundle then holds a plan
+    # and the artifact is finished on the device (TensorRT without a GPU).
+    builds_without_runtime: bool = False
+    # Its runner opens an ONNX Q/DQ graph as it is, so the accuracy budget can run candidates on it.
+    runs_qdq_graph: bool = True
+    triton_platform: str | None = None  # Triton's `platform:` for its artifact (tensorrt_plan, onnxruntime_onnx)
+    triton_backend: str | None = None  # or Triton's `backend:` (openvino)
+
+    def __post_init__(self) -> None:
+        if self.runs_on not in (CPU, GPU):
+            raise ValueError(f"runs_on must be {CPU!r} or {GPU!r}, got {self.runs_on!r}")
+
+    @property
+    def on_cpu(self) -> bool:
+        return self.runs_on == CPU
+
+    def runtime_hint(self) -> str:
+        """What to install on a runtime-only box to open this backend's bundles."""
+        extra = f" (or: pip install 'vitedge-runtime[{self.runtime_extra}]')" if self.runtime_extra else ""
+        return self.runtime_install + extra
 
 
 @dataclass(frozen=True)
@@ -92,8 +147,9 @@ class Runner(ABC):
 class Backend(ABC):
     """Builds an artifact from the Q/DQ graph and opens runners on it."""
 
-    name: str
-    options_type: type  # a dataclass of the profile's [backend_options]
+    name: ClassVar[str]
+    options_type: ClassVar[type]  # a dataclass of the profile's [backend_options]
+    facts: ClassVar[BackendFacts]  # what it runs on, needs and installs; no runtime import to read it
 
     @abstractmethod
     def check_environment(self) -> EnvironmentStatus: ...
@@ -115,8 +171,8 @@ class Backend(ABC):
         """Before any work: refuse [backend_options] this machine cannot honour (a one-line VitedgeError)."""
 
 
-# name -> "module:Class"; modules are imported on first use.
-_REGISTRY: dict[str, str] = {
+# name -> "module:Class" (imported on first use) or the Backend class itself.
+_REGISTRY: dict[str, str | type[Backend]] = {
     "onnxruntime": "vitedge.backends.onnxruntime:OnnxRuntimeBackend",
     "openvino": "vitedge.backends.openvino:OpenVinoBackend",
     "tensorrt": "vitedge.backends.tensorrt.backend:TensorRtBackend",
@@ -124,8 +180,21 @@ _REGISTRY: dict[str, str] = {
 _INSTANCES: dict[str, Backend] = {}
 
 
-def register_backend(name: str, target: str) -> None:
-    _REGISTRY[name] = target
+def register_backend(name: str, backend: str | type[Backend]) -> None:
+    """Make ``name`` a backend profiles can name: ``backend`` is the `Backend` subclass, or
+    "module:Class" to import it on first use. Registering a name again replaces it."""
+    if not isinstance(backend, str):
+        if not (isinstance(backend, type) and issubclass(backend, Backend)):
+            raise TypeError(f"register_backend({name!r}, ...) takes a Backend subclass or 'module:Class', got {backend!r}")
+        if not isinstance(getattr(backend, "facts", None), BackendFacts):
+            raise TypeError(f"{backend.__name__} has no `facts` (a BackendFacts); see vitedge.backends.base")
+    _REGISTRY[name] = backend
+    _INSTANCES.pop(name, None)
+
+
+def unregister_backend(name: str) -> None:
+    """Forget a backend ``register_backend`` added (no error if it is unknown)."""
+    _REGISTRY.pop(name, None)
     _INSTANCES.pop(name, None)
 
 
@@ -133,10 +202,25 @@ def list_backends() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get_backend(name: str) -> Backend:
+def backend_class(name: str) -> type[Backend]:
+    """The Backend class registered as ``name``, imported if needed (its runtime is not)."""
     if name not in _REGISTRY:
         raise UsageError(f"unknown backend '{name}'; known: {', '.join(list_backends())}")
+    target = _REGISTRY[name]
+    if isinstance(target, str):
+        module_name, class_name = target.split(":")
+        target = getattr(importlib.import_module(module_name), class_name)
+        if not isinstance(getattr(target, "facts", None), BackendFacts):
+            raise TypeError(f"{module_name}:{class_name} has no `facts` (a BackendFacts); see vitedge.backends.base")
+    return target
+
+
+def backend_facts(name: str) -> BackendFacts:
+    """The facts of backend ``name``, without importing its runtime."""
+    return backend_class(name).facts
+
+
+def get_backend(name: str) -> Backend:
     if name not in _INSTANCES:
-        module_name, class_name = _REGISTRY[name].split(":")
-        _INSTANCES[name] = getattr(importlib.import_module(module_name), class_name)()
+        _INSTANCES[name] = backend_class(name)()
     return _INSTANCES[name]

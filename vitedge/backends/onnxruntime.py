@@ -14,7 +14,9 @@ from typing import Any
 import numpy as np
 
 from vitedge.backends.base import (
+    CPU,
     Backend,
+    BackendFacts,
     BuildContext,
     BuiltArtifact,
     EnvironmentStatus,
@@ -92,12 +94,15 @@ class OnnxRuntimeRunner(Runner):
 class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     options_type = OnnxRuntimeOptions
+    facts = BackendFacts(runtime="ONNX Runtime", runs_on=CPU, runtime_modules=("onnxruntime",),
+                         install_hint="pip install onnxruntime", runtime_install="pip install onnxruntime",
+                         runtime_extra="onnxruntime", triton_platform="onnxruntime_onnx")
 
     def check_environment(self) -> EnvironmentStatus:
         try:
             import onnxruntime as ort
         except ImportError:
-            return EnvironmentStatus(False, False, "onnxruntime is not installed", "pip install onnxruntime")
+            return EnvironmentStatus(False, False, "onnxruntime is not installed", self.facts.install_hint)
         return EnvironmentStatus(True, True, f"onnxruntime {ort.__version__} (CPUExecutionProvider)")
 
     def versions(self) -> dict[str, str]:

@@ -23,7 +23,9 @@ from typing import Any
 import numpy as np
 
 from vitedge.backends.base import (
+    CPU,
     Backend,
+    BackendFacts,
     BuildContext,
     BuiltArtifact,
     EnvironmentStatus,
@@ -164,6 +166,8 @@ class OpenVinoRunner(Runner):
 class OpenVinoBackend(Backend):
     name = "openvino"
     options_type = OpenVinoOptions
+    facts = BackendFacts(runtime="OpenVINO", runs_on=CPU, runtime_modules=("openvino",), install_hint=INSTALL,
+                         runtime_install="pip install openvino", runtime_extra="openvino", triton_backend="openvino")
 
     def check_environment(self) -> EnvironmentStatus:
         block_vendor_telemetry()

@@ -295,7 +295,7 @@ def _runtimes_here(profiles: list[TargetProfile], backends: dict[str, Any]) -> l
     for p in profiles:
         backend = backends[p.name]
         env = backend.check_environment()
-        if not env.can_run or p.backend == "tensorrt":
+        if not env.can_run or not backend.facts.runs_qdq_graph:  # TensorRT's runner opens engines, not the graph
             continue
         key = f"{p.backend} {p.backend_options!r}"
         if key in seen:

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from vitedge.camera_apps.serving import ServedBy, tensorrt_engine
 from vitedge.errors import BundleError
 from vitedge.onnxutil import graph_inputs, save_onnx
 
@@ -161,11 +162,11 @@ def _fmt(v: float) -> str:
     return f"{v:.9g}"
 
 
-def _engine_lines(manifest: Any, graph: DeepStreamGraph, rel: str) -> list[str]:
+def _engine_lines(manifest: Any, graph: DeepStreamGraph, rel: str, tensorrt: bool) -> list[str]:
     """model-engine-file (with its precision and TensorRT version) where an engine exists, and
-    int8-calib-file, with what nvinfer builds when it has no engine it can load."""
+    int8-calib-file, with what nvinfer builds when it has no engine it can load. ``tensorrt``: the
+    bundle's artifact is a TensorRT engine."""
     info = manifest.backend_info or {}
-    tensorrt = manifest.target.get("backend") == "tensorrt"
     ds = info.get("deepstream_engine") or {}
     engine = None
     if graph.own_graph and ds.get("engine"):
@@ -212,10 +213,10 @@ def _crop_lines(pre: dict[str, Any], h: int, w: int) -> list[str]:
     return lines
 
 
-def write_deepstream(bundle: Path, manifest: Any, out: Path, *, rel: str) -> list[str]:
+def write_deepstream(bundle: Path, manifest: Any, out: Path, *, rel: str, served: ServedBy) -> list[str]:
     """Write config_infer.txt, labels.txt (classifiers), the DeepStream graph where it differs from
     the bundle's and the empty INT8 flag file into ``out``; ``rel`` is the path from ``out`` back to
-    the bundle. Returns the files written."""
+    the bundle, ``served`` the bundle backend's facts. Returns the files written."""
     graph = deepstream_graph(manifest)
     inp, outp = manifest.input, manifest.output
     pre = inp.get("preprocess") or {}
@@ -252,7 +253,7 @@ def write_deepstream(bundle: Path, manifest: Any, out: Path, *, rel: str) -> lis
         lines.append("# net-scale-factor = 1/(255*std), offsets = 255*mean: exactly (x/255 - mean)/std, as vitedge computes it.")
     (out / CALIB_FILE).write_bytes(b"")
     files.append(CALIB_FILE)
-    lines += ["", "[property]", "gpu-id=0", f"onnx-file={onnx_file}", *_engine_lines(manifest, graph, rel)]
+    lines += ["", "[property]", "gpu-id=0", f"onnx-file={onnx_file}", *_engine_lines(manifest, graph, rel, tensorrt_engine(served))]
     grey = channels == 1
     lines += [
         f"infer-dims={channels};{h};{w}",

@@ -1,5 +1,6 @@
 """A Triton Inference Server model repository for a bundle: <name>/config.pbtxt and
-<name>/1/<artifact>, for the bundle's backend (TensorRT plan, ONNX Runtime, OpenVINO)."""
+<name>/1/<artifact>, for the bundle's backend (TensorRT plan, ONNX Runtime, OpenVINO, or any whose
+facts name a Triton platform or backend)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vitedge.camera_apps.serving import TENSORRT_PLAN, ServedBy, tensorrt_engine
 from vitedge.errors import BundleError
 from vitedge.onnxutil import graph_inputs
 
@@ -20,13 +22,25 @@ class TritonBackend:
     instance_kind: str
 
 
-# vitedge backend -> how Triton serves its artifact (Triton's default model file names)
-BACKENDS: dict[str, TritonBackend] = {
-    "tensorrt": TritonBackend(('platform: "tensorrt_plan"',), (("model", "model.plan"),), "KIND_GPU"),
-    "onnxruntime": TritonBackend(('platform: "onnxruntime_onnx"',), (("model", "model.onnx"),), "KIND_CPU"),
-    "openvino": TritonBackend(('backend: "openvino"',), (("model", "model.xml"), ("model.bin", "model.bin")), "KIND_CPU"),
+# Triton's platform or backend name -> its default model files in <name>/1/ (bundle artifact key or file, name there).
+# Which one a bundle uses is its backend's fact (BackendFacts.triton_platform / triton_backend).
+MODEL_FILES: dict[str, tuple[tuple[str, str], ...]] = {
+    TENSORRT_PLAN: (("model", "model.plan"),),
+    "onnxruntime_onnx": (("model", "model.onnx"),),
+    "openvino": (("model", "model.xml"), ("model.bin", "model.bin")),
 }
 MAX_QUEUE_DELAY_US = 100
+
+
+def triton_backend(served: ServedBy, backend: str) -> TritonBackend:
+    """How Triton serves the artifact of a ``backend`` bundle, from that backend's facts."""
+    key = served.triton_platform or served.triton_backend
+    if key is None:
+        raise BundleError(f"no Triton backend for a {backend} bundle (its backend names no Triton platform)")
+    if key not in MODEL_FILES:
+        raise BundleError(f"no Triton model file known for a {backend} bundle (Triton '{key}'; known: {', '.join(MODEL_FILES)})")
+    line = f'platform: "{served.triton_platform}"' if served.triton_platform else f'backend: "{served.triton_backend}"'
+    return TritonBackend((line,), MODEL_FILES[key], "KIND_GPU" if served.runs_on == "gpu" else "KIND_CPU")
 
 
 def model_name(manifest: Any) -> str:
@@ -47,9 +61,9 @@ def _tensor_facts(onnx_path: Path) -> tuple[tuple[str, str, list[int]], tuple[st
     return facts(graph_inputs(graph)[0]), facts(graph.output[0])
 
 
-def _tensorrt_notes(manifest: Any) -> list[str]:
+def _tensorrt_notes(manifest: Any, served: ServedBy) -> list[str]:
     """What the server needs for a TensorRT bundle's plan (comments in config.pbtxt)."""
-    if manifest.target.get("backend") != "tensorrt":
+    if not tensorrt_engine(served):
         return []
     info = manifest.backend_info or {}
     options = (manifest.target.get("profile") or {}).get("backend_options") or {}
@@ -64,11 +78,9 @@ def _tensorrt_notes(manifest: Any) -> list[str]:
     return lines
 
 
-def config_text(manifest: Any, bundle: Path, name: str) -> str:
-    backend = manifest.target.get("backend")
-    if backend not in BACKENDS:
-        raise BundleError(f"no Triton backend for a {backend} bundle (known: {', '.join(BACKENDS)})")
-    spec = BACKENDS[backend]
+def config_text(manifest: Any, bundle: Path, name: str, served: ServedBy) -> str:
+    """config.pbtxt for the bundle; ``served``: its backend's facts (vitedge.backends.backend_facts)."""
+    spec = triton_backend(served, str(manifest.target.get("backend")))
     profile = manifest.target.get("profile") or {}
     sizes = sorted(int(b) for b in profile.get("batch_sizes") or [1])
     (in_name, in_type, in_dims), (out_name, out_type, out_dims) = _tensor_facts(bundle / manifest.artifacts["qdq"])
@@ -76,7 +88,7 @@ def config_text(manifest: Any, bundle: Path, name: str) -> str:
     labels = manifest.output.get("kind") != "embedding"
     lines = [f"# Triton model configuration written by vitedge for {manifest.target.get('name')} "
              f"({manifest.model.get('source')}); not run on a server by vitedge (docs/camera-apps.md).",
-             *_tensorrt_notes(manifest),
+             *_tensorrt_notes(manifest, served),
              f'name: "{name}"', *spec.config_lines, f"max_batch_size: {sizes[-1]}",
              "input [", "  {", f'    name: "{in_name}"', f"    data_type: {in_type}", f"    format: {fmt}",
              f"    dims: [ {', '.join(map(str, in_dims))} ]", "  }", "]",
@@ -91,18 +103,18 @@ def config_text(manifest: Any, bundle: Path, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_triton(bundle: Path, manifest: Any, out: Path) -> list[str]:
-    """Write the repository <out>/<name>/ (config.pbtxt, labels.txt, 1/<artifact>); files relative to ``out``."""
-    backend = manifest.target.get("backend")
+def write_triton(bundle: Path, manifest: Any, out: Path, served: ServedBy) -> list[str]:
+    """Write the repository <out>/<name>/ (config.pbtxt, labels.txt, 1/<artifact>); files relative to ``out``.
+    ``served``: the bundle backend's facts."""
     if not manifest.artifacts.get("built", True):
         raise BundleError(f"{bundle} holds no {manifest.artifacts.get('model')} yet: build the engine on the device "
                           "(vitedge engine BUNDLE), then export the Triton repository there")
     name = model_name(manifest)
-    text = config_text(manifest, bundle, name)
+    text = config_text(manifest, bundle, name, served)
     folder = out / name
     (folder / "1").mkdir(parents=True, exist_ok=True)
     written = []
-    for key, dst in BACKENDS[backend].files:
+    for key, dst in triton_backend(served, str(manifest.target.get("backend"))).files:
         src = bundle / (manifest.artifacts.get(key) or key) if key == "model" else bundle / (Path(manifest.artifacts["model"]).with_suffix(".bin").name)
         if not src.is_file():
             raise BundleError(f"{src} is missing; rebuild the bundle")

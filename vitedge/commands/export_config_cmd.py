@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from vitedge.backends import backend_facts
 from vitedge.cli_options import CheckedPath
 from vitedge.camera_apps.exports import export_config
 
@@ -24,5 +25,5 @@ def command(bundle: Path, kind: str, out: Path | None, force: bool) -> None:
     See docs/camera-apps.md; neither is run on a device by vitedge."""
 
     out = out or bundle.with_name(f"{bundle.name}-{kind}")
-    files = export_config(kind, bundle, out, force=force)
+    files = export_config(kind, bundle, out, facts_of=backend_facts, force=force)
     click.echo(f"wrote {out}/: " + ", ".join(files))

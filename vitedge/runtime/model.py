@@ -1,7 +1,9 @@
 """`load(bundle)` -> `Model`: a built bundle behind one small, thread-safe interface.
 
-The backend (ONNX Runtime, OpenVINO, TensorRT) is read from the bundle's manifest and
-opened through `vitedge.backends.get_backend(...).open_runner(...)`; the preprocessing is
+The backend (ONNX Runtime, OpenVINO, TensorRT, or one registered with
+`vitedge.backends.register_backend`) is read from the bundle's manifest; its facts say which
+runtime modules it needs and how to install them, and it is opened through
+`vitedge.backends.get_backend(...).open_runner(...)`; the preprocessing is
 the manifest's, applied by `vitedge.preprocess`. Nothing here imports torch, onnx or the
 build-time tools, so a camera box needs only numpy, Pillow and its one backend.
 """
@@ -19,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.backends import get_backend, list_backends
+from vitedge.backends import Backend, BackendFacts, backend_class, get_backend, list_backends
 from vitedge.cpu import check_requirement, mismatch_allowed
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.manifest import Manifest, read_manifest, verify_bundle
@@ -28,17 +30,6 @@ from vitedge.runtime.frames import as_frame_list, check_color, prepare_batch
 from vitedge.runtime.results import SMALL_HEAD, Prediction, Predictions, top_k_one
 from vitedge.runtime.results import top_k as _top_k
 from vitedge.spec import Preprocess
-
-CPU_BACKENDS = ("onnxruntime", "openvino")
-
-# backend -> (Python module it needs, what it is, how to install it on a runtime-only box)
-_NEEDS: dict[str, tuple[str, str, str]] = {
-    "onnxruntime": ("onnxruntime", "ONNX Runtime", "pip install onnxruntime (or: pip install 'vitedge-runtime[onnxruntime]')"),
-    "openvino": ("openvino", "OpenVINO", "pip install openvino (or: pip install 'vitedge-runtime[openvino]')"),
-    "tensorrt": ("tensorrt", "TensorRT",
-                 "JetPack's python3-libnvinfer on a Jetson; elsewhere pip install tensorrt cuda-python "
-                 "(or: pip install 'vitedge-runtime[tensorrt]')"),
-}
 
 
 def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: int | None = None,
@@ -68,8 +59,9 @@ def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: i
     if warmup < 0:
         raise UsageError(f"warmup must be >= 0, got {warmup}")
     backend_name = str(manifest.target.get("backend", ""))
-    _check_cpu(bundle, manifest, backend_name, allow_cpu_mismatch)
-    backend = _backend(backend_name, manifest)
+    backend_type = _backend_class(backend_name)
+    _check_cpu(bundle, manifest, backend_type.facts, allow_cpu_mismatch)
+    backend = _backend(backend_name, backend_type, manifest)
     options = _options(backend, manifest, bundle)
     model_path = bundle / manifest.artifacts["model"]
     opened = []
@@ -79,7 +71,7 @@ def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: i
             try:
                 runner.open()
             except MissingDependencyError:
-                raise _missing(backend_name, manifest) from None
+                raise _missing(backend_type.facts, manifest) from None
             opened.append(runner)
         model = Model(bundle, manifest, opened, max_batch=max_batch)
         model.warmup(warmup)
@@ -90,11 +82,9 @@ def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: i
     return model
 
 
-def _check_cpu(bundle: Path, manifest: Manifest, backend_name: str, allow: bool | None) -> None:
+def _check_cpu(bundle: Path, manifest: Manifest, facts: BackendFacts, allow: bool | None) -> None:
     """Refuse (or, when allowed, warn about) a CPU bundle whose INT8 kernels would saturate here."""
-
-
-    if backend_name not in CPU_BACKENDS:
+    if not facts.on_cpu:
         return
     check = check_requirement((manifest.quantization or {}).get("cpu_requirement"))
     if check.ok and check.message is None:
@@ -105,28 +95,32 @@ def _check_cpu(bundle: Path, manifest: Manifest, backend_name: str, allow: bool 
     raise BundleError(f"{bundle}: {check.message}")
 
 
-def _missing(backend_name: str, manifest: Manifest) -> MissingDependencyError:
-    module, what, install = _NEEDS.get(backend_name, (backend_name, backend_name, f"pip install {backend_name}"))
-    return MissingDependencyError(f"{what} (the runtime of this {manifest.target.get('name', backend_name)} bundle)", install)
+def _missing(facts: BackendFacts, manifest: Manifest) -> MissingDependencyError:
+    return MissingDependencyError(f"{facts.runtime} (the runtime of this {manifest.target.get('name', facts.runtime)} bundle)",
+                                  facts.runtime_hint())
 
 
-def _backend(name: str, manifest: Manifest):
-
+def _backend_class(name: str) -> type[Backend]:
+    """The bundle's backend class (its facts, no runtime import); a one-line error when this vitedge lacks it."""
     if name not in list_backends():
         raise BundleError(f"the bundle's manifest names backend '{name}', which this vitedge does not know "
                           f"(known: {', '.join(list_backends())}); upgrade vitedge")
-    module = _NEEDS.get(name, (None,))[0]
-    if module and importlib.util.find_spec(module) is None:
-        raise _missing(name, manifest)
     try:
-        return get_backend(name)
+        return backend_class(name)
     except ImportError as err:
         if err.name and err.name.startswith("vitedge"):
             raise BundleError(f"this vitedge has no {name} runner ({err.name} is missing); upgrade vitedge") from None
-        raise _missing(name, manifest) from None
+        raise
 
 
-def _options(backend, manifest: Manifest, bundle: Path):
+def _backend(name: str, backend_type: type[Backend], manifest: Manifest) -> Backend:
+    facts = backend_type.facts
+    if any(importlib.util.find_spec(module) is None for module in facts.runtime_modules):
+        raise _missing(facts, manifest)
+    return get_backend(name)
+
+
+def _options(backend: Backend, manifest: Manifest, bundle: Path):
     values = dict((manifest.target.get("profile") or {}).get("backend_options") or {})
     known = {f.name for f in dataclasses.fields(backend.options_type)}
     try:

@@ -112,26 +112,55 @@ def apply_plan(trt: Any, plan: BuildPlan, onnx_path: Path | str, *, timing_cache
     """Build the engine ``plan`` describes from ``onnx_path`` with the TensorRT module ``trt``.
 
     Every failure TensorRT reports (parser False, builder None, engine that does not
-    deserialise) becomes one BundleError line carrying TensorRT's own first error."""
+    deserialise) becomes one BundleError line carrying TensorRT's own first error.
+    The steps, in TensorRT's call order: parse the graph into a network, configure the builder
+    (flags, optimization profile), pin FP32 layers, place layers on the DLA, set hardware
+    compatibility, attach the timing cache, build, then inspect the engine."""
     say = log or (lambda _msg: None)
     warnings: list[str] = []
     logger = logger if logger is not None else make_logger(trt)
     builder = trt.Builder(logger)
+    network, parser = _parsed_network(trt, builder, logger, plan, Path(onnx_path))  # the parser owns the weights: keep it
+    config = _builder_config(trt, builder, plan)
+    fp32_layers = _constrain_fp32_layers(trt, network, plan, warnings) if plan.precision_constraints else []
+    dla_fallback = _place_on_dla(trt, builder, network, config, plan, say) if plan.dla_core is not None else None
+    if plan.hardware_compatibility != "none":
+        member = {"ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}[plan.hardware_compatibility]
+        config.hardware_compatibility_level = _enum(trt, "HardwareCompatibilityLevel", member)
+    cache, reused = _attach_timing_cache(config, plan, timing_cache, warnings)
+    engine = _build_serialized(trt, builder, network, config, logger, plan, Path(onnx_path), say)
+    del parser
+    cache_bytes = None
+    if cache is not None:
+        out_cache = config.get_timing_cache() if hasattr(config, "get_timing_cache") else cache
+        cache_bytes = bytes(out_cache.serialize())
+    layers = _inspect(trt, logger, engine, plan, warnings, attention)
+    if layers is not None:
+        say(f"{plan.engine}: " + one_line(layers))
+    return EngineBuild(engine=engine, timing_cache=cache_bytes, timing_cache_reused=reused, fp32_layers=fp32_layers,
+                       dla_fallback=dla_fallback, layers=layers, warnings=warnings)
 
+
+def _parsed_network(trt: Any, builder: Any, logger: Any, plan: BuildPlan, onnx_path: Path) -> tuple[Any, Any]:
+    """(network, parser): the ONNX graph parsed into a network with the plan's creation flags."""
     flags = 0
     for name in plan.network_flags:
         flags |= 1 << int(_enum(trt, "NetworkDefinitionCreationFlag", name))
     network = builder.create_network(flags)
-
     parser = trt.OnnxParser(network, logger)
     # parse_from_file resolves external weight files relative to the model (graphs > 2 GB).
     if not parser.parse_from_file(str(onnx_path)):
         errors = _parse_errors(parser) or ([last_error(logger)] if last_error(logger) else [])
         more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
-        raise BundleError(f"TensorRT {getattr(trt, '__version__', '?')}'s ONNX parser rejected {Path(onnx_path).name}: "
+        raise BundleError(f"TensorRT {getattr(trt, '__version__', '?')}'s ONNX parser rejected {onnx_path.name}: "
                           + ("; ".join(errors[:3]) or "no detail given") + more
                           + "; the graph uses something this TensorRT cannot import (rebuild the bundle with a supported opset/ops)")
+    return network, parser
 
+
+def _builder_config(trt: Any, builder: Any, plan: BuildPlan) -> Any:
+    """The builder config: workspace, optimization level, builder flags set and cleared, profiling
+    verbosity, and the one optimization profile (min/opt/max batch)."""
     config = builder.create_builder_config()
     # set_memory_pool_limit is in every supported version (8.6+); max_workspace_size is gone from 10.0 (surface/).
     config.set_memory_pool_limit(trt.MemoryPoolType.WORKSPACE, int(plan.workspace_bytes))
@@ -144,57 +173,49 @@ def apply_plan(trt: Any, plan: BuildPlan, onnx_path: Path | str, *, timing_cache
             config.clear_flag(getattr(trt.BuilderFlag, name))
     if plan.profiling_verbosity and hasattr(trt, "ProfilingVerbosity"):
         config.profiling_verbosity = _enum(trt, "ProfilingVerbosity", plan.profiling_verbosity)
-
     profile = builder.create_optimization_profile()
     profile.set_shape(plan.input_name, tuple(plan.profile_min), tuple(plan.profile_opt), tuple(plan.profile_max))
     config.add_optimization_profile(profile)
+    return config
 
-    fp32_layers = _constrain_fp32_layers(trt, network, plan, warnings) if plan.precision_constraints else []
 
-    dla_fallback = None
-    if plan.dla_core is not None:
-        cores = int(getattr(builder, "num_DLA_cores", 0) or 0)
-        if plan.dla_core >= cores:
-            raise BundleError(f"dla_core = {plan.dla_core} but this device has {cores} DLA core(s) "
-                              "(DLA exists on Jetson AGX Orin and Xavier only); set dla_core = -1 in the profile")
-        config.default_device_type = trt.DeviceType.DLA
-        config.DLA_core = int(plan.dla_core)
-        dla_fallback = [network.get_layer(i).name for i in range(network.num_layers)
-                        if not config.can_run_on_DLA(network.get_layer(i))]
-        say(f"DLA core {plan.dla_core}: {network.num_layers - len(dla_fallback)} of {network.num_layers} layers can run on the DLA"
-            + (", the rest fall back to the GPU" if plan.gpu_fallback else ""))
+def _place_on_dla(trt: Any, builder: Any, network: Any, config: Any, plan: BuildPlan, say: Callable[[str], None]) -> list[str]:
+    """Make the plan's DLA core the default device; returns the layers that cannot run on it."""
+    cores = int(getattr(builder, "num_DLA_cores", 0) or 0)
+    if plan.dla_core >= cores:
+        raise BundleError(f"dla_core = {plan.dla_core} but this device has {cores} DLA core(s) "
+                          "(DLA exists on Jetson AGX Orin and Xavier only); set dla_core = -1 in the profile")
+    config.default_device_type = trt.DeviceType.DLA
+    config.DLA_core = int(plan.dla_core)
+    fallback = [network.get_layer(i).name for i in range(network.num_layers)
+                if not config.can_run_on_DLA(network.get_layer(i))]
+    say(f"DLA core {plan.dla_core}: {network.num_layers - len(fallback)} of {network.num_layers} layers can run on the DLA"
+        + (", the rest fall back to the GPU" if plan.gpu_fallback else ""))
+    return fallback
 
-    if plan.hardware_compatibility != "none":
-        member = {"ampere_plus": "AMPERE_PLUS", "same_compute_capability": "SAME_COMPUTE_CAPABILITY"}[plan.hardware_compatibility]
-        config.hardware_compatibility_level = _enum(trt, "HardwareCompatibilityLevel", member)
 
-    cache = None
-    reused = False
-    if plan.timing_cache:
-        cache = config.create_timing_cache(timing_cache or b"")
-        # ignore_mismatch=False: a cache from another device or TensorRT is rejected, not trusted.
-        if config.set_timing_cache(cache, False) is False:
-            warnings.append("the saved timing cache does not match this device/TensorRT; started a fresh one")
-            cache = config.create_timing_cache(b"")
-            config.set_timing_cache(cache, False)
-        else:
-            reused = bool(timing_cache)
+def _attach_timing_cache(config: Any, plan: BuildPlan, saved: bytes | None, warnings: list[str]) -> tuple[Any, bool]:
+    """(the timing cache the build fills, or None; whether the saved one was reused)."""
+    if not plan.timing_cache:
+        return None, False
+    cache = config.create_timing_cache(saved or b"")
+    # ignore_mismatch=False: a cache from another device or TensorRT is rejected, not trusted.
+    if config.set_timing_cache(cache, False) is False:
+        warnings.append("the saved timing cache does not match this device/TensorRT; started a fresh one")
+        cache = config.create_timing_cache(b"")
+        config.set_timing_cache(cache, False)
+        return cache, False
+    return cache, bool(saved)
 
+
+def _build_serialized(trt: Any, builder: Any, network: Any, config: Any, logger: Any, plan: BuildPlan, onnx_path: Path,
+                      say: Callable[[str], None]) -> bytes:
     say(f"building {plan.engine} with TensorRT {getattr(trt, '__version__', '?')} ({plan.role}); this takes a while")
     serialized = builder.build_serialized_network(network, config)
     if serialized is None:
         why = last_error(logger) or "TensorRT gave no reason"
-        raise BundleError(f"TensorRT {getattr(trt, '__version__', '?')} could not build {plan.engine} from {Path(onnx_path).name}: {why}")
-    engine = bytes(serialized)
-    cache_bytes = None
-    if cache is not None:
-        out_cache = config.get_timing_cache() if hasattr(config, "get_timing_cache") else cache
-        cache_bytes = bytes(out_cache.serialize())
-    layers = _inspect(trt, logger, engine, plan, warnings, attention)
-    if layers is not None:
-        say(f"{plan.engine}: " + one_line(layers))
-    return EngineBuild(engine=engine, timing_cache=cache_bytes, timing_cache_reused=reused, fp32_layers=fp32_layers,
-                       dla_fallback=dla_fallback, layers=layers, warnings=warnings)
+        raise BundleError(f"TensorRT {getattr(trt, '__version__', '?')} could not build {plan.engine} from {onnx_path.name}: {why}")
+    return bytes(serialized)
 
 
 def _constrain_fp32_layers(trt: Any, network: Any, plan: BuildPlan, warnings: list[str]) -> list[str]:

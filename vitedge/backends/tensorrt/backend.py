@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.backends.base import (
+    GPU,
     Backend,
+    BackendFacts,
     BuildContext,
     BuiltArtifact,
     EnvironmentStatus,
@@ -59,9 +61,13 @@ GPU_HINT = "build the engine where the NVIDIA GPU is (on a Jetson, the Jetson it
 class TensorRtBackend(Backend):
     name = "tensorrt"
     options_type = TensorRtOptions
-    # The pipeline may call build() where check_environment() says it cannot build: the
-    # bundle then holds the plan, and the engine is built on the device.
-    builds_without_runtime = True
+    # builds_without_runtime: the pipeline may call build() where check_environment() says it
+    # cannot build; the bundle then holds the plan, and the engine is built on the device.
+    # runs_qdq_graph is False: its runner opens engines, so the accuracy budget runs elsewhere.
+    facts = BackendFacts(runtime="TensorRT", runs_on=GPU, runtime_modules=("tensorrt",), install_hint=INSTALL_HINT,
+                         runtime_install="JetPack's python3-libnvinfer on a Jetson; elsewhere pip install tensorrt cuda-python",
+                         runtime_extra="tensorrt", builds_without_runtime=True, runs_qdq_graph=False,
+                         triton_platform="tensorrt_plan")
 
     def check_environment(self) -> EnvironmentStatus:
         try:
@@ -144,10 +150,11 @@ class BoundTensorRtBackend(TensorRtBackend):
     (or the recording stand-in), and the facts of that device, as `vitedge engine` builds with."""
 
     def __init__(self, trt: Any, cudart: Any = None, facts: Any = None):
-        self.trt, self.cudart, self.facts = trt, cudart, facts
+        self.trt, self.cudart, self.device_facts = trt, cudart, facts  # `facts` is the backend's own (BackendFacts)
 
     def check_environment(self) -> EnvironmentStatus:
-        detail = self.facts.describe() if self.facts is not None else f"TensorRT {getattr(self.trt, '__version__', '?')}"
+        detail = (self.device_facts.describe() if self.device_facts is not None
+                  else f"TensorRT {getattr(self.trt, '__version__', '?')}")
         return EnvironmentStatus(True, True, detail)
 
     def versions(self) -> dict[str, str]:
@@ -156,4 +163,4 @@ class BoundTensorRtBackend(TensorRtBackend):
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
 
         return TensorRtRunner(model_path, options or TensorRtOptions(), trt=self.trt, cudart=self.cudart,
-                              device_facts=self.facts)
+                              device_facts=self.device_facts)

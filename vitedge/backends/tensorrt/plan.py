@@ -270,9 +270,56 @@ class BuildPlan:
 
 def plan_build(profile_options: TensorRtOptions, batch_sizes: tuple[int, ...] | list[int], trt_capabilities: TrtCapabilities,
                *, graph: GraphFacts | None = None) -> BuildPlan:
-    """Decide every builder setting of the INT8 engine. Pure: no TensorRT, no files."""
+    """Decide every builder setting of the INT8 engine. Pure: no TensorRT, no files.
+
+    The steps, in the order their errors are raised: the batch range, the TensorRT release, the
+    precision (typed graph or builder flags), the DLA, the compatibility modes. Builder flags and
+    notes are appended in that order too."""
     o, caps = profile_options, trt_capabilities
     graph = graph or GraphFacts()
+    lo, opt, hi = _batch_range(o, batch_sizes)
+    _check_release(caps)
+    notes: list[str] = []
+    precision = _precision(o, caps, graph, notes)
+    builder = list(precision.builder_flags)
+    dla = _dla(o, caps, (lo, opt, hi), builder, notes)
+    if dla.static_batch is not None:
+        lo = hi = dla.static_batch
+    _compatibility(o, caps, builder, notes)
+    timing = TIMING_CACHE if (o.timing_cache and caps.timing_cache) else None
+    c_h_w = tuple(graph.input_shape)
+    return BuildPlan(
+        role="int8",
+        trt_version=caps.version,
+        trt_major=caps.major,
+        capabilities_assumed=caps.assumed,
+        graph=precision.graph_file,
+        engine=ENGINE,
+        strongly_typed=precision.strongly_typed,
+        network_flags=_network_flags(caps, precision.strongly_typed),
+        builder_flags=tuple(builder),
+        cleared_flags=(),
+        workspace_bytes=int(o.workspace_mb) << 20,
+        optimization_level=o.builder_optimization_level if caps.optimization_level else None,
+        input_name=graph.input_name,
+        profile_min=(lo,) + c_h_w,
+        profile_opt=(opt,) + c_h_w,
+        profile_max=(hi,) + c_h_w,
+        fp32_layers=precision.fp32_layers,
+        fp32_layer_types=precision.fp32_layer_types,
+        precision_constraints=precision.constraints,
+        typed_graph=precision.typed_graph,
+        dla_core=dla.core,
+        gpu_fallback=dla.gpu_fallback,
+        hardware_compatibility=o.hardware_compatibility,
+        version_compatible=o.version_compatible,
+        timing_cache=timing,
+        notes=tuple(notes),
+    )
+
+
+def _batch_range(o: TensorRtOptions, batch_sizes: tuple[int, ...] | list[int]) -> tuple[int, int, int]:
+    """(min, opt, max) batch of the optimization profile."""
     sizes = sorted({int(b) for b in batch_sizes})
     if not sizes or sizes[0] < 1:
         raise UsageError(f"batch_sizes must be positive integers, got {list(batch_sizes)}")
@@ -280,76 +327,98 @@ def plan_build(profile_options: TensorRtOptions, batch_sizes: tuple[int, ...] | 
     opt = o.opt_batch or hi
     if not lo <= opt <= hi:
         raise UsageError(f"opt_batch {o.opt_batch} lies outside the profile's batch sizes {lo}-{hi}")
-    notes: list[str] = []
+    return lo, opt, hi
+
+
+def _check_release(caps: TrtCapabilities) -> None:
     if caps.major < 8 or (caps.major == 8 and caps.minor < 6):
         raise UsageError(f"TensorRT {caps.version} is too old: vitedge needs 8.6 or newer (explicit quantization, "
                          "optimization levels, version compatibility); JetPack 5 ships 8.5, use JetPack 6")
 
-    # Precision: INT8 always comes from the graph's Q/DQ nodes; never a calibrator.
-    strongly_typed = not caps.weakly_typed
-    builder: list[str] = []
-    cleared: list[str] = []
-    fp32_layers: tuple[str, ...] = ()
-    fp32_types: tuple[str, ...] = ()
-    constraints: str | None = None
+
+@dataclass(frozen=True)
+class _PrecisionPlan:
+    """How the float regions get their precision: a strongly typed graph, or builder flags (weakly typed)."""
+
+    strongly_typed: bool
+    graph_file: str = QDQ_GRAPH
     typed_graph: dict[str, Any] | None = None
-    graph_file = QDQ_GRAPH
-    if strongly_typed:
-        if o.float_precision == "fp16":
-            typed_graph = {"float_precision": "fp16", "layernorm_fp32": o.layernorm_fp32}
-            graph_file = TYPED_GRAPH
-            notes.append("strongly typed network: the float regions of the graph were cast to FP16 by vitedge"
-                         + ("; LayerNorm stays FP32 between casts" if o.layernorm_fp32 else ""))
-        else:
+    builder_flags: tuple[str, ...] = ()
+    fp32_layers: tuple[str, ...] = ()
+    fp32_layer_types: tuple[str, ...] = ()
+    constraints: str | None = None
+
+
+def _precision(o: TensorRtOptions, caps: TrtCapabilities, graph: GraphFacts, notes: list[str]) -> _PrecisionPlan:
+    """INT8 always comes from the graph's Q/DQ nodes; never a calibrator. This decides the float regions."""
+    if not caps.weakly_typed:
+        if o.float_precision != "fp16":
             notes.append("strongly typed network: float regions stay FP32 as in the Q/DQ graph")
-    else:
-        builder.append("INT8")
-        if o.float_precision == "fp16":
-            builder.append("FP16")
-            if o.layernorm_fp32:
-                if not caps.precision_constraints:
-                    raise UsageError(f"TensorRT {caps.version} has no precision constraints to keep LayerNorm in FP32")
-                fp32_layers = graph.layernorm_layers
-                fp32_types = ("NORMALIZATION",)
-                constraints = "obey"
-                builder.append("OBEY_PRECISION_CONSTRAINTS")
-    network_flags: list[str] = []
+            return _PrecisionPlan(strongly_typed=True)
+        notes.append("strongly typed network: the float regions of the graph were cast to FP16 by vitedge"
+                     + ("; LayerNorm stays FP32 between casts" if o.layernorm_fp32 else ""))
+        return _PrecisionPlan(strongly_typed=True, graph_file=TYPED_GRAPH,
+                              typed_graph={"float_precision": "fp16", "layernorm_fp32": o.layernorm_fp32})
+    if o.float_precision != "fp16":
+        return _PrecisionPlan(strongly_typed=False, builder_flags=("INT8",))
+    if not o.layernorm_fp32:
+        return _PrecisionPlan(strongly_typed=False, builder_flags=("INT8", "FP16"))
+    if not caps.precision_constraints:
+        raise UsageError(f"TensorRT {caps.version} has no precision constraints to keep LayerNorm in FP32")
+    return _PrecisionPlan(strongly_typed=False, builder_flags=("INT8", "FP16", "OBEY_PRECISION_CONSTRAINTS"),
+                          fp32_layers=graph.layernorm_layers, fp32_layer_types=("NORMALIZATION",), constraints="obey")
+
+
+def _network_flags(caps: TrtCapabilities, strongly_typed: bool) -> tuple[str, ...]:
+    flags: list[str] = []
     if caps.explicit_batch_flag:
-        network_flags.append("EXPLICIT_BATCH")
+        flags.append("EXPLICIT_BATCH")
     if strongly_typed and caps.strongly_typed_flag:
-        network_flags.append("STRONGLY_TYPED")  # required on 10.x; not passed on 11, where it is deprecated and ignored
+        flags.append("STRONGLY_TYPED")  # required on 10.x; not passed on 11, where it is deprecated and ignored
+    return tuple(flags)
 
-    # DLA (Jetson AGX Orin / Xavier).
-    dla_core: int | None = None
-    gpu_fallback = False
-    if o.dla_core >= 0:
-        if not caps.dla:
-            raise UsageError(f"dla_core={o.dla_core} needs DLA support, which TensorRT {caps.version} lacks "
-                             f"({tv.dla_unavailable_reason(tv.parse_release(caps.version))}); set dla_core = -1")
-        if o.hardware_compatibility != "none":
-            raise UsageError("DLA engines cannot be hardware-compatible; set hardware_compatibility = \"none\" or dla_core = -1")
-        dla_core = o.dla_core
-        # The DLA takes static shapes only: the profile must have min = opt = max (TensorRT's DLA
-        # restrictions), so a DLA plan builds for one batch size. The runner splits larger batches and
-        # pads smaller ones to it.
-        if lo != hi:
-            lo = hi = opt
-            notes.append(f"DLA needs static shapes: one batch size ({opt}, the opt batch), min = opt = max; "
-                         "the runner splits or pads other batches to it")
-        if o.gpu_fallback:
-            if not caps.gpu_fallback_flag:
-                raise UsageError(f"TensorRT {caps.version} has no BuilderFlag.GPU_FALLBACK")
-            builder.append("GPU_FALLBACK")
-            gpu_fallback = True
-            notes.append("DLA with GPU fallback: layers the DLA cannot run (on a ViT: LayerNorm, Softmax, GELU, most "
-                         "of the network) run on the GPU")
-        else:
-            notes.append("DLA without GPU fallback: the build fails if any layer cannot run on the DLA "
-                         "(LayerNorm, Softmax and GELU usually cannot)")
-        if o.float_precision == "fp32":
-            notes.append("DLA runs INT8 and FP16 only: FP32 layers fall back to the GPU")
 
-    # Compatibility modes.
+@dataclass(frozen=True)
+class _DlaPlan:
+    core: int | None = None
+    gpu_fallback: bool = False
+    static_batch: int | None = None  # the one batch size of a DLA plan (min = opt = max), when the profile has several
+
+
+def _dla(o: TensorRtOptions, caps: TrtCapabilities, batches: tuple[int, int, int], builder: list[str], notes: list[str]) -> _DlaPlan:
+    """The DLA (Jetson AGX Orin / Xavier), when the profile names a core."""
+    if o.dla_core < 0:
+        return _DlaPlan()
+    if not caps.dla:
+        raise UsageError(f"dla_core={o.dla_core} needs DLA support, which TensorRT {caps.version} lacks "
+                         f"({tv.dla_unavailable_reason(tv.parse_release(caps.version))}); set dla_core = -1")
+    if o.hardware_compatibility != "none":
+        raise UsageError("DLA engines cannot be hardware-compatible; set hardware_compatibility = \"none\" or dla_core = -1")
+    # The DLA takes static shapes only: the profile must have min = opt = max (TensorRT's DLA
+    # restrictions), so a DLA plan builds for one batch size. The runner splits larger batches and
+    # pads smaller ones to it.
+    lo, opt, hi = batches
+    static = None
+    if lo != hi:
+        static = opt
+        notes.append(f"DLA needs static shapes: one batch size ({opt}, the opt batch), min = opt = max; "
+                     "the runner splits or pads other batches to it")
+    if o.gpu_fallback:
+        if not caps.gpu_fallback_flag:
+            raise UsageError(f"TensorRT {caps.version} has no BuilderFlag.GPU_FALLBACK")
+        builder.append("GPU_FALLBACK")
+        notes.append("DLA with GPU fallback: layers the DLA cannot run (on a ViT: LayerNorm, Softmax, GELU, most "
+                     "of the network) run on the GPU")
+    else:
+        notes.append("DLA without GPU fallback: the build fails if any layer cannot run on the DLA "
+                     "(LayerNorm, Softmax and GELU usually cannot)")
+    if o.float_precision == "fp32":
+        notes.append("DLA runs INT8 and FP16 only: FP32 layers fall back to the GPU")
+    return _DlaPlan(core=o.dla_core, gpu_fallback=bool(o.gpu_fallback), static_batch=static)
+
+
+def _compatibility(o: TensorRtOptions, caps: TrtCapabilities, builder: list[str], notes: list[str]) -> None:
+    """Hardware- and version-compatible engines: offered by this release, and what they cost."""
     if o.hardware_compatibility != "none" and o.hardware_compatibility not in caps.hardware_levels:
         since = " (SAME_COMPUTE_CAPABILITY is new in TensorRT 10.9)" if o.hardware_compatibility == "same_compute_capability" else ""
         raise UsageError(f"hardware_compatibility = \"{o.hardware_compatibility}\" is not offered by TensorRT {caps.version} "
@@ -362,37 +431,6 @@ def plan_build(profile_options: TensorRtOptions, batch_sizes: tuple[int, ...] | 
                      "usually somewhat slower")
     if o.hardware_compatibility != "none":
         notes.append(f"hardware-compatible engine ({o.hardware_compatibility}): may be slower than a device-specific one")
-
-    timing = TIMING_CACHE if (o.timing_cache and caps.timing_cache) else None
-    c_h_w = tuple(graph.input_shape)
-    return BuildPlan(
-        role="int8",
-        trt_version=caps.version,
-        trt_major=caps.major,
-        capabilities_assumed=caps.assumed,
-        graph=graph_file,
-        engine=ENGINE,
-        strongly_typed=strongly_typed,
-        network_flags=tuple(network_flags),
-        builder_flags=tuple(builder),
-        cleared_flags=tuple(cleared),
-        workspace_bytes=int(o.workspace_mb) << 20,
-        optimization_level=o.builder_optimization_level if caps.optimization_level else None,
-        input_name=graph.input_name,
-        profile_min=(lo,) + c_h_w,
-        profile_opt=(opt,) + c_h_w,
-        profile_max=(hi,) + c_h_w,
-        fp32_layers=fp32_layers,
-        fp32_layer_types=fp32_types,
-        precision_constraints=constraints,
-        typed_graph=typed_graph,
-        dla_core=dla_core,
-        gpu_fallback=gpu_fallback,
-        hardware_compatibility=o.hardware_compatibility,
-        version_compatible=o.version_compatible,
-        timing_cache=timing,
-        notes=tuple(notes),
-    )
 
 
 def reference_plan(plan: BuildPlan) -> BuildPlan:

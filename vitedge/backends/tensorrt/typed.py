@@ -73,106 +73,119 @@ def _fp16_scale(scale: np.ndarray) -> np.ndarray:
 
 
 def make_strongly_typed(model: Any, *, float_precision: str = "fp16", layernorm_fp32: bool = True) -> tuple[Any, TypedGraphReport]:
-    """A copy of ``model`` whose float regions are typed ``float_precision`` by explicit casts."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    """A copy of ``model`` whose float regions are typed ``float_precision`` by explicit casts.
 
+    The steps: bring the graph to opset 19 (FP16 Q/DQ scales), read every tensor's type, retype
+    each node's float inputs (casts for activations, FP16 copies of constants), requantize the
+    INT8 weights behind raised scales, cast the outputs back to FP32, then check the result."""
     if float_precision not in ("fp16", "fp32"):
         raise UsageError(f"float_precision must be fp16 or fp32, got '{float_precision}'")
     opset = opset_version(model)
     report = TypedGraphReport(float_precision, layernorm_fp32, opset_from=opset, opset_to=opset)
     if float_precision == "fp32":
         return copy.deepcopy(model), report  # the Q/DQ graph is already typed FP32 outside the INT8 pairs
-
-    FLOAT, HALF = TensorProto.FLOAT, TensorProto.FLOAT16
-    if opset < TYPED_OPSET:
-        from onnx import version_converter
-
-        try:
-            m = version_converter.convert_version(model, TYPED_OPSET)
-        except Exception as err:
-            raise QuantizationError(f"could not convert the Q/DQ graph from opset {opset} to {TYPED_OPSET} for FP16 Q/DQ scales: "
-                                    f"{str(err).splitlines()[0][:160] if str(err) else type(err).__name__}") from err
-        del m.metadata_props[:]
-        m.metadata_props.extend(model.metadata_props)
-        report.opset_to = TYPED_OPSET
-    else:
-        m = copy.deepcopy(model)
+    m = _at_typed_opset(model, opset, report)
     g = m.graph
+    retyper = _Retyper(_GraphTypes.read(m), report, layernorm_fp32)
+    new_nodes = retyper.rewrite(g.node)
+    # Weights behind an adjusted scale: requantize so q * new_scale still approximates w.
+    report.weights_requantized = _requantize_weights(new_nodes, retyper.types.inits, retyper.new_inits)
+    _cast_outputs_to_fp32(g.output, new_nodes, retyper)
+    _replace_and_check(m, new_nodes, retyper.new_inits)
+    return m, report
 
-    inferred = onnx.shape_inference.infer_shapes(m)
-    dtype: dict[str, int] = {}
-    for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
-        if vi.type.HasField("tensor_type"):
-            dtype[vi.name] = vi.type.tensor_type.elem_type
-    inits = {t.name: t for t in g.initializer}
-    for t in g.initializer:
-        dtype[t.name] = t.data_type
-    const_nodes: dict[str, Any] = {}
-    for node in g.node:
-        if node.op_type == "Constant":
-            for a in node.attribute:
-                if a.name == "value":
-                    const_nodes[node.output[0]] = a.t
-                    dtype[node.output[0]] = a.t.data_type
-    untyped = [o for n in g.node for o in n.output if o and o not in dtype]
-    if untyped:
-        raise QuantizationError(f"cannot type the graph for a strongly typed TensorRT network: no type known for '{untyped[0]}'")
 
-    current = dict(dtype)  # tensor -> its type in the rewritten graph
-    cache: dict[tuple[str, int], str] = {}
-    new_inits: list[Any] = []
-    pending: list[Any] = []  # casts to insert before the node being processed
+def _at_typed_opset(model: Any, opset: int, report: TypedGraphReport) -> Any:
+    """A copy of ``model`` at opset 19 or later (float16 Q/DQ scales), its metadata kept."""
+    if opset >= TYPED_OPSET:
+        return copy.deepcopy(model)
+    from onnx import version_converter
 
-    def constant_value(name: str) -> np.ndarray:
-        t = inits.get(name) or const_nodes[name]
-        return numpy_helper.to_array(t)
+    try:
+        m = version_converter.convert_version(model, TYPED_OPSET)
+    except Exception as err:
+        raise QuantizationError(f"could not convert the Q/DQ graph from opset {opset} to {TYPED_OPSET} for FP16 Q/DQ scales: "
+                                f"{str(err).splitlines()[0][:160] if str(err) else type(err).__name__}") from err
+    del m.metadata_props[:]
+    m.metadata_props.extend(model.metadata_props)
+    report.opset_to = TYPED_OPSET
+    return m
 
-    def converted_constant(name: str, want: int, node: Any, index: int) -> str:
-        value = constant_value(name).astype(np.float64)
-        if want == HALF and node.op_type in ("QuantizeLinear", "DequantizeLinear") and index == 1:
-            new = _fp16_scale(value)
-            report.scales_raised += int(np.sum(value < FP16_MIN_NORMAL))
-        else:
-            over = np.abs(value) > FP16_MAX if want == HALF else np.zeros(value.shape, bool)
-            report.values_clipped += int(over.sum())
-            new = np.clip(value, -FP16_MAX, FP16_MAX).astype(np.float16) if want == HALF else value.astype(np.float32)
-        out = f"{name}__{'fp16' if want == HALF else 'fp32'}"
-        new_inits.append(numpy_helper.from_array(np.asarray(new), out))
-        report.constants_converted += 1
-        return out
 
-    def typed(name: str, want: int, node: Any, index: int) -> str:
-        have = current.get(name)
-        if have == want:
-            return name
-        key = (name, want)
-        if key in cache:
-            return cache[key]
-        if name in inits or name in const_nodes:
-            out = converted_constant(name, want, node, index)
-        else:
-            out = f"{name}__to_{'fp16' if want == HALF else 'fp32'}"
-            pending.append(helper.make_node("Cast", [name], [out], to=want, name=f"{out}/Cast"))
-            report.casts_inserted += 1
-        current[out] = want
-        cache[key] = out
-        return out
+@dataclass
+class _GraphTypes:
+    """Every tensor's element type in the graph as it was, and where its constants are."""
 
-    new_nodes: list[Any] = []
-    for node in g.node:
-        if node.op_type == "Constant" and node.output[0] in const_nodes:
-            new_nodes.append(node)  # converted copies become initializers where consumers need them
-            continue
-        target = FLOAT if (node.op_type == "LayerNormalization" and layernorm_fp32) else HALF
-        if node.op_type == "LayerNormalization" and layernorm_fp32:
-            report.fp32_layernorms.append(node.name or node.output[0])
+    dtype: dict[str, int]  # tensor -> ONNX element type
+    inits: dict[str, Any]  # initializer name -> TensorProto
+    const_nodes: dict[str, Any]  # output of a Constant node -> its value (TensorProto)
+
+    @classmethod
+    def read(cls, m: Any) -> "_GraphTypes":
+        import onnx
+
+        inferred = onnx.shape_inference.infer_shapes(m)
+        dtype: dict[str, int] = {}
+        for vi in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+            if vi.type.HasField("tensor_type"):
+                dtype[vi.name] = vi.type.tensor_type.elem_type
+        g = m.graph
+        inits = {t.name: t for t in g.initializer}
+        for t in g.initializer:
+            dtype[t.name] = t.data_type
+        const_nodes: dict[str, Any] = {}
+        for node in g.node:
+            if node.op_type == "Constant":
+                for a in node.attribute:
+                    if a.name == "value":
+                        const_nodes[node.output[0]] = a.t
+                        dtype[node.output[0]] = a.t.data_type
+        untyped = [o for n in g.node for o in n.output if o and o not in dtype]
+        if untyped:
+            raise QuantizationError(f"cannot type the graph for a strongly typed TensorRT network: no type known for '{untyped[0]}'")
+        return cls(dtype, inits, const_nodes)
+
+
+class _Retyper:
+    """Rewrites the nodes one by one so every float input has the type its region runs in."""
+
+    def __init__(self, types: _GraphTypes, report: TypedGraphReport, layernorm_fp32: bool):
+        from onnx import TensorProto
+
+        self.FLOAT, self.HALF = TensorProto.FLOAT, TensorProto.FLOAT16
+        self.types, self.report, self.layernorm_fp32 = types, report, layernorm_fp32
+        self.current = dict(types.dtype)  # tensor -> its type in the rewritten graph
+        self.cache: dict[tuple[str, int], str] = {}
+        self.new_inits: list[Any] = []
+        self.pending: list[Any] = []  # casts to insert before the node being processed
+
+    def rewrite(self, nodes: Any) -> list[Any]:
+        new_nodes: list[Any] = []
+        for node in nodes:
+            if node.op_type == "Constant" and node.output[0] in self.types.const_nodes:
+                new_nodes.append(node)  # converted copies become initializers where consumers need them
+                continue
+            self._retype(node)
+            new_nodes.extend(self.pending)
+            self.pending.clear()
+            new_nodes.append(node)
+        return new_nodes
+
+    def _retype(self, node: Any) -> None:
+        """Type one node: its float inputs, a Cast's or ConstantOfShape's float, its float outputs."""
+        from onnx import numpy_helper
+
+        FLOAT, HALF, dtype = self.FLOAT, self.HALF, self.types.dtype
+        fp32_norm = node.op_type == "LayerNormalization" and self.layernorm_fp32
+        target = FLOAT if fp32_norm else HALF
+        if fp32_norm:
+            self.report.fp32_layernorms.append(node.name or node.output[0])
         if node.op_type not in _TYPE_AGNOSTIC:
             for i, name in enumerate(node.input):
                 if not name or dtype.get(name) != FLOAT:
                     continue
                 want = FLOAT if (node.op_type, i) in _KEEP_FP32_INPUTS else target
-                node.input[i] = typed(name, want, node, i)
+                node.input[i] = self._typed(name, want, node, i)
         if node.op_type == "Cast":
             for a in node.attribute:
                 if a.name == "to" and a.i == FLOAT:
@@ -183,17 +196,54 @@ def make_strongly_typed(model: Any, *, float_precision: str = "fp16", layernorm_
                     a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float16 if target == HALF else np.float32), a.t.name))
         for out in node.output:
             if out and dtype.get(out) == FLOAT:
-                current[out] = target
-        new_nodes.extend(pending)
-        pending.clear()
-        new_nodes.append(node)
+                self.current[out] = target
 
-    # Weights behind an adjusted scale: requantize so q * new_scale still approximates w.
-    report.weights_requantized = _requantize_weights(new_nodes, inits, new_inits)
+    def _typed(self, name: str, want: int, node: Any, index: int) -> str:
+        """``name`` as type ``want``: itself, a converted constant, or the output of a Cast queued before ``node``."""
+        from onnx import helper
 
-    # The graph output keeps its name and FP32 type.
-    for out in g.output:
-        if dtype.get(out.name) != FLOAT or current.get(out.name) == FLOAT:
+        if self.current.get(name) == want:
+            return name
+        key = (name, want)
+        if key in self.cache:
+            return self.cache[key]
+        if name in self.types.inits or name in self.types.const_nodes:
+            out = self._converted_constant(name, want, node, index)
+        else:
+            out = f"{name}__to_{'fp16' if want == self.HALF else 'fp32'}"
+            self.pending.append(helper.make_node("Cast", [name], [out], to=want, name=f"{out}/Cast"))
+            self.report.casts_inserted += 1
+        self.current[out] = want
+        self.cache[key] = out
+        return out
+
+    def _converted_constant(self, name: str, want: int, node: Any, index: int) -> str:
+        """A new initializer: the constant in type ``want`` (a Q/DQ scale rounded up into FP16's range, other
+        values clipped to +-65504)."""
+        from onnx import numpy_helper
+
+        HALF = self.HALF
+        value = numpy_helper.to_array(self.types.inits.get(name) or self.types.const_nodes[name]).astype(np.float64)
+        if want == HALF and node.op_type in ("QuantizeLinear", "DequantizeLinear") and index == 1:
+            new = _fp16_scale(value)
+            self.report.scales_raised += int(np.sum(value < FP16_MIN_NORMAL))
+        else:
+            over = np.abs(value) > FP16_MAX if want == HALF else np.zeros(value.shape, bool)
+            self.report.values_clipped += int(over.sum())
+            new = np.clip(value, -FP16_MAX, FP16_MAX).astype(np.float16) if want == HALF else value.astype(np.float32)
+        out = f"{name}__{'fp16' if want == HALF else 'fp32'}"
+        self.new_inits.append(numpy_helper.from_array(np.asarray(new), out))
+        self.report.constants_converted += 1
+        return out
+
+
+def _cast_outputs_to_fp32(outputs: Any, new_nodes: list[Any], retyper: _Retyper) -> None:
+    """Each float graph output keeps its name and FP32 type: the node making it writes NAME__fp16, cast back."""
+    from onnx import helper
+
+    FLOAT = retyper.FLOAT
+    for out in outputs:
+        if retyper.types.dtype.get(out.name) != FLOAT or retyper.current.get(out.name) == FLOAT:
             continue
         inner = f"{out.name}__fp16"
         for node in new_nodes:
@@ -204,8 +254,14 @@ def make_strongly_typed(model: Any, *, float_precision: str = "fp16", layernorm_
                 if name == out.name:
                     node.input[i] = inner
         new_nodes.append(helper.make_node("Cast", [inner], [out.name], to=FLOAT, name=f"{out.name}/Cast_to_fp32"))
-        report.casts_inserted += 1
+        retyper.report.casts_inserted += 1
 
+
+def _replace_and_check(m: Any, new_nodes: list[Any], new_inits: list[Any]) -> None:
+    """Put the rewritten nodes and new initializers in the graph, drop the unused, and type-check it strictly."""
+    import onnx
+
+    g = m.graph
     del g.node[:]
     g.node.extend(new_nodes)
     g.initializer.extend(new_inits)
@@ -216,7 +272,6 @@ def make_strongly_typed(model: Any, *, float_precision: str = "fp16", layernorm_
         onnx.shape_inference.infer_shapes(m, check_type=True, strict_mode=True)
     except Exception as err:
         raise QuantizationError(f"internal error: the strongly typed graph does not type-check: {str(err).splitlines()[0][:200]}") from err
-    return m, report
 
 
 def _requantize_weights(nodes: list[Any], inits: dict[str, Any], new_inits: list[Any]) -> int:
