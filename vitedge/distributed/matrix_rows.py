@@ -90,7 +90,7 @@ def resume_mismatch(row: MatrixRow, manifest) -> str | None:
         return "the target profile changed"
     validation = manifest.validation or {}
     s = row.settings
-    wanted = profile.thresholds.with_overrides(dict(s.thresholds)).to_dict()
+    wanted = profile.thresholds.with_overrides(s.thresholds.as_dict()).to_dict()
     got = {k: v for k, v in (validation.get("thresholds") or {}).items() if k not in ("overridden", "notes")}
     if validation and got != wanted:
         return "other thresholds"
@@ -153,8 +153,8 @@ def _run_one_build(row: MatrixRow) -> None:
 
     s = row.settings
     req = BuildRequest(model=row.model, targets=(row.target,), calib=row.calib, val=row.val, out=row.bundle,
-                       force=row.bundle.exists(), calib_size=s.calib_size, seed=s.seed, threshold_overrides=dict(s.thresholds),
-                       cache_dir=s.cache_dir, measure_speed=s.latency,
+                       force=row.bundle.exists(), calib_size=s.calib_size, seed=s.seed, threshold_overrides=s.thresholds,
+                       cache=s.cache, measure_speed=s.latency,
                        budget=BudgetSettings(enabled=s.fallback, measure_cost=s.latency))
     run_build(req, StageLog(quiet=True))
 
