@@ -56,7 +56,7 @@ def one_batch_profile(work) -> Path:
 def _build(model, out, cache, *, target="onnx", speed=False, keep_float=(), budget=None, quant=NO_SQ, **thresholds):
     req = BuildRequest(model=model, targets=(str(target),), calib=CALIB_DIR, val=VAL_DIR, out=out, cache=ReferenceCacheSettings(root=cache),
                        measure_speed=speed, quant_overrides=quant, keep_float=tuple(keep_float), budget=budget,
-                       threshold_overrides=ThresholdOverrides(max_top1_drop=0.2, min_agreement=0.99, **thresholds))
+                       threshold_overrides=ThresholdOverrides.of({"max_top1_drop": 0.2, "min_agreement": 0.99, **thresholds}))
     log = StageLog(quiet=True)
     return run_build(req, log)[0], log
 
