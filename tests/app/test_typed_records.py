@@ -23,7 +23,7 @@ from vitedge.validation.reference_cache import ReferenceCacheSettings
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "vitedge"
 # the modules whose signatures must say what they take (issue 27: the build, the budget and the build matrix)
-TYPED = [PACKAGE / "app" / "build.py", PACKAGE / "app" / "build_flags.py", PACKAGE / "app" / "overrides.py",
+TYPED = [PACKAGE / "app" / "build.py", PACKAGE / "app" / "build_flags.py", PACKAGE / "app" / "overrides.py", PACKAGE / "app" / "summary.py",
          *sorted((PACKAGE / "budget").glob("*.py")), *sorted((PACKAGE / "commands").glob("build*.py")),
          *sorted((PACKAGE / "distributed").glob("matrix*.py"))]
 # a JSON document (a manifest section, an accuracy record) is the one place Any is honest: the value of a str-keyed mapping
