@@ -215,7 +215,8 @@ def main() -> None:
 
     import make_outlier_vit as mo
 
-    from vitedge.budget import BudgetSettings, measure_costs, meet_budget
+    from vitedge.budget import BudgetSearch, BudgetSettings, measure_costs, meet_budget
+    from vitedge.validation.reference_cache import ReferenceCacheSettings
     from vitedge.datasources.sources import open_source
     from vitedge.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
@@ -267,8 +268,9 @@ def main() -> None:
                                 {"float_layers": 0, "int8_layers": len(full.quantized), "calibration_seconds": t_cal}))
             for label, th in (("budget (drop + agreement)", budget), ("budget (drop only)", drop_only)):
                 log(f"SmoothQuant {'on' if sq else 'off'}, {method}: {label}")
-                r = meet_budget(cal, val, th, fp32=fp32, full=full, cache_dir=cache, log=log,
-                                settings=BudgetSettings(), output_kind="logits", preprocess=pre)
+                r = meet_budget(BudgetSearch(calibration=cal, source=val, thresholds=th, fp32=fp32, full=full,
+                                             cache=ReferenceCacheSettings(root=cache), settings=BudgetSettings(),
+                                             output_kind="logits", preprocess=pre), log)
                 if r.status == "fallback":
                     measure_costs(r, fp32, val_x[:1], latency_seconds=1.0)
                 extra = {"status": r.status, "float_layers": len(r.returned), "returned": list(r.returned),
@@ -317,7 +319,8 @@ def main() -> None:
                 ("groups of 4 + refinement", BudgetSettings(max_evals=50, schedule="fixed", group=4))]
     for label, s in variants:
         for name, th in (("drop + agreement", budget), ("drop only", drop_only)):
-            r = meet_budget(cal, val, th, fp32=fp32, full=full, cache_dir=cache, settings=s)
+            r = meet_budget(BudgetSearch(calibration=cal, source=val, thresholds=th, fp32=fp32, full=full,
+                                         cache=ReferenceCacheSettings(root=cache), settings=s))
             items = sum(e.accuracy.get("samples", 0) for e in r.evaluations)
             doc["schedules"].append({"schedule": label, "budget": name, "status": r.status, "float_layers": len(r.returned),
                                      "evaluations": r.evaluations_used, "items_run": items, "seconds": r.seconds,

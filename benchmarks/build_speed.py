@@ -63,11 +63,11 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-# label -> BuildRequest overrides; each row runs after the ones before it, into the same cache
+# label -> cache-settings overrides (ReferenceCacheSettings); each row runs after the ones before it, into the same cache
 BUILD_ROWS = {"cold cache": {}, "warm cache": {}}
 BUILD_ONLY_ROWS = {"cold cache": {}, "warm cache": {},
                    # the same warm rebuild with the artifact's INT8 outputs computed again (only FP32 reused)
-                   "warm cache, INT8 run again (--no-int8-cache)": {"int8_cache": False}}
+                   "warm cache, INT8 run again (--no-int8-cache)": {"int8_outputs": False}}
 
 
 def build_vitb(work: Path, calib_size: int, rows: dict[str, dict] | None = None):
@@ -77,6 +77,7 @@ def build_vitb(work: Path, calib_size: int, rows: dict[str, dict] | None = None)
     from vitedge.budget import BudgetSettings
     from vitedge.app.build import BuildRequest, run_build
     from vitedge.models.intake import IntakeOptions
+    from vitedge.validation.reference_cache import ReferenceCacheSettings
     from vitedge.ui import StageLog
 
     torch.manual_seed(0)
@@ -90,12 +91,12 @@ def build_vitb(work: Path, calib_size: int, rows: dict[str, dict] | None = None)
         out = work / ("out" if i == 0 else f"out{i + 1}")
         t0 = time.perf_counter()
         results = run_build(BuildRequest(model=pt, targets=("onnx", "intel-cpu"), calib=REPO / "calibration" / "digits",
-                                         calib_size=calib_size, out=out, cache_dir=work / "cache",
+                                         calib_size=calib_size, out=out, cache=ReferenceCacheSettings(root=work / "cache", **overrides),
                                          intake=IntakeOptions(arch="vit_base_patch16_224"), measure_speed=False,
                                          # Random weights give near-uniform logits whose argmax flips at the
                                          # slightest change: agreement means nothing here, so the accuracy
                                          # budget (which would return layers to float) is off.
-                                         budget=BudgetSettings(enabled=False), **overrides), log_)
+                                         budget=BudgetSettings(enabled=False)), log_)
         timings[label] = {"total_s": time.perf_counter() - t0, "stages_s": dict(log_.timings),
                           "targets": {r.profile.name: r.summary for r in results}}
     return pt, work / "out", timings

@@ -47,6 +47,7 @@ faulthandler.register(signal.SIGUSR1, all_threads=True)  # kill -USR1 <pid>: whe
 from pathlib import Path
 from vitedge.budget import BudgetSettings
 from vitedge.app.build import BuildRequest, run_build
+from vitedge.validation.reference_cache import ReferenceCacheSettings
 from vitedge.ui import StageLog
 
 
@@ -92,7 +93,7 @@ model, calib, out, size, targets = sys.argv[1], sys.argv[2], sys.argv[3], int(sy
 log = MemoryLog(quiet=False)
 start = time.perf_counter()
 req = BuildRequest(model=Path(model), targets=tuple(targets), calib=Path(calib), out=Path(out), force=True,
-                   calib_size=size, min_calib=size, measure_speed=False, cache_dir=Path(out) / ".cache",
+                   calib_size=size, min_calib=size, measure_speed=False, cache=ReferenceCacheSettings(root=Path(out) / ".cache"),
                    budget=BudgetSettings(enabled=False, measure_cost=False))
 results = run_build(req, log)
 mem = log.__dict__["mem"]

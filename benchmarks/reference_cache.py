@@ -43,12 +43,13 @@ def log(msg: str) -> None:
 
 def build(out: Path, cache: Path, *, reference_cache: bool, force: bool, int8_cache: bool = True) -> dict:
     from vitedge.app.build import BuildRequest, run_build
+    from vitedge.validation.reference_cache import ReferenceCacheSettings
     from vitedge.ui import StageLog
 
     stage_log = StageLog(quiet=True)
     t0 = time.perf_counter()
-    results = run_build(BuildRequest(model=MODEL, targets=TARGETS, calib=CALIB, val=VAL, out=out, force=force, cache_dir=cache,
-                                     reference_cache=reference_cache, int8_cache=int8_cache, measure_speed=False), stage_log)
+    results = run_build(BuildRequest(model=MODEL, targets=TARGETS, calib=CALIB, val=VAL, out=out, force=force, measure_speed=False,
+                                     cache=ReferenceCacheSettings(enabled=reference_cache, root=cache, int8_outputs=int8_cache)), stage_log)
     total = time.perf_counter() - t0
     refs = {}
     for r in results:

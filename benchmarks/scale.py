@@ -40,11 +40,12 @@ def log(msg: str) -> None:
 def build(model: Path, out: Path, calib: Path, val: Path | None, calib_size: int, arch: str | None, cache: Path) -> Path:
     from vitedge.budget import BudgetSettings
     from vitedge.app.build import BuildRequest, run_build
+    from vitedge.validation.reference_cache import ReferenceCacheSettings
     from vitedge.models.intake import IntakeOptions
     from vitedge.ui import StageLog
 
     run_build(BuildRequest(model=model, targets=("onnx",), calib=calib, val=val, out=out, calib_size=calib_size,
-                           cache_dir=cache, intake=IntakeOptions(arch=arch) if arch else IntakeOptions(), measure_speed=False,
+                           cache=ReferenceCacheSettings(root=cache), intake=IntakeOptions(arch=arch) if arch else IntakeOptions(), measure_speed=False,
                            # random weights (ViT-B/16): agreement means nothing, so no accuracy budget search
                            budget=BudgetSettings(enabled=False)), StageLog(quiet=True))
     return out

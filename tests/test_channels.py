@@ -16,6 +16,7 @@ from helpers.cli import run_vitedge
 from PIL import Image
 
 from vitedge.app.build import BuildRequest, run_build
+from vitedge.validation.reference_cache import ReferenceCacheSettings
 from vitedge.errors import CalibrationError, ModelLoadError
 from vitedge.manifest import read_manifest
 from vitedge.models.intake import IntakeOptions, load_model
@@ -82,7 +83,7 @@ def gray_builds(gray_files, tmp_path_factory):
     for fmt, (path, opt) in gray_files.items():
         val = VAL_DIR if fmt == "state_dict" else None
         req = BuildRequest(model=path, intake=opt, targets=("onnx", "intel-cpu", "jetson-orin"), calib=CALIB_DIR, val=val,
-                           out=root / fmt.replace(".", "_"), cache_dir=root / "cache", calib_size=32, measure_speed=False,
+                           out=root / fmt.replace(".", "_"), cache=ReferenceCacheSettings(root=root / "cache"), calib_size=32, measure_speed=False,
                            bake_preprocess=fmt == "torchscript")
         out[fmt] = (req.out, run_build(req, StageLog(quiet=True)))
     return out
@@ -212,7 +213,7 @@ def test_four_channel_model_needs_arrays_and_builds_from_them(four_channel, tmp_
     assert s.preprocess.channels == 4 and s.preprocess.color_mode == "4-channel" and len(s.preprocess.mean) == 4
     with pytest.raises(CalibrationError, match=r"takes 4-channel input: save the data as a .npy/.npz of uint8 frames shaped \(N, H, W, 4\)"):
         open_source(CALIB_DIR, s.preprocess)
-    [r] = run_build(BuildRequest(model=path, intake=IntakeOptions(num_heads=3), targets=("onnx",), calib=npz, val=npz, out=tmp_path / "b", cache_dir=tmp_path / "cache",
+    [r] = run_build(BuildRequest(model=path, intake=IntakeOptions(num_heads=3), targets=("onnx",), calib=npz, val=npz, out=tmp_path / "b", cache=ReferenceCacheSettings(root=tmp_path / "cache"),
                                  measure_speed=False), StageLog(quiet=True))
     assert r.built and r.passed is True, r.summary
     m = read_manifest(tmp_path / "b")

@@ -23,11 +23,12 @@ def built(tmp_path_factory) -> Path:
     """One real onnx bundle of the bundled digits ViT, gated at min_agreement 0.9."""
     from vitedge.budget import BudgetSettings
     from vitedge.app.build import BuildRequest, run_build
+    from vitedge.app.overrides import ThresholdOverrides
     from vitedge.ui import StageLog
 
     out = tmp_path_factory.mktemp("manifest") / "bundle"
     run_build(BuildRequest(model=DIGITS, targets=("onnx",), calib=CALIB, out=out, calib_size=16, measure_speed=False,
-                           threshold_overrides={"min_agreement": 0.9}, budget=BudgetSettings(enabled=False, measure_cost=False)),
+                           threshold_overrides=ThresholdOverrides(min_agreement=0.9), budget=BudgetSettings(enabled=False, measure_cost=False)),
               StageLog(quiet=True))
     return out
 

@@ -57,12 +57,12 @@ def check_targets(profiles: list[TargetProfile], backends: dict[str, Backend]) -
 
 
 def preflight(req: Any, profiles: list[TargetProfile], backends: dict[str, Backend], dirs: dict[str, Path]) -> None:
-    check_utf8({"MODEL": req.model, "--calib": req.calib, "--val": req.val, "-o": req.out, "--cache-dir": req.cache_dir,
+    check_utf8({"MODEL": req.model, "--calib": req.calib, "--val": req.val, "-o": req.out, "--cache-dir": req.cache.root,
                 **{f"-o ({name})": d for name, d in dirs.items()}})
     for d in dirs.values():
         check_writable(d)
-    if req.cache_dir is not None:
-        check_writable(Path(req.cache_dir) / "x", "--cache-dir")
+    if req.cache.root is not None:
+        check_writable(Path(req.cache.root) / "x", "--cache-dir")
     check_targets(profiles, backends)
 
 

@@ -18,6 +18,7 @@ from helpers.cli import default_sigint
 
 from vitedge.backends.ort_attention import fuse_attention
 from vitedge.app.build import BuildRequest, run_build
+from vitedge.validation.reference_cache import ReferenceCacheSettings
 from vitedge.errors import UsageError
 from vitedge.fsutil import sha256_file
 from vitedge.manifest import read_manifest, verify_bundle
@@ -33,7 +34,7 @@ def two_target_build(tmp_path_factory):
     root = tmp_path_factory.mktemp("build")
     log = StageLog(quiet=True)
     req = BuildRequest(model=DIGITS, targets=("onnx", "intel-cpu"), calib=CALIB_DIR, val=VAL_DIR, out=root / "out",
-                       cache_dir=root / "cache", measure_speed=True)
+                       cache=ReferenceCacheSettings(root=root / "cache"), measure_speed=True)
     results = run_build(req, log)
     return root, results, log
 
@@ -74,7 +75,7 @@ def test_profile_can_keep_the_plain_qdq_graph(tmp_path, two_target_build):
     profile = tmp_path / "onnx-plain.toml"
     profile.write_text(shipped.replace('name = "onnx"', 'name = "onnx-plain"').replace("fuse_attention = true", "fuse_attention = false"))
     out = tmp_path / "plain"
-    [result] = run_build(BuildRequest(model=DIGITS, targets=(str(profile),), calib=CALIB_DIR, out=out, cache_dir=root / "cache",
+    [result] = run_build(BuildRequest(model=DIGITS, targets=(str(profile),), calib=CALIB_DIR, out=out, cache=ReferenceCacheSettings(root=root / "cache"),
                                       measure_speed=False), StageLog(quiet=True))
     m = verify_bundle(out)
     assert m.target["name"] == "onnx-plain" and m.target["profile"]["backend_options"]["fuse_attention"] is False
@@ -120,13 +121,13 @@ def test_user_profile_and_existing_output_refused(tmp_path, two_target_build):
                        '[backend_options]\ngraph_optimization = "basic"\n')
     out = tmp_path / "b"
     log = StageLog(quiet=True)
-    [result] = run_build(BuildRequest(model=DIGITS, targets=(str(profile),), calib=CALIB_DIR, out=out, cache_dir=root / "cache",
+    [result] = run_build(BuildRequest(model=DIGITS, targets=(str(profile),), calib=CALIB_DIR, out=out, cache=ReferenceCacheSettings(root=root / "cache"),
                                       measure_speed=False), log)
     m = verify_bundle(out)
     assert m.target["name"] == "edge-box" and m.target["profile"]["backend_options"]["graph_optimization"] == "basic"
     assert m.calibration["reused"] is True and result.passed is True
     with pytest.raises(UsageError, match="--force"):
-        run_build(BuildRequest(model=DIGITS, targets=(str(profile),), calib=CALIB_DIR, out=out, cache_dir=root / "cache"), log)
+        run_build(BuildRequest(model=DIGITS, targets=(str(profile),), calib=CALIB_DIR, out=out, cache=ReferenceCacheSettings(root=root / "cache")), log)
 
 
 def _cli(*args, **kw):

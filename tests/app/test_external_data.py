@@ -13,6 +13,7 @@ import pytest
 from conftest import CALIB_DIR
 
 from vitedge.app.build import BuildRequest, run_build
+from vitedge.validation.reference_cache import ReferenceCacheSettings
 from vitedge.errors import BundleError, UsageError
 from vitedge.export import ExportOptions, export_onnx
 from vitedge.manifest import read_manifest, verify_bundle
@@ -68,7 +69,7 @@ def test_build_runs_every_target_and_the_runtime_from_external_data(tmp_path, ti
 
     _, path = timm_vit
     req = BuildRequest(model=path, targets=("onnx", "intel-cpu", "jetson-orin"), calib=CALIB_DIR, out=tmp_path / "out",
-                       cache_dir=tmp_path / "cache", measure_speed=False, calib_size=16)
+                       cache=ReferenceCacheSettings(root=tmp_path / "cache"), measure_speed=False, calib_size=16)
     results = {r.profile.name: r for r in run_build(req, StageLog(quiet=True))}
     assert results["onnx"].built and results["intel-cpu"].built and not results["jetson-orin"].built
     for name in ("onnx", "intel-cpu", "jetson-orin"):

@@ -15,6 +15,8 @@ from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 
 from vitedge.budget import BudgetSettings, speed_verdict
 from vitedge.app.build import BuildRequest, run_build
+from vitedge.app.overrides import QuantOverrides, ThresholdOverrides
+from vitedge.validation.reference_cache import ReferenceCacheSettings
 from vitedge.manifest import read_manifest
 from vitedge.ui import StageLog
 
@@ -24,7 +26,7 @@ pytestmark = pytest.mark.skipif(not DIGITS.exists(), reason="bundled example not
 # the layers whose inputs the rewrite gives outlier channels
 PLANTED = {"/blocks/blocks.1/attn/qkv/MatMul", "/blocks/blocks.1/mlp/fc1/MatMul", "/blocks/blocks.3/mlp/fc1/MatMul",
            "/blocks/blocks.4/attn/proj/MatMul"}
-NO_SQ = {"smoothquant_alpha": None, "method": "percentile"}
+NO_SQ = QuantOverrides(smoothquant_off=True, method="percentile")
 
 
 @pytest.fixture(scope="module")
@@ -52,9 +54,9 @@ def one_batch_profile(work) -> Path:
 
 
 def _build(model, out, cache, *, target="onnx", speed=False, keep_float=(), budget=None, quant=NO_SQ, **thresholds):
-    req = BuildRequest(model=model, targets=(str(target),), calib=CALIB_DIR, val=VAL_DIR, out=out, cache_dir=cache,
-                       measure_speed=speed, quant_overrides=dict(quant), keep_float=tuple(keep_float), budget=budget,
-                       threshold_overrides={"max_top1_drop": 0.2, "min_agreement": 0.99, **thresholds})
+    req = BuildRequest(model=model, targets=(str(target),), calib=CALIB_DIR, val=VAL_DIR, out=out, cache=ReferenceCacheSettings(root=cache),
+                       measure_speed=speed, quant_overrides=quant, keep_float=tuple(keep_float), budget=budget,
+                       threshold_overrides=ThresholdOverrides.of({"max_top1_drop": 0.2, "min_agreement": 0.99, **thresholds}))
     log = StageLog(quiet=True)
     return run_build(req, log)[0], log
 
@@ -78,7 +80,7 @@ def test_outlier_rewrite_keeps_fp32_outputs(damaged):
 def test_int8_within_budget_returns_nothing(work):
     # min-max calibration (one pass) already holds a 0.5-point budget on the trained digits ViT
     # (it flips one near-tie image of 397 in ONNX Runtime: 0.25 points)
-    result, _ = _build(DIGITS, work / "plain", work / "cache", quant={"method": "minmax", "smoothquant_alpha": None}, max_top1_drop=0.5)
+    result, _ = _build(DIGITS, work / "plain", work / "cache", quant=QuantOverrides(method="minmax", smoothquant_off=True), max_top1_drop=0.5)
     b = read_manifest(result.bundle).quantization["budget"]
     assert b["status"] == "int8" and b["returned"] == [] and b["evaluations_used"] == 1
     assert b["sensitivity"] is None  # no ranking needed, none computed
@@ -141,7 +143,7 @@ def test_second_run_reuses_cached_sensitivities(fallback, work, damaged):
 def test_evaluation_cap_is_respected(fallback, work):
     """max_evals bounds the search (the full INT8 evaluation counts); a capped miss is not met, and
     the result carries the closest graph evaluated (the build ships it marked failed)."""
-    from vitedge.budget import meet_budget
+    from vitedge.budget import BudgetSearch, meet_budget
     from vitedge.datasources.sources import open_source
     from vitedge.profiles import Thresholds
     from vitedge.quantize import QuantConfig, calibrate
@@ -150,11 +152,11 @@ def test_evaluation_cap_is_respected(fallback, work):
     spec = read_manifest(bundle).spec
     calib = open_source(CALIB_DIR, spec.preprocess)
     val = open_source(VAL_DIR, spec.preprocess, class_names=spec.class_names)
-    cal = calibrate(bundle / "reference.fp32.onnx", calib, QuantConfig(**NO_SQ), cache_dir=work / "cache")
+    cal = calibrate(bundle / "reference.fp32.onnx", calib, QuantConfig(**NO_SQ.changes()), cache_dir=work / "cache")
     assert cal.reused
     plain = Thresholds(max_top1_drop=0.2, min_agreement=0.99, near_tie_margin=0.0, drop_confidence=0.0)  # every flip counts
-    r = meet_budget(cal, val, plain, fp32=bundle / "reference.fp32.onnx",
-                    settings=BudgetSettings(max_evals=2), cache_dir=work / "cache")
+    r = meet_budget(BudgetSearch(calibration=cal, source=val, thresholds=plain, fp32=bundle / "reference.fp32.onnx",
+                                 settings=BudgetSettings(max_evals=2), cache=ReferenceCacheSettings(root=work / "cache")))
     assert r.status == "not-met" and r.evaluations_used == 2 and "evaluation cap (2)" in r.reason
     assert r.graph.quantized  # the closest INT8 graph found, never one with every layer float
     assert r.sensitivity_cache == "reused" and r.sensitivity_evaluations == 0
@@ -225,9 +227,9 @@ def test_budget_holds_on_every_target_runtime(work, damaged):
     """One graph for onnx and intel-cpu: the budget evaluates each candidate on ONNX Runtime and
     OpenVINO, and each target's own final validation agrees with the budget's last evaluation
     (issue 13: "budget met" followed by a failed gate must be impossible)."""
-    req = BuildRequest(model=damaged, targets=("onnx", "intel-cpu"), calib=CALIB_DIR, val=VAL_DIR, out=work / "both", cache_dir=work / "cache",
-                       measure_speed=False, quant_overrides=dict(NO_SQ),
-                       threshold_overrides={"max_top1_drop": 0.2, "min_agreement": 0.995})
+    req = BuildRequest(model=damaged, targets=("onnx", "intel-cpu"), calib=CALIB_DIR, val=VAL_DIR, out=work / "both", cache=ReferenceCacheSettings(root=work / "cache"),
+                       measure_speed=False, quant_overrides=NO_SQ,
+                       threshold_overrides=ThresholdOverrides(max_top1_drop=0.2, min_agreement=0.995))
     results = run_build(req, StageLog(quiet=True))
     for result in results:
         m = read_manifest(result.bundle)
@@ -252,15 +254,15 @@ def test_a_rebuild_reads_complete_candidate_outputs_and_reruns_early_stops(work,
     ones that stopped early, whose partial outputs are never stored."""
     import dataclasses
 
-    req = BuildRequest(model=damaged, targets=("onnx",), calib=CALIB_DIR, val=VAL_DIR, out=work / "rerun", cache_dir=work / "rerun-cache",
-                       measure_speed=False, quant_overrides=dict(NO_SQ),
-                       threshold_overrides={"max_top1_drop": 0.2, "min_agreement": 0.99})
+    req = BuildRequest(model=damaged, targets=("onnx",), calib=CALIB_DIR, val=VAL_DIR, out=work / "rerun", cache=ReferenceCacheSettings(root=work / "rerun-cache"),
+                       measure_speed=False, quant_overrides=NO_SQ,
+                       threshold_overrides=ThresholdOverrides(max_top1_drop=0.2, min_agreement=0.99))
 
     def build(force: bool, int8_cache: bool = True) -> tuple[list[dict], list[str]]:
         lines: list[str] = []
         log = StageLog(quiet=True)
         log.info = lambda msg: lines.append(msg)
-        result = run_build(dataclasses.replace(req, force=force, int8_cache=int8_cache), log)[0]
+        result = run_build(dataclasses.replace(req, force=force, cache=dataclasses.replace(req.cache, int8_outputs=int8_cache)), log)[0]
         return read_manifest(result.bundle).quantization["budget"]["evaluations"], lines
 
     first, first_log = build(False)

@@ -12,6 +12,7 @@ import pytest
 from conftest import CALIB_DIR
 
 from vitedge.app.build import BuildRequest, run_build
+from vitedge.validation.reference_cache import ReferenceCacheSettings
 from vitedge.manifest import read_manifest
 from vitedge.profiles import Thresholds
 from vitedge.ui import StageLog
@@ -27,7 +28,7 @@ def dinov2_build(tmp_path_factory):
     m = timm.create_model("vit_small_patch14_dinov2", pretrained=False, img_size=56, depth=2, num_classes=0).eval()
     path = root / "dinov2_small.pt"
     torch.save(m.state_dict(), path)
-    req = BuildRequest(model=path, targets=("onnx", "intel-cpu"), calib=CALIB_DIR, out=root / "out", cache_dir=root / "cache",
+    req = BuildRequest(model=path, targets=("onnx", "intel-cpu"), calib=CALIB_DIR, out=root / "out", cache=ReferenceCacheSettings(root=root / "cache"),
                        measure_speed=False, calib_size=16)
     return root, {r.profile.name: r for r in run_build(req, StageLog(quiet=True))}
 

@@ -136,13 +136,15 @@ def test_family_builds_and_validates_on_both_cpu_targets(family_files, tmp_path,
     scores near chance (10%)."""
     from vitedge.budget import BudgetSettings
     from vitedge.app.build import BuildRequest, run_build
+    from vitedge.app.overrides import ThresholdOverrides
+    from vitedge.validation.reference_cache import ReferenceCacheSettings
     from vitedge.manifest import verify_bundle
     from vitedge.ui import StageLog
 
     _, path = family_files[name]
     req = BuildRequest(model=path, targets=("onnx", "intel-cpu"), calib=CALIB_DIR, val=VAL_DIR, out=tmp_path / "out", intake=_options(name),
-                       calib_size=16, cache_dir=tmp_path / "cache", measure_speed=False, budget=BudgetSettings(enabled=False),
-                       threshold_overrides={"min_agreement": 0.75, "max_top1_drop": 10.0})
+                       calib_size=16, cache=ReferenceCacheSettings(root=tmp_path / "cache"), measure_speed=False, budget=BudgetSettings(enabled=False),
+                       threshold_overrides=ThresholdOverrides(min_agreement=0.75, max_top1_drop=10.0))
     results = run_build(req, StageLog(quiet=True))
     assert [r.profile.name for r in results] == ["onnx", "intel-cpu"]
     for r in results:

@@ -74,15 +74,17 @@ def test_a_collapsing_candidate_is_never_chosen(digits):
 def test_budget_tries_calibrations_before_float_layers(digits):
     """A full INT8 graph from a collapsed candidate misses the budget; another candidate's full INT8
     graph meets it, so the budget ships that one with no layer in float."""
-    from vitedge.budget import BudgetSettings, meet_budget
+    from vitedge.budget import BudgetSearch, BudgetSettings, meet_budget
+    from vitedge.validation.reference_cache import ReferenceCacheSettings
     from vitedge.datasources.sources import open_source
     from vitedge.profiles import Thresholds
 
     cal = _collapsed(digits["cal"]).with_variant("entropy")
     spec = digits["spec"]
     val = open_source(VAL_DIR, spec.preprocess, limit=120, seed=0, class_names=spec.class_names)
-    r = meet_budget(cal, val, Thresholds(max_top1_drop=0.5, min_agreement=0.99), fp32=digits["path"],
-                    settings=BudgetSettings(measure_cost=False), cache_dir=digits["cache"])
+    r = meet_budget(BudgetSearch(calibration=cal, source=val, thresholds=Thresholds(max_top1_drop=0.5, min_agreement=0.99),
+                                 fp32=digits["path"], settings=BudgetSettings(measure_cost=False),
+                                 cache=ReferenceCacheSettings(root=digits["cache"])))
     steps = [e.step for e in r.evaluations]
     assert steps[0] == "full-int8" and not r.evaluations[0].passed and r.evaluations[0].variant == "entropy"
     assert r.status == "int8" and r.returned == () and r.calibration != "entropy" and r.calibration_chosen == "entropy"

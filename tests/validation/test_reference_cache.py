@@ -173,12 +173,13 @@ def test_targets_sharing_a_runtime_and_a_warm_rebuild_reuse_fp32(tmp_path):
     from conftest import CALIB_DIR, EXAMPLES, REPO
 
     from vitedge.app.build import BuildRequest, run_build
+    from vitedge.validation.reference_cache import ReferenceCacheSettings
     from vitedge.ui import StageLog
 
     twin = tmp_path / "onnx-twin.toml"
     twin.write_text((REPO / "targets" / "onnx.toml").read_text().replace('name = "onnx"', 'name = "onnx-twin"'))
     req = BuildRequest(model=EXAMPLES / "digits_vit.pt", targets=("onnx", str(twin)), calib=CALIB_DIR, val=VAL_DIR,
-                       out=tmp_path / "out", cache_dir=tmp_path / "cache", calib_size=32, measure_speed=False)
+                       out=tmp_path / "out", cache=ReferenceCacheSettings(root=tmp_path / "cache"), calib_size=32, measure_speed=False)
 
     def build(force: bool) -> tuple[dict[str, dict], list[str]]:
         lines: list[str] = []

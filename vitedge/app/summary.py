@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
@@ -11,12 +14,15 @@ from vitedge.target_table import (
     int8_not_faster_sentence,
 )
 
+if TYPE_CHECKING:
+    from vitedge.app.build import TargetResult
 
-def _pct(v):
+
+def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.2f}%"
 
 
-def summary_rows(results) -> list[tuple[str, ...]]:
+def summary_rows(results: Sequence[TargetResult]) -> list[tuple[str, ...]]:
     rows = []
     for r in results:
         s = r.summary
@@ -33,7 +39,7 @@ def summary_rows(results) -> list[tuple[str, ...]]:
     return rows
 
 
-def not_faster_lines(results) -> list[str]:
+def not_faster_lines(results: Sequence[TargetResult]) -> list[str]:
     """One plain line per CPU target whose INT8 measured slower than its FP32 here, naming a target of
     this build that measured faster (else the profile meant for such CPUs)."""
     measured = {r.profile.name: (r.profile.backend, r.summary.get("speedup")) for r in results}
@@ -48,7 +54,7 @@ def not_faster_lines(results) -> list[str]:
     return lines
 
 
-def print_build_summary(results, timings: dict[str, float]) -> None:
+def print_build_summary(results: Sequence[TargetResult], timings: dict[str, float]) -> None:
 
     table = Table(title="vitedge build", show_header=True, header_style="bold", padding=(0, 1))
     for col in ("target", "size", "top-1 FP32 -> INT8", "agree/cos", "ms FP32 -> INT8", "speedup", "gate"):

@@ -23,7 +23,7 @@ One job per module (each imports only the ones above it in this list, and lower 
     evaluate   Evaluator: a candidate vs FP32 on every target runtime, judged by the gate's rows;
                which runtimes (target_runtimes) and the shared thresholds (strictest)
     rank       the candidate layers, most harmful first, and the sensitivity cache
-    search     meet_budget: grow, bisect and prune over the ranking within max_evals
+    search     meet_budget(BudgetSearch): grow, bisect and prune over the ranking within max_evals
     cost       what the float layers cost in speed (ONNX Runtime latency and profiler)
     speed      the per-target speed verdict, recorded in the manifest
     run        run_budget: the entry point the build pipeline calls, one per shared graph
@@ -49,7 +49,7 @@ from vitedge.budget.report import (
     write_budget_report,
 )
 from vitedge.budget.run import BudgetJob, BudgetNotMet, budget_failure, run_budget
-from vitedge.budget.search import meet_budget
+from vitedge.budget.search import BudgetSearch, meet_budget
 from vitedge.budget.settings import (
     BUDGET_VERSION,
     DEFAULT_MAX_EVALS,
@@ -61,7 +61,7 @@ from vitedge.budget.speed import record_speed_verdict, speed_verdict
 
 __all__ = [
     "BUDGET_VERSION", "DEFAULT_MAX_EVALS", "DEFAULT_SENSITIVITY_SAMPLES", "RUNTIME", "SCHEDULES",
-    "BudgetJob", "BudgetNotMet", "budget_failure", "BudgetResult", "BudgetSettings", "Evaluation", "Evaluator", "LayerCost", "RuntimeOpener",
+    "BudgetJob", "BudgetNotMet", "budget_failure", "BudgetResult", "BudgetSearch", "BudgetSettings", "Evaluation", "Evaluator", "LayerCost", "RuntimeOpener",
     "SensitivityCache", "budget_criterion", "budget_markdown", "budget_plot", "describe_record", "float_layers",
     "measure_costs", "meet_budget", "rank_layers", "record_speed_verdict", "run_budget", "sensitivity_key", "speed_verdict",
     "strictest", "target_runtimes", "timing_session", "write_budget_report",

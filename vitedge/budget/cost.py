@@ -12,7 +12,7 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -21,6 +21,10 @@ from vitedge.onnxutil import SessionSettings, ort_session
 from vitedge.outputs import work_prefix
 from vitedge.quantize.qdq import build_qdq
 from vitedge.validation.latency import LatencySettings, measure_interleaved
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
+    from onnxruntime import InferenceSession
 
 
 def float_layers(result: BudgetResult) -> list[LayerCost]:
@@ -44,7 +48,7 @@ def float_layers(result: BudgetResult) -> list[LayerCost]:
     return out
 
 
-def measure_costs(result: BudgetResult, fp32: Any, example: np.ndarray, *, threads: int | None = None,
+def measure_costs(result: BudgetResult, fp32: str | Path | ModelProto, example: np.ndarray, *, threads: int | None = None,
                   latency_seconds: float = 0.3, profile_runs: int = 100, profile_seconds: float = 0.5) -> None:
     """Fill ``result.costs`` (per-layer, ORT profiler) and ``result.latency`` (end to end, ORT).
 
@@ -78,7 +82,8 @@ def measure_costs(result: BudgetResult, fp32: Any, example: np.ndarray, *, threa
             c.float_us, c.int8_us = t_chosen.get(c.name), t_int8.get(c.name)
 
 
-def timing_session(src: Any, *, threads: int | None = None, profile_prefix: str | None = None):
+def timing_session(src: str | Path | bytes | ModelProto, *, threads: int | None = None,
+                   profile_prefix: str | None = None) -> InferenceSession:
     """An ONNX Runtime CPU session for timing several graphs interleaved in one process: full graph
     optimizations, and intra-op threads that sleep instead of spinning when idle.
 
@@ -91,7 +96,7 @@ def timing_session(src: Any, *, threads: int | None = None, profile_prefix: str 
     return ort_session(src, settings)  # a path, bytes or a ModelProto (past 2 GB via external data)
 
 
-def _node_times(model: Any, x: np.ndarray, runs: int, threads: int | None) -> dict[str, float]:
+def _node_times(model: str | Path | ModelProto, x: np.ndarray, runs: int, threads: int | None) -> dict[str, float]:
     """Median kernel time (us) per node name from ONNX Runtime's profiler."""
 
 

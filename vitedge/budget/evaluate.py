@@ -13,14 +13,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vitedge.backends.base import Backend, Runner
 from vitedge.onnxutil import ort_session, save_onnx
-from vitedge.profiles import TargetProfile
+from vitedge.profiles import TargetProfile, Thresholds
 from vitedge.swap import work_prefix
 from vitedge.ui import StageLog
 from vitedge.validation.accuracy import Outputs, compare_embeddings, compare_logits
@@ -36,13 +37,21 @@ from vitedge.validation.reference_cache import (
 )
 from vitedge.validation.run import evaluate_gate
 
+if TYPE_CHECKING:
+    from onnx import ModelProto
+
+    from vitedge.datasources._common import CalibrationSource
+    from vitedge.preprocess import Preprocess
+
 _EVAL_BATCH = 64
 _MEMO_BYTES = 512 * 2**20  # keep the validation inputs in memory up to this size
 
 
 # A runtime the budget evaluates candidates on: (name, open(path) -> a Runner with .infer(batch)).
 # None opens ONNX Runtime's CPU provider, as the onnx target runs it.
-RuntimeOpener = tuple[str, Callable[[Path], Any]]
+RuntimeOpener = tuple[str, Callable[[Path], Runner] | None]
+# What the reference cache keys a runtime's outputs on: (its backend, the profile's backend options dataclass).
+RuntimeFacts = tuple[Backend, object]
 
 
 class Evaluator:
@@ -50,9 +59,10 @@ class Evaluator:
     compares each with FP32's outputs on that same runtime. A candidate passes only when it
     passes on all of them: the build gate of each target is what the budget must predict."""
 
-    def __init__(self, fp32: Any, source: Any, output_kind: str, thresholds: Any, *, threads: int | None = None,
-                 runtimes: Sequence[RuntimeOpener] | None = None, reference_cache: ReferenceCacheSettings | None = None,
-                 runtime_facts: dict[str, tuple[Any, Any]] | None = None, preprocess: Any = None):
+    def __init__(self, fp32: str | Path | ModelProto, source: CalibrationSource, output_kind: str, thresholds: Thresholds, *,
+                 threads: int | None = None, runtimes: Sequence[RuntimeOpener] | None = None,
+                 reference_cache: ReferenceCacheSettings | None = None, runtime_facts: Mapping[str, RuntimeFacts] | None = None,
+                 preprocess: Preprocess | None = None):
         """``reference_cache`` and ``runtime_facts`` (runtime name -> (backend, its options), see
         ``runtime_facts``): the FP32 outputs of each runtime are read from, or written to, the FP32
         reference cache of validation (under their own key: this pass feeds batches of 64 as they are)."""
@@ -207,7 +217,7 @@ class Evaluator:
                         f"remaining items could win back within a {t.max_top1_drop:g}-point drop")
         return None
 
-    def accuracy(self, model: Any, *, early_stop: bool = True) -> dict[str, Any]:
+    def accuracy(self, model: str | Path | ModelProto, *, early_stop: bool = True) -> dict[str, Any]:
         """Accuracy of ``model`` vs FP32. With ``early_stop`` (classifiers), the run stops as soon as the
         budget is certainly missed; the figures then cover the items run (``samples``)."""
 
@@ -257,7 +267,7 @@ class Evaluator:
         return all(r.passed for r in rows), [r.detail for r in rows if not r.passed]
 
 
-def strictest(thresholds: Sequence[Any]) -> Any:
+def strictest(thresholds: Sequence[Thresholds]) -> Thresholds:
     """One budget for a graph several targets share: the tightest of each accuracy threshold."""
     first = thresholds[0]
     nn = [t.min_nn_agreement for t in thresholds if t.min_nn_agreement is not None]
@@ -271,7 +281,8 @@ def strictest(thresholds: Sequence[Any]) -> Any:
                                drop_confidence=min(t.drop_confidence for t in thresholds))
 
 
-def target_runtimes(profiles: list[TargetProfile], backends: dict[str, Any], threads: int | None, log: StageLog) -> list[RuntimeOpener]:
+def target_runtimes(profiles: list[TargetProfile], backends: Mapping[str, Backend], threads: int | None,
+                    log: StageLog) -> list[RuntimeOpener]:
     """The runtimes the accuracy budget must hold on: each target's own that runs here (once per
     backend and options). TensorRT runs on the device: its plan is checked there, and the budget
     stands in with ONNX Runtime when no other target runs here."""
@@ -283,7 +294,7 @@ def target_runtimes(profiles: list[TargetProfile], backends: dict[str, Any], thr
     return runtimes
 
 
-def runtime_facts(profiles: list[TargetProfile], backends: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def runtime_facts(profiles: list[TargetProfile], backends: Mapping[str, Backend]) -> dict[str, RuntimeFacts]:
     """Runtime name (as ``target_runtimes`` names it) -> (backend, backend options): what the FP32
     reference cache keys each runtime's outputs on."""
     return {name: (backend, p.backend_options) for name, backend, p in _runtimes_here(profiles, backends)}

@@ -8,7 +8,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vitedge.budget.record import BudgetResult
 from vitedge.budget.settings import BUDGET_VERSION, BudgetSettings
@@ -16,8 +16,14 @@ from vitedge.fsutil import atomic_write_path
 from vitedge.quantize.cache import CalibrationCache
 from vitedge.validation.sensitivity import first_inputs, layer_sensitivity
 
+if TYPE_CHECKING:
+    from vitedge.datasources._common import CalibrationSource
+    from vitedge.preprocess import Preprocess
+    from vitedge.quantize.qdq import QuantizedGraph
+    from vitedge.quantize.record import Calibration
 
-def sensitivity_key(calibration: Any, float_layers: Iterable[str], data_hash: str, samples: int, output_kind: str) -> str:
+
+def sensitivity_key(calibration: Calibration, float_layers: Iterable[str], data_hash: str, samples: int, output_kind: str) -> str:
     """Like the calibration cache key (it includes it), plus what changes a ranking: the quantizer
     settings, the layers already float, the evaluation data and how many samples."""
     parts = {
@@ -62,8 +68,9 @@ class SensitivityCache:
         return path
 
 
-def rank_layers(result: BudgetResult, calibration: Any, full: Any, source: Any, output_kind: str, preprocess: Any,
-                cache_dir: str | Path | None, settings: BudgetSettings, info: Callable[[str], None]) -> list[str]:
+def rank_layers(result: BudgetResult, calibration: Calibration, full: QuantizedGraph, source: CalibrationSource, output_kind: str,
+                preprocess: Preprocess | None, cache_dir: str | Path | None, settings: BudgetSettings,
+                info: Callable[[str], None]) -> list[str]:
     """Candidate layers, most harmful first: from the cache, or from per-layer sensitivity."""
     samples = min(settings.sensitivity_samples, len(source))
     key = sensitivity_key(calibration, full.kept_float, source.summary.data_hash, samples, output_kind)

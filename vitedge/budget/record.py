@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vitedge.budget.report import describe_record
 from vitedge.budget.settings import BUDGET_VERSION, BudgetSettings
+
+if TYPE_CHECKING:
+    from vitedge.quantize.qdq import QuantizedGraph
 
 RUNTIME = "onnxruntime (CPUExecutionProvider, graph optimizations on)"
 
@@ -82,7 +85,7 @@ class LayerCost:
 class BudgetResult:
     """What the search did and the graph every target is built from."""
 
-    graph: Any  # vitedge.quantize.qdq.QuantizedGraph
+    graph: QuantizedGraph
     status: str  # off | int8 (met with no fallback) | fallback (met, layers returned) | not-met
     thresholds: dict[str, Any]
     settings: BudgetSettings

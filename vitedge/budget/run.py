@@ -6,21 +6,27 @@ with an INT8 layer left meets it, hand back the closest one, to be shipped marke
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from vitedge.budget.cost import float_layers, measure_costs
 from vitedge.budget.evaluate import runtime_facts, strictest, target_runtimes
 from vitedge.budget.record import BudgetResult
 from vitedge.budget.report import budget_criterion
-from vitedge.budget.search import meet_budget
+from vitedge.budget.search import BudgetSearch, meet_budget
 from vitedge.budget.settings import BudgetSettings
 from vitedge.errors import GateFailure
 from vitedge.profiles import TargetProfile, Thresholds
 from vitedge.spec import ModelSpec
 from vitedge.ui import StageLog
 from vitedge.validation.reference_cache import ReferenceCacheSettings
+
+if TYPE_CHECKING:
+    from vitedge.backends.base import Backend
+    from vitedge.datasources._common import CalibrationSource
+    from vitedge.quantize.qdq import QuantizedGraph
+    from vitedge.quantize.record import Calibration
 
 
 class BudgetNotMet(GateFailure):
@@ -32,8 +38,8 @@ class BudgetNotMet(GateFailure):
 class BudgetJob:
     """One shared Q/DQ graph and the targets that will consume it.
 
-    calibration  what ``vitedge.quantize.calibrate`` returned
-    graph        the full INT8 graph, ``build_qdq(calibration, keep_float=keep_float)``
+    calibration  what ``vitedge.quantize.calibrate`` returned (a ``Calibration``)
+    graph        the full INT8 graph, ``build_qdq(calibration, keep_float=keep_float)`` (a ``QuantizedGraph``)
     fp32         the FP32 reference graph
     validation   the validation data (a calibration source; labels optional)
     spec         the model's spec (output kind, preprocessing)
@@ -41,23 +47,21 @@ class BudgetJob:
     backends     backend by target name (each target's own runtime evaluates the candidates)
     thresholds   thresholds by target name (the budget is the strictest of the targets')
     keep_float   the user's pins (``--keep-float``): float, never searched
-    cache_dir    cache root (the per-layer sensitivities are cached beside the calibration)
-    reference_cache  read and write FP32 outputs in validation's reference cache under cache_dir
-    int8_cache   also read and write the outputs of candidates that ran over all the data (needs reference_cache)
+    cache        the cache settings of the build: ``root`` is where the per-layer sensitivities are cached
+                 (beside the calibration); FP32 outputs come from validation's reference cache when it is
+                 enabled, and the outputs of candidates that ran over all the data too with ``int8_outputs``
     """
 
-    calibration: Any
-    graph: Any
+    calibration: Calibration
+    graph: QuantizedGraph
     fp32: Path
-    validation: Any
+    validation: CalibrationSource
     spec: ModelSpec
     targets: Sequence[TargetProfile]
-    backends: Mapping[str, Any]
+    backends: Mapping[str, Backend]
     thresholds: Mapping[str, Thresholds]
     keep_float: tuple[str, ...] = ()
-    cache_dir: Path | None = None
-    reference_cache: bool = True  # FP32 outputs from validation's reference cache under cache_dir
-    int8_cache: bool = True  # complete candidate outputs too, keyed by the candidate graph's bytes
+    cache: ReferenceCacheSettings = field(default_factory=ReferenceCacheSettings)
 
 
 def not_met_hint(output_kind: str) -> str:
@@ -78,17 +82,15 @@ def run_budget(job: BudgetJob, settings: BudgetSettings, log: StageLog) -> Budge
     thresholds, evaluated against FP32 on the validation data on every target runtime that runs here.
     When the search found no graph that meets it, the result's status is ``not-met`` and its graph the
     closest one evaluated that keeps an INT8 layer: the build ships it, marked failed (``budget_failure``)."""
-    runtimes = target_runtimes(list(job.targets), dict(job.backends), settings.threads, log)
+    runtimes = target_runtimes(list(job.targets), job.backends, settings.threads, log)
     spec, fp32, val = job.spec, job.fp32, job.validation
     budget_thresholds = strictest([job.thresholds[p.name] for p in job.targets])
     what = budget_criterion(budget_thresholds.to_dict(), spec.output_kind) if settings.enabled else "off (--no-fallback)"
     with log.stage("budget", f"accuracy budget: {what}"):
-        result = meet_budget(job.calibration, val, budget_thresholds, fp32=fp32, full=job.graph, keep_float=job.keep_float,
-                             settings=settings, output_kind=spec.output_kind, preprocess=spec.preprocess, cache_dir=job.cache_dir,
-                             log=log.info, runtimes=runtimes or None,
-                             reference_cache=ReferenceCacheSettings(enabled=job.reference_cache, root=job.cache_dir,
-                                                                     int8_outputs=job.int8_cache),
-                             runtime_facts=runtime_facts(list(job.targets), dict(job.backends)))
+        search = BudgetSearch(calibration=job.calibration, source=val, thresholds=budget_thresholds, fp32=fp32, full=job.graph,
+                              keep_float=job.keep_float, settings=settings, output_kind=spec.output_kind, preprocess=spec.preprocess,
+                              cache=job.cache, runtimes=tuple(runtimes), runtime_facts=runtime_facts(list(job.targets), job.backends))
+        result = meet_budget(search, log.info)
         if result.status == "fallback" and settings.measure_cost:
             measure_costs(result, fp32, next(iter(val.batches(1))).images, threads=settings.threads)
         else:

@@ -18,170 +18,226 @@ from the start, never candidates, never re-quantized.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vitedge.budget.evaluate import Evaluator, RuntimeOpener
+from vitedge.budget.evaluate import Evaluator, RuntimeFacts, RuntimeOpener
 from vitedge.budget.rank import rank_layers
 from vitedge.budget.record import BudgetResult, Evaluation
 from vitedge.budget.settings import BudgetSettings
-from vitedge.quantize.qdq import build_qdq, resolve_keep_float
+from vitedge.profiles import Thresholds
+from vitedge.quantize.qdq import QuantizedGraph, build_qdq, resolve_keep_float
+from vitedge.validation.reference_cache import ReferenceCacheSettings
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
+
+    from vitedge.datasources._common import CalibrationSource
+    from vitedge.preprocess import Preprocess
+    from vitedge.quantize.record import Calibration
 
 
-def meet_budget(
-    calibration: Any,
-    source: Any,
-    thresholds: Any,
-    *,
-    fp32: Any = None,
-    full: Any = None,
-    keep_float: Iterable[str] | str = (),
-    settings: BudgetSettings | None = None,
-    output_kind: str = "logits",
-    preprocess: Any = None,
-    cache_dir: str | Path | None = None,
-    log: Callable[[str], None] | None = None,
-    runtimes: Sequence[RuntimeOpener] | None = None,
-    reference_cache: Any = None,
-    runtime_facts: dict[str, tuple[Any, Any]] | None = None,
-) -> BudgetResult:
-    """Build the Q/DQ graph that meets ``thresholds`` on ``source`` with the fewest layers in float.
+@dataclass(frozen=True, kw_only=True)
+class BudgetSearch:
+    """Everything the search reads: the calibration, the validation data and the budget.
 
-    calibration  what ``vitedge.quantize.calibrate`` returned
-    source       validation data (a calibration source; labels optional)
-    thresholds   a ``Thresholds``: max_top1_drop (with labels) and min_agreement are the budget
-    fp32         the FP32 reference graph (path or ModelProto); default: the calibrated copy
-    full         ``build_qdq(calibration, keep_float=keep_float)`` when the caller has it already
-    keep_float   the user's pins (node names, kinds, op types, fnmatch patterns): float, never touched
-    runtimes     the runtimes of the targets that will consume the graph, each as (name, open(path));
-                 a candidate must pass on every one (default: ONNX Runtime's CPU provider)
-    reference_cache, runtime_facts  the FP32 reference cache of validation (ReferenceCacheSettings) and
-                 each runtime's (backend, options) it keys on: FP32 outputs are reused across builds
+    calibration   what ``vitedge.quantize.calibrate`` returned (a ``Calibration``)
+    source        validation data (a calibration source; labels optional)
+    thresholds    max_top1_drop (with labels) and min_agreement are the budget
+    fp32          the FP32 reference graph (path or ModelProto); default: the calibrated copy
+    full          ``build_qdq(calibration, keep_float=keep_float)`` when the caller has it already
+    keep_float    the user's pins (node names, kinds, op types, fnmatch patterns): float, never touched
+    settings      how the search runs
+    output_kind   "logits" or "embedding" (which gate rows apply)
+    preprocess    the model's preprocessing (part of the reference cache's key)
+    cache         the cache root (``root``: the per-layer sensitivities are cached beside the calibration)
+                  and validation's FP32 reference cache, used for the runtimes ``runtime_facts`` names
+    runtimes      the runtimes of the targets that will consume the graph, each as (name, open(path));
+                  a candidate must pass on every one (empty: ONNX Runtime's CPU provider)
+    runtime_facts each runtime's (backend, options), which the reference cache keys on: FP32 outputs
+                  are reused across builds
     """
 
-    settings = settings or BudgetSettings()
-    info = log or (lambda _m: None)
-    start = time.perf_counter()
-    pins = (keep_float,) if isinstance(keep_float, str) else tuple(keep_float)
-    pinned = tuple(sorted(resolve_keep_float(calibration.layers, pins))) if pins else ()
-    full = full if full is not None else build_qdq(calibration, keep_float=pins)
-    summary = source.summary
-    data = {"path": summary.path, "items": len(source), "labeled": bool(summary.labeled and output_kind != "embedding"),
-            "data_hash": summary.data_hash, "output_kind": output_kind}
-    result = BudgetResult(graph=full, status="off", thresholds=thresholds.to_dict(), settings=settings,
-                          candidates=len(full.quantized), pinned=pinned, data=data)
-    if not settings.enabled:
-        result.seconds = time.perf_counter() - start
-        return result
+    calibration: Calibration
+    source: CalibrationSource
+    thresholds: Thresholds
+    fp32: str | Path | ModelProto | None = None
+    full: QuantizedGraph | None = None
+    keep_float: tuple[str, ...] = ()
+    settings: BudgetSettings = field(default_factory=BudgetSettings)
+    output_kind: str = "logits"
+    preprocess: Preprocess | None = None
+    cache: ReferenceCacheSettings = field(default_factory=ReferenceCacheSettings)
+    runtimes: tuple[RuntimeOpener, ...] = ()
+    runtime_facts: Mapping[str, RuntimeFacts] = field(default_factory=dict)
 
-    ev = Evaluator(fp32 if fp32 is not None else calibration.model, source, output_kind, thresholds, threads=settings.threads,
-                   runtimes=runtimes, reference_cache=reference_cache, runtime_facts=runtime_facts, preprocess=preprocess)
-    for name, lookup in ev.lookups.items():
-        info(f"budget {name}: " + lookup.one_line(len(source)))
-    result.runtimes = [name for name, _ in ev.runtimes]
-    graphs: dict[tuple[str, ...], Any] = {}  # the passing candidates only (a ViT-B graph is ~100 MB)
-    closest: list[Any] = [None, None]  # [Evaluation, graph]: the complete miss closest to the budget, shipped when none meets it
-    variant = getattr(calibration, "variant", None)
-    result.calibration = result.calibration_chosen = variant
 
-    def evaluate(returned: tuple[str, ...], step: str, graph: Any = None) -> Evaluation:
+def meet_budget(job: BudgetSearch, log: Callable[[str], None] | None = None) -> BudgetResult:
+    """Build the Q/DQ graph that meets ``job.thresholds`` on ``job.source`` with the fewest layers in
+    float (the module docstring says how); ``log`` gets one line per step."""
+    return _Search(job, log or (lambda _m: None)).run()
+
+
+class _Search:
+    """One run of the search: its result so far, the passing graphs and the closest miss."""
+
+    def __init__(self, job: BudgetSearch, info: Callable[[str], None]):
+        self.job, self.info, self.settings = job, info, job.settings
+        self.start = time.perf_counter()
+        self.pins = tuple(job.keep_float)
+        self.calibration = job.calibration
+        pinned = tuple(sorted(resolve_keep_float(job.calibration.layers, self.pins))) if self.pins else ()
+        self.full = job.full if job.full is not None else build_qdq(job.calibration, keep_float=self.pins)
+        summary = job.source.summary
+        data = {"path": summary.path, "items": len(job.source), "labeled": bool(summary.labeled and job.output_kind != "embedding"),
+                "data_hash": summary.data_hash, "output_kind": job.output_kind}
+        self.result = BudgetResult(graph=self.full, status="off", thresholds=job.thresholds.to_dict(), settings=self.settings,
+                                   candidates=len(self.full.quantized), pinned=pinned, data=data)
+        self.graphs: dict[tuple[str, ...], QuantizedGraph] = {}  # the passing candidates only (a ViT-B graph is ~100 MB)
+        self.closest: tuple[Evaluation, QuantizedGraph] | None = None  # the complete miss closest to the budget
+        self.variant: str | None = None
+        self.ev: Evaluator  # opened by _open_evaluator (not when the budget is off)
+
+    def run(self) -> BudgetResult:
+        if not self.settings.enabled:
+            return self._done()
+        self._open_evaluator()
+        if self._evaluate((), "full-int8").passed:
+            self.result.status = "int8"
+            return self._done()
+        if not self.full.quantized:
+            return self._not_met("no layer is INT8 (every layer pinned float) and the graph still misses the budget")
+        if self._other_calibration_meets():
+            return self._done()
+        self._continue_from_closest()
+        order = rank_layers(self.result, self.calibration, self.full, self.job.source, self.job.output_kind, self.job.preprocess,
+                            self.job.cache.root, self.settings, self.info)
+        passing, lo = self._grow(order)
+        if passing is not None and self.settings.refine:
+            passing = self._refine(order, passing, lo)
+        if passing is None:
+            return self._not_met(self._miss_reason(len(order)))
+        self.result.status = "fallback"
+        self.result.returned = tuple(passing)
+        self.result.graph = self.graphs[tuple(passing)]
+        return self._done()
+
+    def _open_evaluator(self) -> None:
+        job = self.job
+        self.ev = Evaluator(job.fp32 if job.fp32 is not None else self.calibration.model, job.source, job.output_kind, job.thresholds,
+                            threads=self.settings.threads, runtimes=job.runtimes or None, reference_cache=job.cache,
+                            runtime_facts=job.runtime_facts, preprocess=job.preprocess)
+        for name, lookup in self.ev.lookups.items():
+            self.info(f"budget {name}: " + lookup.one_line(len(job.source)))
+        self.result.runtimes = [name for name, _ in self.ev.runtimes]
+        self.variant = getattr(self.calibration, "variant", None)
+        self.result.calibration = self.result.calibration_chosen = self.variant
+
+    def _capped(self) -> bool:
+        return len(self.result.evaluations) >= self.settings.max_evals
+
+    def _evaluate(self, returned: tuple[str, ...], step: str, graph: QuantizedGraph | None = None) -> Evaluation:
+        """Evaluate one candidate (``returned`` back in float), record it, keep it if it passes or came closest."""
         t0 = time.perf_counter()
-        g = graph if graph is not None else full if not returned else build_qdq(calibration, keep_float=pins + returned)
-        reused = len(ev.reused)
-        acc = ev.accuracy(g.model, early_stop=settings.early_stop)
-        if len(ev.reused) > reused:
-            info(f"budget: candidate outputs on {', '.join(ev.reused[reused:])} read from the validation cache "
-                 "(the same graph ran on the same data, runtime and CPU before)")
-        ok, failures = ev.verdict(acc)
+        g = graph if graph is not None else self.full if not returned else build_qdq(self.calibration, keep_float=self.pins + returned)
+        reused = len(self.ev.reused)
+        acc = self.ev.accuracy(g.model, early_stop=self.settings.early_stop)
+        if len(self.ev.reused) > reused:
+            self.info(f"budget: candidate outputs on {', '.join(self.ev.reused[reused:])} read from the validation cache "
+                      "(the same graph ran on the same data, runtime and CPU before)")
+        ok, failures = self.ev.verdict(acc)
         if ok:
-            graphs[returned] = g
-        e = Evaluation(len(result.evaluations) + 1, step, returned, ok, acc, failures, time.perf_counter() - t0,
+            self.graphs[returned] = g
+        e = Evaluation(len(self.result.evaluations) + 1, step, returned, ok, acc, failures, time.perf_counter() - t0,
                        variant=getattr(g.calibration, "variant", None))
-        result.evaluations.append(e)
-        info(f"budget evaluation {e.index}: {e.describe()}")
-        if not ok and not acc.get("stopped_early") and g.quantized and (
-                closest[0] is None or (_closeness(acc), -len(returned)) > (_closeness(closest[0].accuracy), -len(closest[0].returned))):
-            closest[:] = [e, g]
+        self.result.evaluations.append(e)
+        self.info(f"budget evaluation {e.index}: {e.describe()}")
+        if not ok and not acc.get("stopped_early") and g.quantized and (self.closest is None or (
+                (_closeness(acc), -len(returned)) > (_closeness(self.closest[0].accuracy), -len(self.closest[0].returned)))):
+            self.closest = (e, g)
         return e
 
-    def not_met(reason: str, fallback_graph: Any) -> BudgetResult:
-        result.status, result.reason = "not-met", reason
-        result.graph = closest[1] if closest[1] is not None else fallback_graph
-        result.returned = tuple(closest[0].returned) if closest[0] is not None else ()
-        result.calibration = getattr(result.graph.calibration, "variant", None)
-        result.seconds = time.perf_counter() - start
-        return result
+    def _other_calibration_meets(self) -> bool:
+        """Method select's other candidates, full INT8, before any layer goes to float; True when one meets it."""
+        for name in _other_calibrations(self.calibration):
+            if self._capped():
+                break
+            e = self._evaluate((), "calibration", build_qdq(self.calibration.with_variant(name), keep_float=self.pins))
+            if e.passed:
+                self.result.status, self.result.graph, self.result.calibration = "int8", self.graphs[()], name
+                self.info(f"budget: the full INT8 graph with {name} thresholds meets it (calibration chose {self.variant}); "
+                          "no layer returned to float")
+                return True
+        return False
 
-    first = evaluate((), "full-int8")
-    if first.passed:
-        result.status = "int8"
-        result.seconds = time.perf_counter() - start
-        return result
-    if not full.quantized:
-        return not_met("no layer is INT8 (every layer pinned float) and the graph still misses the budget", full)
-    for name in _other_calibrations(calibration):  # calibration choices before float layers
-        if len(result.evaluations) >= settings.max_evals:
-            break
-        e = evaluate((), "calibration", build_qdq(calibration.with_variant(name), keep_float=pins))
-        if e.passed:
-            result.status, result.graph, result.calibration = "int8", graphs[()], name
-            info(f"budget: the full INT8 graph with {name} thresholds meets it (calibration chose {variant}); no layer returned to float")
-            result.seconds = time.perf_counter() - start
-            return result
-    if closest[1] is not None and closest[1] is not full:  # search layers from the calibration that came closest
-        calibration, full = closest[1].calibration, closest[1]
-        result.calibration = getattr(calibration, "variant", None)
-        info(f"budget: returning layers to float from the {result.calibration} thresholds (the closest full INT8 graph)")
+    def _continue_from_closest(self) -> None:
+        """Search layers from the calibration candidate whose full INT8 graph came closest."""
+        if self.closest is not None and self.closest[1] is not self.full:
+            self.full = self.closest[1]
+            self.calibration = self.full.calibration
+            self.result.calibration = getattr(self.calibration, "variant", None)
+            self.info(f"budget: returning layers to float from the {self.result.calibration} thresholds (the closest full INT8 graph)")
 
-    order = rank_layers(result, calibration, full, source, output_kind, preprocess, cache_dir, settings, info)
-    n = len(order)
-    passing: tuple[str, ...] | None = None
-    lo = 0  # the largest prefix known to miss
-    for size in _group_sizes(n, settings):
-        if len(result.evaluations) >= settings.max_evals:
-            break
-        e = evaluate(tuple(order[:size]), "grow")
-        if e.passed:
-            passing = e.returned
-            break
-        lo = size
-    if passing is not None and settings.refine:
+    def _grow(self, order: list[str]) -> tuple[tuple[str, ...] | None, int]:
+        """Return the top 1, 2, 4, ... (or fixed groups) to float until a graph passes:
+        (the passing layers or None, the largest prefix known to miss)."""
+        lo = 0
+        for size in _group_sizes(len(order), self.settings):
+            if self._capped():
+                break
+            e = self._evaluate(tuple(order[:size]), "grow")
+            if e.passed:
+                return e.returned, lo
+            lo = size
+        return None, lo
+
+    def _refine(self, order: list[str], passing: tuple[str, ...], lo: int) -> tuple[str, ...]:
+        """Bisect back to the fewest top-ranked layers that pass, then try re-quantizing each but the last."""
         hi = len(passing)
-        while hi - lo > 1 and len(result.evaluations) < settings.max_evals:
+        while hi - lo > 1 and not self._capped():
             mid = (lo + hi) // 2
-            e = evaluate(tuple(order[:mid]), "bisect")
+            e = self._evaluate(tuple(order[:mid]), "bisect")
             if e.passed:
                 hi, passing = mid, e.returned
             else:
                 lo = mid
         # the last of the prefix is needed (the prefix without it missed); try dropping the others
         for name in reversed(passing[:-1]):
-            if len(result.evaluations) >= settings.max_evals:
+            if self._capped():
                 break
             trial = tuple(x for x in passing if x != name)
-            e = evaluate(trial, "prune")
-            if e.passed:
+            if self._evaluate(trial, "prune").passed:
                 passing = trial
-    if passing is None:
-        complete = [e for e in result.evaluations if not e.accuracy.get("stopped_early")]
-        best = max(complete, key=lambda e: (_closeness(e.accuracy), -len(e.returned))) if complete else result.evaluations[-1]
-        if len(result.evaluations) >= settings.max_evals:
-            reason = (f"the evaluation cap ({settings.max_evals}) was reached; the closest graph ({best.describe()}) "
-                      f"misses: {'; '.join(best.failures)}")
-        else:
-            last = result.evaluations[-1]
-            reason = (f"no graph with an INT8 layer left meets it: with {len(last.returned)} of the {n} INT8 layers back in "
-                      f"float it still misses ({'; '.join(last.failures)}), and all {n} in float is FP32, not INT8")
-        return not_met(reason, full)
-    result.status = "fallback"
-    result.returned = tuple(passing)
-    result.graph = graphs[tuple(passing)]
-    result.seconds = time.perf_counter() - start
-    return result
+        return passing
+
+    def _miss_reason(self, n: int) -> str:
+        evaluations = self.result.evaluations
+        complete = [e for e in evaluations if not e.accuracy.get("stopped_early")]
+        best = max(complete, key=lambda e: (_closeness(e.accuracy), -len(e.returned))) if complete else evaluations[-1]
+        if self._capped():
+            return (f"the evaluation cap ({self.settings.max_evals}) was reached; the closest graph ({best.describe()}) "
+                    f"misses: {'; '.join(best.failures)}")
+        last = evaluations[-1]
+        return (f"no graph with an INT8 layer left meets it: with {len(last.returned)} of the {n} INT8 layers back in "
+                f"float it still misses ({'; '.join(last.failures)}), and all {n} in float is FP32, not INT8")
+
+    def _not_met(self, reason: str) -> BudgetResult:
+        """No graph with an INT8 layer left met it: the closest complete miss is handed back (else the full graph)."""
+        result = self.result
+        result.status, result.reason = "not-met", reason
+        result.graph = self.closest[1] if self.closest is not None else self.full
+        result.returned = tuple(self.closest[0].returned) if self.closest is not None else ()
+        result.calibration = getattr(result.graph.calibration, "variant", None)
+        return self._done()
+
+    def _done(self) -> BudgetResult:
+        self.result.seconds = time.perf_counter() - self.start
+        return self.result
 
 
-def _other_calibrations(calibration: Any) -> list[str]:
+def _other_calibrations(calibration: Calibration) -> list[str]:
     """Method select's other candidates, closest to FP32 at calibration first (none for a fixed method)."""
     variants = getattr(calibration, "variants", None) or {}
     selection = getattr(calibration, "selection", None)
@@ -190,7 +246,7 @@ def _other_calibrations(calibration: Any) -> list[str]:
     return [name for name in order if name in variants and name != current]
 
 
-def _closeness(accuracy: dict[str, Any]) -> float:
+def _closeness(accuracy: Mapping[str, Any]) -> float:
     """How close a candidate came: the gate's own figure (embedding cosine, low percentile, for encoders)."""
     if accuracy.get("output_kind") == "embedding":
         return float(accuracy.get("embedding_cosine_low") or -1.0)

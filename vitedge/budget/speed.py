@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vitedge.profiles import Thresholds
+from vitedge.manifest import Manifest
+from vitedge.profiles import TargetProfile, Thresholds
 from vitedge.ui import StageLog
 
 
@@ -31,7 +32,8 @@ def speed_verdict(rec: dict[str, Any] | None, speedup: float | None, min_speedup
             "model's activation outliers (e.g. SmoothQuant), or deploy FP32")
 
 
-def record_speed_verdict(manifest, validation: dict[str, Any] | None, thresholds: Thresholds, profile, log: StageLog) -> str | None:
+def record_speed_verdict(manifest: Manifest, validation: dict[str, Any] | None, thresholds: Thresholds, profile: TargetProfile,
+                         log: StageLog) -> str | None:
     """Record (and log) whether the layers the budget returned to float left INT8 no faster than FP32
     on this target's runtime (its validation's batch-1 speedup)."""
     rec = manifest.quantization.get("budget")

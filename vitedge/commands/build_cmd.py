@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from vitedge import limits
-from vitedge.budget import BudgetSettings
-from vitedge.app.build import BuildRequest, run_build
+from vitedge.app.build import TargetResult, run_build
+from vitedge.app.build_flags import BuildFlags
 from vitedge.app.summary import print_build_summary
 from vitedge.cli_options import (
     CheckedPath,
@@ -28,8 +28,8 @@ from vitedge.cli_options import (
     weight_range_option,
     with_intake,
 )
-from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_overrides, noise_gate_flags, noise_overrides
-from vitedge.errors import GateFailure, UsageError
+from vitedge.commands.embedding_flags import embedding_gate_flags, noise_gate_flags
+from vitedge.errors import GateFailure
 from vitedge.project_config import require_build, with_project_config
 from vitedge.ui import StageLog
 
@@ -67,9 +67,7 @@ from vitedge.ui import StageLog
 @embedding_gate_flags
 @noise_gate_flags
 @click.option("-q", "--quiet", is_flag=True, help="Only the summary.")
-def command(model, targets, calib, val, out, force, intake, calib_size, seed, method, percentile, smoothquant_alpha, no_smoothquant,
-            quantize_attention, weight_range, keep_float, bake_preprocess, max_top1_drop, min_agreement, min_speedup, max_p99_ms, no_latency,
-            no_fallback, fallback_max_evals, cache_dir, reference_cache, int8_cache, quiet, **gate_flags) -> None:
+def command(**flags: object) -> None:
     """Quantize MODEL to INT8 once and build it for each --target, validated against FP32.
 
     When the INT8 graph misses the accuracy thresholds on the validation data, the layers that
@@ -83,32 +81,21 @@ def command(model, targets, calib, val, out, force, intake, calib_size, seed, me
     Exit code 0 when every target's gate holds, 1 when a gate fails (or the accuracy budget
     cannot be met with any layer left in INT8), 2 for bad input."""
 
-    if no_smoothquant and smoothquant_alpha is not None:
-        raise UsageError("--no-smoothquant and --smoothquant-alpha contradict each other; pass one")
-    if percentile is not None and method is None:
-        method = "percentile"  # as `vitedge calibrate` does: --percentile alone means the percentile method
-    quant = {"method": method, "percentile": percentile, "quantize_attention": quantize_attention, "weight_range": weight_range}
-    if smoothquant_alpha is not None:
-        quant["smoothquant_alpha"] = smoothquant_alpha
-    if no_smoothquant:
-        quant["smoothquant_alpha"] = None
-    req = BuildRequest(
-        model=model, targets=tuple(targets), calib=calib, out=out, val=val, force=force, intake=intake,
-        calib_size=calib_size, seed=seed, quant_overrides=quant,
-        threshold_overrides={"max_top1_drop": max_top1_drop, "min_agreement": min_agreement, "min_speedup": min_speedup, "max_p99_ms": max_p99_ms,
-                             **embedding_overrides(gate_flags), **noise_overrides(gate_flags)},
-        bake_preprocess=bake_preprocess, cache_dir=cache_dir, reference_cache=reference_cache, int8_cache=int8_cache, keep_float=tuple(keep_float), measure_speed=not no_latency,
-        budget=BudgetSettings(enabled=not no_fallback, max_evals=fallback_max_evals, measure_cost=not no_latency),
-        config_record=click.get_current_context().meta.get("vitedge.config_record"),
-    )
-    log = StageLog(quiet=quiet)
+    typed = BuildFlags(**flags)  # click hands every flag over, named as its BuildFlags field
+    req = typed.request(config_record=click.get_current_context().meta.get("vitedge.config_record"))
+    log = StageLog(quiet=typed.quiet)
     results = run_build(req, log)
     print_build_summary(results, log.timings)
-    for line, names in dict.fromkeys((r.summary["budget"], tuple(r.summary.get("budget_float", ()))) for r in results if r.summary.get("budget")):
-        click.echo("  " + line + ("".join(f"\n    float: {n}" for n in names)))
-    for w in dict.fromkeys(w for r in results for w in r.summary.get("warnings", ())):
-        click.echo(f"vitedge: WARNING: {w}", err=True)
+    _print_budget_and_warnings(results)
     failed = [r for r in results if r.passed is False]
     if failed:
         raise GateFailure(f"{len(failed)} of {len(results)} target(s) failed the parity gate: "
                           + "; ".join(f"{r.profile.name}: {', '.join(r.summary.get('failures', []))}" for r in failed))
+
+
+def _print_budget_and_warnings(results: list[TargetResult]) -> None:
+    """Each accuracy-budget line once (with the layers it kept in float), then each warning once."""
+    for line, names in dict.fromkeys((r.summary["budget"], tuple(r.summary.get("budget_float", ()))) for r in results if r.summary.get("budget")):
+        click.echo("  " + line + ("".join(f"\n    float: {n}" for n in names)))
+    for w in dict.fromkeys(w for r in results for w in r.summary.get("warnings", ())):
+        click.echo(f"vitedge: WARNING: {w}", err=True)

@@ -46,7 +46,6 @@ def command(matrix, out, workers, ray_address, sequential, quiet) -> None:
     row passes its gate, 1 when a gate fails (the failing rows named), 2 for bad input or a
     row that could not be built."""
 
-
     if sequential and (workers or ray_address):
         raise UsageError("--sequential runs without Ray; drop --workers / --ray-address")
     spec = load_matrix(matrix, out)

@@ -33,9 +33,11 @@ from typing import Any
 import tomllib
 
 from vitedge import limits
+from vitedge.app.overrides import ThresholdOverrides
 from vitedge.errors import ProfileError, UsageError
 from vitedge.limits import check_number
 from vitedge.profiles import Thresholds, load_profile
+from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 BUILD_KEYS = {"calib_size": int, "seed": int, "latency": bool, "max_top1_drop": (int, float), "min_agreement": (int, float),
               "min_speedup": (int, float), "max_p99_ms": (int, float), "near_tie_margin": (int, float),
@@ -50,8 +52,8 @@ class BuildSettings:
     seed: int = 0
     latency: bool = True
     fallback: bool = True
-    cache_dir: Path | None = None
-    thresholds: tuple[tuple[str, float], ...] = ()  # gate overrides, (name, value)
+    cache: ReferenceCacheSettings = field(default_factory=ReferenceCacheSettings)  # root: the cache the rows share
+    thresholds: ThresholdOverrides = field(default_factory=ThresholdOverrides)  # gate overrides
 
 
 @dataclass(frozen=True)
@@ -115,22 +117,22 @@ def _build_settings(matrix: Path, base: Path, data: Any) -> BuildSettings:
     for k, v in data.items():
         if not isinstance(v, BUILD_KEYS[k]) or (BUILD_KEYS[k] is int and isinstance(v, bool)):
             raise UsageError(_where(matrix, f"[build] {k} has the wrong type ({type(v).__name__})"))
-    thresholds = tuple((k, float(data[k])) for k in ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms",
-                                                   "near_tie_margin", "drop_confidence") if k in data)
+    thresholds = {k: float(data[k]) for k in ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms",
+                                              "near_tie_margin", "drop_confidence") if k in data}
     if data.get("calib_size") is not None and data["calib_size"] < 1:
         raise UsageError(_where(matrix, "[build] calib_size must be at least 1"))
     try:  # every number within its sane bound (vitedge.limits), before any row is built
         if data.get("calib_size") is not None:
             check_number("calib_size", data["calib_size"], 1, limits.MAX_ITEMS, integer=True)
         check_number("seed", data.get("seed", 0), 0, limits.MAX_SEED, integer=True)
-        Thresholds(**dict(thresholds))
+        Thresholds(**thresholds)
     except UsageError as err:
         raise UsageError(_where(matrix, f"[build] {err}")) from None
     cache = data.get("cache_dir")
+    root = (Path(cache).expanduser() if Path(cache).expanduser().is_absolute() else base / cache) if cache else None
     return BuildSettings(calib_size=data.get("calib_size"), seed=int(data.get("seed", 0)), latency=bool(data.get("latency", True)),
-                         fallback=bool(data.get("fallback", True)),
-                         cache_dir=(Path(cache).expanduser() if Path(cache).expanduser().is_absolute() else base / cache) if cache else None,
-                         thresholds=thresholds)
+                         fallback=bool(data.get("fallback", True)), cache=ReferenceCacheSettings(root=root),
+                         thresholds=ThresholdOverrides.of(thresholds))
 
 
 def load_matrix(path: Path, out: Path | None = None) -> Matrix:

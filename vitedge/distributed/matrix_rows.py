@@ -19,7 +19,7 @@ from vitedge.datasources.split import resolve_data
 from vitedge.distributed.matrix_config import MatrixRow
 from vitedge.errors import VitedgeError
 from vitedge.fsutil import sha256_file
-from vitedge.manifest import read_manifest, verify_bundle
+from vitedge.manifest import Manifest, read_manifest, verify_bundle
 from vitedge.onnxutil import onnx_sha256
 from vitedge.profiles import load_profile
 from vitedge.validation.data_record import DataRecord
@@ -46,7 +46,7 @@ class RowResult:
         return self.status in (FAIL, ERROR)
 
 
-def completed_manifest(row: MatrixRow):
+def completed_manifest(row: MatrixRow) -> Manifest | None:
     """The manifest of ``row``'s bundle when it is complete and was built from exactly what the row asks
     (resume_mismatch); None otherwise, and the row is built again."""
 
@@ -61,7 +61,7 @@ def completed_manifest(row: MatrixRow):
     return manifest
 
 
-def resume_mismatch(row: MatrixRow, manifest) -> str | None:
+def resume_mismatch(row: MatrixRow, manifest: Manifest) -> str | None:
     """Why ``row`` must not be resumed from the complete bundle ``manifest`` describes, or None.
 
     A verdict is reused only when it was reached on what the row asks now: the same model bytes
@@ -90,7 +90,7 @@ def resume_mismatch(row: MatrixRow, manifest) -> str | None:
         return "the target profile changed"
     validation = manifest.validation or {}
     s = row.settings
-    wanted = profile.thresholds.with_overrides(dict(s.thresholds)).to_dict()
+    wanted = profile.thresholds.with_overrides(s.thresholds.as_dict()).to_dict()
     got = {k: v for k, v in (validation.get("thresholds") or {}).items() if k not in ("overridden", "notes")}
     if validation and got != wanted:
         return "other thresholds"
@@ -105,7 +105,7 @@ def resume_mismatch(row: MatrixRow, manifest) -> str | None:
     return _data_mismatch(row, manifest, calibration)
 
 
-def _data_mismatch(row: MatrixRow, manifest, calibration: dict[str, Any]) -> str | None:
+def _data_mismatch(row: MatrixRow, manifest: Manifest, calibration: dict[str, Any]) -> str | None:
     """The calibration and validation items of the row hashed again, against what the build recorded."""
 
     try:
@@ -135,7 +135,7 @@ def _metrics(validation: dict[str, Any] | None) -> dict[str, Any]:
             "failures": list(validation.get("failures") or [])}
 
 
-def result_from_manifest(row: MatrixRow, manifest, resumed: bool) -> RowResult:
+def result_from_manifest(row: MatrixRow, manifest: Manifest, resumed: bool) -> RowResult:
     validation = manifest.validation
     metrics = _metrics(validation)
     if validation is None:
@@ -153,8 +153,8 @@ def _run_one_build(row: MatrixRow) -> None:
 
     s = row.settings
     req = BuildRequest(model=row.model, targets=(row.target,), calib=row.calib, val=row.val, out=row.bundle,
-                       force=row.bundle.exists(), calib_size=s.calib_size, seed=s.seed, threshold_overrides=dict(s.thresholds),
-                       cache_dir=s.cache_dir, measure_speed=s.latency,
+                       force=row.bundle.exists(), calib_size=s.calib_size, seed=s.seed, threshold_overrides=s.thresholds,
+                       cache=s.cache, measure_speed=s.latency,
                        budget=BudgetSettings(enabled=s.fallback, measure_cost=s.latency))
     run_build(req, StageLog(quiet=True))
 
