@@ -2,8 +2,8 @@
 folders killed runs left behind.
 
 :func:`check_output` is called by every writer (build and each build-matrix row, export, calibrate,
-init, export-config, validate --report-dir, build-matrix's OUT) before any work; `engine` completes in
-place a bundle it has just verified:
+init, export-config, validate --report-dir, build-matrix's OUT, engine's BUNDLE, which it completes in place)
+before any work, under the output's lock (vitedge/outlock.py):
 
 1. the output is never one of the run's inputs, a folder holding one, or inside or around a bundle it reads;
 2. an output that does not exist is written;
