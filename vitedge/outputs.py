@@ -209,9 +209,9 @@ def _check_not_an_input(path: Path, where: str, spec: OutputKind, inputs: Iterab
     target = Path(os.path.abspath(path))
     real = target.resolve()
     for item in inputs:
-        if item is None or not os.path.lexists(item):
+        if item is None:
             continue
-        item_real = Path(item).resolve()
+        item_real = Path(item).resolve()  # an input the run will create (a cache folder) is compared by its path too
         if item_real == real or (os.path.lexists(target) and _same_file(item, target)):
             raise UsageError(f"{where} is {item}, an input of this run; choose another {where.split()[0]}")
         if real in item_real.parents:

@@ -140,3 +140,29 @@ def test_engine_never_completes_a_bundle_that_holds_its_own_val_data(bundle, tmp
     run = cli("engine", bundle, "--val", val, cwd=tmp_path)
     assert_one_line(run, 2, f"BUNDLE {bundle} holds {val}, an input of this run")
     assert snapshot(tmp_path) == before and debris(tmp_path) == [] and not lock_path(bundle).exists()
+
+
+LONG = {  # an output name that fits the file system (250 bytes) but leaves no room for `.NAME.vitedge-PID-XXXXXXXX.partial`
+    "export": lambda t, b, n: ["export", DIGITS, "-o", t / f"{n}.onnx"],
+    "calibrate": lambda t, b, n: ["calibrate", DIGITS, "--calib", CALIB_DIR, "-o", t / f"{n}.onnx", "--cache-dir", t / "cache"],
+    "init": lambda t, b, n: ["init", DIGITS, "-o", t / f"{n}.toml"],
+    "export-config": lambda t, b, n: ["export-config", "--for", "triton", b, "-o", t / f"{n}.trtn"],
+    "build": lambda t, b, n: ["build", DIGITS, "-t", "onnx", "--calib", CALIB_DIR, "-o", t / f"{n}.dirx", "--cache-dir", t / "cache"],
+    "validate-report-dir": lambda t, b, n: ["validate", b, "--no-latency", "--report-dir", t / f"{n}.repx"],
+}
+
+
+@pytest.mark.parametrize("writer", list(LONG))
+def test_an_output_name_without_room_for_vitedge_temporaries_is_refused_up_front(writer, bundle, tmp_path):
+    """It was an OSError "File name too long" (exit 3) from the lock or the .partial file beside the output."""
+    before = snapshot(tmp_path)
+    run = cli(*LONG[writer](tmp_path, bundle, "a" * 245), cwd=tmp_path)
+    assert_one_line(run, 2, "its name is 250 bytes", "choose a name of at most 218 bytes")
+    assert snapshot(tmp_path) == before and debris(tmp_path) == [] and not (tmp_path / "cache").exists()
+
+
+def test_an_output_name_at_the_limit_is_written(tmp_path):
+    out = tmp_path / ("a" * 213 + ".toml")  # 218 bytes: the longest that leaves room
+    run = cli("init", DIGITS, "-o", out, cwd=tmp_path)
+    assert run.code == 0, run.err
+    assert out.is_file() and debris(tmp_path) == [] and not lock_path(out).exists()
