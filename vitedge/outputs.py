@@ -187,16 +187,19 @@ def check_output(path: Path, kind: str, *, force: bool, inputs: Iterable[Path | 
     if not force:
         raise UsageError(f"{where} exists; pass --force to replace it")
     if spec.folder:
-        if path.is_symlink() or not path.is_dir():
+        if path.is_symlink():
+            raise UsageError(f"{where} is a symlink; vitedge neither replaces a link nor writes through one: name the folder "
+                             f"itself, or choose another {flag}")
+        if not path.is_dir():
             if kind == "bundle":  # the message build has always given
                 raise UsageError(f"{where} is an existing file, not a vitedge bundle; --force replaces only bundle folders vitedge wrote: "
-                                 "choose another -o or remove the file yourself")
+                                 f"choose another {flag} or remove the file yourself")
             raise UsageError(f"{where} is an existing file, not {spec.what}; choose another {flag} or remove the file yourself")
         if spec.owned(path) or not any(path.iterdir()):
             return
         if kind == "bundle":
             raise UsageError(f"{where} is a folder vitedge did not write (no vitedge manifest.json in it or its subfolders); --force "
-                             "replaces only bundles: choose a new -o folder, or move its contents away yourself")
+                             f"replaces only bundles: choose a new {flag} folder, or move its contents away yourself")
         raise UsageError(f"{where} is a folder vitedge did not write; --force replaces only {spec.what}: choose a new {flag} folder, "
                          "or move its contents away yourself")
     if path.is_symlink() or not stat.S_ISREG(os.stat(path).st_mode):

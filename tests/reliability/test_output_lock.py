@@ -166,3 +166,20 @@ def test_an_output_name_at_the_limit_is_written(tmp_path):
     run = cli("init", DIGITS, "-o", out, cwd=tmp_path)
     assert run.code == 0, run.err
     assert out.is_file() and debris(tmp_path) == [] and not lock_path(out).exists()
+
+
+@pytest.mark.parametrize("writer", ["engine", "build", "export-config"])
+def test_a_symlink_where_a_folder_output_goes_is_refused_and_left_alone(writer, bundle, tmp_path):
+    """A link to a bundle is neither replaced by a copy (engine swapped the link itself for a folder) nor written through."""
+    link = tmp_path / "link"
+    elsewhere = tmp_path / "elsewhere"  # export-config: a user's folder (a link to the bundle it reads is refused as inside it)
+    elsewhere.mkdir()
+    (elsewhere / "mine.txt").write_text("the user's\n")
+    link.symlink_to(elsewhere if writer == "export-config" else bundle, target_is_directory=True)
+    args = {"engine": ["engine", link],
+            "build": ["build", DIGITS, "-t", "onnx", "--calib", CALIB_DIR, "-o", link, "--force", "--cache-dir", tmp_path / "cache"],
+            "export-config": ["export-config", "--for", "triton", bundle, "-o", link, "--force"]}[writer]
+    before = snapshot(tmp_path)
+    run = cli(*args, cwd=tmp_path)
+    assert_one_line(run, 2, "is a symlink")
+    assert link.is_symlink() and snapshot(tmp_path) == before and debris(tmp_path) == [] and not (tmp_path / "cache").exists()
