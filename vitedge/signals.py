@@ -115,6 +115,14 @@ def _start_watchdog() -> None:
     thread = threading.Thread(target=_watch, args=(read_fd,), name="vitedge-sigterm-watchdog", daemon=True)
     thread.start()
     _watchdog.append(thread)
+    # A forked child (a multiprocessing worker) would write its own SIGTERM (Pool.terminate) into this process's
+    # pipe, and the watchdog here would end this process: the child stops using the pipe at once.
+    os.register_at_fork(after_in_child=_forget_wakeup_in_child)
+
+
+def _forget_wakeup_in_child() -> None:
+    with contextlib.suppress(ValueError, OSError):
+        signal.set_wakeup_fd(-1)
 
 
 def _raise_interrupted(signum, frame):

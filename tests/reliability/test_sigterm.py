@@ -101,3 +101,29 @@ def test_sigterm_in_a_native_call_that_never_returns_exits_143_without_debris(tm
     assert p.returncode == 143 and rest == "", (p.returncode, rest, err)
     assert err.splitlines() == [LINE], err
     assert os.listdir(tmp_path / "tmp") == [] and sorted(os.listdir(tmp_path)) == ["tmp"]  # no partial, work folder or lock
+
+
+_FORKED_POOL = """
+import multiprocessing as mp, time
+from vitedge import signals
+signals.install()
+def work(x):
+    time.sleep(60)
+if __name__ == "__main__":
+    pool = mp.get_context("fork").Pool(2)
+    pool.map_async(work, [1, 2])
+    time.sleep(1)
+    pool.terminate()  # SIGTERM to the forked workers, whose signal handling was inherited
+    pool.join()
+    time.sleep(2 * signals.GRACE_SECONDS)
+    print("parent still alive", flush=True)
+"""
+
+
+def test_sigterm_to_a_forked_worker_never_ends_the_parent(tmp_path):
+    """A forked child shared the watchdog's wakeup pipe: its SIGTERM (Pool.terminate) reached the parent's watchdog,
+    which ended the parent with 143 (seen before the fix). The child now stops using the pipe when forked."""
+    script = tmp_path / "pool.py"
+    script.write_text(_FORKED_POOL)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "parent still alive", (r.returncode, r.stdout, r.stderr[-1500:])
