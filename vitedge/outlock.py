@@ -19,7 +19,9 @@ so a refused run leaves nothing behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -104,12 +106,17 @@ def _check_name_room(output: Path, flag: str) -> None:
 
 def _acquire(path: Path, output: Path, flag: str) -> int:
     for _ in range(20):
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:  # O_NONBLOCK: a FIFO planted where the lock goes must not block the open
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except OSError as err:
-            if err.errno == 40:  # ELOOP: a symlink planted where the lock goes
+            if err.errno == errno.ELOOP:  # a symlink planted where the lock goes
                 raise UsageError(f"{path} is a symlink, not vitedge's lock file for {output}; remove it, or choose another {flag}") from None
+            if err.errno == errno.EISDIR:
+                raise UsageError(f"{path} is a folder, not vitedge's lock file for {output}; remove it, or choose another {flag}") from None
             raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, socket or device where the lock goes
+            os.close(fd)
+            raise UsageError(f"{path} is not a regular file, not vitedge's lock file for {output}; remove it, or choose another {flag}")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

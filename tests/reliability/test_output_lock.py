@@ -183,3 +183,23 @@ def test_a_symlink_where_a_folder_output_goes_is_refused_and_left_alone(writer, 
     run = cli(*args, cwd=tmp_path)
     assert_one_line(run, 2, "is a symlink")
     assert link.is_symlink() and snapshot(tmp_path) == before and debris(tmp_path) == [] and not (tmp_path / "cache").exists()
+
+
+PLANTED = {  # what someone left where the lock of `-o m.onnx` goes
+    "folder": ("is a folder, not vitedge's lock file", lambda p: p.mkdir()),
+    "fifo": ("is not a regular file, not vitedge's lock file", lambda p: os.mkfifo(p)),
+    "symlink": ("is a symlink, not vitedge's lock file", lambda p: p.symlink_to(p.parent / "mine.txt")),
+}
+
+
+@pytest.mark.parametrize("what", list(PLANTED))
+def test_something_planted_where_the_lock_goes_is_refused_and_left_alone(what, tmp_path):
+    """A folder or FIFO there was exit 3 (IsADirectoryError, EINVAL from flock); a symlink is not followed."""
+    (tmp_path / "mine.txt").write_text("the user's\n")
+    out = tmp_path / "m.onnx"
+    fragment, plant = PLANTED[what]
+    plant(lock_path(out))
+    before = snapshot(tmp_path)
+    run = cli("export", DIGITS, "-o", out, cwd=tmp_path)
+    assert_one_line(run, 2, fragment, "remove it, or choose another -o")
+    assert snapshot(tmp_path) == before and os.path.lexists(lock_path(out)) and not out.exists() and debris(tmp_path) == []
