@@ -19,11 +19,14 @@ so a refused run leaves nothing behind.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from vitedge.errors import UsageError
+from vitedge.signals import at_emergency_exit, forget
 
 try:
     import fcntl
@@ -55,6 +58,7 @@ def _lock_one(output: Path, flag: str) -> Iterator[None]:
     if fcntl is None:  # pragma: no cover
         yield
         return
+    _check_name_room(output, flag)
     path = lock_path(output)
     created: list[Path] = []
     try:
@@ -67,23 +71,52 @@ def _lock_one(output: Path, flag: str) -> Iterator[None]:
     except BaseException:
         _remove_empty(created)
         raise
+    handle = at_emergency_exit(lambda: os.unlink(path))  # SIGTERM in a native call (vitedge.signals): the lock file goes too
     try:
         yield
     finally:
+        forget(handle)
         with contextlib.suppress(OSError):
             os.unlink(path)  # still held: a run that opened it will see it is gone and lock afresh
         os.close(fd)
         _remove_empty(created)
 
 
+# The longest name vitedge puts beside an output NAME: `.NAME.vitedge-PID-XXXXXXXX.partial` (PID up to 10 digits,
+# 8 random characters), longer than `.NAME.vitedge-old-PID`, `.NAME.vitedge-swap.json` and `.NAME.vitedge-lock`.
+SIBLING_EXTRA = len("..vitedge--.partial") + 10 + 8
+
+
+def _check_name_room(output: Path, flag: str) -> None:
+    """An output whose name leaves no room for vitedge's temporary names beside it (the file system's name limit,
+    255 bytes on most) is refused in one line before anything is made (it was an OSError, exit 3, after the work)."""
+    folder = Path(os.path.abspath(output)).parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        limit = 255
+    size = len(os.fsencode(Path(output).name))
+    if size + SIBLING_EXTRA > limit:
+        raise UsageError(f"{flag} {output}: its name is {size} bytes, and vitedge's temporary files beside it need "
+                         f"{SIBLING_EXTRA} more within this file system's limit of {limit}; choose a name of at most "
+                         f"{limit - SIBLING_EXTRA} bytes")
+
+
 def _acquire(path: Path, output: Path, flag: str) -> int:
     for _ in range(20):
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:  # O_NONBLOCK: a FIFO planted where the lock goes must not block the open
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0), 0o644)
         except OSError as err:
-            if err.errno == 40:  # ELOOP: a symlink planted where the lock goes
+            if err.errno == errno.ELOOP:  # a symlink planted where the lock goes
                 raise UsageError(f"{path} is a symlink, not vitedge's lock file for {output}; remove it, or choose another {flag}") from None
+            if err.errno == errno.EISDIR:
+                raise UsageError(f"{path} is a folder, not vitedge's lock file for {output}; remove it, or choose another {flag}") from None
             raise
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, socket or device where the lock goes
+            os.close(fd)
+            raise UsageError(f"{path} is not a regular file, not vitedge's lock file for {output}; remove it, or choose another {flag}")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -2,8 +2,8 @@
 folders killed runs left behind.
 
 :func:`check_output` is called by every writer (build and each build-matrix row, export, calibrate,
-init, export-config, validate --report-dir, build-matrix's OUT) before any work; `engine` completes in
-place a bundle it has just verified:
+init, export-config, validate --report-dir, build-matrix's OUT, engine's BUNDLE, which it completes in place)
+before any work, under the output's lock (vitedge/outlock.py):
 
 1. the output is never one of the run's inputs, a folder holding one, or inside or around a bundle it reads;
 2. an output that does not exist is written;
@@ -187,16 +187,19 @@ def check_output(path: Path, kind: str, *, force: bool, inputs: Iterable[Path | 
     if not force:
         raise UsageError(f"{where} exists; pass --force to replace it")
     if spec.folder:
-        if path.is_symlink() or not path.is_dir():
+        if path.is_symlink():
+            raise UsageError(f"{where} is a symlink; vitedge neither replaces a link nor writes through one: name the folder "
+                             f"itself, or choose another {flag}")
+        if not path.is_dir():
             if kind == "bundle":  # the message build has always given
                 raise UsageError(f"{where} is an existing file, not a vitedge bundle; --force replaces only bundle folders vitedge wrote: "
-                                 "choose another -o or remove the file yourself")
+                                 f"choose another {flag} or remove the file yourself")
             raise UsageError(f"{where} is an existing file, not {spec.what}; choose another {flag} or remove the file yourself")
         if spec.owned(path) or not any(path.iterdir()):
             return
         if kind == "bundle":
             raise UsageError(f"{where} is a folder vitedge did not write (no vitedge manifest.json in it or its subfolders); --force "
-                             "replaces only bundles: choose a new -o folder, or move its contents away yourself")
+                             f"replaces only bundles: choose a new {flag} folder, or move its contents away yourself")
         raise UsageError(f"{where} is a folder vitedge did not write; --force replaces only {spec.what}: choose a new {flag} folder, "
                          "or move its contents away yourself")
     if path.is_symlink() or not stat.S_ISREG(os.stat(path).st_mode):
@@ -209,9 +212,9 @@ def _check_not_an_input(path: Path, where: str, spec: OutputKind, inputs: Iterab
     target = Path(os.path.abspath(path))
     real = target.resolve()
     for item in inputs:
-        if item is None or not os.path.lexists(item):
+        if item is None:
             continue
-        item_real = Path(item).resolve()
+        item_real = Path(item).resolve()  # an input the run will create (a cache folder) is compared by its path too
         if item_real == real or (os.path.lexists(target) and _same_file(item, target)):
             raise UsageError(f"{where} is {item}, an input of this run; choose another {where.split()[0]}")
         if real in item_real.parents:

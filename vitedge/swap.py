@@ -25,8 +25,11 @@ import os
 import re
 import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
+
+from vitedge.signals import at_emergency_exit
 
 # Called between the steps of a swap; tests replace it with a hook that kills the process there.
 between_steps: Callable[[str], None] = lambda step: None  # noqa: E731
@@ -51,6 +54,7 @@ def notice(message: str) -> None:
 def partial_prefix(final: Path) -> str:
     """Prefix of a temporary file or folder beside ``final`` (mkstemp/mkdtemp add 8 random characters
     and the suffix ``.partial``)."""
+    _clean_own_at_exit(Path(final).parent, (_PARTIAL,))
     return f".{Path(final).name}.{TOKEN}-{os.getpid()}-"
 
 
@@ -63,7 +67,19 @@ def work_prefix(kind: str) -> str:
     """Prefix of a temporary work folder in $TMPDIR (tempfile adds 8 random characters): names this
     process, so later runs can clean it up after a kill."""
     assert kind in WORK_KINDS, kind
+    _clean_own_at_exit(Path(tempfile.gettempdir()), (_WORK,))
     return f"{TOKEN}-{kind}-{os.getpid()}-"
+
+
+_own_folders: set[tuple[str, tuple[re.Pattern, ...]]] = set()
+
+
+def _clean_own_at_exit(folder: Path, patterns: tuple[re.Pattern, ...]) -> None:
+    """If SIGTERM ends this process from vitedge.signals' watchdog: remove the temporaries it made in ``folder``."""
+    key = (os.path.abspath(folder), patterns)
+    if key not in _own_folders:
+        _own_folders.add(key)
+        at_emergency_exit(lambda: clean_debris(Path(key[0]), patterns, own=True))
 
 
 def debris_pid(name: str, patterns: tuple[re.Pattern, ...] = (_PARTIAL, _OLD)) -> int | None:
@@ -169,10 +185,11 @@ def _repair(final: Path, journal: Path, new: Path, old: Path, say: Callable[[str
     journal.unlink(missing_ok=True)
 
 
-def clean_debris(folder: Path, patterns: tuple[re.Pattern, ...] = (_PARTIAL, _OLD)) -> list[Path]:
+def clean_debris(folder: Path, patterns: tuple[re.Pattern, ...] = (_PARTIAL, _OLD), *, own: bool = False) -> list[Path]:
     """Remove temporaries and set-aside folders in ``folder`` left by vitedge runs that are no longer alive:
     only entries whose name matches one of ``patterns`` (a vitedge token and the PID of the run that made
-    it, the group ``pid``), whose PID is not running, and which this user owns."""
+    it, the group ``pid``), whose PID is not running, and which this user owns. With ``own``: this process's
+    own entries instead (its emergency exit, see vitedge.signals)."""
     removed = []
     try:
         entries = list(os.scandir(folder))
@@ -181,7 +198,7 @@ def clean_debris(folder: Path, patterns: tuple[re.Pattern, ...] = (_PARTIAL, _OL
     uid = os.getuid() if hasattr(os, "getuid") else None
     for entry in entries:
         pid = debris_pid(entry.name, patterns)
-        if pid is None or pid_alive(pid):
+        if pid is None or (pid != os.getpid() if own else pid_alive(pid)):
             continue
         try:
             if uid is not None and entry.stat(follow_symlinks=False).st_uid != uid:

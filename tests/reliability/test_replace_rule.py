@@ -201,3 +201,15 @@ def test_build_matrix_never_overwrites_a_users_matrix_report(tmp_path):
         assert run.code == 2, run.err
         assert "is a folder vitedge did not write" in run.lines[-1] and "build-matrix output folder" in run.lines[-1], run.err
     _unchanged(tmp_path, case)
+
+
+def test_calibrate_output_that_is_its_cache_folder_to_be_made_is_refused(tmp_path):
+    """--cache-dir X does not exist yet and -o X: calibrate would have created the cache folder at X, then failed
+    writing the graph onto it after all its work. An input the run will create is compared by its path too."""
+    out = tmp_path / "int8.onnx"
+
+    def case():
+        run = cli("calibrate", DIGITS, "--calib", CALIB_DIR, "-o", out, "--cache-dir", out, "-q")
+        assert_one_line(run, 2, f"-o {out} is {out}, an input of this run")
+    _unchanged(tmp_path, case)
+    assert not out.exists()

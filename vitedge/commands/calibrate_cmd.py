@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import click
 
-from vitedge.datasources.sources import open_source
-from vitedge.datasources.split import calibration_part
+from vitedge.app.calibrate import CalibrateRequest, MethodFlags, quant_config, run_calibrate
 from vitedge.cli_options import (
     CheckedPath,
     cache_dir_option,
@@ -23,11 +21,8 @@ from vitedge.cli_options import (
     with_intake,
 )
 from vitedge.errors import UsageError
-from vitedge.export import ExportOptions, export_onnx
-from vitedge.models.intake import load_model
 from vitedge.outlock import output_locks
-from vitedge.outputs import check_output, work_prefix
-from vitedge.quantize import QuantConfig, build_qdq, calibrate
+from vitedge.outputs import check_output
 
 
 @click.command("calibrate")
@@ -54,59 +49,12 @@ def command(model: str, calib: str, out: Path | None, force: bool, intake, calib
     Statistics are cached (keyed by the FP32 graph, the data, preprocessing and
     settings), so running it again with the same inputs does no forward pass."""
 
-
-    if no_smoothquant and smoothquant_alpha is not None:
-        raise UsageError("--no-smoothquant and --smoothquant-alpha contradict each other; pass one")
+    config = quant_config(MethodFlags(method, percentile, smoothquant_alpha, no_smoothquant, quantize_attention, weight_range))
     if out is not None:
         if out.suffix.lower() != ".onnx":
             raise UsageError(f"-o/--out should name an .onnx file, got {out}")
+        click.get_current_context().with_resource(output_locks([out]))  # a second writer of -o: refused now, not after calibrating
         check_output(out, "qdq-onnx", force=force, inputs=(Path(model), Path(calib), cache_dir))  # the one replace rule
-    settings: dict = {}
-    if method is not None:
-        settings["method"] = method
-    if percentile is not None:
-        if (method or "percentile") != "percentile":
-            raise UsageError(f"--percentile goes with --method percentile, not --method {method}")
-        settings["method"] = "percentile"
-        settings["percentile"] = percentile
-    if smoothquant_alpha is not None:
-        settings["smoothquant_alpha"] = smoothquant_alpha
-    if no_smoothquant:
-        settings["smoothquant_alpha"] = None
-    if quantize_attention is not None:
-        settings["quantize_attention"] = quantize_attention
-    if weight_range is not None:
-        settings["weight_range"] = weight_range
-    config = QuantConfig(**settings)  # validates: UsageError with the flag's name
-    click.get_current_context().with_resource(output_locks([out]))  # a second writer of -o: refused now, not after calibrating
-
-    loaded = load_model(model, intake)
-    spec = loaded.spec
-    calib_part, split = calibration_part(Path(calib), spec.class_names)
-    if split:
-        click.echo(split.one_line())
-    source = open_source(calib_part, spec.preprocess, limit=calib_size, seed=seed, class_names=spec.class_names, progress=not quiet)
-    click.echo(f"calibration data: {source.summary.one_line()}")
-
-    with tempfile.TemporaryDirectory(prefix=work_prefix("calibrate")) as work:
-        fp32 = Path(work) / "model.fp32.onnx"
-        export_onnx(loaded, fp32, ExportOptions())
-        cal = calibrate(fp32, source, config, cache_dir=cache_dir, progress=not quiet)
-        graph = build_qdq(cal, keep_float=keep_float) if (out is not None or keep_float) else None
-    s = cal.summary
-    skipped = sum(s.skipped.values())
-    converted = sum(s.converted.values())
-    click.echo(f"method: {config.describe()}")
-    click.echo(f"items: {s.used} used, {skipped} skipped, {converted} converted; seed {s.seed}; data hash {s.data_hash[:16]}")
-    if cal.reused:
-        click.echo(f"statistics: reused from the cache ({cal.cache_path}), no forward pass")
-    else:
-        where = f", cached in {cal.cache_path}" if cal.cache_path else ""
-        click.echo(f"statistics: computed, {cal.forward_passes} forward passes in {cal.timings.get('statistics', 0.0):.1f} s{where}")
-    if cal.cache_note:
-        click.echo(f"note: {cal.cache_note}")
-    if graph is not None:
-        click.echo(f"layers: {graph.one_line()}")
-    if out is not None and graph is not None:
-        graph.save(out)
-        click.echo(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
+    request = CalibrateRequest(model, Path(calib), out, intake, config, calib_size=calib_size, seed=seed, keep_float=keep_float,
+                               cache_dir=cache_dir, quiet=quiet)
+    run_calibrate(request, click.echo)

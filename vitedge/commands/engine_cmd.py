@@ -9,6 +9,8 @@ import click
 from vitedge.cli_options import CheckedPath
 from vitedge.app.engine_completion import complete_bundle
 from vitedge.errors import GateFailure
+from vitedge.outlock import output_locks
+from vitedge.outputs import check_output
 from vitedge.ui import StageLog
 
 
@@ -28,6 +30,8 @@ def command(bundle: Path, val: Path | None, force: bool, no_latency: bool, profi
 
     Exit code 0 when built (and the gate holds), 1 when the gate fails, 2 for bad input."""
 
+    click.get_current_context().with_resource(output_locks([bundle], flag="BUNDLE"))  # a second writer of BUNDLE: refused now
+    check_output(bundle, "bundle", force=True, inputs=(val,), flag="BUNDLE")  # completed in place: never over its --val data
     log = StageLog(quiet=quiet)
     with log.stage("engine", f"TensorRT engine for {bundle}"):
         result = complete_bundle(bundle, val=val, force=force, measure_speed=not no_latency, log=log.info,

@@ -28,9 +28,9 @@ def command(model: str, out: Path, intake, opset: int, bake_preprocess: bool, fo
 
     if out.suffix.lower() != ".onnx":
         raise UsageError(f"-o/--out should name an .onnx file, got {out}")
+    click.get_current_context().with_resource(output_locks([out]))  # a second writer of -o: refused now, not after the export
     check_output(out, "fp32-onnx", force=force, inputs=(Path(model),))  # the one replace rule (vitedge/outputs.py)
     options = ExportOptions(opset=opset, bake_preprocess=bake_preprocess)
-    click.get_current_context().with_resource(output_locks([out]))  # a second writer of -o: refused now, not after the export
     loaded = load_model(model, intake)
     result = export_onnx(loaded, out, options)
     click.echo(result.one_line())

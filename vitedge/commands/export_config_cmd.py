@@ -9,6 +9,7 @@ import click
 from vitedge.backends import backend_facts
 from vitedge.cli_options import CheckedPath
 from vitedge.camera_apps.exports import export_config
+from vitedge.outlock import output_locks
 
 
 @click.command("export-config")
@@ -25,5 +26,6 @@ def command(bundle: Path, kind: str, out: Path | None, force: bool) -> None:
     See docs/camera-apps.md; neither is run on a device by vitedge."""
 
     out = out or bundle.with_name(f"{bundle.name}-{kind}")
+    click.get_current_context().with_resource(output_locks([out]))  # a second writer of OUT: refused before any work
     files = export_config(kind, bundle, out, facts_of=backend_facts, force=force)
     click.echo(f"wrote {out}/: " + ", ".join(files))

@@ -11,6 +11,7 @@ from vitedge.cli_options import MODEL_OPTION_NAMES, CheckedPath, with_intake
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_write_path
 from vitedge.models.intake import load_model
+from vitedge.outlock import output_locks
 from vitedge.profiles import list_profiles, resolve_profile_path
 from vitedge.outputs import check_output
 from vitedge.project_config import check_config_text
@@ -32,8 +33,8 @@ def command(model, calib, val, targets, output, config_out, force, intake) -> No
     (family, size, heads, classes, preprocessing), calibration and validation data, targets,
     output folder and the thresholds table. Model flags given here are written too."""
 
-
     path = config_target(config_out)
+    click.get_current_context().with_resource(output_locks([path]))  # a second init into the same file: refused now
     # the one replace rule: never the model or data, and --force replaces only a config `vitedge init` wrote
     check_output(path, "config", force=force, inputs=(Path(model), calib, val))
     for t in targets:

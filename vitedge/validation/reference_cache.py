@@ -75,6 +75,7 @@ from vitedge.validation.accuracy import Outputs, collect_outputs
 
 FORMAT = "vitedge-reference-cache-2"  # 2: entries carry an HMAC (see the module docstring)
 KEY_FILE = ".key"
+_ENTRY_NAME = re.compile(r"^[0-9a-f]{64}\.npz$")  # path_for: a cache_key (sha256 hex) and .npz
 SAMPLE_BATCHES = 2  # batches of a cached INT8 entry run again before it is believed
 SUBDIR = "reference"
 MAX_BYTES = 2 * 2**30  # the reference/ folder is pruned, least recently used first, past this size
@@ -282,22 +283,50 @@ class ReferenceCache:
         return path
 
     def prune(self, keep: Path | None = None, limit: int = MAX_BYTES) -> None:
-        """Remove the least recently used (written or read) entries while the folder is over ``limit`` bytes."""
-        try:
-            entries = sorted((p.stat().st_mtime, p.stat().st_size, p) for p in self.folder.glob("*.npz"))
-        except OSError:
-            return
+        """Remove the least recently used (written or read) entries while this cache's entries exceed ``limit`` bytes.
+
+        Only entries this cache wrote are counted or removed: a regular file named ``<64 hex digits>.npz`` (the
+        names :meth:`path_for` gives) whose HMAC verifies with this cache's key (checked just before it is
+        removed). A user's own .npz put in the folder, a symlink, or an entry another cache or an older vitedge
+        wrote is never deleted, nor counted against the limit."""
+        entries = []
+        for p in self.folder.glob("*.npz"):
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            if _ENTRY_NAME.match(p.name) and stat.S_ISREG(st.st_mode):
+                entries.append((st.st_mtime, st.st_size, p))
+        entries.sort()
         total = sum(size for _, size, _ in entries)
         for _, size, p in entries:
             if total <= limit:
                 break
             if keep is not None and p == keep:
                 continue
+            if not self.wrote(p):
+                total -= size  # not ours: neither counted nor touched
+                continue
             try:
                 p.unlink()
                 total -= size
             except OSError:
                 pass
+
+    def wrote(self, path: Path) -> bool:
+        """True when ``path`` is an entry this cache wrote: its name is its key and its HMAC verifies."""
+        key = path.name[: -len(".npz")]
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                meta_json = str(data["meta"])
+                values = np.array(data["values"])
+                labels = np.array(data["labels"]) if "labels" in data.files else None
+                mac = str(data["mac"]) if "mac" in data.files else ""
+            meta = json.loads(meta_json)
+            return (isinstance(meta, dict) and meta.get("format") == FORMAT and meta.get("key") == key
+                    and hmac.compare_digest(mac, self.mac(meta_json, values, labels)))
+        except Exception:  # noqa: BLE001 - unreadable, not an npz, no key: not provably ours
+            return False
 
 
 def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCacheSettings | None,
