@@ -49,9 +49,9 @@ def command(matrix, out, workers, ray_address, sequential, quiet) -> None:
     if sequential and (workers or ray_address):
         raise UsageError("--sequential runs without Ray; drop --workers / --ray-address")
     spec = load_matrix(matrix, out)
+    click.get_current_context().with_resource(output_locks([spec.out]))  # two matrices into one -o: the second is refused now
     # the one replace rule: the reports OUT already holds are a matrix's (each row's bundle is checked as a bundle)
     check_output(spec.out, "matrix", force=True)
-    click.get_current_context().with_resource(output_locks([spec.out]))  # two matrices into one -o: the second is refused now
     info = (lambda _m: None) if quiet else (lambda m: click.echo(f"  {m}"))
     click.echo(f"build-matrix: {len(spec.rows)} rows ({len({r.model_name for r in spec.rows})} models) -> {spec.out}/")
     if not sequential and not (workers or ray_address) and not ray_available():

@@ -115,14 +115,16 @@ def _threshold_overrides(ctx: click.Context, no_latency: bool, gate_flags: dict[
 def _report_dirs(ctx: click.Context, bundles: list[Path], report_dir: Path | None, data: Path | None) -> dict[Path, Path]:
     """Each bundle's report folder, checked and locked for the command's run."""
     dirs = {b: (b / "report" if report_dir is None else Path(report_dir) / (b.name if len(bundles) > 1 else "")) for b in bundles}
-    for b, d in dirs.items():
+    for d in dirs.values():
         check_report_dir(d)
+    # two validations writing one report folder: the second is refused first, before the replace rule looks at what
+    # the other is writing (a missing bundle is not created for its lock)
+    ctx.with_resource(output_locks([d for d in dirs.values() if report_dir is not None or d.parent.is_dir()], flag="--report-dir"))
+    for b, d in dirs.items():
         # the one replace rule: a report folder vitedge wrote (or a new or empty one), never the data, the bundle or
         # a folder holding it; outside BUNDLE/report, never inside the bundle (its files are hashed)
         own = Path(os.path.abspath(d)) == Path(os.path.abspath(b / "report"))
         check_output(d, "report", force=True, inputs=(data,), reads=() if own else (b,), flag="--report-dir")
-    # two validations writing one report folder: the second is refused now (a missing bundle is not created for its lock)
-    ctx.with_resource(output_locks([d for d in dirs.values() if report_dir is not None or d.parent.is_dir()], flag="--report-dir"))
     return dirs
 
 
