@@ -8,6 +8,12 @@ the per-node kernel times are summed by operator type of the *optimised* graph (
 ``MatMulIntegerToFloat``, ``MultiHeadAttention``, ``BiasGelu``...). Also printed: the wall median of five unprofiled
 runs of each graph, their ratio, and how much of the FP32 time each INT8 share amounts to, which bounds what any
 change outside the INT8 GEMMs can win. Prints Markdown.
+
+Issue 28: the summary table splits each graph's kernel time into the INT8 GEMMs (``INT8_GEMMS``) and everything
+else, as fractions of the same round's FP32 kernel time; ``--rounds`` interleaves all graphs that many times (min /
+median reported: this is meant for shared, noisy machines), ``--also NAME=GRAPH`` adds graphs of the same model
+(a rewritten artifact, an anchor), ``--anchors N`` quantizes the FP32 reference with ``quantize_static`` (defaults)
+and NNCF ``TRANSFORMER`` (ONNX backend) on N of the bundle's validation images and profiles them beside it.
 """
 
 from __future__ import annotations
