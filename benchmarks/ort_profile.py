@@ -141,6 +141,40 @@ def print_table(label: str, table: dict[str, tuple[float, int]], fp32_sum: float
     print()
 
 
+def cpu_ms(path: Path, x: np.ndarray, runs: int) -> float:
+    """Median process CPU time of one run on one intra-op thread with spinning off: on a machine shared with other
+    jobs this counts the work, not the time spent waiting for a core (cache contention still inflates it)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    feed = {sess.get_inputs()[0].name: x}
+    for _ in range(2):
+        sess.run(None, feed)
+    times = []
+    for _ in range(runs):
+        t0 = time.process_time()
+        sess.run(None, feed)
+        times.append((time.process_time() - t0) * 1000)
+    return float(np.median(times))
+
+
+def print_cpu_time(graphs: list[tuple[str, Path]], x: np.ndarray, rounds: int, runs: int) -> None:
+    table = [{label: cpu_ms(path, x, runs) for label, path in graphs} for _ in range(rounds)]
+    print(f"Process CPU time, 1 thread, spinning off: {rounds} interleaved rounds of {runs} runs per graph; "
+          "ratio to the same round's FP32 reference, min / median over rounds.\n")
+    print("| graph | CPU ms per run (median) | INT8/FP32 CPU time |")
+    print("|---|---:|---:|")
+    for label, _ in graphs:
+        ratio = [r[label] / r["FP32 reference"] for r in table]
+        print(f"| {label} | {float(np.median([r[label] for r in table])):.1f} | {stat(ratio)} |")
+    print()
+
+
 def stat(values: list[float]) -> str:
     return f"{min(values):.3f} / {float(np.median(values)):.3f}"
 
@@ -159,6 +193,8 @@ def main() -> None:
                     help="also quantize the FP32 reference with quantize_static and NNCF TRANSFORMER on N images")
     ap.add_argument("--anchor-dir", type=Path, default=Path(tempfile.gettempdir()) / "ort_profile_anchors",
                     help="where --anchors writes its graphs (reused by --also on later runs)")
+    ap.add_argument("--cpu-time", type=int, default=0, metavar="N",
+                    help="instead of profiling: process CPU time of N runs per graph and round on one thread")
     args = ap.parse_args()
     import onnxruntime as ort
 
@@ -174,6 +210,12 @@ def main() -> None:
     if args.anchors:
         args.anchor_dir.mkdir(parents=True, exist_ok=True)
         graphs += anchor_graphs(args.bundle, args.anchor_dir, args.anchors)
+    if args.cpu_time:
+        cpu = read_cpu()
+        print(f"CPU: {cpu.model} ({cpu.isa}); ONNX Runtime {ort.__version__}; batch {args.batch}; bundle {args.bundle}; "
+              f"load average {os.getloadavg()[0]:.1f}\n")
+        print_cpu_time(graphs, x, args.rounds, args.cpu_time)
+        return
     # interleaved: every round profiles every graph once, so load drift hits all of them alike
     rounds: list[dict[str, tuple[float, dict[str, tuple[float, int]]]]] = []
     for _ in range(args.rounds):

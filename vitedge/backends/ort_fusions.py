@@ -181,23 +181,23 @@ def fuse_float_ops(model: Any) -> FloatFusion:
     """Rewrite ``model`` in place (see the module docstring); returns what changed."""
     import onnx
 
-    try:
-        reference = _probe(model)
-    except Exception as err:  # noqa: BLE001 - a graph ONNX Runtime cannot run is left as it was
-        return FloatFusion(skipped=(f"probe run failed: {str(err).splitlines()[0][:120] if str(err) else type(err).__name__}",))
     work = onnx.ModelProto()
     work.CopyFrom(model)
     qkv = _qkv_biases(work, {o.name for o in work.graph.output})
+    if not qkv:  # nothing to rewrite: no probe runs
+        return FloatFusion()
     for _, split, mha, data, bias in qkv:
         split.input[0] = data
         while len(mha.input) < 4:
             mha.input.append("")
         mha.input[3] = bias
-    if not qkv:
-        return FloatFusion()
     _apply(work, [q[0] for q in qkv], [])
     require_opset_import(work, MS_DOMAIN, 1)
     cleanup(work)
+    try:
+        reference = _probe(model)
+    except Exception as err:  # noqa: BLE001 - a graph ONNX Runtime cannot run is left as it was
+        return FloatFusion(skipped=(f"probe run failed: {str(err).splitlines()[0][:120] if str(err) else type(err).__name__}",))
     try:
         agree = _agrees(reference, _probe(work))
     except Exception as err:  # noqa: BLE001 - a rewrite ONNX Runtime refuses is not kept
