@@ -4,7 +4,7 @@
 
 For each bundle: its validation data (the manifest's path, the bundle's preprocessing) runs through the FP32
 reference, the bundle's INT8 artifact as built, and that artifact passed through
-``vitedge.backends.ort_fusions.fuse_float_ops`` (what an onnx build now ships), all on ONNX Runtime's CPU provider
+``benchmarks/ort_float_fusions.py`` (the experimental rewrites, not shipped), all on ONNX Runtime's CPU provider
 with all optimisations. Prints top-1 (against the labels), top-1 agreement with FP32, and the largest logit change
 the fusion makes, as Markdown.
 """
@@ -20,7 +20,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from vitedge.backends.ort_fusions import fuse_float_ops  # noqa: E402
+from ort_float_fusions import fuse_float_ops  # noqa: E402
 from vitedge.cpu import read_cpu  # noqa: E402
 from vitedge.datasources.sources import open_source  # noqa: E402
 from vitedge.spec import Preprocess  # noqa: E402

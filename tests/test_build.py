@@ -62,10 +62,6 @@ def test_onnx_target_fuses_every_attention_core(two_target_build):
     model = onnx.load(root / "out" / "onnx" / "model.int8.onnx")
     ops = collections.Counter((n.domain, n.op_type) for n in model.graph.node)
     assert ops[("com.microsoft", "MultiHeadAttention")] == 6 and ops[("", "Softmax")] == 0
-    # and every block's q/k/v bias is added inside MultiHeadAttention (vitedge/backends/ort_fusions.py)
-    assert m.backend_info["float_fusion"] == {"qkv_biases": 6, "skipped": []}
-    mha = [n for n in model.graph.node if n.op_type == "MultiHeadAttention"]
-    assert all(len(n.input) == 4 and n.input[3] for n in mha)
     assert "com.microsoft" in {o.domain for o in model.opset_import}
     assert "attention_fusion" not in read_manifest(root / "out" / "intel-cpu").backend_info
 

@@ -21,7 +21,6 @@ from vitedge.backends.base import (
     Runner,
 )
 from vitedge.backends.ort_attention import fuse_attention
-from vitedge.backends.ort_fusions import fuse_float_ops
 from vitedge.errors import BundleError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number
 from vitedge.onnxutil import (
@@ -111,7 +110,7 @@ class OnnxRuntimeBackend(Backend):
         info: dict[str, Any] = {"execution_provider": "CPUExecutionProvider"}
         options = ctx.options or OnnxRuntimeOptions()
         if options.fuse_attention:
-            info["attention_fusion"], info["float_fusion"] = self._fuse(ctx, model)
+            info["attention_fusion"] = self._fuse(ctx, model)
         elif ctx.qdq_path.resolve() != model.resolve():
             copy_onnx(ctx.qdq_path, model)
         reference = ctx.out_dir / "reference.fp32.onnx"
@@ -123,20 +122,17 @@ class OnnxRuntimeBackend(Backend):
         return BuiltArtifact(model=model.name, reference=reference.name, info=info)
 
     @staticmethod
-    def _fuse(ctx: BuildContext, model_path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Write the Q/DQ graph with its float attention cores and residual/LayerNorm/bias work fused;
-        returns what was fused (attention, the rest)."""
+    def _fuse(ctx: BuildContext, model_path: Path) -> dict[str, Any]:
+        """Write the Q/DQ graph with its float attention cores fused; returns what was fused."""
         import onnx
 
 
         graph = onnx.load(str(ctx.qdq_path))
         report = fuse_attention(graph)
-        floats = fuse_float_ops(graph)  # after fuse_attention: it folds q/k/v biases into MultiHeadAttention
         save_onnx(graph, model_path)
         if ctx.log:
             ctx.log(report.one_line())
-            ctx.log(floats.one_line())
-        return report.to_dict(), floats.to_dict()
+        return report.to_dict()
 
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
         return OnnxRuntimeRunner(model_path, options or OnnxRuntimeOptions(), threads)

@@ -1,25 +1,33 @@
-"""ONNX Runtime-only rewrites of the float work around the INT8 GEMMs (issue 28 item 1).
+"""Experimental ONNX Runtime-only rewrites of the float work around the INT8 GEMMs, measured for issue 28 and
+NOT shipped (benchmarks/results/ort_int8_avx2_profile.md, ort_fusion_accuracy_avx2.md, docs/cpu-targets.md).
 
-The shared Q/DQ graph feeds OpenVINO and TensorRT too, so these run only in the onnx
-target's artifact step, after ``fuse_attention``, and only with ``fuse_attention = true``
-(they write ``com.microsoft`` operators, like MultiHeadAttention).
+    python benchmarks/ort_float_fusions.py IN.onnx OUT.onnx [--no-skip-layernorm]
 
+writes the rewritten graph, to profile beside the original with
+``benchmarks/ort_profile.py --bundle B --also NAME=OUT.onnx``. Kept here so the measurement can be repeated (on a
+quiet or a VNNI machine) without shipping code that did not measure faster.
+
+Were they shipped, they would belong in the onnx target's artifact step after ``fuse_attention`` (the shared Q/DQ
+graph feeds OpenVINO and TensorRT too), under ``fuse_attention = true`` (they write ``com.microsoft`` operators).
+
+* **Residual Add + LayerNormalization -> SkipLayerNormalization.** ONNX Runtime's own
+  ``SkipLayerNormFusion`` fuses an Add only when the Add's output has exactly one reader
+  (``CheckFirstAdd``: ``GetOutputEdgesCount() != 1``), and wants a projection bias as the
+  Add's *second* input. In a pre-norm transformer the residual sum feeds the LayerNorm *and*
+  the next residual Add, and the exporter writes ``Add(bias, x)``: only the last block's sum
+  (read by the final norm alone) was fused, 1 of 25 on ViT-B/16. Here the sum stays
+  available as SkipLayerNormalization's optional fourth output (``input_skip_bias_sum``),
+  and a projection bias ``Add`` (a 1-D constant, either input order, one reader) folds
+  into its ``bias`` input.
 * **q/k/v bias -> MultiHeadAttention's bias input.** ``Add(bias, qkv) -> Split -> MHA``
   becomes ``Split -> MHA(q, k, v, bias)``: the kernel adds the bias while it lays out q, k
   and v per head, one pass over the tensor fewer.
-
-Measured and not adopted: residual Add (+ projection bias) + LayerNormalization ->
-``com.microsoft.SkipLayerNormalization`` (keeping the sum as its 4th output for the next
-residual, which is why ONNX Runtime's own SkipLayerNormFusion fuses only the last block:
-its ``CheckFirstAdd`` wants the sum to have one reader). Exact, no accuracy change on the
-corpus, but ONNX Runtime 1.32's CPU SkipLayerNormalization kernel took ~2.5x the time of the
-Adds and LayerNorms it replaced on ViT-S/16 (docs/cpu-targets.md, results/ort_int8_avx2_profile.md).
 
 Same arithmetic, reordered float additions only. Every rewrite is checked by running both
 graphs on a random input (ONNX Runtime, no optimisation) with their activation Q/DQ pairs
 bypassed and comparing every graph output; on any mismatch the graph is left as it was,
 with the reason recorded. The INT8 graph's outputs move by what a float32 rounding flip of
-a quantized activation moves them (none for this rewrite, which is exact on the twin).
+a quantized activation moves them (measured on the corpus, docs/cpu-targets.md).
 """
 
 from __future__ import annotations
@@ -29,7 +37,13 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.onnxutil import SessionSettings, cleanup, node_index, ort_session, require_opset_import
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from vitedge.onnxutil import NameScope, SessionSettings, cleanup, node_index, ort_session, require_opset_import  # noqa: E402
 
 MS_DOMAIN = "com.microsoft"
 # Outputs of the float twins (see _float_twin) must agree to this fraction of their largest
@@ -41,15 +55,20 @@ REL_TOL = 1e-4
 class FloatFusion:
     """What ``fuse_float_ops`` did."""
 
+    skip_layernorm: int = 0  # LayerNormalizations that became SkipLayerNormalization
+    layernorms: int = 0  # LayerNormalizations in the graph
+    biases_folded: int = 0  # projection-bias Adds folded into SkipLayerNormalization
     qkv_biases: int = 0  # q/k/v bias Adds folded into MultiHeadAttention
     skipped: tuple[str, ...] = field(default=())
 
     def one_line(self) -> str:
-        line = f"float fusion: {self.qkv_biases} q/k/v biases into MultiHeadAttention"
+        line = (f"float fusion: {self.skip_layernorm} of {self.layernorms} LayerNorms -> SkipLayerNormalization "
+                f"({self.biases_folded} biases folded), {self.qkv_biases} q/k/v biases into MultiHeadAttention")
         return line + (f" (left as is: {self.skipped[0]})" if self.skipped else "")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"qkv_biases": self.qkv_biases, "skipped": list(self.skipped)}
+        return {"skip_layernorm": self.skip_layernorm, "layernorms": self.layernorms,
+                "biases_folded": self.biases_folded, "qkv_biases": self.qkv_biases, "skipped": list(self.skipped)}
 
 
 class _Shapes:
@@ -81,6 +100,15 @@ class _Shapes:
         return v if v is not None and v.ndim == 1 and v.dtype == np.float32 else None
 
 
+def _attr(node: Any, name: str, default: Any) -> Any:
+    from onnx import helper
+
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
 def _bias_add(index: Any, shapes: _Shapes, tensor: str, width: int | None) -> tuple[Any, str, str] | None:
     """(the Add, its data input, its bias) when ``tensor`` is ``x + b`` with b a 1-D constant of ``width``, read once."""
     add = index.producer.get(tensor)
@@ -91,6 +119,41 @@ def _bias_add(index: Any, shapes: _Shapes, tensor: str, width: int | None) -> tu
         if v is not None and width is not None and v.shape[0] == width and shapes.rank.get(data) == 3:
             return add, data, bias
     return None
+
+
+def _skip_layernorms(model: Any, names: NameScope, outputs: set[str]) -> tuple[list[tuple[Any, list[Any]]], int]:
+    """(LayerNorm -> (replacement node, nodes it replaces)), bias count."""
+    from onnx import helper
+
+    g = model.graph
+    index, shapes = node_index(g.node), _Shapes(model)
+    plans, folded, taken = [], 0, set()
+    for ln in [n for n in g.node if n.op_type == "LayerNormalization" and n.domain in ("", "ai.onnx")]:
+        width = shapes.last.get(ln.input[0])
+        add = index.producer.get(ln.input[0])
+        if (add is None or add.op_type != "Add" or id(add) in taken or len(ln.input) < 2 or _attr(ln, "axis", -1) not in (-1, 2)
+                or width is None or shapes.vector(ln.input[1]) is None or add.output[0] in outputs):
+            continue
+        a, b = add.input
+        if shapes.rank.get(a) != 3 or shapes.rank.get(b) != 3 or shapes.last.get(a) != width or shapes.last.get(b) != width:
+            continue
+        replaced, bias = [ln, add], ""
+        for i, side in enumerate((b, a)):  # a projection bias on either side of the residual Add
+            found = _bias_add(index, shapes, side, width)
+            if found is not None and found[0].output[0] not in outputs:
+                replaced.append(found[0])
+                bias = found[2]
+                a, b = (a, found[1]) if i == 0 else (found[1], b)
+                folded += 1
+                break
+        beta = ln.input[2] if len(ln.input) > 2 else ""
+        others = [u for u in index.readers(add.output[0]) if u is not ln]
+        total = add.output[0] if others else ""
+        node = helper.make_node("SkipLayerNormalization", [a, b, ln.input[1], beta, bias], [ln.output[0], "", "", total],
+                                domain=MS_DOMAIN, epsilon=float(_attr(ln, "epsilon", 1e-5)), name=names(f"{ln.name}/SkipLayerNorm"))
+        taken.add(id(add))
+        plans.append((node, replaced))
+    return plans, folded
 
 
 def _qkv_biases(model: Any, outputs: set[str]) -> list[tuple[Any, Any, Any, str, str]]:
@@ -177,32 +240,54 @@ def _apply(model: Any, drop: list[Any], add: list[Any]) -> None:
     model.graph.node.extend(ordered)
 
 
-def fuse_float_ops(model: Any) -> FloatFusion:
+def fuse_float_ops(model: Any, skip_layernorm: bool = True) -> FloatFusion:
     """Rewrite ``model`` in place (see the module docstring); returns what changed."""
     import onnx
 
+    try:
+        reference = _probe(model)
+    except Exception as err:  # noqa: BLE001 - a graph ONNX Runtime cannot run is left as it was
+        return FloatFusion(skipped=(f"probe run failed: {str(err).splitlines()[0][:120] if str(err) else type(err).__name__}",))
     work = onnx.ModelProto()
     work.CopyFrom(model)
-    qkv = _qkv_biases(work, {o.name for o in work.graph.output})
-    if not qkv:  # nothing to rewrite: no probe runs
-        return FloatFusion()
-    for _, split, mha, data, bias in qkv:
+    outputs = {o.name for o in work.graph.output}
+    names = NameScope(work)
+    layernorms = sum(n.op_type == "LayerNormalization" for n in work.graph.node)
+    plans, folded = _skip_layernorms(work, names, outputs) if skip_layernorm else ([], 0)
+    _apply(work, [n for _, old in plans for n in old], [node for node, _ in plans])
+    qkv = _qkv_biases(work, outputs)
+    for bias_add, split, mha, data, bias in qkv:
         split.input[0] = data
         while len(mha.input) < 4:
             mha.input.append("")
         mha.input[3] = bias
     _apply(work, [q[0] for q in qkv], [])
+    if not plans and not qkv:
+        return FloatFusion(layernorms=layernorms)
     require_opset_import(work, MS_DOMAIN, 1)
     cleanup(work)
     try:
-        reference = _probe(model)
-    except Exception as err:  # noqa: BLE001 - a graph ONNX Runtime cannot run is left as it was
-        return FloatFusion(skipped=(f"probe run failed: {str(err).splitlines()[0][:120] if str(err) else type(err).__name__}",))
-    try:
         agree = _agrees(reference, _probe(work))
     except Exception as err:  # noqa: BLE001 - a rewrite ONNX Runtime refuses is not kept
-        return FloatFusion(skipped=(f"rewritten graph failed to run: {str(err).splitlines()[0][:120]}",))
+        return FloatFusion(layernorms=layernorms, skipped=(f"rewritten graph failed to run: {str(err).splitlines()[0][:120]}",))
     if not agree:
-        return FloatFusion(skipped=("rewritten graph's outputs differ from the original's on a probe input",))
+        return FloatFusion(layernorms=layernorms, skipped=("rewritten graph's outputs differ from the original's on a probe input",))
     model.CopyFrom(work)
-    return FloatFusion(len(qkv))
+    return FloatFusion(len(plans), layernorms, folded, len(qkv))
+
+
+def main() -> None:
+    import onnx
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("source", type=Path, help="an INT8 graph, e.g. an onnx bundle's model.int8.onnx")
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--no-skip-layernorm", action="store_true", help="only the q/k/v bias fold")
+    args = ap.parse_args()
+    model = onnx.load(str(args.source))
+    print(fuse_float_ops(model, skip_layernorm=not args.no_skip_layernorm).one_line())
+    onnx.save(model, str(args.out))
+
+
+if __name__ == "__main__":
+    main()
