@@ -101,16 +101,8 @@ def resolve_keep_float(layers: Iterable[QuantLayer], keep_float: Iterable[str] |
     return chosen
 
 
-def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (), quantize_attention: bool | None = None) -> QuantizedGraph:
-    """Insert Q/DQ pairs into the calibrated (smoothed) FP32 graph. No forward pass runs.
-
-    ``keep_float`` returns layers to float (node names, kinds, op types or fnmatch
-    patterns); ``quantize_attention`` overrides the calibration config's switch (the
-    statistics cover the attention matmuls either way).
-    """
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
+def _selected_layers(calibration: Calibration, keep_float: Iterable[str] | str, quantize_attention: bool | None) -> tuple[set[str], bool]:
+    """(node names that stay float, the effective quantize_attention switch)."""
     layers = calibration.layers
     floats = resolve_keep_float(layers, keep_float)
     if quantize_attention is None:
@@ -120,77 +112,111 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
     if not quantize_attention:
         floats |= {l.name for l in layers if l.kind == "attention_matmul"}
     floats |= {l.name for l in layers if l.kind in FLOAT_KINDS}
-    chosen = [l for l in layers if l.name not in floats]
-    weight_range = calibration.config.weight_range
-    refinement = calibration.refinement
+    return floats, quantize_attention
 
-    m = onnx.ModelProto()
-    m.CopyFrom(calibration.model)
-    gi = GraphIndex(m)
-    names = NameScope(m)
-    g = m.graph
-    new_inits: list[Any] = []
-    added: list[Any] = []  # new nodes; topological_sort puts each right after the tensor it reads
-    act_dq: dict[str, str] = {}
-    weight_dq: dict[tuple[str, int], str] = {}
 
-    def activation(tensor: str) -> str:
-        if tensor in act_dq:
-            return act_dq[tensor]
-        t = calibration.thresholds[tensor]
-        scale = np.float32(t / QMAX)
+class _QdqWriter:
+    """Adds Q/DQ nodes and INT8 initializers to a copy of the calibrated graph, one per tensor / weight."""
+
+    def __init__(self, calibration: Calibration):
+        import onnx
+
+        self.calibration = calibration
+        self.refinement = calibration.refinement
+        self.weight_range = calibration.config.weight_range
+        self.model = onnx.ModelProto()
+        self.model.CopyFrom(calibration.model)
+        self.gi = GraphIndex(self.model)
+        self.names = NameScope(self.model)
+        self.new_inits: list[Any] = []
+        self.added: list[Any] = []  # new nodes; topological_sort puts each right after the tensor it reads
+        self.act_dq: dict[str, str] = {}
+        self.weight_dq: dict[tuple[str, int], str] = {}
+
+    def activation(self, tensor: str) -> str:
+        """The dequantized form of an activation tensor: one Q -> DQ pair shared by every reader."""
+        from onnx import helper, numpy_helper
+
+        if tensor in self.act_dq:
+            return self.act_dq[tensor]
+        names = self.names
+        scale = np.float32(self.calibration.thresholds[tensor] / QMAX)
         if not (np.isfinite(scale) and scale > 0):
             scale = np.float32(1e-8)
         s_name, z_name = names(f"{tensor}_scale"), names(f"{tensor}_zero_point")
         q_out, dq_out = names(f"{tensor}_quantized"), names(f"{tensor}_dequantized")
-        new_inits.append(numpy_helper.from_array(np.array(scale, dtype=np.float32), s_name))
-        new_inits.append(numpy_helper.from_array(np.array(0, dtype=np.int8), z_name))
+        self.new_inits.append(numpy_helper.from_array(np.array(scale, dtype=np.float32), s_name))
+        self.new_inits.append(numpy_helper.from_array(np.array(0, dtype=np.int8), z_name))
         q = helper.make_node("QuantizeLinear", [tensor, s_name, z_name], [q_out], name=names(f"{tensor}_QuantizeLinear"))
         dq = helper.make_node("DequantizeLinear", [q_out, s_name, z_name], [dq_out], name=names(f"{tensor}_DequantizeLinear"))
-        added.extend([q, dq])
-        act_dq[tensor] = dq_out
+        self.added.extend([q, dq])
+        self.act_dq[tensor] = dq_out
         return dq_out
 
-    def weight(layer: QuantLayer) -> str:
+    def weight(self, layer: QuantLayer) -> str:
+        """The dequantized form of a layer's weight: INT8 initializer + per-channel DequantizeLinear."""
+        from onnx import helper, numpy_helper
+
         key = (layer.weight, layer.weight_axis)
-        if key in weight_dq:
-            return weight_dq[key]
+        if key in self.weight_dq:
+            return self.weight_dq[key]
         axis = int(layer.weight_axis)
-        refined = refinement.weights.get(layer.name) if refinement is not None else None
+        refined = self.refinement.weights.get(layer.name) if self.refinement is not None else None
         if refined is not None:
             q, scale = refined
         else:
-            q, scale = quantize_weight(np.asarray(gi.value(layer.weight), dtype=np.float32), axis, layer.op_type, weight_range)
-        base = layer.weight
+            q, scale = quantize_weight(np.asarray(self.gi.value(layer.weight), dtype=np.float32), axis, layer.op_type, self.weight_range)
+        names, base = self.names, layer.weight
         q_name, s_name, z_name = names(f"{base}_quantized"), names(f"{base}_scale"), names(f"{base}_zero_point")
         dq_out = names(f"{base}_dequantized")
-        new_inits.append(numpy_helper.from_array(q, q_name))
-        new_inits.append(numpy_helper.from_array(scale, s_name))
-        new_inits.append(numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int8), z_name))
-        added.append(helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [dq_out], axis=axis, name=names(f"{base}_DequantizeLinear")))
-        weight_dq[key] = dq_out
+        self.new_inits.append(numpy_helper.from_array(q, q_name))
+        self.new_inits.append(numpy_helper.from_array(scale, s_name))
+        self.new_inits.append(numpy_helper.from_array(np.zeros(scale.shape, dtype=np.int8), z_name))
+        self.added.append(helper.make_node("DequantizeLinear", [q_name, s_name, z_name], [dq_out], axis=axis, name=names(f"{base}_DequantizeLinear")))
+        self.weight_dq[key] = dq_out
         return dq_out
 
-    for layer in chosen:
-        node = gi.nodes_by_name[layer.name]
-        fix = refinement.biases.get(layer.name) if refinement is not None else None
-        if fix is not None:  # bias correction: this layer's corrected bias
-            b_name = names(f"{layer.name}/corrected_bias")
-            new_inits.append(numpy_helper.from_array(fix.values.reshape(gi.value(gi.nodes_by_name[fix.node].input[fix.index]).shape), b_name))
-            gi.nodes_by_name[fix.node].input[fix.index] = b_name
+    def correct_bias(self, layer: QuantLayer) -> None:
+        """Bias correction: point the layer's bias input at its corrected values, when refinement has them."""
+        from onnx import numpy_helper
+
+        fix = self.refinement.biases.get(layer.name) if self.refinement is not None else None
+        if fix is None:
+            return
+        gi = self.gi
+        b_name = self.names(f"{layer.name}/corrected_bias")
+        shape = gi.value(gi.nodes_by_name[fix.node].input[fix.index]).shape
+        self.new_inits.append(numpy_helper.from_array(fix.values.reshape(shape), b_name))
+        gi.nodes_by_name[fix.node].input[fix.index] = b_name
+
+    def quantize(self, layer: QuantLayer) -> None:
+        """Rewire one layer's inputs through Q/DQ."""
+        node = self.gi.nodes_by_name[layer.name]
+        self.correct_bias(layer)
         if layer.weight is not None:
-            node.input[1] = weight(layer)
-            node.input[0] = activation(layer.inputs[0])
+            node.input[1] = self.weight(layer)
+            node.input[0] = self.activation(layer.inputs[0])
         else:
-            node.input[0] = activation(layer.inputs[0])
-            node.input[1] = activation(layer.inputs[1])
+            node.input[0] = self.activation(layer.inputs[0])
+            node.input[1] = self.activation(layer.inputs[1])
 
-    ordered = topological_sort(added + list(g.node))
-    del g.node[:]
-    g.node.extend(ordered)
-    g.initializer.extend(new_inits)
-    cleanup(m)
+    def finish(self) -> Any:
+        """The graph with the new nodes in topological order and the new initializers; returns the ModelProto."""
+        g = self.model.graph
+        ordered = topological_sort(self.added + list(g.node))
+        del g.node[:]
+        g.node.extend(ordered)
+        g.initializer.extend(self.new_inits)
+        cleanup(self.model)
+        return self.model
 
+
+def _quantization_record(calibration: Calibration, chosen: list[QuantLayer], floats: set[str], quantize_attention: bool) -> dict[str, Any]:
+    """What the graph's metadata says about how it was quantized."""
+    from onnx import TensorProto
+
+    refinement = calibration.refinement
+    weight_range = calibration.config.weight_range
     info = calibration.to_dict()
     info["config"] = dict(info["config"], quantize_attention=quantize_attention)
     info.update({
@@ -198,7 +224,7 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
         "quantizer_version": QUANTIZER_VERSION,
         "keep_float": sorted(floats),
         "quantized_layers": len(chosen),
-        "layers": len(layers),
+        "layers": len(calibration.layers),
         "activation_dtype": TensorProto.DataType.Name(TensorProto.INT8),
         "weights": "int8 symmetric per-output-channel",
         "weight_range": weight_range,
@@ -207,10 +233,26 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
         "refined": {"gptq_layers": len([l for l in chosen if refinement is not None and l.name in refinement.weights]),
                     "bias_corrected_layers": len([l for l in chosen if refinement is not None and l.name in refinement.biases])},
     })
-    set_metadata(m, {METADATA_KEY: json.dumps(info, sort_keys=True)})
+    return info
+
+
+def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (), quantize_attention: bool | None = None) -> QuantizedGraph:
+    """Insert Q/DQ pairs into the calibrated (smoothed) FP32 graph. No forward pass runs.
+
+    ``keep_float`` returns layers to float (node names, kinds, op types or fnmatch
+    patterns); ``quantize_attention`` overrides the calibration config's switch (the
+    statistics cover the attention matmuls either way).
+    """
+    layers = calibration.layers
+    floats, quantize_attention = _selected_layers(calibration, keep_float, quantize_attention)
+    chosen = [l for l in layers if l.name not in floats]
+    writer = _QdqWriter(calibration)
+    for layer in chosen:
+        writer.quantize(layer)
+    m = writer.finish()
+    set_metadata(m, {METADATA_KEY: json.dumps(_quantization_record(calibration, chosen, floats, quantize_attention), sort_keys=True)})
     violations = check_qdq_graph(m)
     if violations:
-
         raise QuantizationError(f"internal error: the Q/DQ graph breaks {len(violations)} rule(s), first: {violations[0]}")
     return QuantizedGraph(
         model=m,
