@@ -43,7 +43,6 @@ from vitedge.errors import QuantizationError, UsageError
 from vitedge.fsutil import sha256_bytes
 from vitedge.onnxutil import (
     SPEC_KEY,
-    SessionSettings,
     get_metadata,
     is_large,
     lean_settings,
@@ -53,6 +52,7 @@ from vitedge.quantize import smoothquant, stats
 from vitedge.quantize.cache import CalibrationCache, cache_key
 from vitedge.quantize.collect import (  # noqa: F401  (CALIBRATION_BATCH, LARGE_GRAPH_BATCH: documented here)
     CALIBRATION_BATCH,
+    CALIBRATION_SESSION,
     LARGE_GRAPH_BATCH,
     Collector,
     Kept,
@@ -432,7 +432,7 @@ def _selection(cache: CalibrationCache, parts: dict[str, Any], config: QuantConf
             declared = ModelSpec.from_json(meta[SPEC_KEY]).output_kind
         except Exception:
             declared = None
-    settings = lean_settings() if large else SessionSettings()
+    settings = lean_settings(CALIBRATION_SESSION) if large else CALIBRATION_SESSION
     selection = choose(calibration, kept.input, kept.feeds, declared_kind=declared, settings=settings,
                        reference=np.concatenate(kept.reference))
     try:

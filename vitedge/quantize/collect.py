@@ -52,6 +52,11 @@ CALIBRATION_BATCH = 8
 # Past 2 GB (vit_h_14) each run returns every activation of its batch as a graph output (~0.6 GB per
 # image): batches of one, and ONNX Runtime without pre-packed weights or arena (onnxutil.lean_settings).
 LARGE_GRAPH_BATCH = 1
+# Calibration's sessions (the pass, method select's candidates): idle intra-op threads sleep instead
+# of busy-waiting. Every run is a whole batch of millisecond-long ops, so spinning saves nothing, and on
+# a shared CPU spinning threads take the cores from the ones working (ViT-S/16 INT8 candidate, 32 images,
+# 2 threads, load average 11-16: 12.3-13.3 s without spinning, 16.3-18.3 s with). Results are the same.
+CALIBRATION_SESSION = SessionSettings(spinning=False)
 
 
 def _detached(message: Any) -> Any:
@@ -64,8 +69,8 @@ def _detached(message: Any) -> Any:
 def _large_graph_run(model: Any) -> tuple[int | None, SessionSettings]:
     """(batch size or None for the default, session settings) for running ``model`` in calibration."""
     if is_large(model):
-        return LARGE_GRAPH_BATCH, lean_settings()
-    return None, SessionSettings()
+        return LARGE_GRAPH_BATCH, lean_settings(CALIBRATION_SESSION)
+    return None, CALIBRATION_SESSION
 
 
 @dataclass
