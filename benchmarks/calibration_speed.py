@@ -217,7 +217,7 @@ def speed(fp32: Path, images: Path, count: int, kinds: list[str], rounds: int, l
     if vq and all(v is not None for v in vq):
         summary["medians_s"]["vitedge+qdq"] = float(np.median(vq))
     for ours in [k for k in kinds if k.startswith("vitedge")]:
-        for anchor in [k for k in kinds if not k.startswith("vitedge")]:
+        for anchor in [k for k in kinds if not k.startswith("vitedge")] + (["vitedge_before"] if ours == "vitedge" else []):
             if anchor not in summary["medians_s"] or ours not in summary["medians_s"]:
                 continue
             pairs = [(a, b) for a, b in zip(runs[ours], runs[anchor]) if "seconds" in a and "seconds" in b]
