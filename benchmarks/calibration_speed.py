@@ -10,10 +10,12 @@ Speed: one random-weight timm ViT exported by vitedge, the same images (the firs
 (the order rotates every round) so machine load hits every contender alike. Each run is a
 fresh child process (nothing warm, nothing shared), timed from the call to its return:
 
-* vitedge: ``calibrate()`` with an empty cache and the default QuantConfig (entropy,
-  SmoothQuant 0.5, bias correction): the build's "calibrate" stage. It decodes the images
-  inside the timing. Also reported: ``calibrate() + build_qdq() + save``, the whole
-  analogue of ``quantize_static``.
+* vitedge: ``calibrate()`` with an empty cache and the default QuantConfig (method select,
+  SmoothQuant 0.5, bias correction): the build's "calibrate" stage, method select's scoring of
+  its candidates included. It decodes the images inside the timing. Also reported:
+  ``calibrate() + build_qdq() + save``, the whole analogue of ``quantize_static``.
+* vitedge_before (with ``--before-src DIR``): the same, with the vitedge package of another
+  checkout (e.g. the main branch before a change), side by side in the same rounds.
 * ``quantize_static`` (QDQ, defaults otherwise) with ``CalibrationMethod.MinMax``, and, on
   the smaller model of ``--entropy-arch``, with ``Entropy`` (ONNX Runtime keeps every
   calibrated tensor of every image in memory for it, so it runs on fewer images:
@@ -109,13 +111,16 @@ def _spec(fp32: Path):
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     import resource
 
+    if job.get("src"):  # another checkout's vitedge (the "before" contender)
+        sys.path.insert(0, job["src"])
+
     from vitedge.datasources.sources import open_source
 
     fp32 = Path(job["fp32"])
     spec = _spec(fp32)
     src = open_source(job["images"], spec.preprocess, limit=job["count"], seed=0)
     out: dict[str, Any] = {"kind": job["kind"], "images": len(src)}
-    if job["kind"] == "vitedge":
+    if job["kind"] in ("vitedge", "vitedge_before"):
         from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
         with tempfile.TemporaryDirectory(prefix="vitedge-calcache-") as cache:
@@ -154,7 +159,12 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 quantize_static(str(fp32), str(Path(tmp) / "q.onnx"), Reader(), calibrate_method=method)
             out["seconds"] = time.perf_counter() - t0
-    out["maxrss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out["maxrss_mib"] = usage.ru_maxrss / 1024.0
+    out["cpu_seconds"] = usage.ru_utime + usage.ru_stime  # the whole child, imports and decoding included
+    import vitedge
+
+    out["vitedge_from"] = str(Path(vitedge.__file__).resolve().parents[1])
     return out
 
 
@@ -183,32 +193,43 @@ def child(job: dict[str, Any], memory_limit_gib: float | None = None) -> dict[st
 # --------------------------------------------------------------------------- the run
 
 
-def speed(fp32: Path, images: Path, count: int, kinds: list[str], rounds: int, limit: float | None) -> dict[str, Any]:
+def speed(fp32: Path, images: Path, count: int, kinds: list[str], rounds: int, limit: float | None,
+          before_src: Path | None = None) -> dict[str, Any]:
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in kinds}
     for r in range(rounds):
         order = kinds[r % len(kinds):] + kinds[: r % len(kinds)]
         for kind in order:
             log(f"   round {r + 1}/{rounds}: {kind}")
-            res = child({"kind": kind, "fp32": str(fp32), "images": str(images), "count": count}, limit)
+            job = {"kind": kind, "fp32": str(fp32), "images": str(images), "count": count}
+            if kind == "vitedge_before" and before_src is not None:
+                job["src"] = str(before_src)
+            res = child(job, limit)
             log(f"      {json.dumps(res)}")
             runs[kind].append(res)
     summary: dict[str, Any] = {"graph": fp32.name, "images": count, "rounds": rounds, "runs": runs, "medians_s": {}, "ratios": {}}
     ok = {k: [x for x in v if "seconds" in x] for k, v in runs.items()}
+    summary["min_s"] = {}
     for k, v in ok.items():
         if v:
             summary["medians_s"][k] = float(np.median([x["seconds"] for x in v]))
+            summary["min_s"][k] = float(np.min([x["seconds"] for x in v]))
     vq = [x.get("with_qdq_seconds") for x in ok.get("vitedge", [])]
     if vq and all(v is not None for v in vq):
         summary["medians_s"]["vitedge+qdq"] = float(np.median(vq))
-    for anchor in [k for k in kinds if k != "vitedge"]:
-        if anchor not in summary["medians_s"] or "vitedge" not in summary["medians_s"]:
-            continue
-        per_round = [a["seconds"] / b["seconds"] for a, b in zip(runs["vitedge"], runs[anchor]) if "seconds" in a and "seconds" in b]
-        summary["ratios"][f"vitedge / {anchor}"] = {
-            "ratio_of_medians": summary["medians_s"]["vitedge"] / summary["medians_s"][anchor],
-            "median_per_round": float(np.median(per_round)) if per_round else None,
-            "per_round": [round(x, 3) for x in per_round],
-        }
+    for ours in [k for k in kinds if k.startswith("vitedge")]:
+        for anchor in [k for k in kinds if not k.startswith("vitedge")] + (["vitedge_before"] if ours == "vitedge" else []):
+            if anchor not in summary["medians_s"] or ours not in summary["medians_s"]:
+                continue
+            pairs = [(a, b) for a, b in zip(runs[ours], runs[anchor]) if "seconds" in a and "seconds" in b]
+            per_round = [a["seconds"] / b["seconds"] for a, b in pairs]
+            cpu = [a["cpu_seconds"] / b["cpu_seconds"] for a, b in pairs if "cpu_seconds" in a and "cpu_seconds" in b]
+            summary["ratios"][f"{ours} / {anchor}"] = {
+                "ratio_of_medians": summary["medians_s"][ours] / summary["medians_s"][anchor],
+                "ratio_of_mins": summary["min_s"][ours] / summary["min_s"][anchor],
+                "median_per_round": float(np.median(per_round)) if per_round else None,
+                "per_round": [round(x, 3) for x in per_round],
+                "cpu_per_round": [round(x, 3) for x in cpu],
+            }
         if "vitedge+qdq" in summary["medians_s"]:
             summary["ratios"][f"vitedge+qdq / {anchor}"] = {"ratio_of_medians": summary["medians_s"]["vitedge+qdq"] / summary["medians_s"][anchor]}
     return summary
@@ -248,30 +269,37 @@ def markdown(res: dict[str, Any]) -> str:
               f"ONNX Runtime {env['onnxruntime']}, onnx {env['onnx']}, numpy {env['numpy']}, Python {env['python']}."), "",
              ("Method: the same exported FP32 graph (random timm weights) and the same images for every contender, each run a "
               "fresh child process, rounds interleaved with the order rotating. vitedge = `calibrate()` with an empty cache and "
-              "the default settings (entropy, SmoothQuant 0.5, bias correction), the build's calibrate stage, image decoding "
-              "included; `+qdq` adds `build_qdq()` and saving the graph. ONNX Runtime = `quantize_static` (QDQ), its reader "
-              "handing over batches of 8 decoded beforehand."), "",
+              "the default settings (method select, SmoothQuant 0.5, bias correction), the build's calibrate stage, image "
+              "decoding and select's scoring of its candidates included; vitedge_before = the same with the vitedge package of "
+              "`--before-src`; `+qdq` adds `build_qdq()` and saving the graph. ONNX Runtime = `quantize_static` (QDQ), its reader "
+              "handing over batches of 8 decoded beforehand. CPU s: user + system time of the whole child process."), "",
              ("Caveats: a shared 2-core machine with other jobs running (load average beside every row): the ratios, measured "
               "side by side, are the result, not the seconds. Pre-VNNI AVX2 CPU: ISA above."), ""]
     for sec in res["speed"]:
         lines += [f"## Speed: {sec['graph']}, {sec['images']} images, {sec['rounds']} rounds", "",
-                  "| contender | median s | runs (s) | peak RSS MiB | load avg (1 min) at start |", "|---|---:|---|---|---|"]
+                  "| contender | median s | min s | runs (s) | CPU s (user+sys) | peak RSS MiB | load avg (1 min) at start |", "|---|---:|---:|---|---|---|---|"]
         for kind, runs in sec["runs"].items():
             secs = ", ".join(f"{r['seconds']:.1f}" if "seconds" in r else r.get("error", "?") for r in runs)
             rss = ", ".join(f"{r['maxrss_mib']:,.0f}" for r in runs if "maxrss_mib" in r)
             loads = ", ".join(f"{r['load_average_1min']:.2f}" for r in runs)
-            med = sec["medians_s"].get(kind)
-            lines.append(f"| {kind} | {med:.1f} | {secs} | {rss} | {loads} |" if med is not None else f"| {kind} | - | {secs} | {rss} | {loads} |")
+            cpu = ", ".join(f"{r['cpu_seconds']:.1f}" for r in runs if "cpu_seconds" in r)
+            med, low = sec["medians_s"].get(kind), sec.get("min_s", {}).get(kind)
+            lines.append(f"| {kind} | {med:.1f} | {low:.1f} | {secs} | {cpu} | {rss} | {loads} |" if med is not None
+                         else f"| {kind} | - | - | {secs} | {cpu} | {rss} | {loads} |")
         if "vitedge+qdq" in sec["medians_s"]:
-            lines.append(f"| vitedge + build_qdq + save | {sec['medians_s']['vitedge+qdq']:.1f} | | | |")
-        lines += ["", "| ratio | ratio of medians | median of per-round ratios |", "|---|---:|---:|"]
+            lines.append(f"| vitedge + build_qdq + save | {sec['medians_s']['vitedge+qdq']:.1f} | | | | | |")
+        lines += ["", "| ratio | ratio of medians | ratio of minimums | per round (wall) | per round (CPU s) |", "|---|---:|---:|---|---|"]
         for name, r in sec["ratios"].items():
-            per = r.get("median_per_round")
-            lines.append(f"| {name} | {r['ratio_of_medians']:.3f} | {per:.3f} |" if per is not None else f"| {name} | {r['ratio_of_medians']:.3f} | |")
-        v = [r for r in sec["runs"].get("vitedge", []) if "timings" in r]
-        if v:
-            lines += ["", "vitedge's own split (first round): " + ", ".join(f"{k} {s:.1f} s" for k, s in v[0]["timings"].items())
-                      + f"; ONNX Runtime runs (batches of 8): {v[0]['forward_runs']}"]
+            if "ratio_of_mins" not in r:
+                lines.append(f"| {name} | {r['ratio_of_medians']:.3f} | | | |")
+                continue
+            rounds = ", ".join(f"{x:.3f}" for x in r["per_round"])
+            cpu = ", ".join(f"{x:.3f}" for x in r.get("cpu_per_round", []))
+            lines.append(f"| {name} | {r['ratio_of_medians']:.3f} | {r['ratio_of_mins']:.3f} | {rounds} | {cpu} |")
+        for kind in [k for k in sec["runs"] if k.startswith("vitedge")]:
+            for k, r in enumerate(x for x in sec["runs"][kind] if "timings" in x):
+                lines += ["", f"{kind}'s own split (round {k + 1}): " + ", ".join(f"{n} {t:.1f} s" for n, t in r["timings"].items())
+                          + f"; ONNX Runtime runs (batches of 8): {r['forward_runs']}"]
         lines.append("")
     mem = res.get("memory")
     if mem:
@@ -302,6 +330,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--memory-from", type=Path, default=None,
                     help="take the memory rows from this earlier run's calibration_speed.json (run beside this one) instead of measuring them")
+    ap.add_argument("--before-src", type=Path, default=None,
+                    help="also time the vitedge package of this checkout (e.g. the main branch before a change) in the same rounds")
     ap.add_argument("--job", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.job:
@@ -321,7 +351,8 @@ def main() -> None:
         if args.arch:
             log(f"== speed: {args.arch}, {args.images} images")
             fp32 = export_random(args.arch, work)
-            res["speed"].append(speed(fp32, DIGITS, args.images, ["vitedge", "ort_minmax"], args.rounds, None))
+            kinds = ["vitedge", "ort_minmax"] + (["vitedge_before"] if args.before_src else [])
+            res["speed"].append(speed(fp32, DIGITS, args.images, kinds, args.rounds, None, args.before_src))
             save(res, start, args.out)
         if args.entropy_arch:
             log(f"== speed with the Entropy anchor: {args.entropy_arch}, {args.entropy_images} images")

@@ -50,12 +50,14 @@ class ChannelHistogram:
         if first.size and first[-1] + self.bins >= 2**24:
             raise ValueError(f"{channels} channels x {bins} bins is too many for one histogram")
         self._offset_f = first.astype(np.float32)[None, :]
+        self._counts_f64: np.ndarray | None = None  # the counts as float64, for the readers (reset by add)
 
     # ------------------------------------------------------------------ collecting
     def add(self, x: np.ndarray) -> float:
         """Count a batch (any shape whose last axis is the channels; one channel: any shape).
         Returns the batch's max |x| (not finite when the batch holds inf / NaN; nothing is
         counted then)."""
+        self._counts_f64 = None
         x = np.asarray(x, dtype=np.float32)
         x2 = x.reshape(-1, self.channels)
         if not x2.shape[0]:
@@ -160,8 +162,10 @@ class ChannelHistogram:
         lo = np.arange(self.bins, dtype=np.float64)[None, :] * width[:, None] / step  # bin edges in steps
         hi = lo + (width / step)[:, None]
         error = np.zeros(self.channels, dtype=np.float64)
+        if self._counts_f64 is None:  # method select reads every candidate's means from the same counts
+            self._counts_f64 = self.counts.astype(np.float64)
         for side, sign, cap in ((0, 1.0, QMAX), (1, -1.0, -QMIN)):
-            n = self.counts[:, side, :].astype(np.float64)
+            n = self._counts_f64[:, side, :]
             with np.errstate(divide="ignore", invalid="ignore"):
                 mean_level = np.where(hi > lo, (_round_integral(hi, cap) - _round_integral(lo, cap)) / (hi - lo),
                                       np.minimum(np.rint(lo), cap))

@@ -55,6 +55,7 @@ class Selection:
     first: str = ""  # the candidate kept unless another is closer by at least min_t (paired t) and min_ratio times
     min_t: float = 0.0
     min_ratio: float = 1.0
+    runs: int = 0  # ONNX Runtime runs this choice took (0 when reused)
 
     def to_dict(self) -> dict[str, Any]:
         """Deterministic (no timings, no cache state): it goes into the Q/DQ graph's metadata."""

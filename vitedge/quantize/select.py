@@ -87,22 +87,32 @@ def _outputs(model: Any, input_name: str, feeds: Sequence[np.ndarray], settings:
 
 
 def choose(calibration: Calibration, input_name: str, feeds: Sequence[np.ndarray], *, declared_kind: str | None = None,
-           settings: SessionSettings | None = None, log: Any = None) -> Selection:
+           settings: SessionSettings | None = None, log: Any = None, reference: np.ndarray | None = None) -> Selection:
     """Score every variant of ``calibration`` (its full-INT8 graph, the config's attention setting)
-    against the FP32 graph ``calibration.model`` on ``feeds`` (model-ready batches), best first."""
+    against the FP32 graph on ``feeds`` (model-ready batches), best first. ``reference``: the FP32
+    graph's outputs on ``feeds`` when the caller has them (the calibration pass keeps them);
+    otherwise ``calibration.model`` runs. Candidates whose thresholds and refinement are the same
+    graph are run once."""
     start = time.perf_counter()
     settings = settings or SessionSettings()
     if not calibration.variants:
         raise QuantizationError("method 'select' has no candidate calibrations to choose from (stale cache entry?)")
-    ref = _outputs(calibration.model, input_name, feeds, settings)
-    kind = output_kind_of(ref, declared_kind)
+    runs = 0
+    if reference is None:
+        reference = _outputs(calibration.model, input_name, feeds, settings)
+        runs += len(feeds)
+    kind = output_kind_of(reference, declared_kind)
     per_image: dict[str, np.ndarray] = {}
     agreements: dict[str, float | None] = {}
-    for name in calibration.variants:
+    for name, same in _distinct(calibration).items():
+        if same is not None:  # the same graph as an earlier candidate's
+            per_image[name], agreements[name] = per_image[same], agreements[same]
+            continue
         graph = build_qdq(calibration.with_variant(name))
         got = _outputs(graph.model, input_name, feeds, settings)
+        runs += len(feeds)
         del graph
-        errors, agreements[name] = distance(ref, got, kind)
+        errors, agreements[name] = distance(reference, got, kind)
         per_image[name] = np.where(np.isfinite(errors), errors, np.inf)
         if log is not None:
             log(f"select: {name} {float(np.mean(per_image[name])):.4g}")
@@ -114,4 +124,23 @@ def choose(calibration: Calibration, input_name: str, feeds: Sequence[np.ndarray
     chosen = best.name if best.name == first or (best.paired_t >= SELECT_MIN_T and best.error * SELECT_MIN_RATIO <= first_error) else first
     return Selection(chosen=chosen, metric="softmax_kl" if kind == "logits" else "one_minus_cosine",
                      samples=int(sum(len(x) for x in feeds)), scores=ranked, seconds=time.perf_counter() - start,
-                     first=first, min_t=SELECT_MIN_T, min_ratio=SELECT_MIN_RATIO)
+                     first=first, min_t=SELECT_MIN_T, min_ratio=SELECT_MIN_RATIO, runs=runs)
+
+
+def _distinct(calibration: Calibration) -> dict[str, str | None]:
+    """Per candidate: None, or the earlier candidate whose thresholds and refinement are the same
+    (its Q/DQ graph would be the same graph)."""
+    out: dict[str, str | None] = {}
+    for name, v in calibration.variants.items():
+        out[name] = next((e for e in out if out[e] is None and _same_variant(calibration.variants[e], v)), None)
+    return out
+
+
+def _same_variant(a: Any, b: Any) -> bool:
+    if a.thresholds != b.thresholds:
+        return False
+    if a.refinement is None or b.refinement is None:
+        return a.refinement is None and b.refinement is None
+    ia, xa = a.refinement.to_arrays()
+    ib, xb = b.refinement.to_arrays()
+    return ia == ib and xa.keys() == xb.keys() and all(np.array_equal(xa[k], xb[k]) for k in xa)
