@@ -81,7 +81,7 @@ def test_the_walk_refuses_any():
 
 def _flags(**changes: object) -> BuildFlags:
     base = dict(model=Path("m.pt"), targets=("onnx",), calib=Path("c"), intake=IntakeOptions(), fallback_max_evals=12)
-    return BuildFlags(**{**base, **changes})
+    return BuildFlags.from_click({**base, **changes})
 
 
 def test_flags_become_one_request_with_one_cache_settings_object(tmp_path):

@@ -13,47 +13,11 @@ from pathlib import Path
 
 from vitedge.datasources.sources import CalibrationSource, open_source
 from vitedge.datasources.split import calibration_part
-from vitedge.errors import UsageError
 from vitedge.export import ExportOptions, export_onnx
 from vitedge.models.intake import IntakeOptions, load_model
 from vitedge.quantize import Calibration, QuantConfig, build_qdq, calibrate
 from vitedge.spec import ModelSpec
 from vitedge.swap import work_prefix
-
-
-@dataclass(frozen=True)
-class MethodFlags:
-    """The calibration-method flags as given (None: not given, the default applies)."""
-
-    method: str | None = None
-    percentile: float | None = None
-    smoothquant_alpha: float | None = None
-    no_smoothquant: bool = False
-    quantize_attention: bool | None = None
-    weight_range: str | None = None
-
-
-def quant_config(flags: MethodFlags) -> QuantConfig:
-    """The QuantConfig the flags ask for; contradictory flags or bad values: UsageError naming the flag."""
-    if flags.no_smoothquant and flags.smoothquant_alpha is not None:
-        raise UsageError("--no-smoothquant and --smoothquant-alpha contradict each other; pass one")
-    settings: dict[str, object] = {}
-    if flags.method is not None:
-        settings["method"] = flags.method
-    if flags.percentile is not None:
-        if (flags.method or "percentile") != "percentile":
-            raise UsageError(f"--percentile goes with --method percentile, not --method {flags.method}")
-        settings["method"] = "percentile"
-        settings["percentile"] = flags.percentile
-    if flags.smoothquant_alpha is not None:
-        settings["smoothquant_alpha"] = flags.smoothquant_alpha
-    if flags.no_smoothquant:
-        settings["smoothquant_alpha"] = None
-    if flags.quantize_attention is not None:
-        settings["quantize_attention"] = flags.quantize_attention
-    if flags.weight_range is not None:
-        settings["weight_range"] = flags.weight_range
-    return QuantConfig(**settings)  # validates: UsageError with the flag's name
 
 
 @dataclass(frozen=True)

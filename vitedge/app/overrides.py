@@ -32,11 +32,17 @@ class QuantOverrides:
     @classmethod
     def from_flags(cls, *, method: str | None, percentile: float | None, smoothquant_alpha: float | None,
                    no_smoothquant: bool, quantize_attention: bool | None, weight_range: str | None) -> QuantOverrides:
-        """As `vitedge calibrate` reads them: --percentile alone means the percentile method."""
+        """The quantizer flags as `vitedge build` and `vitedge calibrate` take them: --percentile alone means
+        the percentile method (with another --method, QuantConfig refuses it, naming the flag)."""
         if percentile is not None and method is None:
             method = "percentile"
         return cls(method=method, percentile=percentile, smoothquant_alpha=smoothquant_alpha, smoothquant_off=no_smoothquant,
                    quantize_attention=quantize_attention, weight_range=weight_range)
+
+    @classmethod
+    def pop_flags(cls, flags: dict[str, object]) -> QuantOverrides:
+        """Take the quantizer flags (``QUANT_FLAGS``) out of a command's flags and read them."""
+        return cls.from_flags(**{k: flags.pop(k, None) for k in QUANT_FLAGS})  # type: ignore[arg-type]
 
     def changes(self) -> dict[str, object]:
         """QuantConfig field -> value, for the fields these overrides set."""
@@ -47,13 +53,18 @@ class QuantOverrides:
             out["smoothquant_alpha"] = None if self.smoothquant_off else self.smoothquant_alpha
         return out
 
+    def config(self, base: Mapping[str, object] | None = None) -> QuantConfig:
+        """``base`` (a profile's ``[quantization]``; none: the defaults) with these overrides on top."""
+        values: dict[str, object] = dict(base or {})
+        values.update(self.changes())
+        return QuantConfig(**values)  # QuantConfig checks every value; a bad one names its flag
+
     def config_for(self, profile: TargetProfile) -> QuantConfig:
         """The profile's ``[quantization]`` with these overrides on top."""
-        values: dict[str, object] = dict(profile.quantization)
-        values.update(self.changes())
-        return QuantConfig(**values)  # QuantConfig checks every value
+        return self.config(profile.quantization)
 
 
+QUANT_FLAGS = ("method", "percentile", "smoothquant_alpha", "no_smoothquant", "quantize_attention", "weight_range")
 THRESHOLD_FIELDS = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms", "min_embedding_cosine",
                     "min_embedding_cosine_low", "min_nn_agreement", "near_tie_margin", "drop_confidence")
 
@@ -77,6 +88,11 @@ class ThresholdOverrides:
     def of(cls, values: Mapping[str, float | None]) -> ThresholdOverrides:
         """From a mapping of field -> value (unknown names are a bug of the caller: TypeError)."""
         return cls(**dict(values))
+
+    @classmethod
+    def pop_flags(cls, flags: dict[str, object]) -> ThresholdOverrides:
+        """Take the gate flags (``THRESHOLD_FIELDS``) out of a command's flags and read them."""
+        return cls.of({k: flags.pop(k, None) for k in THRESHOLD_FIELDS})  # type: ignore[misc]
 
     def as_dict(self) -> dict[str, float | None]:
         """Every field -> its value or None (what ``vitedge.validation.bundle.ValidateOptions`` takes)."""

@@ -13,15 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.backends.base import (
-    CPU,
-    Backend,
-    BackendFacts,
-    BuildContext,
-    BuiltArtifact,
-    EnvironmentStatus,
-    Runner,
-)
+from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
 from vitedge.backends.ort_attention import fuse_attention
 from vitedge.errors import BundleError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number

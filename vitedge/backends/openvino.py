@@ -22,15 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.backends.base import (
-    CPU,
-    Backend,
-    BackendFacts,
-    BuildContext,
-    BuiltArtifact,
-    EnvironmentStatus,
-    Runner,
-)
+from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number
 from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, get_metadata

@@ -81,7 +81,7 @@ def command(**flags: object) -> None:
     Exit code 0 when every target's gate holds, 1 when a gate fails (or the accuracy budget
     cannot be met with any layer left in INT8), 2 for bad input."""
 
-    typed = BuildFlags(**flags)  # click hands every flag over, named as its BuildFlags field
+    typed = BuildFlags.from_click(flags)  # click hands every flag over, named as the command's parameter
     req = typed.request(config_record=click.get_current_context().meta.get("vitedge.config_record"))
     log = StageLog(quiet=typed.quiet)
     results = run_build(req, log)

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from vitedge.app.calibrate import CalibrateRequest, MethodFlags, quant_config, run_calibrate
+from vitedge.app.calibrate import CalibrateRequest, run_calibrate
+from vitedge.app.overrides import QuantOverrides
 from vitedge.cli_options import (
     CheckedPath,
     cache_dir_option,
@@ -49,7 +50,8 @@ def command(model: str, calib: str, out: Path | None, force: bool, intake, calib
     Statistics are cached (keyed by the FP32 graph, the data, preprocessing and
     settings), so running it again with the same inputs does no forward pass."""
 
-    config = quant_config(MethodFlags(method, percentile, smoothquant_alpha, no_smoothquant, quantize_attention, weight_range))
+    config = QuantOverrides.from_flags(method=method, percentile=percentile, smoothquant_alpha=smoothquant_alpha, no_smoothquant=no_smoothquant,
+                                       quantize_attention=quantize_attention, weight_range=weight_range).config()
     if out is not None:
         if out.suffix.lower() != ".onnx":
             raise UsageError(f"-o/--out should name an .onnx file, got {out}")

@@ -24,15 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vitedge.backends.base import (
-    GPU,
-    Backend,
-    BackendFacts,
-    BuildContext,
-    BuiltArtifact,
-    EnvironmentStatus,
-    Runner,
-)
+from vitedge.backends.base import GPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
 from vitedge.backends.tensorrt.bundle import (
     build_on_device,
     load_checked_graph,
