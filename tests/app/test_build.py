@@ -18,7 +18,8 @@ from helpers.cli import default_sigint
 
 from vitedge.backends.ort_attention import fuse_attention
 from vitedge.app.build import BuildRequest, run_build
-from vitedge.validation.reference_cache import ReferenceCacheSettings
+from vitedge.validation import passes
+from vitedge.validation.reference_cache import ReferenceCacheSettings, graph_sha256
 from vitedge.errors import UsageError
 from vitedge.fsutil import sha256_file
 from vitedge.manifest import read_manifest, verify_bundle
@@ -35,8 +36,13 @@ def two_target_build(tmp_path_factory):
     log = StageLog(quiet=True)
     req = BuildRequest(model=DIGITS, targets=("onnx", "intel-cpu"), calib=CALIB_DIR, val=VAL_DIR, out=root / "out",
                        cache=ReferenceCacheSettings(root=root / "cache"), measure_speed=True)
+    passes.reset()
     results = run_build(req, log)
+    _COLD_PASSES[:] = passes.passes()
     return root, results, log
+
+
+_COLD_PASSES: list[passes.InferencePass] = []  # the inference passes two_target_build's cold build ran
 
 
 def test_two_targets_share_one_calibration(two_target_build):
@@ -51,6 +57,24 @@ def test_two_targets_share_one_calibration(two_target_build):
     assert onnx.load(root / "out" / "onnx" / "model.int8.onnx").SerializeToString() == shared.SerializeToString()
     # and both manifests name that shared graph by its hash
     assert onnx_m.quantization["qdq_sha256"] == ov_m.quantization["qdq_sha256"] == sha256_file(root / "out" / "intel-cpu" / "model.int8.onnx")
+
+
+def test_cold_build_runs_each_inference_pass_once(two_target_build):
+    """Issue 28 item 4: the accuracy budget runs the files each target ships, and validation reuses those
+    outputs instead of running the same (graph, runtime, data) pass again."""
+    root, results, _ = two_target_build
+    census = collections.Counter((p.side, p.runtime, p.graph_sha256, p.data_hash) for p in _COLD_PASSES)
+    assert census and max(census.values()) == 1, census
+    assert sorted((p.stage, p.side, p.runtime, p.items) for p in _COLD_PASSES) == sorted(
+        ("budget", side, runtime, 397) for side in ("fp32", "int8") for runtime in ("onnxruntime", "openvino"))
+    ran = {p.graph_sha256 for p in _COLD_PASSES}
+    for r in results:  # what ran is what ships, and validation says it read it (INT8 after its spot check)
+        bundle = root / "out" / r.profile.name
+        m = read_manifest(bundle)
+        assert {graph_sha256(bundle / m.artifacts["model"]), graph_sha256(bundle / m.artifacts["reference"])} <= ran
+        data = m.validation["data"]
+        assert (data["reference"]["cache"], data["int8_outputs"]["cache"]) == ("hit", "hit"), data
+        assert r.passed
 
 
 def test_onnx_target_fuses_every_attention_core(two_target_build):

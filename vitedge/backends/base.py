@@ -160,6 +160,13 @@ class Backend(ABC):
     @abstractmethod
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner: ...
 
+    def shipped_graph(self, src: Path, role: str, options: Any, out_dir: Path) -> Path:
+        """The file this backend's ``build`` ships for the ONNX graph ``src`` (``role`` "model": the Q/DQ
+        graph, "reference": the FP32 one), written under ``out_dir`` when it is not ``src`` itself. The
+        accuracy budget runs these files, so validation can reuse its outputs of byte-identical ones.
+        Default: ``src`` as it is."""
+        return src
+
     def versions(self) -> dict[str, str]:
         return {}
 

@@ -107,7 +107,10 @@ class OnnxRuntimeBackend(Backend):
         info: dict[str, Any] = {"execution_provider": "CPUExecutionProvider"}
         options = ctx.options or OnnxRuntimeOptions()
         if options.fuse_attention:
-            info["attention_fusion"] = self._fuse(ctx, model)
+            report = _fuse_file(ctx.qdq_path, model)
+            if ctx.log:
+                ctx.log(report.one_line())
+            info["attention_fusion"] = report.to_dict()
         elif ctx.qdq_path.resolve() != model.resolve():
             copy_onnx(ctx.qdq_path, model)
         reference = ctx.out_dir / "reference.fp32.onnx"
@@ -118,21 +121,26 @@ class OnnxRuntimeBackend(Backend):
         info["int8_layers"] = int8_layer_share(model, options)
         return BuiltArtifact(model=model.name, reference=reference.name, info=info)
 
-    @staticmethod
-    def _fuse(ctx: BuildContext, model_path: Path) -> dict[str, Any]:
-        """Write the Q/DQ graph with its float attention cores fused; returns what was fused."""
-        import onnx
-
-
-        graph = onnx.load(str(ctx.qdq_path))
-        report = fuse_attention(graph)
-        save_onnx(graph, model_path)
-        if ctx.log:
-            ctx.log(report.one_line())
-        return report.to_dict()
+    def shipped_graph(self, src: Path, role: str, options: Any, out_dir: Path) -> Path:
+        """``build`` ships the FP32 graph as it is and the Q/DQ graph with its attention cores fused (when
+        the profile fuses them), both written by the same code as here."""
+        if role != "model" or not (options or OnnxRuntimeOptions()).fuse_attention:
+            return src
+        _fuse_file(src, out_dir / "model.int8.onnx")
+        return out_dir / "model.int8.onnx"
 
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
         return OnnxRuntimeRunner(model_path, options or OnnxRuntimeOptions(), threads)
+
+
+def _fuse_file(src: Path, dst: Path):
+    """Write the Q/DQ graph ``src`` to ``dst`` with its float attention cores fused; returns the fusion report."""
+    import onnx
+
+    graph = onnx.load(str(src))
+    report = fuse_attention(graph)
+    save_onnx(graph, dst)
+    return report
 
 
 # Optimized-graph op types that do matrix work, by what they compute in.

@@ -25,7 +25,7 @@ import numpy as np
 from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number
-from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, get_metadata
+from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, copy_onnx, get_metadata
 from vitedge.signals import raise_if_interrupted
 
 _HINTS = ("LATENCY", "THROUGHPUT")
@@ -187,22 +187,9 @@ class OpenVinoBackend(Backend):
         return {"openvino": ov.__version__}
 
     def build(self, ctx: BuildContext) -> BuiltArtifact:
-        ov = _ov()
-        import onnx
-
-
-        fmt = get_metadata(onnx.load(str(ctx.qdq_path), load_external_data=False)).get(INPUT_FORMAT_KEY, FLOAT_NCHW)
-        for src, stem, role in ((ctx.qdq_path, "model", "int8"), (ctx.fp32_path, "reference.fp32", REFERENCE_ROLE)):
-            try:
-                model = ov.convert_model(str(src))
-            except Exception as err:
-                # SIGTERM or Ctrl-C while OpenVINO's frontend runs reaches us as its own conversion error ("Check
-                # 'false' failed ..."): the interrupt it swallowed is raised instead (exit 143/130, not 2)
-                raise_if_interrupted()
-                raise BundleError(f"OpenVINO could not convert {src.name}: {str(err).splitlines()[0][:200]}") from err
-            model.set_rt_info(fmt, INPUT_FORMAT_KEY)
-            model.set_rt_info(role, ROLE_KEY)
-            ov.save_model(model, str(ctx.out_dir / f"{stem}.xml"), compress_to_fp16=False)
+        fmt = _input_format(ctx.qdq_path)
+        for src, role in ((ctx.qdq_path, "model"), (ctx.fp32_path, "reference")):
+            _convert(src, role, fmt, ctx.out_dir)
         with OpenVinoRunner(ctx.out_dir / "model.xml", ctx.options) as runner:
             exec_precision = _int8_layer_share(runner.compiled)
             used = runner.float_precision
@@ -216,8 +203,46 @@ class OpenVinoBackend(Backend):
             info=info,
         )
 
+    def shipped_graph(self, src: Path, role: str, options: Any, out_dir: Path) -> Path:
+        """The IR ``build`` writes for ``src``, by the same conversion (the input format read from ``src``,
+        which for the FP32 graph is the Q/DQ graph's: both carry the export's). The IR records its source's
+        file name (``conversion_parameters``), so ``src`` is converted under the name the bundle gives it."""
+        named = out_dir / _STEMS[role][2]
+        if Path(src).name != named.name:
+            copy_onnx(src, named)
+            src = named
+        return _convert(src, role, _input_format(src), out_dir)
+
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
         return OpenVinoRunner(model_path, options or OpenVinoOptions(), threads)
+
+
+# role -> (IR stem, rt_info role, the ONNX file's name in the bundle)
+_STEMS = {"model": ("model", "int8", "model.int8.onnx"), "reference": ("reference.fp32", REFERENCE_ROLE, "reference.fp32.onnx")}
+
+
+def _input_format(src: Path) -> str:
+    import onnx
+
+    return get_metadata(onnx.load(str(src), load_external_data=False)).get(INPUT_FORMAT_KEY, FLOAT_NCHW)
+
+
+def _convert(src: Path, role: str, fmt: str, out_dir: Path) -> Path:
+    """Convert the ONNX graph ``src`` to the IR shipped for ``role`` ("model" | "reference") in ``out_dir``."""
+    ov = _ov()
+    stem, rt_role, _name = _STEMS[role]
+    try:
+        model = ov.convert_model(str(src))
+    except Exception as err:
+        # SIGTERM or Ctrl-C while OpenVINO's frontend runs reaches us as its own conversion error ("Check
+        # 'false' failed ..."): the interrupt it swallowed is raised instead (exit 143/130, not 2)
+        raise_if_interrupted()
+        raise BundleError(f"OpenVINO could not convert {src.name}: {str(err).splitlines()[0][:200]}") from err
+    model.set_rt_info(fmt, INPUT_FORMAT_KEY)
+    model.set_rt_info(rt_role, ROLE_KEY)
+    out = out_dir / f"{stem}.xml"
+    ov.save_model(model, str(out), compress_to_fp16=False)
+    return out
 
 
 # Runtime-graph layer types that do the matrix work (OpenVINO renames FullyConnected by version).

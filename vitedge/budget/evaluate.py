@@ -20,12 +20,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.backends.base import Backend, Runner
-from vitedge.onnxutil import ort_session, save_onnx
+from vitedge.onnxutil import UINT8_NHWC_RGB, ort_session, save_onnx
 from vitedge.profiles import TargetProfile, Thresholds
 from vitedge.swap import work_prefix
 from vitedge.ui import StageLog
-from vitedge.validation.accuracy import Outputs, compare_embeddings, compare_logits
+from vitedge.validation import passes
+from vitedge.validation.accuracy import Outputs, compare_embeddings, compare_logits, eval_batch
 from vitedge.validation.embedding_gate import ACCURACY_GATE_NAMES
+from vitedge.validation.inputs import feed_for
 from vitedge.validation.noise import certain_agreement_miss
 from vitedge.validation.reference_cache import (
     HIT,
@@ -34,6 +36,7 @@ from vitedge.validation.reference_cache import (
     key_parts,
     model_sha256,
     reference_outputs,
+    verify_sample,
 )
 from vitedge.validation.run import evaluate_gate
 
@@ -50,8 +53,10 @@ _MEMO_BYTES = 512 * 2**20  # keep the validation inputs in memory up to this siz
 # A runtime the budget evaluates candidates on: (name, open(path) -> a Runner with .infer(batch)).
 # None opens ONNX Runtime's CPU provider, as the onnx target runs it.
 RuntimeOpener = tuple[str, Callable[[Path], Runner] | None]
-# What the reference cache keys a runtime's outputs on: (its backend, the profile's backend options dataclass).
-RuntimeFacts = tuple[Backend, object]
+# What the budget runs on a runtime, and what the reference cache keys its outputs on: (its backend, the
+# profile's backend options dataclass, the profile's batch sizes). With them the budget runs the files that
+# target ships, at validation's batch, and validation reuses those outputs (issue 28 item 4).
+RuntimeFacts = tuple[Backend, object, tuple[int, ...]]
 
 
 class Evaluator:
@@ -63,23 +68,16 @@ class Evaluator:
                  threads: int | None = None, runtimes: Sequence[RuntimeOpener] | None = None,
                  reference_cache: ReferenceCacheSettings | None = None, runtime_facts: Mapping[str, RuntimeFacts] | None = None,
                  preprocess: Preprocess | None = None):
-        """``reference_cache`` and ``runtime_facts`` (runtime name -> (backend, its options), see
-        ``runtime_facts``): the FP32 outputs of each runtime are read from, or written to, the FP32
-        reference cache of validation (under their own key: this pass feeds batches of 64 as they are)."""
+        """``reference_cache`` and ``runtime_facts`` (runtime name -> (backend, its options, batch sizes), see
+        ``runtime_facts``): on each runtime the FP32 reference and the candidates run as the files its target
+        ships, at validation's batch, and their outputs are read from, or written to, validation's cache
+        under validation's own keys: a cold build runs each (graph, runtime, data) pass once."""
         self.source = source
         self.output_kind = output_kind
         self.thresholds = thresholds
         self.threads = threads
         self.runtimes: list[RuntimeOpener] = list(runtimes) if runtimes else [("onnxruntime", None)]
-        self._memo: list[Any] | None = None
-        memo, size = [], 0
-        for batch in source.batches(_EVAL_BATCH):
-            size += batch.images.nbytes
-            if size > _MEMO_BYTES:
-                memo = None
-                break
-            memo.append(batch)
-        self._memo = memo
+        self._memo: dict[int, list[Any] | None] = {}  # batch size -> the data in batches of it (None: too large to keep)
         self.labels = None
         self.reference_cache, self.runtime_facts, self.preprocess = reference_cache, runtime_facts or {}, preprocess
         self.lookups: dict[str, ReferenceLookup] = {}
@@ -88,60 +86,94 @@ class Evaluator:
         self.ref = self.refs[self.runtimes[0][0]]
         self.runs = 0
 
+    def _facts(self, name: str) -> RuntimeFacts | None:
+        return self.runtime_facts.get(name)
+
+    def _batch(self, name: str) -> int:
+        """Inputs per call on runtime ``name``: validation's (``eval_batch`` of the target's batch sizes),
+        so the outputs are the ones validation computes and its cache finds them."""
+        facts = self._facts(name)
+        return eval_batch(facts[2]) if facts is not None else _EVAL_BATCH
+
     def _reference(self, fp32: Any, name: str, opener: Callable[[Path], Any] | None) -> np.ndarray:
-        """FP32 outputs on runtime ``name``: from the reference cache when it is on and knows them."""
-        facts = self.runtime_facts.get(name)
-        if self.reference_cache is None or not self.reference_cache.enabled or facts is None or not isinstance(fp32, (str, Path)):
-            return self._outputs(fp32, opener)[0]
-        backend, options = facts
+        """FP32 outputs on runtime ``name``: of the reference file its target ships (``Backend.shipped_graph``),
+        under validation's own key, so its FP32 side reads them instead of running again."""
+        facts = self._facts(name)
+        if facts is None or not isinstance(fp32, (str, Path)):
+            return self._outputs(fp32, opener, census=("fp32", name))[0]
+        backend, options, _sizes = facts
+        batch = self._batch(name)
+        with tempfile.TemporaryDirectory(prefix=work_prefix("budget")) as tmp:
+            shipped = backend.shipped_graph(Path(fp32), "reference", options, Path(tmp))
 
-        def key() -> dict[str, Any]:
-            return dict(key_parts(Path(fp32), self.source, self.preprocess, backend, options, self.threads, _EVAL_BATCH),
-                        feed="budget: source batches as float32")
+            def compute() -> Outputs:
+                values, _ = self._outputs(shipped, opener, batch=batch, census=("fp32", name))
+                return Outputs(values, self.labels)
 
-        def compute() -> Outputs:
-            values, _ = self._outputs(fp32, opener)
-            return Outputs(values, self.labels)
-
-        outputs, lookup = reference_outputs(None, self.source, self.preprocess, batch=_EVAL_BATCH, settings=self.reference_cache,
-                                            key_of=key, compute=compute)
+            outputs, lookup = reference_outputs(
+                None, self.source, self.preprocess, batch=batch, settings=self._settings(False), compute=compute,
+                key_of=lambda: key_parts(shipped, self.source, self.preprocess, backend, options, self.threads, batch))
         self.lookups[name] = lookup
         if self.labels is None and outputs.labels is not None:
             self.labels = outputs.labels
         return outputs.values
 
-    def _batches(self):
-        return iter(self._memo) if self._memo is not None else self.source.batches(_EVAL_BATCH)
+    def _settings(self, int8: bool) -> ReferenceCacheSettings:
+        if self.reference_cache is None:
+            return ReferenceCacheSettings(enabled=False)
+        return self.reference_cache.for_int8() if int8 else self.reference_cache
+
+    def _batches(self, batch: int):
+        if batch not in self._memo:
+            self._memo[batch] = self._memoize(batch)
+        memo = self._memo[batch]
+        return iter(memo) if memo is not None else self.source.batches(batch)
+
+    def _memoize(self, batch: int) -> list[Any] | None:
+        memo, size = [], 0
+        for b in self.source.batches(batch):
+            size += b.images.nbytes
+            if size > _MEMO_BYTES:
+                return None
+            memo.append(b)
+        return memo
 
     def _infer_fn(self, model: Any, opener: Callable[[Path], Any] | None, tmp: Path) -> tuple[Callable[[np.ndarray], np.ndarray], Any]:
         if opener is None:
 
             sess = ort_session(Path(model) if isinstance(model, str) else model, threads=self.threads)  # past 2 GB via external data
             name = sess.get_inputs()[0].name
-            return (lambda x: sess.run(None, {name: x})[0]), None
+            return (lambda x: sess.run(None, {name: np.ascontiguousarray(x, dtype=np.float32)})[0]), None
         path = Path(model) if isinstance(model, (str, Path)) else tmp / "candidate.onnx"
         if not isinstance(model, (str, Path)):
 
             save_onnx(model, path)
         runner = opener(path)
         runner.open()
-        return runner.infer, runner
+        return (lambda x: runner.infer(self._feed(runner, x))), runner
+
+    def _feed(self, runner: Runner, images: np.ndarray) -> np.ndarray:
+        """What validation feeds ``runner`` (``feed_for``): model-ready float32, or uint8 frames for a baked graph."""
+        if self.preprocess is not None and getattr(runner, "input_format", None) == UINT8_NHWC_RGB:
+            return feed_for(runner, images, self.preprocess)
+        return np.ascontiguousarray(images, dtype=np.float32)
 
     def _outputs(self, model: Any, opener: Callable[[Path], Any] | None = None,
-                 stop: Callable[[np.ndarray], str | None] | None = None, ref: np.ndarray | None = None) -> tuple[np.ndarray, str | None]:
-
+                 stop: Callable[[np.ndarray], str | None] | None = None, ref: np.ndarray | None = None, *,
+                 batch: int = _EVAL_BATCH, census: tuple[str, str] = ("int8", "onnxruntime")) -> tuple[np.ndarray, str | None]:
+        """Outputs of ``model`` on the data, ``batch`` inputs per call; ``census``: (side, runtime) for the pass record."""
         outs, labels, labelled = [], [], True
         reason = None
         with tempfile.TemporaryDirectory(prefix=work_prefix("budget")) as tmp:
             infer, runner = self._infer_fn(model, opener, Path(tmp))
             try:
-                for batch in self._batches():
-                    y = np.asarray(infer(np.ascontiguousarray(batch.images, dtype=np.float32)), dtype=np.float32)
+                for b in self._batches(batch):
+                    y = np.asarray(infer(b.images), dtype=np.float32)
                     outs.append(y.reshape(y.shape[0], -1))
-                    if batch.labels is None:
+                    if b.labels is None:
                         labelled = False
                     else:
-                        labels.append(batch.labels)
+                        labels.append(b.labels)
                     if stop is not None:
                         reason = stop(np.concatenate(outs), ref)
                         if reason:
@@ -149,42 +181,59 @@ class Evaluator:
             finally:
                 if runner is not None:
                     runner.close()
+        values = np.concatenate(outs)
+        self._record(model, census, len(values), batch)
         if self.labels is None and labelled and labels and reason is None:
             self.labels = np.concatenate(labels)
-        return np.concatenate(outs), reason
+        return values, reason
 
-    def _candidate_outputs(self, model: Any, name: str, opener: Callable[[Path], Any] | None,
-                           stop: Callable[[np.ndarray], str | None] | None, ref: np.ndarray,
-                           digest_memo: list[str | None]) -> tuple[np.ndarray, str | None]:
-        """A candidate's outputs on runtime ``name``: read from the validation cache when the very same
-        graph ran complete on the same data, runtime, settings and CPU before (a warm rebuild evaluates
-        the same candidates), else run. Only complete runs are stored: an early stop's are partial."""
-        facts = self.runtime_facts.get(name)
-        settings = self.reference_cache.for_int8() if self.reference_cache is not None else None
-        if settings is None or not settings.enabled or facts is None:
-            return self._outputs(model, opener, stop, ref)
-        if not digest_memo:
-            digest_memo.append(model_sha256(model))
-        digest = digest_memo[0]
-        if digest is None:
-            return self._outputs(model, opener, stop, ref)
-        backend, options = facts
-        parts = dict(key_parts(None, self.source, self.preprocess, backend, options, self.threads, _EVAL_BATCH, graph_hash=digest),
-                     feed="budget: source batches as float32", role="budget candidate")
+    def _record(self, model: Any, census: tuple[str, str], items: int, batch: int) -> None:
+        side, name = census
+        facts = self._facts(name)
+        runtime = facts[0].name if facts is not None else "onnxruntime"
+        passes.record(passes.InferencePass("budget", side, runtime, model_sha256(model), self.source.summary.data_hash, items, batch))
+
+    def _candidate_outputs(self, candidate: Path, name: str, opener: Callable[[Path], Any] | None,
+                           stop: Callable[[np.ndarray], str | None] | None, ref: np.ndarray, tmp: Path) -> tuple[np.ndarray, str | None]:
+        """A candidate's outputs on runtime ``name``: of the artifact its target would ship for it
+        (``Backend.shipped_graph``), under validation's own INT8 key. Read from the cache when that very
+        artifact ran complete on the same data, runtime, settings and CPU before, and only after a random
+        sample of it runs again and agrees (``verify_sample``, as validation does); else run. Only complete
+        runs are stored (an early stop's are partial): validation then reuses the accepted candidate's."""
+        facts = self._facts(name)
+        if facts is None:
+            return self._outputs(candidate, opener, stop, ref, census=("int8", name))
+        backend, options, _sizes = facts
+        batch = self._batch(name)
+        out = Path(tempfile.mkdtemp(prefix="shipped-", dir=tmp))  # this runtime's artifact, beside the candidate
+        shipped = backend.shipped_graph(candidate, "model", options, out)
         stopped: list[str | None] = []
 
         def compute() -> Outputs:
-            got, reason = self._outputs(model, opener, stop, ref)
+            got, reason = self._outputs(shipped, opener, stop, ref, batch=batch, census=("int8", name))
             stopped.append(reason)
             return Outputs(got, self.labels)
 
-        outputs, lookup = reference_outputs(None, self.source, self.preprocess, batch=_EVAL_BATCH, settings=settings,
-                                            key_of=lambda: parts, compute=compute, label="budget candidate",
-                                            keep=lambda o: stopped[0] is None and len(o.values) == len(self.source))
+        outputs, lookup = reference_outputs(
+            None, self.source, self.preprocess, batch=batch, settings=self._settings(True), compute=compute, label="budget candidate",
+            key_of=lambda: key_parts(shipped, self.source, self.preprocess, backend, options, self.threads, batch),
+            keep=lambda o: stopped[0] is None and len(o.values) == len(self.source),
+            verify=lambda cached: self._spot_check(shipped, opener, batch, cached))
         if lookup.cache == HIT:
             self.reused.append(name)
             return outputs.values, None
         return outputs.values, stopped[0]
+
+    def _spot_check(self, path: Path, opener: Callable[[Path], Any] | None, batch: int, cached: Outputs) -> str | None:
+        """``verify_sample`` with the runner of ``path``: cached INT8 outputs are believed only when a sample agrees."""
+        if opener is None:
+            return "no runner to check it with"
+        runner = opener(path)
+        runner.open()
+        try:
+            return verify_sample(lambda images: runner.infer(self._feed(runner, images)), self.source, batch, cached)
+        finally:
+            runner.close()
 
     def _usable_labels(self) -> np.ndarray | None:
         labels = self.labels
@@ -222,12 +271,22 @@ class Evaluator:
         budget is certainly missed; the figures then cover the items run (``samples``)."""
 
         stop = self._certain_miss if early_stop and self.output_kind != "embedding" else None
+        with tempfile.TemporaryDirectory(prefix=work_prefix("budget")) as tmp:
+            return self._accuracy(model, stop, Path(tmp))
+
+    def _accuracy(self, model: str | Path | ModelProto, stop: Callable[..., str | None] | None, tmp: Path) -> dict[str, Any]:
         per_runtime: dict[str, dict[str, Any]] = {}
         worst: dict[str, Any] | None = None
-        digest: list[str | None] = []  # the candidate's hash, taken once for all runtimes
+        candidate: Path | None = Path(model) if isinstance(model, (str, Path)) else None
         for name, opener in self.runtimes:
             full_ref = self.refs[name]
-            got, reason = self._candidate_outputs(model, name, opener, stop, full_ref, digest)
+            if opener is None or self._facts(name) is None:  # the ONNX Runtime stand-in runs the graph in memory
+                got, reason = self._outputs(model, opener, stop, full_ref, census=("int8", name))
+            else:
+                if candidate is None:  # saved once for every runtime's artifact
+                    candidate = tmp / "candidate.onnx"
+                    save_onnx(model, candidate)
+                got, reason = self._candidate_outputs(candidate, name, opener, stop, full_ref, tmp)
             ref = full_ref[: len(got)]
             if self.output_kind == "embedding":
                 acc = compare_embeddings(ref, got, self.thresholds.embedding_cosine_percentile)
@@ -297,7 +356,7 @@ def target_runtimes(profiles: list[TargetProfile], backends: Mapping[str, Backen
 def runtime_facts(profiles: list[TargetProfile], backends: Mapping[str, Backend]) -> dict[str, RuntimeFacts]:
     """Runtime name (as ``target_runtimes`` names it) -> (backend, backend options): what the FP32
     reference cache keys each runtime's outputs on."""
-    return {name: (backend, p.backend_options) for name, backend, p in _runtimes_here(profiles, backends)}
+    return {name: (backend, p.backend_options, tuple(p.batch_sizes)) for name, backend, p in _runtimes_here(profiles, backends)}
 
 
 def _runtimes_here(profiles: list[TargetProfile], backends: dict[str, Any]) -> list[tuple[str, Any, TargetProfile]]:

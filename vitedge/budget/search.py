@@ -56,8 +56,8 @@ class BudgetSearch:
                   and validation's FP32 reference cache, used for the runtimes ``runtime_facts`` names
     runtimes      the runtimes of the targets that will consume the graph, each as (name, open(path));
                   a candidate must pass on every one (empty: ONNX Runtime's CPU provider)
-    runtime_facts each runtime's (backend, options), which the reference cache keys on: FP32 outputs
-                  are reused across builds
+    runtime_facts each runtime's (backend, options, batch sizes): the budget runs the files that target
+                  ships at validation's batch, under validation's cache keys (validation reuses them)
     """
 
     calibration: Calibration

@@ -20,8 +20,9 @@ recomputed, never trusted. After a write, the least recently used entries are re
 folder holds more than ``MAX_BYTES``.
 
 The INT8 side uses the same key, so its outputs are reused only for a *byte-identical* artifact
-(same graph and weights, the same data, runtime and version, settings, batch and CPU): a warm
-rebuild of an unchanged model, or `vitedge validate` run again on the same machine. Any change to
+(same graph and weights, the same data, runtime and version, settings, batch and CPU): the one the
+accuracy budget of the same build accepted (it runs the files each target ships, at validation's
+batch), a warm rebuild of an unchanged model, or `vitedge validate` run again on the same machine. Any change to
 the quantized graph, the runtime or the CPU misses and runs the artifact. The user turns that
 reuse off alone with ``--no-int8-cache`` (``int8_outputs=False``), or every reuse with
 ``--no-reference-cache``; validation.json records where each side's outputs came from.
@@ -44,7 +45,8 @@ agreement), so nothing is believed on its name alone:
   with, and compares them with the cached rows. Any difference beyond float noise rejects the entry
   (warning) and the whole data set runs. This also catches an entry that is authentic but wrong (a
   runtime that changed behind an unchanged version string, a bug in the key). It costs one or two
-  batches of INT8 inference on a warm rebuild. The FP32 side is authenticated only (a spot check
+  batches of INT8 inference per hit: on a warm rebuild, and on a cold build, whose validation reads the
+  outputs the accuracy budget computed for the artifact it accepted (issue 28 item 4). The FP32 side is authenticated only (a spot check
   would open the FP32 model, which is what its cache saves).
 """
 

@@ -26,6 +26,7 @@ from vitedge.validation.accuracy import (
 from vitedge.validation.embedding_gate import agreement_skip_row, embedding_rows
 from vitedge.validation.gate import FAIL, PASS, SKIP, GateRow  # noqa: F401 - re-exported: callers read the verdicts from run
 from vitedge.validation.inputs import feed_for
+from vitedge.validation import passes
 from vitedge.validation.noise import (
     MIN_DECISIVE,
     agreement_is_near_tie_noise,
@@ -43,6 +44,7 @@ from vitedge.validation.latency import (
 )
 from vitedge.validation.reference_cache import (
     ReferenceCacheSettings,
+    graph_sha256,
     key_parts,
     reference_outputs,
     verify_sample,
@@ -242,6 +244,8 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
 
         def outputs_of(label: str, path: Path):
             outputs = collect_outputs(runner(label, path), source, pre, batch_size=batch)
+            passes.record(passes.InferencePass("validation", label, backend.name, graph_sha256(path), source.summary.data_hash,
+                                               len(outputs.values), batch))
             before, after = rss_before.get(label), current_rss()
             if before is not None and after is not None:
                 memory[f"{label}_load_rss_bytes"] = max(0, after - before)
