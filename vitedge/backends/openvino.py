@@ -15,6 +15,7 @@ embedding runtime runs the artifact exactly as it was validated.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -238,11 +239,28 @@ def _convert(src: Path, role: str, fmt: str, out_dir: Path) -> Path:
         # 'false' failed ..."): the interrupt it swallowed is raised instead (exit 143/130, not 2)
         raise_if_interrupted()
         raise BundleError(f"OpenVINO could not convert {src.name}: {str(err).splitlines()[0][:200]}") from err
+    _stable_names(model)
     model.set_rt_info(fmt, INPUT_FORMAT_KEY)
     model.set_rt_info(rt_role, ROLE_KEY)
     out = out_dir / f"{stem}.xml"
     ov.save_model(model, str(out), compress_to_fp16=False)
     return out
+
+
+# A name OpenVINO made up for a node the ONNX graph did not name ("Constant_40457", "ShapeOf_47200"):
+# its number is a counter global to the process, so it depends on how many models were converted before.
+_GENERATED_NAME = re.compile(r"^[A-Za-z]+_\d+$")
+
+
+def _stable_names(model: Any) -> None:
+    """Number OpenVINO's generated node names in graph order, so that one Q/DQ graph gives the same IR bytes
+    whatever the process converted before (the accuracy budget converts candidates before the build does, and
+    the validation cache and `tools/bundle_diff.py` compare artifacts by their bytes). Names the ONNX graph
+    gave, and every tensor name, stay as they are."""
+    for index, op in enumerate(model.get_ordered_ops()):
+        name = op.get_friendly_name()
+        if _GENERATED_NAME.match(name):
+            op.set_friendly_name(f"{name.rsplit('_', 1)[0]}_{index}")
 
 
 # Runtime-graph layer types that do the matrix work (OpenVINO renames FullyConnected by version).
