@@ -281,7 +281,7 @@ def fp32_top1(model) -> float:
     return float((pred == labels).mean() * 100)
 
 
-def anchors(model, split: Path, work: Path) -> list[dict[str, Any]]:
+def anchors(model, split: Path, work: Path, ort_methods: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """The anchor tools on the same calibration and validation folders: ONNX Runtime quantize_static (QDQ,
     its defaults otherwise) with MinMax, Entropy and Percentile, run in ONNX Runtime and OpenVINO; NNCF
     default and model_type=TRANSFORMER, OpenVINO and ONNX backends. One row per (tool, runtime); a tool or
@@ -318,7 +318,8 @@ def anchors(model, split: Path, work: Path) -> list[dict[str, Any]]:
         except Exception as err:
             rows.append({"model": model.id, "method": method, "runtime": runtime, "error": _one_line(err)})
 
-    for method, out, secs, err in qm.ort_static_graphs(fp32, calib_batches, work, prefix=f"{model.id}."):
+    for method, out, secs, err in qm.ort_static_graphs(fp32, calib_batches, work, prefix=f"{model.id}.",
+                                                          methods=ort_methods or qm.ORT_METHODS):
         if err is not None:
             rows.append({"model": model.id, "method": f"ORT quantize_static {method}", "error": _one_line(err)})
             continue
@@ -418,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--val-size", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--anchors", action="store_true", help="also run the anchor tools on the same splits")
+    ap.add_argument("--ort-methods", default="", help="comma-separated ONNX Runtime anchor methods (default: all of "
+                    "quant_methods.ORT_METHODS; 'Entropy 512 bins' takes minutes per model in ORT's Python KL search)")
     ap.add_argument("--fp32-only", action="store_true", help="measure FP32 top-1 on each whole test set; build nothing")
     ap.add_argument("--export-only", action="store_true",
                     help="per model and format, only vitedge's intake and FP32 ONNX export with its parity check (in this process)")
@@ -494,15 +497,22 @@ def main(argv: list[str] | None = None) -> int:
                     res["builds"].append(asdict(row))
             if args.anchors:
                 try:
-                    res["anchors"] += anchors(model, split, work)
+                    methods = tuple(m for m in args.ort_methods.split(",") if m) or None
+                    res["anchors"] += anchors(model, split, work, methods)
                 except Exception as err:
                     res["anchors"].append({"model": model.id, "error": f"{type(err).__name__}: {err}"[:200]})
+            _save(res, args)  # after every model: a run cut short keeps what finished
+    print(_save(res, args))
+    return 0
+
+
+def _save(res: dict[str, Any], args) -> str:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "corpus_fp32" if args.fp32_only else ("corpus_formats" if args.export_only else "corpus")
     (args.out / f"{stem}.json").write_text(json.dumps(res, indent=1) + "\n")
-    (args.out / f"{stem}.md").write_text(markdown(res))
-    print(markdown(res))
-    return 0
+    text = markdown(res)
+    (args.out / f"{stem}.md").write_text(text)
+    return text
 
 
 if __name__ == "__main__":
