@@ -374,8 +374,9 @@ def markdown(res: dict[str, Any]) -> str:
         f"{(' ' + ' '.join(res['extra'])) if res['extra'] else ''}`; the gate is each target profile's (top-1 drop <= 0.2 "
         "points, agreement >= 99.5 %). Wall times are on 2 cores shared with other jobs: compare them within a run only.",
     ]
+    lines += _side_by_side(res)
     if res["builds"]:
-        lines += ["", "| model | format | target | exit | build s | FP32 top-1 % | INT8 top-1 % | drop pts | agreement % | INT8 layers | gate | note |",
+        lines += ["", "## Every build", "", "| model | format | target | exit | build s | FP32 top-1 % | INT8 top-1 % | drop pts | agreement % | INT8 layers | gate | note |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["builds"]:
         layers = f"{r['int8_layers']}/{r['layers_total']}" if r["layers_total"] else ""
@@ -403,6 +404,33 @@ def markdown(res: dict[str, Any]) -> str:
         for f in res["fp32"]:
             lines.append(f"| {f['model']} | {f['measured']:.2f} | {_f(f['claimed'])} | {f['where']} |")
     return "\n".join(lines) + "\n"
+
+
+_RUNTIME = {"onnx": "onnxruntime", "intel-cpu": "openvino"}
+
+
+def _side_by_side(res: dict[str, Any]) -> list[str]:
+    """Per model: the default command's bundle (state_dict form) on each target beside every anchor's full-INT8
+    graph on the same splits. Float layers: vitedge's layers left in float out of those it can quantize (the
+    attention matmuls stay float by design on the CPU targets); the anchors quantize every op type they know."""
+    builds = [r for r in res["builds"] if r["format"] == "state_dict"]
+    if not builds or not res.get("anchors"):
+        return []
+    lines = ["", "## The default command beside the anchors (state_dict form, full-INT8 anchors)", "",
+             "| model | setting | runtime | FP32 top-1 % | INT8 top-1 % | drop pts | agreement % | float layers | s | gate / error |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for model in dict.fromkeys(r["model"] for r in builds):
+        for r in (b for b in builds if b["model"] == model):
+            floats = f"{r['layers_total'] - r['int8_layers']} of {r['layers_total']}" if r["layers_total"] else ""
+            gate = "" if r["passed"] is None else ("pass" if r["passed"] else "FAIL")
+            lines.append(f"| {model} | **vitedge default** ({r['target']}) | {_RUNTIME.get(r['target'], r['target'])} | "
+                         f"{_f(r['fp32_top1'])} | {_f(r['int8_top1'])} | {_f(r['drop_points'])} | {_f(r['agreement'])} | "
+                         f"{floats} | {_f(r['seconds'], 0)} | {gate or r['note'][:80]} |")
+        for a in (a for a in res["anchors"] if a.get("model") == model):
+            lines.append(f"| {model} | {a.get('method', '')} | {a.get('runtime', '')} | {_f(a.get('fp32_top1'))} | "
+                         f"{_f(a.get('top1'))} | {_f(a.get('drop'))} | {_f(a.get('agreement'))} | "
+                         f"{'' if a.get('error') else 'none (full INT8)'} | {_f(a.get('seconds'), 1)} | {a.get('error', '')[:80]} |")
+    return lines
 
 
 def _f(v, digits: int = 2) -> str:
