@@ -23,6 +23,7 @@ import numpy as np
 from vitedge.errors import ExportError, UsageError, environment_error
 from vitedge.memory import release_freed_memory
 from vitedge.models.intake import LoadedModel, _program_input_shape
+from vitedge.models.torchscript import dynamic_batch_program
 from vitedge.onnxutil import (
     DATA_SUFFIX,
     FLOAT_NCHW,
@@ -238,8 +239,6 @@ def _ts2ep_program(loaded: LoadedModel, example):
 
 
 def _recorded_program(loaded: LoadedModel, example):
-    from vitedge.models.torchscript import dynamic_batch_program
-
     return dynamic_batch_program(loaded.module, tuple(example.shape[1:]))
 
 
