@@ -281,7 +281,7 @@ def fp32_top1(model) -> float:
     return float((pred == labels).mean() * 100)
 
 
-def anchors(model, split: Path, work: Path) -> list[dict[str, Any]]:
+def anchors(model, split: Path, work: Path, ort_methods: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
     """The anchor tools on the same calibration and validation folders: ONNX Runtime quantize_static (QDQ,
     its defaults otherwise) with MinMax, Entropy and Percentile, run in ONNX Runtime and OpenVINO; NNCF
     default and model_type=TRANSFORMER, OpenVINO and ONNX backends. One row per (tool, runtime); a tool or
@@ -318,7 +318,8 @@ def anchors(model, split: Path, work: Path) -> list[dict[str, Any]]:
         except Exception as err:
             rows.append({"model": model.id, "method": method, "runtime": runtime, "error": _one_line(err)})
 
-    for method, out, secs, err in qm.ort_static_graphs(fp32, calib_batches, work, prefix=f"{model.id}."):
+    for method, out, secs, err in qm.ort_static_graphs(fp32, calib_batches, work, prefix=f"{model.id}.",
+                                                          methods=ort_methods or qm.ORT_METHODS):
         if err is not None:
             rows.append({"model": model.id, "method": f"ORT quantize_static {method}", "error": _one_line(err)})
             continue
@@ -373,8 +374,9 @@ def markdown(res: dict[str, Any]) -> str:
         f"{(' ' + ' '.join(res['extra'])) if res['extra'] else ''}`; the gate is each target profile's (top-1 drop <= 0.2 "
         "points, agreement >= 99.5 %). Wall times are on 2 cores shared with other jobs: compare them within a run only.",
     ]
+    lines += _side_by_side(res)
     if res["builds"]:
-        lines += ["", "| model | format | target | exit | build s | FP32 top-1 % | INT8 top-1 % | drop pts | agreement % | INT8 layers | gate | note |",
+        lines += ["", "## Every build", "", "| model | format | target | exit | build s | FP32 top-1 % | INT8 top-1 % | drop pts | agreement % | INT8 layers | gate | note |",
                   "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["builds"]:
         layers = f"{r['int8_layers']}/{r['layers_total']}" if r["layers_total"] else ""
@@ -404,6 +406,33 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+_RUNTIME = {"onnx": "onnxruntime", "intel-cpu": "openvino"}
+
+
+def _side_by_side(res: dict[str, Any]) -> list[str]:
+    """Per model: the default command's bundle (state_dict form) on each target beside every anchor's full-INT8
+    graph on the same splits. Float layers: vitedge's layers left in float out of those it can quantize (the
+    attention matmuls stay float by design on the CPU targets); the anchors quantize every op type they know."""
+    builds = [r for r in res["builds"] if r["format"] == "state_dict"]
+    if not builds or not res.get("anchors"):
+        return []
+    lines = ["", "## The default command beside the anchors (state_dict form, full-INT8 anchors)", "",
+             "| model | setting | runtime | FP32 top-1 % | INT8 top-1 % | drop pts | agreement % | float layers | s | gate / error |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for model in dict.fromkeys(r["model"] for r in builds):
+        for r in (b for b in builds if b["model"] == model):
+            floats = f"{r['layers_total'] - r['int8_layers']} of {r['layers_total']}" if r["layers_total"] else ""
+            gate = "" if r["passed"] is None else ("pass" if r["passed"] else "FAIL")
+            lines.append(f"| {model} | **vitedge default** ({r['target']}) | {_RUNTIME.get(r['target'], r['target'])} | "
+                         f"{_f(r['fp32_top1'])} | {_f(r['int8_top1'])} | {_f(r['drop_points'])} | {_f(r['agreement'])} | "
+                         f"{floats} | {_f(r['seconds'], 0)} | {gate or r['note'][:80]} |")
+        for a in (a for a in res["anchors"] if a.get("model") == model):
+            lines.append(f"| {model} | {a.get('method', '')} | {a.get('runtime', '')} | {_f(a.get('fp32_top1'))} | "
+                         f"{_f(a.get('top1'))} | {_f(a.get('drop'))} | {_f(a.get('agreement'))} | "
+                         f"{'' if a.get('error') else 'none (full INT8)'} | {_f(a.get('seconds'), 1)} | {a.get('error', '')[:80]} |")
+    return lines
+
+
 def _f(v, digits: int = 2) -> str:
     return "" if v is None else f"{v:.{digits}f}"
 
@@ -418,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--val-size", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--anchors", action="store_true", help="also run the anchor tools on the same splits")
+    ap.add_argument("--ort-methods", default="", help="comma-separated ONNX Runtime anchor methods (default: all of "
+                    "quant_methods.ORT_METHODS; 'Entropy 512 bins' takes minutes per model in ORT's Python KL search)")
     ap.add_argument("--fp32-only", action="store_true", help="measure FP32 top-1 on each whole test set; build nothing")
     ap.add_argument("--export-only", action="store_true",
                     help="per model and format, only vitedge's intake and FP32 ONNX export with its parity check (in this process)")
@@ -494,15 +525,22 @@ def main(argv: list[str] | None = None) -> int:
                     res["builds"].append(asdict(row))
             if args.anchors:
                 try:
-                    res["anchors"] += anchors(model, split, work)
+                    methods = tuple(m for m in args.ort_methods.split(",") if m) or None
+                    res["anchors"] += anchors(model, split, work, methods)
                 except Exception as err:
                     res["anchors"].append({"model": model.id, "error": f"{type(err).__name__}: {err}"[:200]})
+            _save(res, args)  # after every model: a run cut short keeps what finished
+    print(_save(res, args))
+    return 0
+
+
+def _save(res: dict[str, Any], args) -> str:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "corpus_fp32" if args.fp32_only else ("corpus_formats" if args.export_only else "corpus")
     (args.out / f"{stem}.json").write_text(json.dumps(res, indent=1) + "\n")
-    (args.out / f"{stem}.md").write_text(markdown(res))
-    print(markdown(res))
-    return 0
+    text = markdown(res)
+    (args.out / f"{stem}.md").write_text(text)
+    return text
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import numpy as np
 from vitedge.errors import ExportError, UsageError, environment_error
 from vitedge.memory import release_freed_memory
 from vitedge.models.intake import LoadedModel, _program_input_shape
+from vitedge.models.torchscript import dynamic_batch_program
 from vitedge.onnxutil import (
     DATA_SUFFIX,
     FLOAT_NCHW,
@@ -200,30 +201,45 @@ def _torchscript_to_onnx(loaded: LoadedModel, example, options: ExportOptions, o
     as when an nn.Module is traced for export. The TorchScript-based exporter needs the rank of some inputs
     (a transpose with a negative dimension, an unflatten): a traced torchvision ViT, whose attention computes
     `unflatten(-1, (3, E))` with E read from `size(-1)`, stops at "ONNX export of transpose for tensor of
-    unknown rank". So when that exporter refuses the file, vitedge converts the TorchScript program into an
-    ExportedProgram (torch's TorchScript-to-torch.export converter runs it on an example input, so every
-    value gets its shape), gives it a dynamic batch, and exports that as it exports a `.pt2` file. The
-    parity check afterwards compares the graph with the TorchScript module itself."""
+    unknown rank". So when that exporter refuses the file, vitedge makes a torch.export program of it with a
+    dynamic batch, and exports that as it exports a `.pt2` file: first with torch's TorchScript-to-torch.export
+    converter (it runs the program on an example input, so every value gets its shape), then, for what that
+    converter refuses (a scripted ViT's list comprehension over `chunk`, nn.MultiheadAttention's scripted
+    fast-path checks), from the aten ops the module runs (models/torchscript.py). The parity check afterwards
+    compares the graph with the TorchScript module itself."""
     import torch
 
     try:
         return _legacy_export(loaded.module, example, options, output_name, tmp)
     except Exception as first:
+        errors = [first]
+    for make in (_ts2ep_program, _recorded_program):
         try:
-            from torch._export.converter import TS2EPConverter
-
-            program = TS2EPConverter(loaded.module, (example,)).convert()
-            program = torch.export.export(program.module(), (example,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+            program = make(loaded, example)
             onnx_program = torch.onnx.export(program, (example,), dynamo=True, opset_version=max(options.opset, 18),
                                              input_names=["input"], output_names=[output_name])
             return onnx_program.model_proto
-        except Exception as second:
-            why = str(second).strip().splitlines()[0][:160] if str(second).strip() else type(second).__name__
-            raise ExportError(
-                f"ONNX export of {loaded.path} failed: {type(first).__name__}: {_first_line(first)}; converting the "
-                f"TorchScript program for the torch.export path failed too ({type(second).__name__}: {why}): save the "
-                "model with torch.export.save, or pass its state_dict with --model-class"
-            ) from first
+        except Exception as err:
+            errors.append(err)
+    first, *others = errors
+    why = "; ".join(f"{type(e).__name__}: {_first_line(e)[:120]}" for e in others)
+    raise ExportError(
+        f"ONNX export of {loaded.path} failed: {type(first).__name__}: {_first_line(first)}; making a torch.export "
+        f"program of the TorchScript module failed too ({why}): save the model with torch.export.save, or pass its "
+        "state_dict with --model-class"
+    ) from first
+
+
+def _ts2ep_program(loaded: LoadedModel, example):
+    import torch
+    from torch._export.converter import TS2EPConverter
+
+    program = TS2EPConverter(loaded.module, (example,)).convert()
+    return torch.export.export(program.module(), (example,), dynamic_shapes=({0: torch.export.Dim("batch")},))
+
+
+def _recorded_program(loaded: LoadedModel, example):
+    return dynamic_batch_program(loaded.module, tuple(example.shape[1:]))
 
 
 @contextlib.contextmanager

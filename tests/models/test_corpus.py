@@ -74,3 +74,24 @@ def test_corpus_model_loads_strictly_and_keeps_its_measured_accuracy(model_id):
         pred = module(torch.from_numpy(x)).argmax(1).numpy()
     top1 = float((pred == labels[list(pick)]).mean() * 100)
     assert abs(top1 - m.measured_fp32_top1) <= 4.0, f"{model_id}: {top1:.2f} % on 1,000 images vs {m.measured_fp32_top1} % measured"
+
+
+def test_results_show_the_default_bundle_beside_each_anchor_per_model():
+    """benchmarks/results/corpus.md: per model, the default command's bundle on each target, then every
+    anchor on the same splits, with float layers counted as the layers left out of INT8."""
+    bench = _load("corpus_bench_for_tests", CORPUS.parent / "corpus.py")
+    build = dict(model="m1", format="state_dict", target="onnx", exit_code=0, seconds=12.0, fp32_top1=56.3, int8_top1=56.8,
+                 drop_points=-0.5, agreement=97.8, int8_layers=18, layers_total=26, float_layers_returned=None, passed=True, note="")
+    res = {"date": "d", "argv": [], "cpu": {"model": "cpu", "cores": 2, "flags": ["avx2"], "vnni": False}, "calib_size": 300,
+           "val_size": 1000, "targets": ["onnx"], "extra": [], "builds": [build, {**build, "format": "pt2"}],
+           "anchors": [{"model": "m1", "fp32_top1": 56.3, "method": "ORT quantize_static MinMax", "runtime": "onnxruntime",
+                        "seconds": 3.0, "top1": 55.9, "drop": 0.4, "agreement": 89.9},
+                       {"model": "m1", "method": "NNCF default (ONNX backend)", "error": "RuntimeError: refused"}]}
+    text = bench.markdown(res)
+    section = text.split("## The default command beside the anchors", 1)[1].split("## Every build", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| m1 |")]
+    assert len(rows) == 3  # the state_dict build only, then both anchors
+    assert "**vitedge default** (onnx)" in rows[0] and "| 8 of 26 |" in rows[0] and "| pass |" in rows[0]
+    assert "ORT quantize_static MinMax" in rows[1] and "| 89.90 |" in rows[1] and "none (full INT8)" in rows[1]
+    assert "RuntimeError: refused" in rows[2] and "none (full INT8)" not in rows[2]
+    assert "no VNNI" in text

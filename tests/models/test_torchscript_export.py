@@ -193,13 +193,69 @@ class _ChunkedQkvViT(nn.Module):
         return self.head(torch.matmul(w, v).transpose(1, 2).reshape(t.shape[0], t.shape[1], 16).mean(1))
 
 
-def test_scripted_file_neither_exporter_takes_fails_in_one_line_with_nothing_on_stdout(tmp_path, capfd):
+class _SeqFirstMhaViT(nn.Module):
+    """nn.MultiheadAttention on (tokens, batch, dim), as a corpus model uses it: scripted, its forward holds
+    the fast-path checks (aten::is_autocast_enabled under an if) that the TorchScript exporter refuses."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, 16, 8, 8)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, 16))
+        self.pos_embed = nn.Parameter(torch.randn(1, 17, 16))
+        self.norm = nn.LayerNorm(16)
+        self.attn = nn.MultiheadAttention(16, 4)
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.patch(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), t], dim=1) + self.pos_embed
+        s = self.norm(t).transpose(0, 1)
+        t = t + self.attn(s, s, s, need_weights=False)[0].transpose(0, 1)
+        return self.head(t[:, 0])
+
+
+@pytest.mark.parametrize("cls", [_ChunkedQkvViT, _SeqFirstMhaViT])
+def test_scripted_vit_exports_with_a_dynamic_batch_and_nothing_on_stdout(tmp_path, capfd, cls):
+    """Neither the TorchScript exporter ("transpose for tensor of unknown rank", "is_autocast_enabled") nor
+    torch's TorchScript-to-torch.export converter takes these; the program recorded from the aten ops the
+    module runs at batch 2 and 3 does (vitedge/models/torchscript.py)."""
+    torch.manual_seed(0)
+    m = cls().eval()
     path = tmp_path / "scripted.pt"
-    torch.jit.script(_ChunkedQkvViT().eval()).save(str(path))
+    torch.jit.script(m).save(str(path))
+    loaded = load_model(path)
+    assert loaded.spec.image_size == (32, 32)
+    capfd.readouterr()
+    out = tmp_path / "scripted.onnx"
+    result = export_onnx(loaded, out)
+    assert result.max_abs_diff is not None and result.max_abs_diff <= result.tolerance
+    assert capfd.readouterr().out == ""
+    _onnx_matches(out, m, (3, 32, 32))
+
+
+def test_recorded_program_refuses_a_module_whose_constants_follow_the_batch():
+    """A value that depends on the batch other than in proportion cannot become a dynamic batch."""
+    from vitedge.models.torchscript import NotBatchGeneric, dynamic_batch_program
+
+    class Odd(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x.flatten(1)[:, : x.shape[0] * x.shape[0]]  # batch squared
+
+    with pytest.raises(NotBatchGeneric, match="not in proportion"):
+        dynamic_batch_program(torch.jit.script(Odd()), (3, 4, 4))
+
+
+def test_torchscript_file_no_path_takes_fails_in_one_line_with_nothing_on_stdout(tmp_path, capfd):
+    """A traced nn.MultiheadAttention on (tokens, batch, dim): the TorchScript exporter stops at "unknown
+    rank", the converter at a data-dependent guard (the trace keeps batch * heads as a tensor), and the
+    recorded aten program at the fused CPU attention kernel it runs (no ONNX function)."""
+    torch.manual_seed(0)
+    path = tmp_path / "traced.pt"
+    _traced(_SeqFirstMhaViT().eval(), torch.randn(2, 3, 32, 32), path)
     loaded = load_model(path)
     capfd.readouterr()
-    with pytest.raises(ExportError, match="torch.export.save") as err:
-        export_onnx(loaded, tmp_path / "scripted.onnx")
+    with pytest.raises(ExportError, match="save the model with torch.export.save, or pass its state_dict with --model-class") as err:
+        export_onnx(loaded, tmp_path / "traced.onnx")
     assert "\n" not in str(err.value) and "[Caused by" not in str(err.value)
     assert capfd.readouterr().out == ""  # torch's C++ graph dump ("Torch IR graph at exception") is silenced
-    assert not (tmp_path / "scripted.onnx").exists()
+    assert not (tmp_path / "traced.onnx").exists()
