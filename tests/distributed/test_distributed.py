@@ -27,7 +27,8 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module")
 def ray_cluster():
     """A real local Ray cluster of 2 CPUs; the workers import this checkout and the tests folder."""
-    path = os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")])
+    # this file's folder too: Ray workers import the functions defined here by this module's name
+    path = os.pathsep.join([str(REPO), str(REPO / "tests"), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])
     try:  # shut down on every path, a failed or interrupted init included (a live raylet outlives pytest)
         ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
         yield ray

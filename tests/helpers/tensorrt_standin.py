@@ -7,7 +7,7 @@ exactly the recorded values, every recorded class exists with exactly the record
 and nothing else. Members the stand-in does not emulate are there (so ``hasattr`` answers as on the
 real module) but raise NotImplementedError when called; names the version lacks raise AttributeError
 (e.g. ``IBuilderConfig.max_workspace_size`` on 10+, ``BuilderFlag.INT8`` on 11). ``_conform`` enforces
-this when the module is made, and tests/backends/tensorrt/test_tensorrt_surface.py checks it for every version.
+this when the module is made, and tests/backends/trt/test_tensorrt_surface.py checks it for every version.
 
 Behaviour it emulates, from TensorRT's Python API docs and the migration guides:
 * 11.x has no BuilderFlag.INT8/FP16/OBEY_PRECISION_CONSTRAINTS/PREFER_PRECISION_CONSTRAINTS

@@ -26,7 +26,7 @@ def _sidecar(name: str) -> dict:
 
 
 def _options(flags: list[str]):
-    """IntakeOptions from the sidecar's CLI flags (--input-size H W, --num-heads N)."""
+    """IntakeOptions from the sidecar's CLI flags (--input-size H W, --num-heads N, --crop-pct P)."""
     from vitedge.models.intake import IntakeOptions
 
     kw = {}
@@ -35,6 +35,8 @@ def _options(flags: list[str]):
             kw["input_size"] = (int(flags[i + 1]), int(flags[i + 2]))
         elif flag == "--num-heads":
             kw["num_heads"] = int(flags[i + 1])
+        elif flag == "--crop-pct":
+            kw["crop_pct"] = float(flags[i + 1])
     return IntakeOptions(**kw)
 
 

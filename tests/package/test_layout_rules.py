@@ -76,12 +76,26 @@ def test_the_rule_sees_every_import_form():
         assert not imported_test_modules(source, names), source
 
 
+# A test folder named like an importable library shadows it: pytest's prepend mode puts tests/backends/ on
+# sys.path for tests/backends/test_*.py, and then `import tensorrt` found tests/backends/tensorrt/ (a namespace
+# package with no __version__), so TensorRT looked installed to every later test in that worker. Such a folder
+# takes another name, mapped here to the package it mirrors.
+RENAMED = {"backends/trt": "backends/tensorrt"}
+# Libraries vitedge imports that no test folder may be named after.
+SHADOWED = {"tensorrt", "onnx", "onnxruntime", "openvino", "torch", "torchvision", "timm", "transformers", "ray", "nncf",
+            "cuda", "numpy", "PIL", "cv2", "click", "rich", "safetensors", "tritonclient", "scipy", "sklearn", "psutil"}
+
+
 def misplaced_test_files(tests: Path = TESTS, package: Path = PACKAGE) -> list[str]:
-    """Test files whose folder mirrors no vitedge/ package and is not a listed cross-cutting folder."""
+    """Test files whose folder mirrors no vitedge/ package and is not a listed cross-cutting folder, or whose
+    folder is named like a library it would shadow."""
     bad = []
     for path in sorted(tests.rglob("test_*.py")):
         folder = path.parent.relative_to(tests)
-        if folder.parts and folder.parts[0] not in CROSS_CUTTING and not (package / folder / "__init__.py").is_file():
+        mirrored = Path(RENAMED.get(folder.as_posix(), folder.as_posix()))
+        if any(part in SHADOWED for part in folder.parts):
+            bad.append(str(path.relative_to(tests)))
+        elif folder.parts and folder.parts[0] not in CROSS_CUTTING and not (package / mirrored / "__init__.py").is_file():
             bad.append(str(path.relative_to(tests)))
     return bad
 
@@ -121,7 +135,7 @@ def test_test_files_mirror_the_package():
 
 def test_the_layout_rules_see_a_misplaced_file_a_repeated_name_and_a_copied_fixture(tmp_path):
     package, tests = tmp_path / "vitedge", tmp_path / "tests"
-    for folder in (package / "quantize", tests / "quantize", tests / "reliability", tests / "quantise"):
+    for folder in (package / "quantize", tests / "quantize", tests / "reliability", tests / "quantise", tests / "onnx"):
         folder.mkdir(parents=True)
     (package / "quantize" / "__init__.py").write_text("")
     fixture = "import pytest\n\n@pytest.fixture\ndef digits(tmp_path):\n    return tmp_path / 'd'\n"
@@ -134,3 +148,5 @@ def test_the_layout_rules_see_a_misplaced_file_a_repeated_name_and_a_copied_fixt
     assert misplaced_test_files(tests, package) == ["quantise/test_calibrate.py"]
     assert repeated_test_names(tests) == {"test_calibrate.py": ["quantise/test_calibrate.py", "quantize/test_calibrate.py"]}
     assert copied_fixtures(tests) == {"digits": ["quantise/test_calibrate.py", "test_cli.py"]}
+    (tests / "onnx" / "test_onnx_graphs.py").write_text("")  # a folder that would shadow the onnx library
+    assert "onnx/test_onnx_graphs.py" in misplaced_test_files(tests, package)

@@ -97,7 +97,7 @@ def test_one_pass_bias_correction_matches_the_refinement_pass(tmp_path):
     from vitedge.quantize.refine import refine
 
     path, spec = fp32_model("timm")
-    src = source_for(spec, limit=16)
+    src = source_for(spec, limit=32)  # 32, not 16: on 16 images of the whole-image crop (the small-input default since issue 30) the head Gemm's two estimates differed by 11.6 % of its shift (bound 10 %)
     cal = calibrate(path, src, QuantConfig(), cache_dir=tmp_path)
     import onnx
 

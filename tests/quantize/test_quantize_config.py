@@ -150,7 +150,7 @@ def test_cli_errors_are_one_line(capsys):
     from vitedge.cli import main
 
     cases = [
-        (["--method", "minmax", "--percentile", "99"], "--percentile goes with --method percentile"),
+        (["--method", "minmax", "--percentile", "99"], "--percentile only applies to --method percentile"),
         (["--smoothquant-alpha", "2"], "--smoothquant-alpha must be between 0 and 1"),
         (["--smoothquant-alpha", "0.5", "--no-smoothquant"], "contradict"),
         (["-o", "model.txt"], "should name an .onnx file"),
