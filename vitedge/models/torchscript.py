@@ -7,7 +7,11 @@ transpose for tensor of unknown rank"), or nn.MultiheadAttention's scripted fast
 refuses too). Running the module is what resolves both: every loop and branch is decided by the input.
 
 So the module is run twice under ``make_fx`` (real tensors; grad on, so the scripted attention keeps the
-plain ops instead of its fused kernel), at batch 2 and batch 3. Both records must be the same aten ops; an
+plain ops instead of its fused kernel), at batch 2 and batch 3. A traced nn.MultiheadAttention calls the
+fused CPU attention kernel (``_scaled_dot_product_flash_attention_for_cpu``) and every traced conv
+``aten._convolution``, neither of which has an ONNX function: the record decomposes both into plain ops
+(matmul/softmax; ``aten.convolution``). ``detach`` and ``alias`` are dropped (inference; TorchScript's
+profiling executor adds detaches on its second run only). Both records must be the same aten ops; an
 integer argument that differs between them must be 2k at batch 2 and 3k at batch 3 (the batch times k, as
 in a reshape to ``[B * heads, N, d]``) and becomes ``k * input.size(0)``; anything else that depends on the
 batch (a constant tensor, a float) refuses. The batch-2 record so rewritten is exported by torch.export with
@@ -41,13 +45,34 @@ def _record(module, x):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     with torch.enable_grad():
-        gm = make_fx(lambda t: module(t), tracing_mode="real", _error_on_data_dependent_ops=False)(x)
+        gm = make_fx(lambda t: module(t), decomposition_table=_attention_decompositions(), tracing_mode="real",
+                     _error_on_data_dependent_ops=False)(x)
     for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target == torch.ops.aten.alias.default:
+        if node.op == "call_function" and node.target in (torch.ops.aten.alias.default, torch.ops.aten.detach.default):
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
     gm.graph.eliminate_dead_code()
     return gm
+
+
+def _attention_decompositions() -> dict:
+    """The fused attention kernels a traced module may call (a trace records the kernel the eager run took)
+    as the plain matmul/softmax ops torch decomposes them into: none of them has an ONNX function."""
+    import torch
+    from torch._decomp import get_decompositions
+
+    aten = torch.ops.aten
+    table = get_decompositions([aten._scaled_dot_product_flash_attention_for_cpu, aten.scaled_dot_product_attention])
+    table[aten._convolution.default] = _convolution  # what a trace records for every nn.Conv2d
+    return table
+
+
+def _convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups, *_backend_flags):
+    """aten._convolution (no ONNX function) as aten.convolution: the same arguments less the backend flags."""
+    import torch
+
+    return torch.ops.aten.convolution.default(x, weight, bias, stride, padding, dilation, transposed, output_padding,
+                                              groups)
 
 
 def _calls(gm) -> list:
