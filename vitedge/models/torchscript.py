@@ -8,9 +8,10 @@ refuses too). Running the module is what resolves both: every loop and branch is
 
 So the module is run twice under ``make_fx`` (real tensors; grad on, so the scripted attention keeps the
 plain ops instead of its fused kernel), at batch 2 and batch 3. A traced nn.MultiheadAttention calls the
-fused CPU attention kernel (``_scaled_dot_product_flash_attention_for_cpu``) and every traced conv
-``aten._convolution``, neither of which has an ONNX function: the record decomposes both into plain ops
-(matmul/softmax; ``aten.convolution``). ``detach`` and ``alias`` are dropped (inference; TorchScript's
+fused CPU attention kernel (``_scaled_dot_product_flash_attention_for_cpu``), or, traced on its fast path
+(eval, no_grad, batch first), ``_native_multi_head_attention`` / ``_transformer_encoder_layer_fwd``; every
+traced conv is ``aten._convolution``. None has an ONNX function: the record decomposes them into plain ops
+(models/fused_ops.py). ``detach`` and ``alias`` are dropped (inference; TorchScript's
 profiling executor adds detaches on its second run only). Both records must be the same aten ops; an
 integer argument that differs between them must be 2k at batch 2 and 3k at batch 3 (the batch times k, as
 in a reshape to ``[B * heads, N, d]``) and becomes ``k * input.size(0)``; anything else that depends on the
@@ -21,6 +22,8 @@ a dynamic batch; the caller's parity check then compares the ONNX graph with the
 from __future__ import annotations
 
 import operator
+
+from vitedge.models.fused_ops import decompositions
 
 _BATCHES = (2, 3)
 
@@ -45,7 +48,7 @@ def _record(module, x):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     with torch.enable_grad():
-        gm = make_fx(lambda t: module(t), decomposition_table=_attention_decompositions(), tracing_mode="real",
+        gm = make_fx(lambda t: module(t), decomposition_table=decompositions(), tracing_mode="real",
                      _error_on_data_dependent_ops=False)(x)
     for node in list(gm.graph.nodes):
         if node.op == "call_function" and node.target in (torch.ops.aten.alias.default, torch.ops.aten.detach.default):
@@ -53,26 +56,6 @@ def _record(module, x):
             gm.graph.erase_node(node)
     gm.graph.eliminate_dead_code()
     return gm
-
-
-def _attention_decompositions() -> dict:
-    """The fused attention kernels a traced module may call (a trace records the kernel the eager run took)
-    as the plain matmul/softmax ops torch decomposes them into: none of them has an ONNX function."""
-    import torch
-    from torch._decomp import get_decompositions
-
-    aten = torch.ops.aten
-    table = get_decompositions([aten._scaled_dot_product_flash_attention_for_cpu, aten.scaled_dot_product_attention])
-    table[aten._convolution.default] = _convolution  # what a trace records for every nn.Conv2d
-    return table
-
-
-def _convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups, *_backend_flags):
-    """aten._convolution (no ONNX function) as aten.convolution: the same arguments less the backend flags."""
-    import torch
-
-    return torch.ops.aten.convolution.default(x, weight, bias, stride, padding, dilation, transposed, output_padding,
-                                              groups)
 
 
 def _calls(gm) -> list:
