@@ -245,13 +245,96 @@ def test_recorded_program_refuses_a_module_whose_constants_follow_the_batch():
         dynamic_batch_program(torch.jit.script(Odd()), (3, 4, 4))
 
 
+class _MhaViT(nn.Module):
+    """A conv-stem ViT on nn.MultiheadAttention: ``batch_first`` or on (tokens, batch, dim) as a corpus model
+    uses it, or ``encoder``: a post-norm nn.TransformerEncoder (batch first; ``encoder_pre``: pre-norm, GELU)."""
+
+    def __init__(self, layout: str) -> None:
+        super().__init__()
+        self.layout = layout
+        self.patch = nn.Conv2d(3, 16, 8, 8)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, 16))
+        self.pos_embed = nn.Parameter(torch.randn(1, 17, 16))
+        self.norm = nn.LayerNorm(16)
+        if layout.startswith("encoder"):
+            pre = layout == "encoder_pre"
+            layer = nn.TransformerEncoderLayer(16, 4, 32, dropout=0.0, batch_first=True, norm_first=pre,
+                                               activation="gelu" if pre else "relu")
+            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+        else:
+            self.attn = nn.MultiheadAttention(16, 4, batch_first=layout == "batch_first")
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.patch(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), t], dim=1) + self.pos_embed
+        if self.layout.startswith("encoder"):
+            return self.head(self.norm(self.encoder(t))[:, 0])
+        s = self.norm(t) if self.layout == "batch_first" else self.norm(t).transpose(0, 1)
+        a = self.attn(s, s, s, need_weights=False)[0]
+        return self.head((t + (a if self.layout == "batch_first" else a.transpose(0, 1)))[:, 0])
+
+
+@pytest.mark.parametrize("layout", ["seq_first", "batch_first", "encoder"])
+def test_traced_multihead_attention_vit_exports_with_a_dynamic_batch(tmp_path, capfd, layout):
+    """A traced nn.MultiheadAttention: the TorchScript exporter stops at "unknown rank", the converter at a
+    data-dependent guard (the trace keeps batch * heads as a tensor), and the aten ops the module runs include
+    the fused CPU attention kernel and aten._convolution (no ONNX function for either); recorded with those
+    decomposed into plain ops (models/torchscript.py), it exports with a dynamic batch and matches the module."""
+    torch.manual_seed(0)
+    m = _MhaViT(layout).eval()
+    path = tmp_path / "traced.pt"
+    _traced(m, torch.randn(2, 3, 32, 32), path)
+    loaded = load_model(path)
+    assert loaded.spec.image_size == (32, 32)
+    capfd.readouterr()
+    out = tmp_path / "traced.onnx"
+    result = export_onnx(loaded, out)
+    assert result.max_abs_diff is not None and result.max_abs_diff <= result.tolerance
+    assert capfd.readouterr().out == ""  # torch's C++ graph dump ("Torch IR graph at exception") is silenced
+    _onnx_matches(out, m, (3, 32, 32))
+
+
+@pytest.mark.parametrize("layout", ["batch_first", "encoder", "encoder_pre"])
+def test_multihead_attention_traced_on_its_fast_path_exports(tmp_path, layout):
+    """Traced under no_grad, a batch-first nn.MultiheadAttention or nn.TransformerEncoderLayer takes its fast
+    path and the trace records the fused op (aten::_native_multi_head_attention,
+    aten::_transformer_encoder_layer_fwd): no ONNX function and no decomposition in torch; recorded with
+    vitedge's plain-op forms of them (models/fused_ops.py), the file exports and matches the module."""
+    torch.manual_seed(0)
+    m = _MhaViT(layout).eval()
+    path = tmp_path / "traced.pt"
+    with torch.no_grad():
+        traced = torch.jit.trace(m, torch.randn(2, 3, 32, 32), check_trace=False)
+    fused = [n.kind() for n in traced.inlined_graph.nodes() if n.kind().startswith(("aten::_native", "aten::_transformer"))]
+    assert fused  # the fast path was taken: the fused op is in the file
+    traced.save(str(path))
+    out = tmp_path / "traced.onnx"
+    result = export_onnx(load_model(path), out)
+    assert result.max_abs_diff is not None and result.max_abs_diff <= result.tolerance
+    _onnx_matches(out, m, (3, 32, 32))
+
+
 def test_torchscript_file_no_path_takes_fails_in_one_line_with_nothing_on_stdout(tmp_path, capfd):
-    """A traced nn.MultiheadAttention on (tokens, batch, dim): the TorchScript exporter stops at "unknown
-    rank", the converter at a data-dependent guard (the trace keeps batch * heads as a tensor), and the
-    recorded aten program at the fused CPU attention kernel it runs (no ONNX function)."""
+    """A traced module whose batch dependence no dynamic batch expresses (it keeps batch-squared values):
+    every path refuses it, in one line naming what to do instead."""
+
+    class Odd(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.patch = nn.Conv2d(3, 16, 8, 8)
+            self.pos_embed = nn.Parameter(torch.randn(1, 16, 16))
+            self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+            self.head = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            t = self.patch(x).flatten(2).transpose(1, 2) + self.pos_embed
+            t = self.attn(t, t, t, need_weights=False)[0]
+            return self.head(t.flatten(1)[:, : x.shape[0] * x.shape[0] * 4].reshape(x.shape[0], -1, 4).mean(1))
+
     torch.manual_seed(0)
     path = tmp_path / "traced.pt"
-    _traced(_SeqFirstMhaViT().eval(), torch.randn(2, 3, 32, 32), path)
+    _traced(Odd().eval(), torch.randn(2, 3, 32, 32), path)
     loaded = load_model(path)
     capfd.readouterr()
     with pytest.raises(ExportError, match="save the model with torch.export.save, or pass its state_dict with --model-class") as err:

@@ -55,6 +55,7 @@ from vitedge.spec import ModelSpec
 from vitedge.ui import StageLog
 from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.data_record import DataRecord
+from vitedge.validation.document import ValidationReport
 from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 
@@ -297,7 +298,7 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
             ctx = BuildContext(qdq_path=tmp / "model.int8.onnx", fp32_path=tmp / "reference.fp32.onnx", out_dir=tmp,
                                options=profile.backend_options, batch_sizes=profile.batch_sizes, log=log.info)
             artifact = backend.build(ctx)
-            validation = checked = None
+            report = checked = None
             if not artifact.built:
                 log.info(artifact.info.get("next_step", "the artifact must be finished on the device"))
             manifest = Manifest(
@@ -311,7 +312,7 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                                            fp32_onnx="reference.fp32.onnx", built=artifact.built, extra=artifact.extra_files),
                 toolchain=toolchain_versions(_safe_versions(backend)),
                 backend_info=artifact.info,
-                validation=validation,
+                validation=None,
                 validation_data=val_record,
             )
             if artifact.built and env.can_run:  # the same validation, gate and reports as `vitedge validate`
@@ -321,10 +322,11 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                         producer="vitedge build", data_role=(val_record or {}).get("role"), config=req.config_record,
                         reference_cache=req.cache),
                         log=log, bundle_label=str(bundle_dir))
-                    validation = manifest.validation = checked.document
+                    report = checked.report
+                    manifest.validation = checked.document  # the manifest's section is the document's JSON
                     for row in checked.result.gate:
                         log.info(row.status.upper() + " " + row.detail)
-            budget_failure = record_speed_verdict(manifest, validation, t.thresholds, profile, log)
+            budget_failure = record_speed_verdict(manifest, None if report is None else report.speedup, t.thresholds, profile, log)
             not_met = budget_not_met(t.shared.budget, t.loaded.spec.output_kind)
             if not_met:  # the closest INT8 graph the budget found: shipped for inspection, marked failed
                 manifest.quantization["budget"]["verdict"] = {"passed": False, "detail": not_met}
@@ -335,10 +337,10 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
             manifest.hash_files(tmp)
             write_bundle_reports(tmp, manifest, checked)
             manifest.write(tmp)
-    passed = None if validation is None else bool(validation["passed"]) and budget_failure is None
+    passed = None if report is None else report.passed and budget_failure is None
     if budget_failure and passed is None:  # not validated here (built on the device), but the budget already failed
         passed = False
-    summary = _summary(bundle_dir, artifact, validation)
+    summary = _summary(bundle_dir, artifact, report)
     summary["budget"] = describe_record(manifest.quantization["budget"])
     summary["budget_float"] = list(t.shared.budget.returned)
     if budget_failure:
@@ -412,7 +414,7 @@ def _input_section(qdq: Path, spec: ModelSpec) -> InputSection:
                         preprocess_baked=fmt.startswith("uint8"))
 
 
-def _summary(bundle: Path, artifact: BuiltArtifact, validation: dict[str, Any] | None) -> dict[str, Any]:
+def _summary(bundle: Path, artifact: BuiltArtifact, report: ValidationReport | None) -> dict[str, Any]:
     size = (bundle / artifact.model).stat().st_size if (bundle / artifact.model).exists() else None
     if size is not None and (bundle / (artifact.model + ".data")).is_file():  # ONNX external data (graphs past 2 GB)
         size += (bundle / (artifact.model + ".data")).stat().st_size
@@ -420,15 +422,15 @@ def _summary(bundle: Path, artifact: BuiltArtifact, validation: dict[str, Any] |
         if extra.endswith(".bin") and extra.startswith(Path(artifact.model).stem) and (bundle / extra).exists():
             size = (size or 0) + (bundle / extra).stat().st_size
     out: dict[str, Any] = {"artifact": artifact.model, "artifact_bytes": size}
-    if validation:
-        acc = validation["accuracy"]
+    if report is not None:
+        acc = report.accuracy
         out.update({
-            "top1_fp32": acc.get("fp32_top1"), "top1_int8": acc.get("int8_top1"), "agreement": acc.get("top1_agreement"),
-            "embedding_cosine_mean": acc.get("embedding_cosine_mean"), "embedding_cosine_low": acc.get("embedding_cosine_low"),
-            "speedup": validation.get("speedup"),
-            "fp32_ms": validation["latency"].get("fp32", {}).get("1", {}).get("p50_ms"),
-            "int8_ms": validation["latency"].get("int8", {}).get("1", {}).get("p50_ms"),
-            "failures": [r["detail"] for r in validation["gate"] if not r["passed"]],
-            "warnings": list(acc.get("warnings") or ()),
+            "top1_fp32": acc.fp32_top1, "top1_int8": acc.int8_top1, "agreement": acc.top1_agreement,
+            "embedding_cosine_mean": acc.embedding_cosine_mean, "embedding_cosine_low": acc.embedding_cosine_low,
+            "speedup": report.speedup,
+            "fp32_ms": report.latency.p50_ms("fp32"),
+            "int8_ms": report.latency.p50_ms("int8"),
+            "failures": [r.detail for r in report.gate if not r.passed],
+            "warnings": acc.warnings,
         })
     return out

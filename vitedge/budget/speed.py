@@ -32,14 +32,13 @@ def speed_verdict(rec: dict[str, Any] | None, speedup: float | None, min_speedup
             "model's activation outliers (e.g. SmoothQuant), or deploy FP32")
 
 
-def record_speed_verdict(manifest: Manifest, validation: dict[str, Any] | None, thresholds: Thresholds, profile: TargetProfile,
+def record_speed_verdict(manifest: Manifest, speedup: float | None, thresholds: Thresholds, profile: TargetProfile,
                          log: StageLog) -> str | None:
     """Record (and log) whether the layers the budget returned to float left INT8 no faster than FP32
-    on this target's runtime (its validation's batch-1 speedup)."""
+    on this target's runtime (``speedup``: its validation's batch-1 speedup; None: not measured or not validated)."""
     rec = manifest.quantization.get("budget")
     if not rec:
         return None
-    speedup = validation.get("speedup") if validation else None
     failure = speed_verdict(rec, speedup, thresholds.min_speedup, f"{profile.name} ({profile.backend})")
     rec["speed_verdict"] = {"speedup": speedup, "runtime": profile.backend, "passed": None if speedup is None else failure is None,
                             "detail": failure}

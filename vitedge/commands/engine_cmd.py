@@ -12,6 +12,7 @@ from vitedge.errors import GateFailure
 from vitedge.outlock import output_locks
 from vitedge.outputs import check_output
 from vitedge.ui import StageLog
+from vitedge.validation.document import ValidationReport
 
 
 @click.command("engine")
@@ -47,5 +48,5 @@ def command(bundle: Path, val: Path | None, force: bool, no_latency: bool, profi
     elif result.passed:
         click.echo(f"built and validated {bundle}/model.engine on {where}: every gate holds")
     else:
-        failures = [r["detail"] for r in result.manifest.validation["gate"] if not r["passed"]]
+        failures = [r.detail for r in ValidationReport.from_json(result.manifest.validation).gate if not r.passed]
         raise GateFailure(f"{bundle}/model.engine built on {where} but failed the parity gate: " + "; ".join(failures))

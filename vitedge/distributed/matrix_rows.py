@@ -23,6 +23,7 @@ from vitedge.manifest import Manifest, read_manifest, verify_bundle
 from vitedge.onnxutil import onnx_sha256
 from vitedge.profiles import load_profile
 from vitedge.validation.data_record import DataRecord
+from vitedge.validation.document import ValidationReport
 from vitedge.ui import StageLog
 
 PASS, FAIL, NOT_VALIDATED, ERROR = "pass", "fail", "not validated", "error"
@@ -127,12 +128,13 @@ def _data_mismatch(row: MatrixRow, manifest: Manifest, calibration: dict[str, An
 
 
 def _metrics(validation: dict[str, Any] | None) -> dict[str, Any]:
+    """The row's figures from its bundle's validation (the manifest's section, read through the typed document)."""
     if not validation:
         return {}
-    acc, lat = validation.get("accuracy") or {}, validation.get("latency") or {}
-    return {"top1_fp32": acc.get("fp32_top1"), "top1_int8": acc.get("int8_top1"), "agreement": acc.get("top1_agreement"),
-            "speedup": validation.get("speedup"), "int8_ms": (lat.get("int8") or {}).get("1", {}).get("p50_ms"),
-            "failures": list(validation.get("failures") or [])}
+    report = ValidationReport.from_json(validation)
+    acc = report.accuracy
+    return {"top1_fp32": acc.fp32_top1, "top1_int8": acc.int8_top1, "agreement": acc.top1_agreement,
+            "speedup": report.speedup, "int8_ms": report.latency.p50_ms("int8"), "failures": list(report.failures or [])}
 
 
 def result_from_manifest(row: MatrixRow, manifest: Manifest, resumed: bool) -> RowResult:

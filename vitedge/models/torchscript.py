@@ -7,7 +7,12 @@ transpose for tensor of unknown rank"), or nn.MultiheadAttention's scripted fast
 refuses too). Running the module is what resolves both: every loop and branch is decided by the input.
 
 So the module is run twice under ``make_fx`` (real tensors; grad on, so the scripted attention keeps the
-plain ops instead of its fused kernel), at batch 2 and batch 3. Both records must be the same aten ops; an
+plain ops instead of its fused kernel), at batch 2 and batch 3. A traced nn.MultiheadAttention calls the
+fused CPU attention kernel (``_scaled_dot_product_flash_attention_for_cpu``), or, traced on its fast path
+(eval, no_grad, batch first), ``_native_multi_head_attention`` / ``_transformer_encoder_layer_fwd``; every
+traced conv is ``aten._convolution``. None has an ONNX function: the record decomposes them into plain ops
+(models/fused_ops.py). ``detach`` and ``alias`` are dropped (inference; TorchScript's
+profiling executor adds detaches on its second run only). Both records must be the same aten ops; an
 integer argument that differs between them must be 2k at batch 2 and 3k at batch 3 (the batch times k, as
 in a reshape to ``[B * heads, N, d]``) and becomes ``k * input.size(0)``; anything else that depends on the
 batch (a constant tensor, a float) refuses. The batch-2 record so rewritten is exported by torch.export with
@@ -17,6 +22,8 @@ a dynamic batch; the caller's parity check then compares the ONNX graph with the
 from __future__ import annotations
 
 import operator
+
+from vitedge.models.fused_ops import decompositions
 
 _BATCHES = (2, 3)
 
@@ -41,9 +48,10 @@ def _record(module, x):
     from torch.fx.experimental.proxy_tensor import make_fx
 
     with torch.enable_grad():
-        gm = make_fx(lambda t: module(t), tracing_mode="real", _error_on_data_dependent_ops=False)(x)
+        gm = make_fx(lambda t: module(t), decomposition_table=decompositions(), tracing_mode="real",
+                     _error_on_data_dependent_ops=False)(x)
     for node in list(gm.graph.nodes):
-        if node.op == "call_function" and node.target == torch.ops.aten.alias.default:
+        if node.op == "call_function" and node.target in (torch.ops.aten.alias.default, torch.ops.aten.detach.default):
             node.replace_all_uses_with(node.args[0])
             gm.graph.erase_node(node)
     gm.graph.eliminate_dead_code()
