@@ -5,10 +5,10 @@
 
 For each TensorRT version it runs, with that version's real module:
 
-* tests/backends/tensorrt/test_tensorrt_gpu.py: the installed module against the API surface recorded from its
+* tests/backends/trt/test_tensorrt_gpu.py: the installed module against the API surface recorded from its
   wheel, one engine per plan vitedge makes (INT8, FP32 floats, version-compatible, DLA where the device has one),
   each inspected at the opt shape, and Triton loading the plan (where ``tritonserver`` is on PATH);
-* tests/backends/tensorrt/test_tensorrt_bundle.py::test_real_engine_builds_runs_and_validates: `vitedge build` of the
+* tests/backends/trt/test_tensorrt_bundle.py::test_real_engine_builds_runs_and_validates: `vitedge build` of the
   bundled example for desktop-gpu, engine built, run and validated against its FP32 reference engine.
 
 Other versions are installed with ``pip install tensorrt-cu12==X`` (``tensorrt==8.6.1`` for 8.6) into a
@@ -35,8 +35,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "tensorrt_device.json"
-TESTS = ["tests/backends/tensorrt/test_tensorrt_gpu.py",
-         "tests/backends/tensorrt/test_tensorrt_bundle.py::test_real_engine_builds_runs_and_validates"]
+TESTS = ["tests/backends/trt/test_tensorrt_gpu.py",
+         "tests/backends/trt/test_tensorrt_bundle.py::test_real_engine_builds_runs_and_validates"]
 
 
 def _supported() -> dict[str, tuple[str, str]]:

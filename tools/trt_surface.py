@@ -19,7 +19,7 @@ PyPI), this script
 4. writes ``surface/<major>.<minor>.json`` (names sorted, so a diff shows what changed).
 
 Nothing is built or run on a GPU: this reads names and docstrings only. Needs a C compiler, pip and
-network access to pypi.org. The JSON files are committed; tests/backends/tensorrt/test_tensorrt_surface.py checks the
+network access to pypi.org. The JSON files are committed; tests/backends/trt/test_tensorrt_surface.py checks the
 stand-in and vitedge's calls against them, and vitedge/backends/tensorrt/versions.py reads them.
 """
 

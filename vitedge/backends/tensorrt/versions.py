@@ -9,7 +9,7 @@ Two kinds of facts live here:
   namespace with those names, so the plan written where no TensorRT is installed is feature-detected
   on the real API of the planned version, exactly as on a device (``plan.capabilities_from_module``).
   The ``Feature`` entries with an ``api`` name are checked against the surfaces by
-  tests/backends/tensorrt/test_tensorrt_surface.py, so this table cannot drift from the bindings.
+  tests/backends/trt/test_tensorrt_surface.py, so this table cannot drift from the bindings.
 * **Platform facts** the bindings cannot show (DLA availability per release, which JetPack ships
   which TensorRT) come from NVIDIA's release notes and migration guides, cited per entry.
 
