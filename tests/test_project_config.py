@@ -126,6 +126,14 @@ def test_config_values_are_checked_against_the_flag_types(project, capsys):
     assert code == 2 and "vitedge.toml: 'method'" in err and "'best' is not one of" in err
 
 
+def test_dry_run_refuses_an_unknown_target_in_one_line(project, capsys):
+    """--dry-run said yes to any target name (exit 0); a typo must be caught before a CI job trusts the plan."""
+    code, _, err = run_cli(capsys, "build", "--dry-run", "-t", "onxx")
+    assert code == 2 and "unknown target 'onxx'" in err and err.strip().count("\n") == 0, err
+    code, _, err = run_cli(capsys, "build", "--dry-run", "-t", "jetson")  # a family names several profiles: known
+    assert code == 0, err
+
+
 def test_without_config_or_calib_the_error_names_both(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     code, _, err = run_cli(capsys, "build", "-t", "onnx", MODEL)

@@ -33,7 +33,7 @@ from click.core import ParameterSource
 
 from vitedge.app.build import BuildRequest, bundle_dirs
 from vitedge.errors import UsageError
-from vitedge.profiles import Thresholds
+from vitedge.profiles import Thresholds, load_profile
 
 CONFIG_NAME = "vitedge.toml"
 PYPROJECT = "pyproject.toml"
@@ -513,6 +513,8 @@ def require_build(kwargs: dict[str, Any], config: ProjectConfig | None) -> None:
         raise missing("target", "--target NAME (see `vitedge targets`)", 'targets = ["onnx"]', config)
     if kwargs.get("calib") is None:
         raise missing("calibration data", "--calib DATA", 'calib = "path/to/calib"', config)
+    for target in kwargs["targets"]:  # an unknown target or a bad profile file is refused now, --dry-run included
+        load_profile(target)
 
 
 def config_bundles(config: ProjectConfig | None) -> list[Path]:
