@@ -37,12 +37,16 @@ def _collapsed(cal, name: str = "entropy"):
 
 def test_select_scores_every_candidate_and_records_its_choice(digits):
     from vitedge.quantize import METADATA_KEY, QuantConfig, build_qdq, calibrate
-    from vitedge.quantize.select import SELECT_MIN_RATIO, SELECT_MIN_T
+    from vitedge.quantize.select import SELECT_FIRST_LOOK, SELECT_MIN_RATIO, SELECT_MIN_T
 
     cal = digits["cal"]
     assert cal.config.method == "select" and set(cal.variants) == {"entropy", "p99.99", "p99.999", "minmax", "mse"}
     sel = cal.selection
-    assert sel.metric == "softmax_kl" and sel.samples == CALIB_ITEMS and {s.name for s in sel.scores} == set(cal.variants)
+    assert sel.metric == "softmax_kl" and sel.available == CALIB_ITEMS and {s.name for s in sel.scores} == set(cal.variants)
+    # on the trained digits ViT no candidate is 3x closer than entropy on the first look: the choice is made there
+    assert sel.samples == SELECT_FIRST_LOOK and all(s.samples == SELECT_FIRST_LOOK for s in sel.scores)
+    assert sel.runs == 2 * len({tuple(sorted(v.thresholds.items())) for v in cal.variants.values()})
+    assert f"so none scored on all {CALIB_ITEMS}" in sel.one_line()
     assert [s.error for s in sel.scores] == sorted(s.error for s in sel.scores)  # best first
     best, entropy = sel.scores[0], sel.score("entropy")
     switch = best.paired_t >= SELECT_MIN_T and best.error * SELECT_MIN_RATIO <= entropy.error
@@ -69,6 +73,27 @@ def test_a_collapsing_candidate_is_never_chosen(digits):
     assert worst.name == "entropy" and worst.agreement < 0.9  # the forced collapse is real
     assert sel.chosen != "entropy" and sel.score(sel.chosen).paired_t >= SELECT_MIN_T
     assert sel.score(sel.chosen).error * 10 <= worst.error
+    # entropy and every contender are scored on all the images, the choice is made there
+    assert sel.samples == CALIB_ITEMS and sel.score("entropy").samples == sel.score(sel.chosen).samples == CALIB_ITEMS
+
+
+def test_a_candidate_far_from_fp32_on_the_first_look_stops_there(digits):
+    """Two candidates collapsed: entropy (the first) and p99.99. p99.99 is not 3x closer than entropy on
+    the first 16 images, so it is not run on the other 16; the others are, and one of them is chosen."""
+    from vitedge.onnxutil import graph_inputs
+    from vitedge.quantize.select import SELECT_CONTEND_RATIO, SELECT_FIRST_LOOK, choose
+
+    broken = _collapsed(_collapsed(digits["cal"]), "p99.99")
+    feeds = [b.images for b in digits["src"].batches(8)]
+    sel = choose(broken, graph_inputs(broken.model)[0].name, feeds)
+    entropy, p99_99 = sel.score("entropy"), sel.score("p99.99")
+    assert p99_99.samples == SELECT_FIRST_LOOK and entropy.samples == CALIB_ITEMS == sel.samples
+    assert p99_99.error * SELECT_CONTEND_RATIO > entropy.error * 0.5  # far from FP32 like entropy (its scores differ in images)
+    assert sel.chosen not in ("entropy", "p99.99") and sel.score(sel.chosen).samples == CALIB_ITEMS
+    assert sel.scores[-1].name == "p99.99"  # ranked after every candidate scored on all the images
+    assert "p99.99 not 3x closer on the first 16 images, stopped there" in sel.one_line()
+    # the FP32 reference on the 4 batches, 5 graphs on the first look's 2 batches, entropy + 3 contenders on the other 2
+    assert sel.runs == 4 + 5 * 2 + 4 * 2
 
 
 def test_budget_tries_calibrations_before_float_layers(digits):

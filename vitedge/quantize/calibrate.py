@@ -70,9 +70,9 @@ from vitedge.quantize.graph import (
     softmax_outputs,
 )
 from vitedge.quantize.qdq import QuantizedGraph, build_qdq
-from vitedge.quantize.record import Calibration, CandidateScore, Selection, Variant
+from vitedge.quantize.record import Calibration, Selection, Variant
 from vitedge.quantize.refine import Refinement, correct_biases, refinable, refine
-from vitedge.quantize.select import SELECT_MIN_RATIO, SELECT_MIN_T, choose
+from vitedge.quantize.select import SELECT_CONTEND_RATIO, SELECT_FIRST_LOOK, SELECT_MIN_RATIO, SELECT_MIN_T, choose
 from vitedge.quantize.smooth_search import choose_alphas
 from vitedge.spec import ModelSpec
 
@@ -403,20 +403,17 @@ def _selection(cache: CalibrationCache, parts: dict[str, Any], config: QuantConf
     (selection, forward passes run)."""
     large = is_large(calibration.model)
     samples = _select_samples(calibration.model)
+    rule = [SELECT_MIN_T, SELECT_MIN_RATIO, SELECT_FIRST_LOOK, SELECT_CONTEND_RATIO]
     skey_parts = dict(parts, refine=config.refine_params(), select={"samples": samples, "attention": config.quantize_attention,
-                                                                    "weight_range": config.weight_range, "rule": [SELECT_MIN_T, SELECT_MIN_RATIO]})
+                                                                    "weight_range": config.weight_range, "rule": rule})
     skey = cache_key(skey_parts)
     store = CalibrationCache(cache.root, kind="selection")
     entry = store.load(skey)
     if entry is not None:
         try:
-            doc = entry["meta"]["selection"]
-            scores = tuple(CandidateScore(str(c["name"]), float(c["error"]), None if c["agreement"] is None else float(c["agreement"]),
-                                          float(c["paired_t"])) for c in doc["candidates"])
-            chosen = str(doc["chosen"])
-            if chosen in calibration.variants and all(s.name in calibration.variants for s in scores):
-                return Selection(chosen=chosen, metric=str(doc["metric"]), samples=int(doc["samples"]), scores=scores, reused=True,
-                                 first=str(doc["first"]), min_t=float(doc["min_t"]), min_ratio=float(doc["min_ratio"])), 0
+            found = Selection.from_dict(entry["meta"]["selection"], reused=True)
+            if found.chosen in calibration.variants and all(s.name in calibration.variants for s in found.scores):
+                return found, 0
         except (KeyError, TypeError, ValueError):
             pass
     passes = 0

@@ -36,19 +36,26 @@ class CandidateScore:
     error: float  # the selection metric: mean softmax KL (logits) or mean 1 - cosine (other outputs)
     agreement: float | None  # top-1 agreement with FP32 on the same images (logits), else None
     paired_t: float = 0.0  # the first candidate's per-image error minus this one's, over its standard error
+    samples: int = 0  # images this candidate was scored on (0: the selection's ``samples``, records before the first look)
 
     def to_dict(self) -> dict[str, Any]:
         t = self.paired_t if np.isfinite(self.paired_t) else (1e9 if self.paired_t > 0 else -1e9)
-        return {"name": self.name, "error": float(self.error), "agreement": self.agreement, "paired_t": round(float(t), 4)}
+        return {"name": self.name, "error": float(self.error), "agreement": self.agreement, "paired_t": round(float(t), 4),
+                "samples": int(self.samples)}
 
 
 @dataclass(frozen=True)
 class Selection:
-    """The choice of method ``select``: every candidate scored at the model's output, best first."""
+    """The choice of method ``select``: every candidate scored at the model's output, best first.
+
+    Every candidate is scored on the first ``first_look`` images; only those at least ``contend_ratio``
+    times closer to FP32 than ``first`` there (and ``first`` itself) go on to all ``available`` ones.
+    ``samples`` is how many the choice was made on: ``available`` when a candidate contended, else the
+    first look's."""
 
     chosen: str
     metric: str  # "softmax_kl" or "one_minus_cosine"
-    samples: int  # calibration images scored (the first N of the calibration data)
+    samples: int  # calibration images the first candidate (and every contender) was scored on
     scores: tuple[CandidateScore, ...]
     reused: bool = False  # read from the cache: no candidate ran this time
     seconds: float = 0.0
@@ -56,11 +63,25 @@ class Selection:
     min_t: float = 0.0
     min_ratio: float = 1.0
     runs: int = 0  # ONNX Runtime runs this choice took (0 when reused)
+    first_look: int = 0  # images every candidate was scored on first (0: all of them, records before it)
+    contend_ratio: float = 0.0  # how much closer than ``first`` a candidate had to be there to go on
+    available: int = 0  # images kept for scoring (0: ``samples``)
 
     def to_dict(self) -> dict[str, Any]:
         """Deterministic (no timings, no cache state): it goes into the Q/DQ graph's metadata."""
-        return {"chosen": self.chosen, "metric": self.metric, "samples": self.samples, "first": self.first, "min_t": self.min_t, "min_ratio": self.min_ratio,
-                "candidates": [s.to_dict() for s in self.scores]}
+        return {"chosen": self.chosen, "metric": self.metric, "samples": self.samples, "first": self.first, "min_t": self.min_t,
+                "min_ratio": self.min_ratio, "first_look": self.first_look, "contend_ratio": self.contend_ratio,
+                "available": self.available, "candidates": [s.to_dict() for s in self.scores]}
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any], *, reused: bool = False) -> "Selection":
+        """The inverse of ``to_dict`` (older records: no first look, every candidate on ``samples``)."""
+        scores = tuple(CandidateScore(str(c["name"]), float(c["error"]), None if c["agreement"] is None else float(c["agreement"]),
+                                      float(c["paired_t"]), int(c.get("samples", 0))) for c in doc["candidates"])
+        return cls(chosen=str(doc["chosen"]), metric=str(doc["metric"]), samples=int(doc["samples"]), scores=scores, reused=reused,
+                   first=str(doc["first"]), min_t=float(doc["min_t"]), min_ratio=float(doc["min_ratio"]),
+                   first_look=int(doc.get("first_look", 0)), contend_ratio=float(doc.get("contend_ratio", 0.0)),
+                   available=int(doc.get("available", 0)))
 
     def score(self, name: str) -> CandidateScore | None:
         return next((s for s in self.scores if s.name == name), None)
@@ -77,7 +98,19 @@ class Selection:
             why = (f"; {top.name} closer ({best.error / max(top.error, 1e-300):.1f}x, t {top.paired_t:.2f}), short of "
                    f"{self.min_ratio:g}x at t >= {self.min_t:g}: {self.chosen} kept")
         return (f"thresholds by {self.chosen} ({metric} to FP32 {best.error:.3g} on {self.samples} calibration images"
-                f"{'; ' + others if others else ''}{why})")
+                f"{'; ' + others if others else ''}{why}{self._first_look_text()})")
+
+    def _first_look_text(self) -> str:
+        """Which candidates stopped at the first look, and why."""
+        if not self.first_look or not self.available or self.first_look >= self.available:
+            return ""
+        stopped = [s.name for s in self.scores if 0 < s.samples < self.samples]
+        if self.samples < self.available:
+            return (f"; none {self.contend_ratio:g}x closer than {self.first} on the first {self.samples} images, "
+                    f"so none scored on all {self.available}")
+        if stopped:
+            return f"; {', '.join(stopped)} not {self.contend_ratio:g}x closer on the first {self.first_look} images, stopped there"
+        return ""
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,10 @@ Measured on the digits ViTs and the corpus of ViTs trained by others: docs/quant
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -36,6 +38,11 @@ from vitedge.quantize.record import Calibration, CandidateScore, Selection
 SELECT_THREADS = 2
 SELECT_MIN_T = 2.0  # paired t over the scored images a candidate must beat the first one by
 SELECT_MIN_RATIO = 10.0  # ... and how many times closer to FP32 than the first one it must be
+# Every candidate is scored on the first SELECT_FIRST_LOOK images; only the first one and those at least
+# SELECT_CONTEND_RATIO times closer to FP32 there go on to all of them (docs/quantization.md: on the corpus
+# and the digits ViTs every collapse was 188x or more on the first 16 images, every kept model under 2.7x).
+SELECT_FIRST_LOOK = 16
+SELECT_CONTEND_RATIO = 3.0
 
 
 def output_kind_of(values: np.ndarray, declared: str | None) -> str:
@@ -86,45 +93,107 @@ def _outputs(model: Any, input_name: str, feeds: Sequence[np.ndarray], settings:
     return np.concatenate([sess.run([out_name], {input_name: x})[0] for x in feeds])
 
 
+@dataclass
+class _Scorer:
+    """Runs candidates' full-INT8 graphs on slices of the feeds and keeps each one's per-image error."""
+
+    calibration: Calibration
+    input_name: str
+    settings: SessionSettings
+    reference: np.ndarray  # the FP32 outputs on all the feeds
+    kind: str
+    log: Any = None
+    runs: int = 0
+    errors: dict[str, np.ndarray] = field(default_factory=dict)
+    matches: dict[str, np.ndarray | None] = field(default_factory=dict)
+
+    def score(self, name: str, feeds: Sequence[np.ndarray], offset: int) -> None:
+        """Score candidate ``name`` on ``feeds`` (the images from ``offset`` on), after what it has."""
+        graph = build_qdq(self.calibration.with_variant(name))
+        got = _outputs(graph.model, self.input_name, feeds, self.settings)
+        self.runs += len(feeds)
+        del graph
+        ref = self.reference[offset:offset + len(got)]
+        errors, _ = distance(ref, got, self.kind)
+        errors = np.where(np.isfinite(errors), errors, np.inf)
+        match = (ref.reshape(len(ref), -1).argmax(1) == got.reshape(len(got), -1).argmax(1)) if self.kind == "logits" else None
+        self.errors[name] = np.concatenate([self.errors[name], errors]) if name in self.errors else errors
+        if match is not None:
+            self.matches[name] = np.concatenate([self.matches[name], match]) if name in self.matches else match
+        else:
+            self.matches[name] = None
+        if self.log is not None:
+            self.log(f"select: {name} {float(np.mean(self.errors[name])):.4g} on {len(self.errors[name])} images")
+
+
 def choose(calibration: Calibration, input_name: str, feeds: Sequence[np.ndarray], *, declared_kind: str | None = None,
            settings: SessionSettings | None = None, log: Any = None, reference: np.ndarray | None = None) -> Selection:
     """Score every variant of ``calibration`` (its full-INT8 graph, the config's attention setting)
-    against the FP32 graph on ``feeds`` (model-ready batches), best first. ``reference``: the FP32
-    graph's outputs on ``feeds`` when the caller has them (the calibration pass keeps them);
-    otherwise ``calibration.model`` runs. Candidates whose thresholds and refinement are the same
-    graph are run once."""
+    against the FP32 graph on ``feeds`` (model-ready batches), best first. Every candidate runs on the
+    first ``SELECT_FIRST_LOOK`` images; the first candidate and those ``SELECT_CONTEND_RATIO`` times
+    closer than it there go on to all of them, where the rule decides. ``reference``: the FP32 graph's
+    outputs on ``feeds`` when the caller has them (the calibration pass keeps them); otherwise
+    ``calibration.model`` runs. Candidates whose thresholds and refinement are the same graph are run once."""
     start = time.perf_counter()
-    settings = settings or SessionSettings()
     if not calibration.variants:
         raise QuantizationError("method 'select' has no candidate calibrations to choose from (stale cache entry?)")
+    settings = settings or SessionSettings()
     runs = 0
     if reference is None:
         reference = _outputs(calibration.model, input_name, feeds, settings)
         runs += len(feeds)
-    kind = output_kind_of(reference, declared_kind)
-    per_image: dict[str, np.ndarray] = {}
-    agreements: dict[str, float | None] = {}
-    for name, same in _distinct(calibration).items():
-        if same is not None:  # the same graph as an earlier candidate's
-            per_image[name], agreements[name] = per_image[same], agreements[same]
-            continue
-        graph = build_qdq(calibration.with_variant(name))
-        got = _outputs(graph.model, input_name, feeds, settings)
-        runs += len(feeds)
-        del graph
-        errors, agreements[name] = distance(reference, got, kind)
-        per_image[name] = np.where(np.isfinite(errors), errors, np.inf)
-        if log is not None:
-            log(f"select: {name} {float(np.mean(per_image[name])):.4g}")
+    scorer = _Scorer(calibration, input_name, settings, reference, output_kind_of(reference, declared_kind), log)
+    head, tail = _first_look(feeds)
+    same = _distinct(calibration)
+    runnable = [n for n, s in same.items() if s is None]
+    first = runnable[0]
+    for name in runnable:
+        scorer.score(name, head, 0)
+    contenders = _contenders(scorer.errors, first) if tail else []
+    if contenders:
+        for name in (first, *contenders):
+            scorer.score(name, tail, sum(len(x) for x in head))
+    selection = _decide(calibration, scorer, same, first)
+    return dataclasses.replace(selection, seconds=time.perf_counter() - start, runs=runs + scorer.runs,
+                               available=int(sum(len(x) for x in feeds)))
+
+
+def _first_look(feeds: Sequence[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(the batches holding the first ``SELECT_FIRST_LOOK`` images, the rest)."""
+    count, cut = 0, len(feeds)
+    for i, x in enumerate(feeds):
+        if count >= SELECT_FIRST_LOOK:
+            cut = i
+            break
+        count += len(x)
+    return list(feeds[:cut]), list(feeds[cut:])
+
+
+def _contenders(errors: dict[str, np.ndarray], first: str) -> list[str]:
+    """The candidates at least ``SELECT_CONTEND_RATIO`` times closer to FP32 than ``first`` on the first look."""
+    base = float(np.mean(errors[first]))
+    return [n for n, e in errors.items() if n != first and float(np.mean(e)) * SELECT_CONTEND_RATIO <= base and base > 0]
+
+
+def _decide(calibration: Calibration, scorer: _Scorer, same: dict[str, str | None], first: str) -> Selection:
+    """The rule on what was scored: the closest candidate scored on as many images as ``first`` replaces it
+    when it is ``SELECT_MIN_RATIO`` times closer at a paired t of at least ``SELECT_MIN_T``."""
     order = list(calibration.variants)
-    first = order[0]
-    scores = [CandidateScore(n, float(np.mean(per_image[n])), agreements[n], paired_t(per_image[first], per_image[n])) for n in order]
-    ranked = tuple(sorted(scores, key=lambda s: (s.error, order.index(s.name))))
+    full = len(scorer.errors[first])
+    scores = []
+    for name in order:
+        rep = same[name] or name
+        e, m = scorer.errors[rep], scorer.matches[rep]
+        k = min(len(e), full)
+        scores.append(CandidateScore(name, float(np.mean(e)), None if m is None else float(np.mean(m)),
+                                     paired_t(scorer.errors[first][:k], e[:k]), samples=len(e)))
+    ranked = tuple(sorted(scores, key=lambda s: (s.samples < full, s.error, order.index(s.name))))
     best, first_error = ranked[0], next(sc.error for sc in scores if sc.name == first)
-    chosen = best.name if best.name == first or (best.paired_t >= SELECT_MIN_T and best.error * SELECT_MIN_RATIO <= first_error) else first
-    return Selection(chosen=chosen, metric="softmax_kl" if kind == "logits" else "one_minus_cosine",
-                     samples=int(sum(len(x) for x in feeds)), scores=ranked, seconds=time.perf_counter() - start,
-                     first=first, min_t=SELECT_MIN_T, min_ratio=SELECT_MIN_RATIO, runs=runs)
+    switch = best.name != first and best.paired_t >= SELECT_MIN_T and best.error * SELECT_MIN_RATIO <= first_error
+    return Selection(chosen=best.name if best.name == first or switch else first,
+                     metric="softmax_kl" if scorer.kind == "logits" else "one_minus_cosine", samples=full, scores=ranked,
+                     first=first, min_t=SELECT_MIN_T, min_ratio=SELECT_MIN_RATIO, first_look=SELECT_FIRST_LOOK,
+                     contend_ratio=SELECT_CONTEND_RATIO)
 
 
 def _distinct(calibration: Calibration) -> dict[str, str | None]:
