@@ -103,7 +103,7 @@ def replay(errors: dict[str, list[float]], look: int, ratio: float) -> dict[str,
     r = {k: err[first] / max(err[k], 1e-300) for k in errors if k != first}
     contenders = [k for k in r if r[k] >= ratio] if look < total else []
     chosen = choice(errors, total, [first, *contenders])[0] if contenders else choice(errors, min(look, total), list(errors))[0]
-    runs = len(errors) * min(look, total) + (1 + len(contenders)) * max(total - look, 0)
+    runs = len(errors) * min(look, total) + ((1 + len(contenders)) * (total - look) if contenders else 0)
     return {"look": look, "ratio": ratio, "max_ratio": max(r.values()), "contenders": contenders, "chosen": chosen,
             "image_runs": runs, "image_runs_all_on_64": len(errors) * total}
 
