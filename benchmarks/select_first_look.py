@@ -84,14 +84,15 @@ def per_image_errors(args: list[str]) -> dict[str, list[float]]:
     return seen
 
 
-def choice(errors: dict[str, list[float]], n: int, names: list[str]) -> tuple[str, float, float]:
-    """The rule (10x at paired t >= 2 over ``first``) on the first ``n`` images of ``names``: (choice, ratio, t)."""
-    from vitedge.quantize.select import SELECT_MIN_RATIO, SELECT_MIN_T, paired_t
+def choice(errors: dict[str, list[float]], n: int, names: list[str], plain: bool = False) -> tuple[str, float, float]:
+    """The rule (10x at t >= 2 over ``first``: the t of the per-image log distances, or with ``plain`` of the
+    distances themselves, the rule before issue 28) on the first ``n`` images of ``names``: (choice, ratio, t)."""
+    from vitedge.quantize.select import SELECT_MIN_RATIO, SELECT_MIN_T, log_ratio_t, paired_t
 
     first = next(iter(errors))
     err = {k: float(np.mean(errors[k][:n])) for k in names}
     best = min(names, key=lambda k: (err[k], list(errors).index(k)))
-    t = paired_t(np.asarray(errors[first][:n]), np.asarray(errors[best][:n]))
+    t = (paired_t if plain else log_ratio_t)(np.asarray(errors[first][:n]), np.asarray(errors[best][:n]))
     ok = best == first or (t >= SELECT_MIN_T and err[best] * SELECT_MIN_RATIO <= err[first])
     return (best if ok else first), err[first] / max(err[best], 1e-300), t
 
@@ -119,8 +120,10 @@ def main() -> int:
             continue
         print(f"== {mid}", flush=True)
         errors = per_image_errors(cli_args)
-        full, r, t = choice(errors, len(next(iter(errors.values()))), list(errors))
-        res["models"][mid] = {"errors": errors, "all_on_64": {"chosen": full, "ratio": r, "t": t},
+        n = len(next(iter(errors.values())))
+        full, r, t = choice(errors, n, list(errors), plain=True)
+        now, _, log_t = choice(errors, n, list(errors))
+        res["models"][mid] = {"errors": errors, "all_on_64": {"chosen": full, "ratio": r, "t": t, "log_t": log_t, "chosen_log_t": now},
                               "first_look": [replay(errors, look, ratio) for look in LOOKS for ratio in RATIOS]}
         print(f"   all on 64: {full} (entropy/best {r:.1f}x, t {t:.2f}); "
               + "; ".join(f"look {x['look']}: max {x['max_ratio']:.1f}x -> {x['chosen']}" for x in res["models"][mid]["first_look"]), flush=True)
@@ -137,13 +140,17 @@ def markdown(res: dict) -> str:
              "then the rule replayed: everyone on 64 (before) and the first look (every candidate on the first N images, "
              "entropy and the candidates 3x closer there on all 64). The choice does not depend on the CPU's ISA beyond "
              "float noise; the image-runs column is what select costs.", "",
-             "| model | all on 64: choice (entropy/best, t) | first look | largest entropy/candidate ratio there | contenders | choice | same | image runs (of all-on-64) |",
-             "|---|---|---:|---:|---:|---|---|---|"]
+             "Columns: the rule before issue 28 (everyone on 64, plain paired t); the same with the t of the per-image log "
+             "distances (select.log_ratio_t, the rule now); then the first look (entropy/candidate ratio of means on its "
+             "images) with the log-t rule, and whether it chooses what the log-t rule on all 64 chooses.", "",
+             "| model | before: choice (entropy/best, plain t) | all on 64, log t: choice (t) | first look | largest entropy/candidate ratio there | contenders | choice | same | image runs (of all-on-64) |",
+             "|---|---|---|---:|---:|---:|---|---|---|"]
     for mid, m in res["models"].items():
         a = m["all_on_64"]
         for x in m["first_look"]:
-            lines.append(f"| {mid} | {a['chosen']} ({a['ratio']:.1f}x, t {a['t']:.2f}) | {x['look']} | {x['max_ratio']:.1f}x | "
-                         f"{len(x['contenders'])} | {x['chosen']} | {'yes' if x['chosen'] == a['chosen'] else '**no**'} | "
+            lines.append(f"| {mid} | {a['chosen']} ({a['ratio']:.1f}x, t {a['t']:.2f}) | {a['chosen_log_t']} (t {a['log_t']:.2f}) | "
+                         f"{x['look']} | {x['max_ratio']:.1f}x | "
+                         f"{len(x['contenders'])} | {x['chosen']} | {'yes' if x['chosen'] == a['chosen_log_t'] else '**no**'} | "
                          f"{x['image_runs']} ({x['image_runs_all_on_64']}) |")
     return "\n".join(lines) + "\n"
 

@@ -403,7 +403,7 @@ def _selection(cache: CalibrationCache, parts: dict[str, Any], config: QuantConf
     (selection, forward passes run)."""
     large = is_large(calibration.model)
     samples = _select_samples(calibration.model)
-    rule = [SELECT_MIN_T, SELECT_MIN_RATIO, SELECT_FIRST_LOOK, SELECT_CONTEND_RATIO]
+    rule = [SELECT_MIN_T, SELECT_MIN_RATIO, SELECT_FIRST_LOOK, SELECT_CONTEND_RATIO, "log t"]
     skey_parts = dict(parts, refine=config.refine_params(), select={"samples": samples, "attention": config.quantize_attention,
                                                                     "weight_range": config.weight_range, "rule": rule})
     skey = cache_key(skey_parts)

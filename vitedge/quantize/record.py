@@ -35,7 +35,7 @@ class CandidateScore:
     name: str
     error: float  # the selection metric: mean softmax KL (logits) or mean 1 - cosine (other outputs)
     agreement: float | None  # top-1 agreement with FP32 on the same images (logits), else None
-    paired_t: float = 0.0  # the first candidate's per-image error minus this one's, over its standard error
+    paired_t: float = 0.0  # paired t of log(first candidate's per-image error / this one's) (select.log_ratio_t)
     samples: int = 0  # images this candidate was scored on (0: the selection's ``samples``, records before the first look)
 
     def to_dict(self) -> dict[str, Any]:
