@@ -12,7 +12,8 @@ entropy's per-image distance over the winner's (``log_ratio_t``: is entropy fart
 image, not on a few) of at least ``SELECT_MIN_T`` (2.0, about 97.7 % one-sided) *and* a mean distance at
 least ``SELECT_MIN_RATIO`` (10) times entropy's smaller. (Until issue 28 the t was over the plain
 differences; a collapse whose error sits in a few images then passed as noise: kavishka-shallow,
-entropy farther on 64 of 64 images, a median 985x, 132,960x on the mean, plain t 1.65, log t 16.0.) Otherwise entropy stays. The rule guards against collapse, not for the last decimal: on the
+entropy farther on 64 of 64 images, a median 985x, 132,960x on the mean, plain t 1.65, log t 16.0;
+only the accuracy budget's second evaluation then found mse.) Otherwise entropy stays. The rule guards against collapse, not for the last decimal: on the
 corpus the collapsed entropy graphs were 165-8,200x farther from FP32 than the winner, while on the
 low-confidence digits ViT mse was 2.7x closer (t 4.1), 40 % closer on held-out images too, and yet
 flipped one more held-out near-tie; moderate misses are the accuracy budget's to repair, which tries
