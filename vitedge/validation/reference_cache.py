@@ -48,6 +48,17 @@ agreement), so nothing is believed on its name alone:
   batches of INT8 inference per hit: on a warm rebuild, and on a cold build, whose validation reads the
   outputs the accuracy budget computed for the artifact it accepted (issue 28 item 4). The FP32 side is authenticated only (a spot check
   would open the FP32 model, which is what its cache saves).
+
+Sharing the FP32 outputs between runtimes (issue 28 item 4): ONNX Runtime's reference (the FP32 ONNX graph)
+and OpenVINO's (its conversion of the same bytes, which records their sha256 in its rt_info) compute the same
+model. Outputs computed on a miss are also stored under a shared key (``shared_key_parts``: the FP32 SOURCE
+graph's bytes, data, preprocessing, batch, CPU; no runtime), naming in the entry the runtime that computed
+them. Another runtime that misses its own key takes them only after ``cross_check`` runs its own FP32 graph
+on up to ``SAMPLE_BATCHES`` random batches and finds the same top-1 on every row and max |diff| within
+``CROSS_RUNTIME_TOLERANCE`` of the output scale; else a one-line warning and its own pass. They are never
+stored under that runtime's own key. The same HMAC rules apply to shared entries; the spot check is what ties
+one to the runtime that uses it, and a reference that cannot be tied to its source bytes
+(``fp32_source_sha256`` None) never shares.
 """
 
 from __future__ import annotations
