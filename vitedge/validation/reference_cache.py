@@ -464,14 +464,17 @@ def shared_text(shared: dict[str, Any], items: int) -> str:
 
 def _take_shared(cache: ReferenceCache, share: SharedFp32, source, pre, batch: int
                  ) -> tuple[Outputs | None, dict[str, Any] | None, str | None, bool]:
-    """Shared FP32 outputs for ``share`` that pass its spot check: (outputs, their record, a warning, whether
-    an entry was found). A warning says what differed when an entry was found but not believed."""
+    """Shared FP32 outputs another runtime computed for ``share`` that pass its spot check: (outputs, their record,
+    a warning, whether another runtime's entry was found). The warning says what differed when it was not believed.
+    An entry this runtime computed itself is not taken: then nothing changes from a runtime without sharing."""
     parts = shared_key_parts(share.source_sha256, source, pre, batch)
     key = cache_key(parts)
     found, origin, note = cache.load_entry(key, len(source))
     if found is None:
         return None, None, note, False  # none, or unreadable: computed here and stored again
     origin = origin or {}
+    if origin.get("runtime") == share.runtime:  # its own outputs: this runtime's own key decides (threads, options)
+        return None, None, None, False
     check = cross_check(share.run_batch, source, batch, found)
     if check.reason is not None:
         return None, None, (f"did not use the FP32 outputs {origin.get('runtime', 'another runtime')} computed for the same "
