@@ -26,7 +26,7 @@ import numpy as np
 from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number
-from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, copy_onnx, get_metadata
+from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, copy_onnx, get_metadata, onnx_sha256
 from vitedge.signals import raise_if_interrupted
 
 _HINTS = ("LATENCY", "THROUGHPUT")
@@ -34,6 +34,10 @@ _FLOAT_PRECISIONS = ("f32", "bf16")
 INSTALL = "pip install 'vitedge[openvino]'"
 ROLE_KEY = "vitedge.role"  # rt_info of each IR: "int8" (the artifact) or "fp32-reference"
 REFERENCE_ROLE = "fp32-reference"
+# rt_info of the FP32 reference IR: the sha256 (onnxutil.onnx_sha256) of the FP32 ONNX graph it was converted
+# from, so the validation cache can tie it to the FP32 outputs ONNX Runtime computed for those bytes
+SOURCE_KEY = "vitedge.fp32_source_sha256"
+_SOURCE_RE = re.compile(r'<vitedge\.fp32_source_sha256 value="([0-9a-f]{64})"\s*/>')
 
 
 @dataclass(frozen=True)
@@ -189,8 +193,8 @@ class OpenVinoBackend(Backend):
 
     def build(self, ctx: BuildContext) -> BuiltArtifact:
         fmt = _input_format(ctx.qdq_path)
-        for src, role in ((ctx.qdq_path, "model"), (ctx.fp32_path, "reference")):
-            _convert(src, role, fmt, ctx.out_dir)
+        _convert(ctx.qdq_path, "model", fmt, ctx.out_dir)
+        _convert(ctx.fp32_path, "reference", fmt, ctx.out_dir, source_sha256=onnx_sha256(ctx.fp32_path))
         with OpenVinoRunner(ctx.out_dir / "model.xml", ctx.options) as runner:
             exec_precision = _int8_layer_share(runner.compiled)
             used = runner.float_precision
@@ -209,10 +213,11 @@ class OpenVinoBackend(Backend):
         which for the FP32 graph is the Q/DQ graph's: both carry the export's). The IR records its source's
         file name (``conversion_parameters``), so ``src`` is converted under the name the bundle gives it."""
         named = out_dir / _STEMS[role][2]
+        source_sha256 = onnx_sha256(Path(src)) if role == "reference" else None  # of src, as build records it
         if Path(src).name != named.name:
             copy_onnx(src, named)
             src = named
-        return _convert(src, role, _input_format(src), out_dir)
+        return _convert(src, role, _input_format(src), out_dir, source_sha256=source_sha256)
 
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
         return OpenVinoRunner(model_path, options or OpenVinoOptions(), threads)
@@ -228,8 +233,19 @@ def _input_format(src: Path) -> str:
     return get_metadata(onnx.load(str(src), load_external_data=False)).get(INPUT_FORMAT_KEY, FLOAT_NCHW)
 
 
-def _convert(src: Path, role: str, fmt: str, out_dir: Path) -> Path:
-    """Convert the ONNX graph ``src`` to the IR shipped for ``role`` ("model" | "reference") in ``out_dir``."""
+def ir_source_sha256(xml_path: Path) -> str | None:
+    """The FP32 ONNX graph's sha256 a reference IR records (``SOURCE_KEY``), read from the .xml text without
+    OpenVINO; None when it records none (built by an older vitedge, or not by vitedge) or cannot be read."""
+    try:
+        found = _SOURCE_RE.findall(Path(xml_path).read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+    return found[0] if len(found) == 1 else None
+
+
+def _convert(src: Path, role: str, fmt: str, out_dir: Path, *, source_sha256: str | None = None) -> Path:
+    """Convert the ONNX graph ``src`` to the IR shipped for ``role`` ("model" | "reference") in ``out_dir``;
+    ``source_sha256``: the FP32 graph's bytes the reference IR records in its rt_info (``SOURCE_KEY``)."""
     ov = _ov()
     stem, rt_role, _name = _STEMS[role]
     try:
@@ -242,6 +258,8 @@ def _convert(src: Path, role: str, fmt: str, out_dir: Path) -> Path:
     _stable_names(model)
     model.set_rt_info(fmt, INPUT_FORMAT_KEY)
     model.set_rt_info(rt_role, ROLE_KEY)
+    if source_sha256 is not None:
+        model.set_rt_info(source_sha256, SOURCE_KEY)
     out = out_dir / f"{stem}.xml"
     ov.save_model(model, str(out), compress_to_fp16=False)
     return out

@@ -10,6 +10,7 @@ Heavy imports (onnxruntime) happen inside the functions.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import tempfile
@@ -33,6 +34,7 @@ from vitedge.validation.reference_cache import (
     HIT,
     ReferenceCacheSettings,
     ReferenceLookup,
+    SharedFp32,
     key_parts,
     model_sha256,
     reference_outputs,
@@ -103,7 +105,7 @@ class Evaluator:
             return self._outputs(fp32, opener, census=("fp32", name))[0]
         backend, options, _sizes = facts
         batch = self._batch(name)
-        with tempfile.TemporaryDirectory(prefix=work_prefix("budget")) as tmp:
+        with tempfile.TemporaryDirectory(prefix=work_prefix("budget")) as tmp, contextlib.ExitStack() as stack:
             shipped = backend.shipped_graph(Path(fp32), "reference", options, Path(tmp))
 
             def compute() -> Outputs:
@@ -112,11 +114,34 @@ class Evaluator:
 
             outputs, lookup = reference_outputs(
                 None, self.source, self.preprocess, batch=batch, settings=self._settings(False), compute=compute,
-                key_of=lambda: key_parts(shipped, self.source, self.preprocess, backend, options, self.threads, batch))
+                key_of=lambda: key_parts(shipped, self.source, self.preprocess, backend, options, self.threads, batch),
+                share=self._share(fp32, backend, shipped, opener, stack))
         self.lookups[name] = lookup
         if self.labels is None and outputs.labels is not None:
             self.labels = outputs.labels
         return outputs.values
+
+    def _share(self, fp32: str | Path, backend: Backend, shipped: Path, opener: Callable[[Path], Any] | None,
+               stack: contextlib.ExitStack) -> SharedFp32 | None:
+        """How runtime ``backend`` may take the FP32 outputs another runtime computed for the same FP32 graph
+        (``fp32``'s bytes): its spot check runs ``shipped`` (its own FP32 file), opened on first use."""
+        if opener is None:
+            return None
+        opened: list[Runner] = []
+
+        def run_batch(images: np.ndarray) -> np.ndarray:
+            if not opened:
+                runner = opener(shipped)
+                runner.open()
+                stack.callback(runner.close)
+                opened.append(runner)
+            return opened[0].infer(self._feed(opened[0], images))
+
+        try:
+            versions = backend.versions()
+        except Exception:  # noqa: BLE001 - a runtime that cannot say: recorded as unknown
+            versions = {}
+        return SharedFp32(model_sha256(fp32), backend.name, versions, run_batch)
 
     def _settings(self, int8: bool) -> ReferenceCacheSettings:
         if self.reference_cache is None:

@@ -130,6 +130,8 @@ class _Search:
                             threads=self.settings.threads, runtimes=job.runtimes or None, reference_cache=job.cache,
                             runtime_facts=job.runtime_facts, preprocess=job.preprocess)
         for name, lookup in self.ev.lookups.items():
+            if lookup.note:  # e.g. FP32 outputs another runtime computed, not believed after this runtime's spot check
+                self.info(f"WARNING budget {name}: {lookup.note}")
             self.info(f"budget {name}: " + lookup.one_line(len(job.source)))
         self.result.runtimes = [name for name, _ in self.ev.runtimes]
         self.variant = getattr(self.calibration, "variant", None)

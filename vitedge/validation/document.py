@@ -153,6 +153,13 @@ class DataSection(_Section):
         """Whether the outputs named ``key`` (reference, int8_outputs) came from the validation cache."""
         return (getattr(self, key) or {}).get("cache") == "hit"
 
+    def shared_fp32(self) -> JsonDict | None:
+        """When the FP32 outputs were computed by another runtime for the same FP32 graph and spot-checked here
+        (``reference_cache.SHARED``): who computed them and what the spot check saw; else None."""
+        ref = self.reference or {}
+        shared = ref.get("shared")
+        return shared if ref.get("cache") == "shared" and isinstance(shared, dict) else None
+
 
 @dataclass
 class ThresholdsSection:

@@ -48,6 +48,17 @@ agreement), so nothing is believed on its name alone:
   batches of INT8 inference per hit: on a warm rebuild, and on a cold build, whose validation reads the
   outputs the accuracy budget computed for the artifact it accepted (issue 28 item 4). The FP32 side is authenticated only (a spot check
   would open the FP32 model, which is what its cache saves).
+
+Sharing the FP32 outputs between runtimes (issue 28 item 4): ONNX Runtime's reference (the FP32 ONNX graph)
+and OpenVINO's (its conversion of the same bytes, which records their sha256 in its rt_info) compute the same
+model. Outputs computed on a miss are also stored under a shared key (``shared_key_parts``: the FP32 SOURCE
+graph's bytes, data, preprocessing, batch, CPU; no runtime), naming in the entry the runtime that computed
+them. Another runtime that misses its own key takes them only after ``cross_check`` runs its own FP32 graph
+on up to ``SAMPLE_BATCHES`` random batches and finds the same top-1 on every row and max |diff| within
+``CROSS_RUNTIME_TOLERANCE`` of the output scale; else a one-line warning and its own pass. They are never
+stored under that runtime's own key. The same HMAC rules apply to shared entries; the spot check is what ties
+one to the runtime that uses it, and a reference that cannot be tied to its source bytes
+(``fp32_source_sha256`` None) never shares.
 """
 
 from __future__ import annotations
@@ -69,6 +80,7 @@ from typing import Any
 import numpy as np
 
 from vitedge import __version__
+from vitedge.backends.openvino import ir_source_sha256
 from vitedge.cpu import read_cpu
 from vitedge.fsutil import atomic_write_path, sha256_file
 from vitedge.onnxutil import onnx_sha256
@@ -80,9 +92,18 @@ KEY_FILE = ".key"
 _ENTRY_NAME = re.compile(r"^[0-9a-f]{64}\.npz$")  # path_for: a cache_key (sha256 hex) and .npz
 SAMPLE_BATCHES = 2  # batches of a cached INT8 entry run again before it is believed
 SUBDIR = "reference"
+# Shared FP32 outputs (see "Sharing the FP32 outputs between runtimes" above) are believed when this
+# runtime's own FP32 graph, run on a spot check, is within this fraction of the output scale of them
+# (max |diff| / max |output|) and has the same top-1 on every row. Measured between ONNX Runtime and
+# OpenVINO FP32 on the AVX2 CPU of the development machine (benchmarks/fp32_cross_runtime.py, 64 items at
+# batch 8, docs/reports.md): digits ViT 3.9e-07, post-norm ViT 2.7e-07, random-weight timm ViT-S/16 1.5e-06
+# of the output scale, no top-1 differs. 1e-3 is a margin of over 600x for deeper graphs and other CPUs
+# (not measured: ViT-B/16, AVX-512/AMX machines), and still far below what INT8 changes.
+CROSS_RUNTIME_TOLERANCE = 1e-3
 MAX_BYTES = 2 * 2**30  # the reference/ folder is pruned, least recently used first, past this size
 
 HIT, MISS, OFF = "hit", "miss", "off"
+SHARED = "shared"  # the FP32 outputs another runtime computed for the same FP32 source graph, spot-checked here
 
 
 @dataclass(frozen=True)
@@ -110,6 +131,7 @@ class ReferenceLookup:
     path: str | None = None
     note: str | None = None  # a warning: a corrupt entry, an unwritable folder
     label: str = "FP32 reference"  # what the outputs are, for the log line (not stored)
+    shared: dict[str, Any] | None = None  # cache SHARED: the runtime that computed them and the spot check (shared_record)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"cache": self.cache, "batch": self.batch}
@@ -119,9 +141,13 @@ class ReferenceLookup:
             out["path"] = self.path
         if self.note is not None:
             out["note"] = self.note
+        if self.shared is not None:
+            out["shared"] = self.shared
         return out
 
     def one_line(self, items: int) -> str:
+        if self.cache == SHARED and self.shared is not None:
+            return f"{self.label}: {shared_text(self.shared, items)}"
         if self.cache == HIT:
             return f"{self.label}: {items} outputs read from the cache ({self.key[:12]}), not recomputed"
         how = f"{self.label}: {items} outputs computed at batch {self.batch}"
@@ -251,9 +277,14 @@ class ReferenceCache:
 
     def load(self, key: str, items: int) -> tuple[Outputs | None, str | None]:
         """The stored outputs, or None; and a warning when an entry was there but is not usable."""
+        found, _origin, note = self.load_entry(key, items)
+        return found, note
+
+    def load_entry(self, key: str, items: int) -> tuple[Outputs | None, dict[str, Any] | None, str | None]:
+        """``load``, and the entry's ``origin`` (what computed it, written by ``save``; under its HMAC)."""
         path = self.path_for(key)
         if not path.is_file():
-            return None, None
+            return None, None, None
         try:
             with np.load(path, allow_pickle=False) as data:
                 meta_json = str(data["meta"])
@@ -269,15 +300,19 @@ class ReferenceCache:
                 raise ValueError(f"holds {len(values)} outputs for {items} inputs")
         except Exception as err:  # noqa: BLE001 - corrupt, truncated, foreign: recompute and overwrite
             why = str(err).splitlines()[0][:120] if str(err) else type(err).__name__
-            return None, f"ignored the unreadable validation cache entry {path} ({why}); recomputed"
-        return Outputs(values, labels), None
+            return None, None, f"ignored the unreadable validation cache entry {path} ({why}); recomputed"
+        origin = meta.get("origin")
+        return Outputs(values, labels), origin if isinstance(origin, dict) else None, None
 
-    def save(self, key: str, parts: dict[str, Any], outputs: Outputs) -> Path:
+    def save(self, key: str, parts: dict[str, Any], outputs: Outputs, origin: dict[str, Any] | None = None) -> Path:
         path = self.path_for(key)
         arrays: dict[str, np.ndarray] = {"values": np.asarray(outputs.values, dtype=np.float32)}
         if outputs.labels is not None:
             arrays["labels"] = np.asarray(outputs.labels)
-        meta_json = json.dumps({"format": FORMAT, "key": key, "parts": parts}, sort_keys=True)
+        meta: dict[str, Any] = {"format": FORMAT, "key": key, "parts": parts}
+        if origin is not None:
+            meta["origin"] = origin
+        meta_json = json.dumps(meta, sort_keys=True)
         mac = self.mac(meta_json, arrays["values"], arrays.get("labels"))
         with atomic_write_path(path) as tmp, open(tmp, "wb") as f:
             np.savez(f, meta=np.array(meta_json), mac=np.array(mac), **arrays)
@@ -331,16 +366,149 @@ class ReferenceCache:
             return False
 
 
+@dataclass(frozen=True)
+class SharedFp32:
+    """How a runtime may take the FP32 outputs another runtime computed for the same FP32 source graph.
+
+    ``source_sha256``: the FP32 ONNX graph this runtime's reference graph is (ONNX Runtime) or was
+    converted from (OpenVINO's rt_info, ``fp32_source_sha256``); ``run_batch(images)``: this runtime's
+    own FP32 graph on one batch, for the spot check that ties the shared outputs to it."""
+
+    source_sha256: str
+    runtime: str
+    versions: dict[str, str]
+    run_batch: Callable[[np.ndarray], np.ndarray]
+
+
+def fp32_source_sha256(reference_path: Path) -> str | None:
+    """The sha256 (``onnx_sha256``) of the FP32 ONNX graph a reference file computes: its own for an ONNX
+    file, the one an OpenVINO IR records it was converted from; None when it cannot say (an IR built by an
+    older vitedge, a foreign IR, another format): then its outputs are never shared."""
+    path = Path(reference_path)
+    if path.suffix == ".onnx":
+        return onnx_sha256(path) if path.is_file() else None
+    if path.suffix == ".xml":
+        return ir_source_sha256(path)
+    return None
+
+
+def shared_key_parts(source_sha256: str, source, pre, batch: int) -> dict[str, Any]:
+    """The key of FP32 outputs shared between runtimes: the FP32 SOURCE graph's bytes (not a runtime's
+    rendition of it), the data, the preprocessing, the batch and the CPU. No runtime: any runtime whose own
+    FP32 graph comes from those bytes may read it, after its spot check (``cross_check``)."""
+    cpu = read_cpu().to_dict()
+    return {"format": FORMAT, "kind": "fp32-shared", "vitedge_version": __version__, "source_sha256": source_sha256,
+            "data_hash": source.summary.data_hash, "items": len(source),
+            "preprocess": pre.to_dict() if hasattr(pre, "to_dict") else repr(pre), "batch": int(batch),
+            "cpu": {"machine": cpu["machine"], "model": cpu["model"], "flags": cpu["flags"]}}
+
+
+@dataclass
+class SpotCheck:
+    """``cross_check``'s result: the items it ran, the largest difference, the output scale, and why it failed."""
+
+    items: list[list[int]]  # [first, last] of each batch run
+    max_abs_diff: float
+    output_scale: float
+    reason: str | None  # None: agreed
+
+
+def cross_check(run_batch: Callable[[np.ndarray], np.ndarray], source, batch: int, shared: Outputs,
+                tolerance: float = CROSS_RUNTIME_TOLERANCE, batches: int = SAMPLE_BATCHES) -> SpotCheck:
+    """Run up to ``batches`` batches of ``source`` picked at random (``secrets``) on this runtime's own FP32
+    graph, with the batch composition the shared outputs were computed with, and compare: they agree when
+    max |diff| <= ``tolerance`` x the output scale (max |output| of the rows run) and every row has the same top-1."""
+    count = -(-len(source) // batch)
+    picks = sorted(secrets.SystemRandom().sample(range(count), min(batches, count)))
+    items, err, scale = [], 0.0, 0.0
+    for j in picks:
+        start = j * batch
+        part = source.shard(start, min(start + batch, len(source)))
+        got = np.concatenate([np.asarray(run_batch(b.images), dtype=np.float32) for b in part.batches(batch)])
+        got = got.reshape(len(got), -1)
+        want = shared.values[start:start + len(got)]
+        items.append([start, start + len(got) - 1])
+        if got.shape != want.shape:
+            return SpotCheck(items, float("inf"), scale, f"this runtime's FP32 outputs have shape {got.shape[1:]}, "
+                                                         f"the shared ones {want.shape[1:]}")
+        scale = max(scale, float(np.max(np.abs(want))) if want.size else 0.0)
+        err = max(err, float(np.max(np.abs(got - want))) if got.size else 0.0)
+        flips = np.flatnonzero(got.argmax(1) != want.argmax(1)) if got.size else np.array([], dtype=int)
+        if len(flips):
+            return SpotCheck(items, err, scale, f"item {start + int(flips[0])} has another top-1 on this runtime's FP32 graph "
+                                                f"({len(flips)} of the {len(got)} items of its batch)")
+    if not np.isfinite(err) or err > tolerance * scale:
+        return SpotCheck(items, err, scale, f"this runtime's FP32 outputs differ from the shared ones by up to {err:.3g} "
+                                            f"({err / scale if scale else float('inf'):.2g} of the output scale {scale:.3g}, "
+                                            f"limit {tolerance:g})")
+    return SpotCheck(items, err, scale, None)
+
+
+def shared_record(origin: dict[str, Any], key: str, check: SpotCheck) -> dict[str, Any]:
+    """What validation.json says about shared FP32 outputs: who computed them and what the spot check saw."""
+    return {"runtime": origin.get("runtime"), "runtime_versions": origin.get("runtime_versions"), "key": key,
+            "source_sha256": origin.get("source_sha256"), "spot_check_items": check.items,
+            "max_abs_diff": check.max_abs_diff, "output_scale": check.output_scale,
+            "relative_diff": check.max_abs_diff / check.output_scale if check.output_scale else None,
+            "tolerance": CROSS_RUNTIME_TOLERANCE}
+
+
+def shared_text(shared: dict[str, Any], items: int) -> str:
+    """The log and report line of shared FP32 outputs, in plain words."""
+    checked = sum(b - a + 1 for a, b in shared.get("spot_check_items") or [])
+    rel = shared.get("relative_diff")
+    return (f"{items} outputs computed by {shared.get('runtime')} from the same FP32 ONNX graph, not run again here: "
+            f"{checked} items run on this runtime's own FP32 graph agreed (same top-1, max difference "
+            f"{'n/a' if rel is None else f'{rel:.2g}'} of the output scale, limit {shared.get('tolerance'):g})")
+
+
+def _take_shared(cache: ReferenceCache, share: SharedFp32, source, pre, batch: int
+                 ) -> tuple[Outputs | None, dict[str, Any] | None, str | None, bool]:
+    """Shared FP32 outputs another runtime computed for ``share`` that pass its spot check: (outputs, their record,
+    a warning, whether another runtime's entry was found). The warning says what differed when it was not believed.
+    An entry this runtime computed itself is not taken: then nothing changes from a runtime without sharing."""
+    parts = shared_key_parts(share.source_sha256, source, pre, batch)
+    key = cache_key(parts)
+    found, origin, note = cache.load_entry(key, len(source))
+    if found is None:
+        return None, None, note, False  # none, or unreadable: computed here and stored again
+    origin = origin or {}
+    if origin.get("runtime") == share.runtime:  # its own outputs: this runtime's own key decides (threads, options)
+        return None, None, None, False
+    check = cross_check(share.run_batch, source, batch, found)
+    if check.reason is not None:
+        return None, None, (f"did not use the FP32 outputs {origin.get('runtime', 'another runtime')} computed for the same "
+                            f"FP32 graph ({check.reason}); ran this runtime's own FP32 pass"), True
+    with contextlib.suppress(OSError):
+        os.utime(cache.path_for(key))
+    return found, shared_record(origin, key, check), None, True
+
+
+def _give_shared(cache: ReferenceCache, share: SharedFp32, source, pre, batch: int, outputs: Outputs) -> None:
+    """Store this runtime's FP32 outputs under the shared key, naming the runtime that computed them."""
+    parts = shared_key_parts(share.source_sha256, source, pre, batch)
+    origin = {"runtime": share.runtime, "runtime_versions": share.versions, "source_sha256": share.source_sha256}
+    with contextlib.suppress(OSError):
+        cache.save(cache_key(parts), parts, outputs, origin=origin)
+
+
+def _join(a: str | None, b: str | None) -> str | None:
+    return "; ".join(x for x in (a, b) if x) or None
+
+
 def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCacheSettings | None,
                       key_of: Callable[[], dict[str, Any]], compute: Callable[[], Outputs] | None = None,
                       label: str = "FP32 reference", keep: Callable[[Outputs], bool] | None = None,
-                      verify: Callable[[Outputs], str | None] | None = None) -> tuple[Outputs, ReferenceLookup]:
+                      verify: Callable[[Outputs], str | None] | None = None,
+                      share: SharedFp32 | None = None) -> tuple[Outputs, ReferenceLookup]:
     """The outputs of ``runner`` (the FP32 reference unless ``label`` says otherwise) on ``source``: read
     from the cache when ``settings`` enable it and an entry for ``key_of()`` (its key parts) exists;
     otherwise computed at ``batch`` (or by ``compute``, a caller's own pass) and stored, unless
     ``keep(outputs)`` says they are not worth storing (a partial pass). A hit is believed only when
     ``verify(outputs)`` (if given: ``verify_sample``) returns None; its reason otherwise, and the
-    outputs are computed."""
+    outputs are computed. With ``share`` (FP32 only), a miss first looks for the outputs another runtime
+    computed for the same FP32 source graph and takes them when its spot check agrees (cache SHARED,
+    not stored under this runtime's key); outputs computed here are also stored for the others."""
     run = compute or (lambda: collect_outputs(runner, source, pre, batch_size=batch))
     if settings is None or not settings.enabled:
         return run(), ReferenceLookup(OFF, batch, label=label)
@@ -360,6 +528,12 @@ def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCac
         with contextlib.suppress(OSError):
             os.utime(cache.path_for(key))  # pruning removes the least recently used entries first
         return found, ReferenceLookup(HIT, batch, key, str(cache.path_for(key)), label=label)
+    had_shared = False
+    if share is not None:
+        shared, record, why, had_shared = _take_shared(cache, share, source, pre, batch)
+        if shared is not None:
+            return shared, ReferenceLookup(SHARED, batch, key, None, note, label=label, shared=record)
+        note = _join(note, why)
     outputs = run()
     path = None
     if keep is not None and not keep(outputs):
@@ -368,8 +542,9 @@ def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCac
         path = str(cache.save(key, parts, outputs))
     except OSError as err:
         note = (note + "; " if note else "") + f"could not write the validation cache in {cache.folder}: {err.strerror or err}"
+    if share is not None and not had_shared:
+        _give_shared(cache, share, source, pre, batch, outputs)
     return outputs, ReferenceLookup(MISS, batch, key, path, note, label=label)
-
 
 
 def verify_sample(run_batch: Callable[[Any], np.ndarray], source, batch: int, cached: Outputs,

@@ -23,6 +23,7 @@ import numpy as np
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_output_dir, atomic_write_path
 from vitedge.validation.document import AccuracySection, LatencySection, SensitivitySection, ValidationReport
+from vitedge.validation.reference_cache import shared_text
 
 SCHEMA = "vitedge.validation/1"
 COMPARE_SCHEMA = "vitedge.comparison/1"
@@ -262,6 +263,10 @@ def _md_heading(r: ValidationReport, heading: str) -> list[str]:
     if reused:
         lines += [f"Outputs reused from the validation cache (the same graph bytes, data, runtime, settings and CPU ran "
                   f"before; `--no-int8-cache` / `--no-reference-cache` run them): {', '.join(reused)}.", ""]
+    shared = data.shared_fp32()
+    if shared is not None:
+        lines += [f"FP32 reference: {shared_text(shared, data.items or 0)}; the stricter comparison, since the INT8 error is "
+                  "then measured against another runtime's FP32 (`--no-reference-cache` runs this runtime's own).", ""]
     return lines
 
 

@@ -8,12 +8,14 @@ wraps both for a bundle folder: `vitedge build` and `vitedge validate` both go t
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from vitedge.backends.base import Runner
 from vitedge.errors import DataError
 from vitedge.onnxutil import UINT8_NHWC_RGB
 from vitedge.profiles import Thresholds
@@ -44,6 +46,8 @@ from vitedge.validation.latency import (
 )
 from vitedge.validation.reference_cache import (
     ReferenceCacheSettings,
+    SharedFp32,
+    fp32_source_sha256,
     graph_sha256,
     key_parts,
     reference_outputs,
@@ -253,7 +257,8 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
 
         ref, lookup = reference_outputs(None, source, pre, batch=batch, settings=reference_cache,
                                         key_of=lambda: key_parts(reference_path, source, pre, backend, options, threads, batch),
-                                        compute=lambda: outputs_of("fp32", reference_path))
+                                        compute=lambda: outputs_of("fp32", reference_path),
+                                        share=shared_fp32(backend, reference_path, pre, lambda: runner("fp32", reference_path)))
         got, int8_lookup = reference_outputs(None, source, pre, batch=batch, settings=int8_cache, label="INT8 artifact",
                                              key_of=lambda: key_parts(model_path, source, pre, backend, options, threads, batch),
                                              compute=lambda: outputs_of("int8", model_path),
@@ -281,6 +286,24 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
     memory["peak_rss_bytes"] = peak_rss()
     data = dict(source_data(source), reference=lookup.to_dict(), int8_outputs=int8_lookup.to_dict())
     return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, data, thresholds)
+
+
+def shared_fp32(backend, reference_path: Path, pre, open_fp32: Callable[[], Runner]) -> SharedFp32 | None:
+    """How this runtime's FP32 side may take the outputs another runtime computed for the same FP32 ONNX graph
+    (``reference_cache.SharedFp32``); None when its reference cannot be tied to that graph's bytes."""
+    source_sha256 = fp32_source_sha256(reference_path)
+    if source_sha256 is None:
+        return None
+    try:
+        versions = backend.versions()
+    except Exception:  # noqa: BLE001 - a runtime that cannot say: recorded as unknown
+        versions = {}
+
+    def run_batch(images: np.ndarray) -> np.ndarray:
+        fp32 = open_fp32()
+        return fp32.infer(feed_for(fp32, images, pre))
+
+    return SharedFp32(source_sha256, backend.name, versions, run_batch)
 
 
 def _probe_needed(accuracy: dict[str, Any], t: Thresholds, runner, reference_path: Path) -> bool:
