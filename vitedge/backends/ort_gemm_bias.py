@@ -151,13 +151,14 @@ def fuse_gemm_bias(model: Any, *, before_gelu: bool = True) -> GemmBiasFusion:
     ``before_gelu=False`` leaves a bias whose sum feeds an erf-GELU (ORT fuses that one into BiasGelu)."""
     from onnx import helper
 
-    gr = node_index(model.graph.node)
+    nodes = list(model.graph.node)  # held, so each node's id() stays its own
+    gr = node_index(nodes)
     consts = _Constants(model)
     outputs = {o.name for o in model.graph.output}
     names = NameScope(model)
     gemms, folded, added, drop, skipped = 0, 0, [], set(), []
     unsigned: dict[str, tuple[str, str]] = {}  # int8 activation tensor -> its uint8 twin and zero point
-    for mm in [n for n in model.graph.node if n.op_type == "MatMul" and n.domain in ("", "ai.onnx")]:
+    for mm in [n for n in nodes if n.op_type == "MatMul" and n.domain in ("", "ai.onnx")]:
         if _dq_inputs(gr.producer.get(mm.input[0])) is None or _dq_inputs(gr.producer.get(mm.input[1])) is None:
             continue
         gemms += 1
@@ -173,13 +174,12 @@ def fuse_gemm_bias(model: Any, *, before_gelu: bool = True) -> GemmBiasFusion:
         drop.update((id(mm), id(add)))
         folded += 1
     if added:
-        ordered = topological_sort(added + [n for n in model.graph.node if id(n) not in drop])
+        ordered = topological_sort(added + [n for n in nodes if id(n) not in drop])
         del model.graph.node[:]
         model.graph.node.extend(ordered)
         require_opset_import(model, MS_DOMAIN, 1)
         cleanup(model)  # the DequantizeLinears only these MatMuls read
     return GemmBiasFusion(gemms, folded, tuple(skipped))
-
 
 
 def unfold_gemm_bias(model: Any) -> int:
@@ -190,8 +190,9 @@ def unfold_gemm_bias(model: Any) -> int:
     from onnx import helper
 
     names = NameScope(model)
+    nodes = list(model.graph.node)  # held, so each node's id() stays its own
     added, drop = [], set()
-    for n in model.graph.node:
+    for n in nodes:
         if n.op_type != "MatMulIntegerToFloat" or n.domain != MS_DOMAIN or not n.name.endswith(FUSED_SUFFIX) or len(n.input) != 7:
             continue
         base = n.name[: -len(FUSED_SUFFIX)]
@@ -203,7 +204,7 @@ def unfold_gemm_bias(model: Any) -> int:
                   helper.make_node("Add", [bias, mm], [n.output[0]], name=names(f"{base}/bias_Add"))]
         drop.add(id(n))
     if added:
-        ordered = topological_sort(added + [n for n in model.graph.node if id(n) not in drop])
+        ordered = topological_sort(added + [n for n in nodes if id(n) not in drop])
         del model.graph.node[:]
         model.graph.node.extend(ordered)
     return len(drop)
