@@ -116,7 +116,7 @@ def test_bias_before_gelu_can_be_left_to_biasgelu(qdq_timm):
     assert len(report.skipped) == depth and all("BiasGelu" in r and "/mlp/fc1/" in r for r in report.skipped)
 
 
-def _hand_made(*, bias_dims=(4,), extra_reader=False, act_type=TensorProto.INT8):
+def _hand_made(*, bias_dims=(4,), extra_reader=False, act_type=TensorProto.INT8, shared_dq=False):
     """x -> Q -> DQ, W_q -> DQ, MatMul, Add(bias, mm) -> y (and the MatMul's output as a second graph output)."""
     rng = np.random.default_rng(0)
     inits = [
@@ -137,6 +137,9 @@ def _hand_made(*, bias_dims=(4,), extra_reader=False, act_type=TensorProto.INT8)
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
     if extra_reader:
         outputs.append(helper.make_tensor_value_info("mm", TensorProto.FLOAT, None))
+    if shared_dq:  # the dequantized activation read by something else too: ORT keeps such a MatMul float
+        nodes.append(helper.make_node("Relu", ["x_dq"], ["r"]))
+        outputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, None))
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8])], outputs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -156,10 +159,11 @@ def test_hand_made_gemm_folds_with_bias_first():
     ("extra_reader", "not read by one Add alone"),
     ("wide_bias", "constant float bias of the GEMM's width"),
     ("int16", "not per-tensor 8-bit"),
+    ("shared_dq", "DequantizeLinear output has other readers"),
 ])
 def test_gemms_that_do_not_qualify_are_left_alone(kind, reason):
     model = {"extra_reader": lambda: _hand_made(extra_reader=True), "wide_bias": lambda: _hand_made(bias_dims=(3, 4)),
-             "int16": lambda: _hand_made(act_type=TensorProto.INT16)}[kind]()
+             "int16": lambda: _hand_made(act_type=TensorProto.INT16), "shared_dq": lambda: _hand_made(shared_dq=True)}[kind]()
     fused = _copy(model)
     report = fuse_gemm_bias(fused)
     assert (report.gemms, report.folded) == (1, 0)

@@ -17,9 +17,13 @@ W_scale, x_zero_point, W_zero_point, bias)`` replaces ``DQ(x), DQ(W) -> MatMul -
 the bias to MLAS, which adds it in the GEMM's output processor (``acc * scale + bias``) instead of a second pass
 over the output: the same float operations as the separate Add (outputs measured identical, max |difference| 0, on
 this AVX2 CPU: docs/cpu-targets.md). Int8 activations get a uint8 twin QuantizeLinear (``_as_uint8``: what ORT
-itself does on x86). ``unfold_gemm_bias`` turns the result back into the Q/DQ form. A GEMM is folded only when ORT would have made it a MatMulIntegerToFloat anyway (per-tensor 8-bit
-activations, a constant int8/uint8 2-D weight, per-tensor or per-column weight scale) and the Add reads the MatMul alone with a
-constant float bias of the GEMM's width; anything else stays as it was, with the reason recorded.
+itself does on x86). ``unfold_gemm_bias`` turns the result back into the Q/DQ form.
+
+A GEMM is folded only where ORT makes a MatMulIntegerToFloat itself: per-tensor 8-bit activations, a constant
+int8/uint8 2-D weight with a per-tensor or per-column scale, and both DequantizeLinears read by this MatMul alone
+(ORT 1.32 ran a MatMul whose activation DQ had a second reader in float: two such layers in one corpus model, where
+folding them anyway moved its logits by up to 0.12). The Add must read the MatMul alone, with a constant float bias
+of the GEMM's width. Anything else stays as it was, with the reason recorded.
 
 Like MultiHeadAttention, the result needs ONNX Runtime (contrib operators ship in every build): it runs under the
 ``onnx`` profile's ``fuse_attention`` switch, which is what keeps the graph plain-ONNX when false.
@@ -103,6 +107,8 @@ def _why_not(mm: Any, gr: Any, consts: _Constants, outputs: set[str], before_gel
         return "an input is not a DequantizeLinear with scale and zero point"
     if consts.dtype(x[2]) not in (_INT8, _UINT8) or consts.dims(x[1]) not in ((), (1,)) or consts.dims(x[2]) not in ((), (1,)):
         return "activation is not per-tensor 8-bit"
+    if any(len(gr.readers(t)) != 1 for t in mm.input[:2]):
+        return "a DequantizeLinear output has other readers (ONNX Runtime keeps such a MatMul in float)"
     q = gr.producer.get(x[0])
     if consts.dtype(x[2]) == _INT8 and (q is None or q.op_type != "QuantizeLinear" or len(q.input) < 3 or tuple(q.input[1:3]) != x[1:3]):
         return "int8 activation not written by a QuantizeLinear with the same scale and zero point"
