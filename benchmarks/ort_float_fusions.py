@@ -2,6 +2,11 @@
 NOT shipped (benchmarks/results/ort_int8_avx2_profile.md, ort_fusion_accuracy_avx2.md, docs/cpu-targets.md).
 
     python benchmarks/ort_float_fusions.py IN.onnx OUT.onnx [--no-skip-layernorm]
+    python benchmarks/ort_float_fusions.py BUNDLE/model.int8.onnx OUT.onnx --unfold-gemm-bias
+
+The second form undoes the shipped GEMM-bias fold (vitedge/backends/ort_gemm_bias.py), so that the artifact can be
+profiled beside its unfused self. On an artifact with that fold the two rewrites below find no projection-bias
+``Add`` left to fold (the biases are inside MatMulIntegerToFloat): run them on an unfolded graph.
 
 writes the rewritten graph, to profile beside the original with
 ``benchmarks/ort_profile.py --bundle B --also NAME=OUT.onnx``. Kept here so the measurement can be repeated (on a
@@ -283,9 +288,17 @@ def main() -> None:
     ap.add_argument("source", type=Path, help="an INT8 graph, e.g. an onnx bundle's model.int8.onnx")
     ap.add_argument("out", type=Path)
     ap.add_argument("--no-skip-layernorm", action="store_true", help="only the q/k/v bias fold")
+    ap.add_argument("--unfold-gemm-bias", action="store_true",
+                    help="instead: write the artifact with its INT8 GEMMs' biases as separate Adds again (the form "
+                         "shipped before issue 28 item 1), to profile beside the artifact")
     args = ap.parse_args()
     model = onnx.load(str(args.source))
-    print(fuse_float_ops(model, skip_layernorm=not args.no_skip_layernorm).one_line())
+    if args.unfold_gemm_bias:
+        from vitedge.backends.ort_gemm_bias import unfold_gemm_bias
+
+        print(f"{unfold_gemm_bias(model)} GEMM biases unfolded")
+    else:
+        print(fuse_float_ops(model, skip_layernorm=not args.no_skip_layernorm).one_line())
     onnx.save(model, str(args.out))
 
 

@@ -1,6 +1,9 @@
 """Accuracy effect of the ONNX Runtime-only float fusions (issue 28 item 2) on built onnx bundles.
 
-    python benchmarks/ort_fusion_accuracy.py BUNDLE/onnx [BUNDLE/onnx ...]
+    python benchmarks/ort_fusion_accuracy.py [--gemm-bias] BUNDLE/onnx [BUNDLE/onnx ...]
+
+``--gemm-bias`` measures the shipped GEMM-bias fold instead (vitedge/backends/ort_gemm_bias.py, issue 28 item 1),
+on bundles built before it (their model.int8.onnx unfolded) or unfolded first (``unfold_gemm_bias``).
 
 For each bundle: its validation data (the manifest's path, the bundle's preprocessing) runs through the FP32
 reference, the bundle's INT8 artifact as built, and that artifact passed through
@@ -36,8 +39,10 @@ def run(model: bytes | str, x: np.ndarray, batch: int = 32) -> np.ndarray:
     return np.concatenate([sess.run(None, {name: x[i:i + batch]})[0] for i in range(0, len(x), batch)])
 
 
-def measure(bundle: Path) -> dict:
+def measure(bundle: Path, gemm_bias: bool = False) -> dict:
     import onnx
+
+    from vitedge.backends.ort_gemm_bias import fuse_gemm_bias, unfold_gemm_bias
 
     manifest = json.loads((bundle / "manifest.json").read_text())
     data = manifest["validation_data"]["path"]
@@ -45,9 +50,15 @@ def measure(bundle: Path) -> dict:
     x = np.stack([a for b in source.batches(64) for a in b.images]).astype(np.float32)
     labels = np.asarray(source.labels) if source.labels is not None else None
     graph = onnx.load(str(bundle / "model.int8.onnx"))
-    report = fuse_float_ops(graph)
+    if gemm_bias:
+        unfold_gemm_bias(graph)  # a bundle built with the fold: back to the form before it
+        plain = graph.SerializeToString()
+        report = fuse_gemm_bias(graph)
+    else:
+        plain = str(bundle / "model.int8.onnx")
+        report = fuse_float_ops(graph)
     fp32 = run(str(bundle / "reference.fp32.onnx"), x)
-    before = run(str(bundle / "model.int8.onnx"), x)
+    before = run(plain, x)
     after = run(graph.SerializeToString(), x)
     row = {"bundle": str(bundle), "items": len(x), "fusion": report.one_line(),
            "max_logit_change": float(np.max(np.abs(after - before))),
@@ -60,7 +71,8 @@ def measure(bundle: Path) -> dict:
 
 
 def main() -> None:
-    rows = [measure(Path(p)) for p in sys.argv[1:]]
+    gemm_bias = "--gemm-bias" in sys.argv[1:]
+    rows = [measure(Path(p), gemm_bias) for p in sys.argv[1:] if p != "--gemm-bias"]
     cpu = read_cpu()
     print(f"CPU: {cpu.model} ({cpu.isa})\n")
     print("| bundle | items | FP32 top-1 | INT8 top-1 before | after | agreement with FP32 before | after | "

@@ -12,7 +12,8 @@ change outside the INT8 GEMMs can win. Prints Markdown.
 Issue 28: the summary table splits each graph's kernel time into the INT8 GEMMs (``INT8_GEMMS``) and everything
 else, as fractions of the same round's FP32 kernel time; ``--rounds`` interleaves all graphs that many times (min /
 median reported: this is meant for shared, noisy machines), ``--also NAME=GRAPH`` adds graphs of the same model
-(a rewritten artifact, an anchor), ``--anchors N`` quantizes the FP32 reference with ``quantize_static`` (defaults)
+(a rewritten artifact, an anchor), ``--cpu-time N`` measures process CPU time on one thread instead (with each
+graph's per-round ratio to the INT8 artifact, paired, and in how many rounds it was lower), ``--anchors N`` quantizes the FP32 reference with ``quantize_static`` (defaults)
 and NNCF ``TRANSFORMER`` (ONNX backend) on N of the bundle's validation images and profiles them beside it.
 """
 
@@ -167,11 +168,16 @@ def print_cpu_time(graphs: list[tuple[str, Path]], x: np.ndarray, rounds: int, r
     table = [{label: cpu_ms(path, x, runs) for label, path in graphs} for _ in range(rounds)]
     print(f"Process CPU time, 1 thread, spinning off: {rounds} interleaved rounds of {runs} runs per graph; "
           "ratio to the same round's FP32 reference, min / median over rounds.\n")
-    print("| graph | CPU ms per run (median) | INT8/FP32 CPU time |")
-    print("|---|---:|---:|")
+    print("Last column: the graph's CPU time over the INT8 artifact's in the same round (paired, so drift between rounds "
+          "cancels), median, and in how many rounds it was the lower of the two.\n")
+    print("| graph | CPU ms per run (median) | INT8/FP32 CPU time | / INT8 artifact (median; rounds lower) |")
+    print("|---|---:|---:|---:|")
     for label, _ in graphs:
         ratio = [r[label] / r["FP32 reference"] for r in table]
-        print(f"| {label} | {float(np.median([r[label] for r in table])):.1f} | {stat(ratio)} |")
+        paired = [r[label] / r["INT8 artifact"] for r in table]
+        lower = sum(p < 1.0 for p in paired)
+        vs = f"{float(np.median(paired)):.3f}; {lower} of {len(paired)}" if label != "INT8 artifact" else "1"
+        print(f"| {label} | {float(np.median([r[label] for r in table])):.1f} | {stat(ratio)} | {vs} |")
     print()
 
 

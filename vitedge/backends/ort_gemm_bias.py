@@ -1,0 +1,218 @@
+"""Fold each INT8 GEMM's projection bias into ONNX Runtime's MatMulIntegerToFloat (issue 28 item 1).
+
+ONNX Runtime turns ``DequantizeLinear(x) , DequantizeLinear(W) -> MatMul`` (no QuantizeLinear after it) into
+``com.microsoft.MatMulIntegerToFloat``, but leaves the projection bias ``Add`` that follows as a separate float
+kernel: 36 of them on a ViT (q/k/v, attention projection, fc2; fc1's becomes part of ``BiasGelu``). Why, from its
+source (onnxruntime/core/optimizer/qdq_transformer/selectors_actions/): the QDQ ``MatMul`` rule selects two DQs, the
+MatMul and an optional Q, and its action (``MatMulIntToFloatReplacer`` in qdq_actions.cc) moves only the DQs' inputs
+and the MatMul's output, never a following Add. The fusion that *does* take a bias
+(``MatMulIntegerToFloatFusion``, core/optimizer/matmul_integer_to_float.cc: ``Add`` input 1 a constant 1-D tensor)
+matches only the dynamic-quantization pattern ``MatMulInteger -> Cast -> Mul(Mul(a_scale, b_scale))``, which a static
+Q/DQ graph never contains (read from the source, not tried: writing that dynamic pattern with constant scales would
+most likely lose its scale product to constant folding first). So neither operand order nor Q/DQ placement is the
+cause, and no reordering of the Q/DQ graph makes ORT pick the bias up.
+
+This module therefore writes the node ORT would write, with the bias: ``MatMulIntegerToFloat(x_q, W_q, x_scale,
+W_scale, x_zero_point, W_zero_point, bias)`` replaces ``DQ(x), DQ(W) -> MatMul -> Add(bias)``. The CPU kernel passes
+the bias to MLAS, which adds it in the GEMM's output processor (``acc * scale + bias``) instead of a second pass
+over the output: the same float operations as the separate Add (outputs measured identical, max |difference| 0, on
+this AVX2 CPU: docs/cpu-targets.md). Int8 activations get a uint8 twin QuantizeLinear (``_as_uint8``: what ORT
+itself does on x86). ``unfold_gemm_bias`` turns the result back into the Q/DQ form.
+
+A GEMM is folded only where ORT makes a MatMulIntegerToFloat itself: per-tensor 8-bit activations, a constant
+int8/uint8 2-D weight with a per-tensor or per-column scale, and both DequantizeLinears read by this MatMul alone
+(ORT 1.32 ran a MatMul whose activation DQ had a second reader in float: two such layers in one corpus model, where
+folding them anyway moved its logits by up to 0.12). The Add must read the MatMul alone, with a constant float bias
+of the GEMM's width. Anything else stays as it was, with the reason recorded.
+
+Like MultiHeadAttention, the result needs ONNX Runtime (contrib operators ship in every build): it runs under the
+``onnx`` profile's ``fuse_attention`` switch, which is what keeps the graph plain-ONNX when false.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from vitedge.onnxutil import NameScope, cleanup, node_index, require_opset_import, topological_sort
+
+MS_DOMAIN = "com.microsoft"
+_UINT8, _INT8, _FLOAT = 2, 3, 1  # TensorProto element types
+FUSED_SUFFIX = "/with_bias"  # a folded GEMM's node name: the MatMul's name and this
+
+
+@dataclass(frozen=True)
+class GemmBiasFusion:
+    """What ``fuse_gemm_bias`` did."""
+
+    gemms: int  # MatMuls with both inputs dequantized (ORT's MatMulIntegerToFloat candidates)
+    folded: int  # of them, with their bias Add folded into MatMulIntegerToFloat
+    skipped: tuple[str, ...] = field(default=())  # one reason per candidate left as it was
+
+    def one_line(self) -> str:
+        line = f"GEMM bias fusion: {self.folded} of {self.gemms} INT8 GEMMs -> MatMulIntegerToFloat with bias"
+        return line + (f" (first left as is: {self.skipped[0]})" if self.skipped else "")
+
+
+class _Constants:
+    """Constant tensors of a graph: initializers, Constant nodes, and Identity of either."""
+
+    def __init__(self, model: Any):
+        from onnx import numpy_helper
+
+        self.init = {t.name: t for t in model.graph.initializer}
+        self.producer = node_index(model.graph.node).producer
+        self._array = numpy_helper.to_array
+
+    def proto(self, name: str) -> Any | None:
+        """The TensorProto behind ``name`` (through Identity nodes), else None."""
+        for _ in range(8):
+            if name in self.init:
+                return self.init[name]
+            node = self.producer.get(name)
+            if node is None:
+                return None
+            if node.op_type == "Constant":
+                attr = [a for a in node.attribute if a.name == "value"]
+                return attr[0].t if attr else None
+            if node.op_type != "Identity":
+                return None
+            name = node.input[0]
+        return None
+
+    def dims(self, name: str) -> tuple[int, ...] | None:
+        p = self.proto(name)
+        return tuple(int(d) for d in p.dims) if p is not None else None
+
+    def dtype(self, name: str) -> int | None:
+        p = self.proto(name)
+        return int(p.data_type) if p is not None else None
+
+
+def _dq_inputs(dq: Any) -> tuple[str, str, str] | None:
+    """(quantized, scale, zero point) of a DequantizeLinear with all three inputs, else None."""
+    if dq is None or dq.op_type != "DequantizeLinear" or dq.domain not in ("", "ai.onnx") or len(dq.input) < 3 or not dq.input[2]:
+        return None
+    if any(a.name == "block_size" and a.i for a in dq.attribute):
+        return None
+    return dq.input[0], dq.input[1], dq.input[2]
+
+
+def _why_not(mm: Any, gr: Any, consts: _Constants, outputs: set[str], before_gelu: bool) -> str | tuple[list[str], Any]:
+    """The MatMulIntegerToFloat inputs and the Add it replaces, or why this GEMM stays as it is."""
+    x, w = _dq_inputs(gr.producer.get(mm.input[0])), _dq_inputs(gr.producer.get(mm.input[1]))
+    if x is None or w is None:
+        return "an input is not a DequantizeLinear with scale and zero point"
+    if consts.dtype(x[2]) not in (_INT8, _UINT8) or consts.dims(x[1]) not in ((), (1,)) or consts.dims(x[2]) not in ((), (1,)):
+        return "activation is not per-tensor 8-bit"
+    if any(len(gr.readers(t)) != 1 for t in mm.input[:2]):
+        return "a DequantizeLinear output has other readers (ONNX Runtime keeps such a MatMul in float)"
+    q = gr.producer.get(x[0])
+    if consts.dtype(x[2]) == _INT8 and (q is None or q.op_type != "QuantizeLinear" or len(q.input) < 3 or tuple(q.input[1:3]) != x[1:3]):
+        return "int8 activation not written by a QuantizeLinear with the same scale and zero point"
+    wdims = consts.dims(w[0])
+    if wdims is None or len(wdims) != 2 or consts.dtype(w[0]) not in (_INT8, _UINT8):
+        return "weight is not a constant 2-D int8/uint8 tensor"
+    n = wdims[1]
+    if consts.dims(w[1]) not in ((), (1,), (n,)) or consts.dims(w[2]) != consts.dims(w[1]):
+        return "weight scale is neither per-tensor nor per-column"
+    readers = gr.readers(mm.output[0])
+    if mm.output[0] in outputs or len(readers) != 1 or readers[0].op_type != "Add" or readers[0].domain not in ("", "ai.onnx"):
+        return "the MatMul's output is not read by one Add alone"
+    add = readers[0]
+    bias = add.input[1] if add.input[0] == mm.output[0] else add.input[0]
+    bdims = consts.dims(bias)
+    if bias == mm.output[0] or consts.dtype(bias) != _FLOAT or not bdims or bdims[-1] != n or any(d != 1 for d in bdims[:-1]):
+        return "the Add's other input is not a constant float bias of the GEMM's width"
+    if not before_gelu and any(r.op_type in ("Div", "Mul", "Gelu") for r in gr.readers(add.output[0])):
+        return "bias left for ORT's BiasGelu"
+    return [x[0], w[0], x[1], w[1], x[2], w[2], bias], add
+
+
+def _as_uint8(x_q: str, scale: str, zp: str, gr: Any, consts: _Constants, names: NameScope,
+              unsigned: dict[str, tuple[str, str]], added: list[Any], model: Any) -> tuple[str, str]:
+    """A uint8 twin of an int8 activation: ``QuantizeLinear(x, scale, zp + 128)``, the same integers shifted by 128.
+
+    ONNX Runtime on x86 runs int8 activations this way: its ``QDQS8ToU8Transformer`` rewrites every int8 Q -> DQ
+    pair to uint8 (MLAS's x86 kernels are u8 x s8; ``session.qdq_is_int8_allowed`` defaults to false there). It
+    only matches Q -> DQ pairs, so it cannot reach a Q that feeds MatMulIntegerToFloat directly, and left int8
+    that GEMM ran 4-5x slower on this AVX2 CPU (the s8 x s8 fallback). One twin per activation, shared."""
+    from onnx import helper, numpy_helper
+
+    if x_q not in unsigned:
+        q = gr.producer[x_q]
+        zp_u8 = names(f"{zp}_uint8")
+        value = numpy_helper.to_array(consts.proto(zp)).astype(np.int16) + 128
+        model.graph.initializer.append(numpy_helper.from_array(value.astype(np.uint8), zp_u8))
+        twin = names(f"{x_q}_uint8")
+        added.append(helper.make_node("QuantizeLinear", [q.input[0], scale, zp_u8], [twin], name=names(f"{q.name or 'QuantizeLinear'}/uint8"),
+                                      **{a.name: helper.get_attribute_value(a) for a in q.attribute if a.name != "output_dtype"}))
+        unsigned[x_q] = (twin, zp_u8)
+    return unsigned[x_q]
+
+
+def fuse_gemm_bias(model: Any, *, before_gelu: bool = True) -> GemmBiasFusion:
+    """Replace each ``DQ(x), DQ(W) -> MatMul -> Add(bias)`` that qualifies with MatMulIntegerToFloat (in place).
+
+    ``before_gelu=False`` leaves a bias whose sum feeds an erf-GELU (ORT fuses that one into BiasGelu)."""
+    from onnx import helper
+
+    nodes = list(model.graph.node)  # held, so each node's id() stays its own
+    gr = node_index(nodes)
+    consts = _Constants(model)
+    outputs = {o.name for o in model.graph.output}
+    names = NameScope(model)
+    gemms, folded, added, drop, skipped = 0, 0, [], set(), []
+    unsigned: dict[str, tuple[str, str]] = {}  # int8 activation tensor -> its uint8 twin and zero point
+    for mm in [n for n in nodes if n.op_type == "MatMul" and n.domain in ("", "ai.onnx")]:
+        if _dq_inputs(gr.producer.get(mm.input[0])) is None or _dq_inputs(gr.producer.get(mm.input[1])) is None:
+            continue
+        gemms += 1
+        verdict = _why_not(mm, gr, consts, outputs, before_gelu)
+        if isinstance(verdict, str):
+            skipped.append(f"{mm.name}: {verdict}")
+            continue
+        inputs, add = verdict
+        if consts.dtype(inputs[4]) == _INT8:  # int8 activations: ORT's own S8 -> U8 conversion, done here
+            inputs[0], inputs[4] = _as_uint8(inputs[0], inputs[2], inputs[4], gr, consts, names, unsigned, added, model)
+        added.append(helper.make_node("MatMulIntegerToFloat", inputs, [add.output[0]], domain=MS_DOMAIN,
+                                      name=names(f"{mm.name or 'MatMul'}{FUSED_SUFFIX}")))
+        drop.update((id(mm), id(add)))
+        folded += 1
+    if added:
+        ordered = topological_sort(added + [n for n in nodes if id(n) not in drop])
+        del model.graph.node[:]
+        model.graph.node.extend(ordered)
+        require_opset_import(model, MS_DOMAIN, 1)
+        cleanup(model)  # the DequantizeLinears only these MatMuls read
+    return GemmBiasFusion(gemms, folded, tuple(skipped))
+
+
+def unfold_gemm_bias(model: Any) -> int:
+    """The inverse, for readers that want the Q/DQ form (per-layer sensitivity finds INT8 layers by their
+    ``DequantizeLinear -> MatMul`` inputs and their node names): each MatMulIntegerToFloat this module wrote
+    becomes ``DQ(x), DQ(W) -> MatMul -> Add(bias)`` again, the MatMul under its original name (in place).
+    The activation stays uint8 (the same real values as its int8 original). Returns how many were unfolded."""
+    from onnx import helper
+
+    names = NameScope(model)
+    nodes = list(model.graph.node)  # held, so each node's id() stays its own
+    added, drop = [], set()
+    for n in nodes:
+        if n.op_type != "MatMulIntegerToFloat" or n.domain != MS_DOMAIN or not n.name.endswith(FUSED_SUFFIX) or len(n.input) != 7:
+            continue
+        base = n.name[: -len(FUSED_SUFFIX)]
+        x_q, w_q, x_s, w_s, x_z, w_z, bias = n.input
+        x, w, mm = names(f"{base}/x_dq"), names(f"{base}/w_dq"), names(f"{base}/mm")
+        added += [helper.make_node("DequantizeLinear", [x_q, x_s, x_z], [x], name=names(f"{base}/x_DequantizeLinear")),
+                  helper.make_node("DequantizeLinear", [w_q, w_s, w_z], [w], name=names(f"{base}/w_DequantizeLinear"), axis=1),
+                  helper.make_node("MatMul", [x, w], [mm], name=base),
+                  helper.make_node("Add", [bias, mm], [n.output[0]], name=names(f"{base}/bias_Add"))]
+        drop.add(id(n))
+    if added:
+        ordered = topological_sort(added + [n for n in nodes if id(n) not in drop])
+        del model.graph.node[:]
+        model.graph.node.extend(ordered)
+    return len(drop)
