@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from vitedge.backends.ort_gemm_bias import unfold_gemm_bias
 from vitedge.errors import BundleError, QuantizationError
 from vitedge.onnxutil import (
     FLOAT_NCHW,
@@ -172,6 +173,7 @@ def _prepare(fp32: Any, qdq: Any, recover_smoothing: bool = True) -> _Prepared:
     layers = {l.name: l for l in find_layers(ref)}
     m = onnx.ModelProto()
     m.CopyFrom(_load(qdq))
+    unfold_gemm_bias(m)  # the onnx target's shipped graph carries its GEMMs as MatMulIntegerToFloat: back to Q/DQ MatMuls
     gi = GraphIndex(m)
     names = NameScope(m)
     notes: list[str] = []
