@@ -89,6 +89,9 @@ def build_vitb(work: Path, calib_size: int, rows: dict[str, dict] | None = None)
         log(f"== vitedge build ViT-B/16 ({label})")
         log_ = StageLog(quiet=False)
         out = work / ("out" if i == 0 else f"out{i + 1}")
+        census = _census()
+        if census is not None:
+            census.reset()
         t0 = time.perf_counter()
         results = run_build(BuildRequest(model=pt, targets=("onnx", "intel-cpu"), calib=REPO / "calibration" / "digits",
                                          calib_size=calib_size, out=out, cache=ReferenceCacheSettings(root=work / "cache", **overrides),
@@ -98,8 +101,18 @@ def build_vitb(work: Path, calib_size: int, rows: dict[str, dict] | None = None)
                                          # budget (which would return layers to float) is off.
                                          budget=BudgetSettings(enabled=False)), log_)
         timings[label] = {"total_s": time.perf_counter() - t0, "stages_s": dict(log_.timings),
-                          "targets": {r.profile.name: r.summary for r in results}}
+                          "targets": {r.profile.name: r.summary for r in results},
+                          "passes": None if census is None else [f"{p.stage} {p.side} {p.runtime} ({p.items} items)" for p in census.passes()]}
     return pt, work / "out", timings
+
+
+def _census():
+    """vitedge.validation.passes (issue 28 item 4), or None in an older checkout (baseline_build.py) that lacks it."""
+    try:
+        from vitedge.validation import passes
+    except ImportError:
+        return None
+    return passes
 
 
 def anchor_graphs(work: Path, fp32: Path, calib_batches: list[np.ndarray], nncf_too: bool = True):
@@ -363,6 +376,9 @@ def build_only(calib_size: int, baseline: Path | None = None, latency_rounds: in
              "| run | total s | " + " | ".join(stages) + " |", "|---|---:|" + "---:|" * len(stages)]
     for label, b in build_times.items():
         lines.append(f"| {label} | {b['total_s']:.1f} | " + " | ".join(f"{b['stages_s'].get(k, 0):.1f}" for k in stages) + " |")
+    lines += ["", "Inference passes over the validation data per run (vitedge.validation.passes; a cached side is not a pass): "
+              + "; ".join(f"{label}: {len(b['passes'])}" + (f" ({', '.join(b['passes'])})" if b["passes"] else "")
+                          for label, b in build_times.items() if b.get("passes") is not None) + "."]
     ort = anchors["ort_static"][1]
     lines += ["", f"Anchor: `quantize_static` on the same images {ort:.1f} s; vitedge's cold calibrate stage "
               f"{cold['stages_s'].get('calibrate', 0):.1f} s = {cold['stages_s'].get('calibrate', 0) / ort:.2f}x of it.", ""]
