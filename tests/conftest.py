@@ -3,7 +3,6 @@ bundles several test modules share (built once per test session). Plain helpers:
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import warnings
@@ -128,19 +127,30 @@ def bundle(built_bundle, tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def runtime_bundles(tmp_path_factory) -> dict[str, dict[str, Path]]:
     """{"plain"|"baked": {target: bundle}}, built once per test run (shared by xdist workers)."""
+    from helpers.once_per_run import once_per_run
     from helpers.runtime_bundles import KINDS, TARGETS, build_runtime_bundles
 
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent
-    root = base / "runtime-bundles"
-    root.mkdir(exist_ok=True)
-    with open(root / ".lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / ".done").exists():
-            build_runtime_bundles(root, EXAMPLES / "digits_vit.pt", CALIB_DIR, VAL_DIR)
-            (root / ".done").write_text("ok")
+    root = once_per_run(tmp_path_factory, "runtime-bundles", lambda r: build_runtime_bundles(r, EXAMPLES / "digits_vit.pt", CALIB_DIR, VAL_DIR))
     return {kind: {t: root / kind / t for t in TARGETS} for kind in KINDS}
+
+
+@pytest.fixture(scope="session")
+def earlier_onnx_bundle(tmp_path_factory) -> tuple[Path, Path]:
+    """(bundle, cache): an `onnx` bundle of examples/digits_vit.pt built on the calibration set (no --val, latency not
+    measured) with its own cache, once per test run (shared by xdist workers). The SIGTERM cases
+    (tests/reliability/test_sigterm*.py) build over copies of it; the late ones start from its calibration statistics."""
+    from helpers.once_per_run import once_per_run
+    from vitedge.app.build import BuildRequest, run_build
+    from vitedge.ui import StageLog
+    from vitedge.validation.reference_cache import ReferenceCacheSettings
+
+    def make(root: Path) -> None:
+        results = run_build(BuildRequest(model=EXAMPLES / "digits_vit.pt", targets=("onnx",), calib=CALIB_DIR, out=root / "b",
+                                         measure_speed=False, cache=ReferenceCacheSettings(root=root / "cache")), StageLog(quiet=True))
+        assert [r.passed for r in results] == [True], results  # the CLI's exit 0
+
+    root = once_per_run(tmp_path_factory, "earlier-onnx-bundle", make)
+    return root / "b", root / "cache"
 
 
 @pytest.fixture(scope="module")
