@@ -64,7 +64,10 @@ def _build(model, out, cache, *, target="onnx", speed=False, keep_float=(), budg
 def _int8_nodes(bundle: Path) -> set[str]:
     import onnx
 
+    from vitedge.backends.ort_gemm_bias import unfold_gemm_bias
+
     m = onnx.load(str(bundle / "model.int8.onnx"))
+    unfold_gemm_bias(m)  # the onnx target ships its INT8 GEMMs as MatMulIntegerToFloat: back to DQ -> MatMul, same names
     dq = {o for n in m.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
     return {n.name for n in m.graph.node if n.op_type in ("MatMul", "Gemm", "Conv") and any(i in dq for i in n.input)}
 
