@@ -418,13 +418,8 @@ def cross_check(run_batch: Callable[[np.ndarray], np.ndarray], source, batch: in
     """Run up to ``batches`` batches of ``source`` picked at random (``secrets``) on this runtime's own FP32
     graph, with the batch composition the shared outputs were computed with, and compare: they agree when
     max |diff| <= ``tolerance`` x the output scale (max |output| of the rows run) and every row has the same top-1."""
-    count = -(-len(source) // batch)
-    picks = sorted(secrets.SystemRandom().sample(range(count), min(batches, count)))
     items, err, scale = [], 0.0, 0.0
-    for j in picks:
-        start = j * batch
-        part = source.shard(start, min(start + batch, len(source)))
-        got = np.concatenate([np.asarray(run_batch(b.images), dtype=np.float32) for b in part.batches(batch)])
+    for start, got in _rerun_sample(run_batch, source, batch, batches):
         got = got.reshape(len(got), -1)
         want = shared.values[start:start + len(got)]
         items.append([start, start + len(got) - 1])
@@ -547,17 +542,22 @@ def reference_outputs(runner, source, pre, *, batch: int, settings: ReferenceCac
     return outputs, ReferenceLookup(MISS, batch, key, path, note, label=label)
 
 
+def _rerun_sample(run_batch: Callable[[Any], np.ndarray], source, batch: int, batches: int):
+    """(first item, outputs) of up to ``batches`` batches of ``source`` picked at random (``secrets``, so not
+    predictable from a cache entry), each run again through ``run_batch`` with the composition ``batch`` gives."""
+    count = -(-len(source) // batch)
+    for j in sorted(secrets.SystemRandom().sample(range(count), min(batches, count))):
+        start = j * batch
+        part = source.shard(start, min(start + batch, len(source)))
+        yield start, np.concatenate([np.asarray(run_batch(b.images), dtype=np.float32) for b in part.batches(batch)])
+
+
 def verify_sample(run_batch: Callable[[Any], np.ndarray], source, batch: int, cached: Outputs,
                   batches: int = SAMPLE_BATCHES) -> str | None:
     """Run ``batches`` batches of ``source`` picked at random again (``run_batch(images) -> outputs``, the
     same runner and batch composition the cached outputs were computed with) and compare them with
     ``cached``; None when they agree to float noise, else what differed."""
-    count = -(-len(source) // batch)
-    picks = sorted(secrets.SystemRandom().sample(range(count), min(batches, count)))
-    for j in picks:
-        start = j * batch
-        part = source.shard(start, min(start + batch, len(source)))
-        got = np.concatenate([np.asarray(run_batch(b.images), dtype=np.float32) for b in part.batches(batch)])
+    for start, got in _rerun_sample(run_batch, source, batch, batches):
         want = cached.values[start:start + len(got)]
         if got.shape != want.shape:
             return f"its outputs have shape {want.shape[1:]}, the artifact's {got.shape[1:]}"
