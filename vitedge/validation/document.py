@@ -135,9 +135,10 @@ class RuntimeSection(_Section):
 
 @dataclass
 class DataSection(_Section):
-    """What the inputs were; ``reference``/``int8_outputs``: the output caches' lookups; ``role``: validation or calibration."""
+    """What the inputs were; ``reference``/``int8_outputs``: the output caches' lookups; ``probe_outputs``: the FP32
+    preprocessing probe's, per mean shift ("-0.25", "+0.25"), when it ran; ``role``: validation or calibration."""
 
-    OMIT_NONE: ClassVar[tuple[str, ...]] = ("reference", "int8_outputs", "role")
+    OMIT_NONE: ClassVar[tuple[str, ...]] = ("reference", "int8_outputs", "probe_outputs", "role")
     path: str | None = None
     kind: str | None = None
     items: int | None = None
@@ -146,6 +147,7 @@ class DataSection(_Section):
     classes_present: int | None = None
     reference: JsonDict | None = None
     int8_outputs: JsonDict | None = None
+    probe_outputs: JsonDict | None = None
     role: str | None = None
     extra: JsonDict = field(default_factory=dict)
 

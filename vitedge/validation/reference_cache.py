@@ -59,6 +59,11 @@ on up to ``SAMPLE_BATCHES`` random batches and finds the same top-1 on every row
 stored under that runtime's own key. The same HMAC rules apply to shared entries; the spot check is what ties
 one to the runtime that uses it, and a reference that cannot be tied to its source bytes
 (``fp32_source_sha256`` None) never shares.
+
+The near-tie gate's FP32 preprocessing probe (``vitedge.validation.run``: FP32 with the mean moved by
+-0.25 and +0.25) goes through the same lookups: its own key adds ``kind`` "fp32-probe" and the shift,
+its shared key a ``variant`` {``probe_mean_shift``} (``SharedFp32.variant``), and its spot check runs
+this runtime's FP32 graph on the shifted batches.
 """
 
 from __future__ import annotations
@@ -152,7 +157,7 @@ class ReferenceLookup:
             return f"{self.label}: {items} outputs read from the cache ({self.key[:12]}), not recomputed"
         how = f"{self.label}: {items} outputs computed at batch {self.batch}"
         if self.cache == OFF:
-            return how + ("; reference cache off" if self.label == "FP32 reference" else "; not cached")
+            return how + ("; reference cache off" if self.label.startswith("FP32") else "; not cached")
         return how + (f", cached as {self.key[:12]}" if self.path else "")
 
 
@@ -378,6 +383,7 @@ class SharedFp32:
     runtime: str
     versions: dict[str, str]
     run_batch: Callable[[np.ndarray], np.ndarray]
+    variant: dict[str, float] | None = None  # what else the outputs depend on (the near-tie probe's mean shift)
 
 
 def fp32_source_sha256(reference_path: Path) -> str | None:
@@ -392,15 +398,19 @@ def fp32_source_sha256(reference_path: Path) -> str | None:
     return None
 
 
-def shared_key_parts(source_sha256: str, source, pre, batch: int) -> dict[str, Any]:
+def shared_key_parts(source_sha256: str, source, pre, batch: int, variant: dict[str, float] | None = None) -> dict[str, Any]:
     """The key of FP32 outputs shared between runtimes: the FP32 SOURCE graph's bytes (not a runtime's
-    rendition of it), the data, the preprocessing, the batch and the CPU. No runtime: any runtime whose own
-    FP32 graph comes from those bytes may read it, after its spot check (``cross_check``)."""
+    rendition of it), the data, the preprocessing, the batch, the CPU and ``variant`` (what else changes the
+    inputs: the preprocessing probe's mean shift). No runtime: any runtime whose own FP32 graph comes from
+    those bytes may read it, after its spot check (``cross_check``)."""
     cpu = read_cpu().to_dict()
-    return {"format": FORMAT, "kind": "fp32-shared", "vitedge_version": __version__, "source_sha256": source_sha256,
-            "data_hash": source.summary.data_hash, "items": len(source),
-            "preprocess": pre.to_dict() if hasattr(pre, "to_dict") else repr(pre), "batch": int(batch),
-            "cpu": {"machine": cpu["machine"], "model": cpu["model"], "flags": cpu["flags"]}}
+    parts = {"format": FORMAT, "kind": "fp32-shared", "vitedge_version": __version__, "source_sha256": source_sha256,
+             "data_hash": source.summary.data_hash, "items": len(source),
+             "preprocess": pre.to_dict() if hasattr(pre, "to_dict") else repr(pre), "batch": int(batch),
+             "cpu": {"machine": cpu["machine"], "model": cpu["model"], "flags": cpu["flags"]}}
+    if variant:
+        parts["variant"] = dict(variant)
+    return parts
 
 
 @dataclass
@@ -462,7 +472,7 @@ def _take_shared(cache: ReferenceCache, share: SharedFp32, source, pre, batch: i
     """Shared FP32 outputs another runtime computed for ``share`` that pass its spot check: (outputs, their record,
     a warning, whether another runtime's entry was found). The warning says what differed when it was not believed.
     An entry this runtime computed itself is not taken: then nothing changes from a runtime without sharing."""
-    parts = shared_key_parts(share.source_sha256, source, pre, batch)
+    parts = shared_key_parts(share.source_sha256, source, pre, batch, share.variant)
     key = cache_key(parts)
     found, origin, note = cache.load_entry(key, len(source))
     if found is None:
@@ -481,7 +491,7 @@ def _take_shared(cache: ReferenceCache, share: SharedFp32, source, pre, batch: i
 
 def _give_shared(cache: ReferenceCache, share: SharedFp32, source, pre, batch: int, outputs: Outputs) -> None:
     """Store this runtime's FP32 outputs under the shared key, naming the runtime that computed them."""
-    parts = shared_key_parts(share.source_sha256, source, pre, batch)
+    parts = shared_key_parts(share.source_sha256, source, pre, batch, share.variant)
     origin = {"runtime": share.runtime, "runtime_versions": share.versions, "source_sha256": share.source_sha256}
     with contextlib.suppress(OSError):
         cache.save(cache_key(parts), parts, outputs, origin=origin)

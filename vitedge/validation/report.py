@@ -267,7 +267,20 @@ def _md_heading(r: ValidationReport, heading: str) -> list[str]:
     if shared is not None:
         lines += [f"FP32 reference: {shared_text(shared, data.items or 0)}; the stricter comparison, since the INT8 error is "
                   "then measured against another runtime's FP32 (`--no-reference-cache` runs this runtime's own).", ""]
+    if data.probe_outputs:
+        lines += [_probe_sources(data.probe_outputs), ""]
     return lines
+
+
+def _probe_sources(lookups: dict) -> str:
+    """Where the FP32 preprocessing probe's outputs came from, one phrase per mean shift."""
+    def source(found: dict) -> str:
+        cache = found.get("cache")
+        if cache == "shared":
+            return f"computed by {(found.get('shared') or {}).get('runtime')} and spot-checked here"
+        return "read from the validation cache" if cache == "hit" else "computed here"
+    return ("FP32 preprocessing probe outputs: "
+            + "; ".join(f"mean moved by {shift}: {source(found)}" for shift, found in lookups.items()) + ".")
 
 
 def _md_gate(r: ValidationReport) -> list[str]:

@@ -20,6 +20,7 @@ from vitedge.errors import DataError
 from vitedge.onnxutil import UINT8_NHWC_RGB
 from vitedge.profiles import Thresholds
 from vitedge.validation.accuracy import (
+    Outputs,
     collect_outputs,
     compare_embeddings,
     compare_logits,
@@ -271,10 +272,20 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
                 info("WARNING " + found.note)
             info(found.one_line(len(source)))
         accuracy = accuracy_of(ref, got, kind, thresholds, source.summary.path, info)
+        probe_lookups: dict[str, Any] = {}
         if _probe_needed(accuracy, thresholds, runner, reference_path):
-            accuracy["fp32_preprocessing_probe"] = probe = preprocessing_probe(
-                ref.values, {m: shifted_outputs(runner("fp32", reference_path), source, pre, d, batch)
-                             for m, d in probe_shifts(pre.std).items()}, ref.labels)
+            shifted = {}
+            for m, d in probe_shifts(pre.std).items():
+                out, found = reference_outputs(
+                    None, source, pre, batch=batch, settings=reference_cache, label=f"FP32 probe (mean moved by {m:+g})",
+                    key_of=lambda m=m: dict(key_parts(reference_path, source, pre, backend, options, threads, batch),
+                                            kind="fp32-probe", probe_mean_shift=m),
+                    compute=lambda m=m, d=d: probe_pass(runner("fp32", reference_path), backend.name, reference_path, source,
+                                                        d, m, batch),
+                    share=shared_fp32(backend, reference_path, pre, lambda: runner("fp32", reference_path), shift=(m, d)))
+                shifted[m], probe_lookups[f"{m:+g}"] = out.values, found.to_dict()
+                info(found.one_line(len(source)))
+            accuracy["fp32_preprocessing_probe"] = probe = preprocessing_probe(ref.values, shifted, ref.labels)
             info(f"FP32 preprocessing probe (mean moved by +-{probe['shifts'][-1]['mean_shift']:g}): "
                  + (probe_text(probe) if probe["suspect"] else "no shift makes FP32 more accurate"))
         stats: dict[str, dict[str, LatencyStats]] = {"fp32": {}, "int8": {}}
@@ -285,12 +296,16 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
                                                 batch_sizes, pre, settings, info)
     memory["peak_rss_bytes"] = peak_rss()
     data = dict(source_data(source), reference=lookup.to_dict(), int8_outputs=int8_lookup.to_dict())
+    if probe_lookups:
+        data["probe_outputs"] = probe_lookups
     return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, data, thresholds)
 
 
-def shared_fp32(backend, reference_path: Path, pre, open_fp32: Callable[[], Runner]) -> SharedFp32 | None:
+def shared_fp32(backend, reference_path: Path, pre, open_fp32: Callable[[], Runner],
+                shift: tuple[float, np.ndarray] | None = None) -> SharedFp32 | None:
     """How this runtime's FP32 side may take the outputs another runtime computed for the same FP32 ONNX graph
-    (``reference_cache.SharedFp32``); None when its reference cannot be tied to that graph's bytes."""
+    (``reference_cache.SharedFp32``); None when its reference cannot be tied to that graph's bytes. With
+    ``shift`` (mean shift, what it adds to a model-ready batch): the preprocessing probe's outputs."""
     source_sha256 = fp32_source_sha256(reference_path)
     if source_sha256 is None:
         return None
@@ -301,9 +316,12 @@ def shared_fp32(backend, reference_path: Path, pre, open_fp32: Callable[[], Runn
 
     def run_batch(images: np.ndarray) -> np.ndarray:
         fp32 = open_fp32()
+        if shift is not None:
+            return fp32.infer(images + shift[1])  # the probe runs float inputs only (_probe_needed)
         return fp32.infer(feed_for(fp32, images, pre))
 
-    return SharedFp32(source_sha256, backend.name, versions, run_batch)
+    variant = {"probe_mean_shift": float(shift[0])} if shift is not None else None
+    return SharedFp32(source_sha256, backend.name, versions, run_batch, variant)
 
 
 def _probe_needed(accuracy: dict[str, Any], t: Thresholds, runner, reference_path: Path) -> bool:
@@ -316,9 +334,17 @@ def _probe_needed(accuracy: dict[str, Any], t: Thresholds, runner, reference_pat
     return getattr(runner("fp32", reference_path), "input_format", None) != UINT8_NHWC_RGB
 
 
-def shifted_outputs(run, source, pre, delta: np.ndarray, batch: int) -> np.ndarray:
-    """FP32 outputs of the validation data with ``delta`` added to every model-ready batch."""
-    return np.concatenate([np.asarray(run.infer(b.images + delta), dtype=np.float32) for b in source.batches(batch)])
+def probe_pass(run, runtime: str, reference_path: Path, source, delta: np.ndarray, mean_shift: float, batch: int) -> Outputs:
+    """FP32 outputs (and labels) of the validation data with ``delta`` added to every model-ready batch: one pass
+    of the preprocessing probe, recorded in the census as stage "probe", side "fp32-0.25" / "fp32+0.25"."""
+    outs, labels = [], []
+    for b in source.batches(batch):
+        outs.append(np.asarray(run.infer(b.images + delta), dtype=np.float32))
+        labels.append(b.labels)
+    values = np.concatenate(outs)
+    passes.record(passes.InferencePass("probe", f"fp32{mean_shift:+g}", runtime, graph_sha256(reference_path),
+                                       source.summary.data_hash, len(values), batch))
+    return Outputs(values, np.concatenate(labels) if labels and all(x is not None for x in labels) else None)
 
 
 def accuracy_of(ref, got, kind: str, thresholds: Thresholds, data_path: str, info) -> dict[str, Any]:
