@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
-
 import numpy as np
 
 from vitedge.backends import Backend
+from vitedge.datasources._common import CalibrationSource
 from vitedge.errors import BundleError, UsageError
 from vitedge.profiles import TargetProfile
+from vitedge.spec import ModelSpec
 from vitedge.swap import partial_prefix
 from vitedge.validation.run import check_labels
 
@@ -56,20 +56,20 @@ def check_targets(profiles: list[TargetProfile], backends: dict[str, Backend]) -
             backend.check_options(p.backend_options)
 
 
-def preflight(req: Any, profiles: list[TargetProfile], backends: dict[str, Backend], dirs: dict[str, Path]) -> None:
-    check_utf8({"MODEL": req.model, "--calib": req.calib, "--val": req.val, "-o": req.out, "--cache-dir": req.cache.root,
-                **{f"-o ({name})": d for name, d in dirs.items()}})
+def preflight(inputs: dict[str, Path | None], cache_root: Path | None, profiles: list[TargetProfile],
+              backends: dict[str, Backend], dirs: dict[str, Path]) -> None:
+    """``inputs``: the command's paths by flag ("MODEL", "--calib", "--val", "-o"); ``cache_root``: --cache-dir;
+    ``dirs``: each target's output folder."""
+    check_utf8({**inputs, "--cache-dir": cache_root, **{f"-o ({name})": d for name, d in dirs.items()}})
     for d in dirs.values():
         check_writable(d)
-    if req.cache.root is not None:
-        check_writable(Path(req.cache.root) / "x", "--cache-dir")
+    if cache_root is not None:
+        check_writable(Path(cache_root) / "x", "--cache-dir")
     check_targets(profiles, backends)
 
 
-def check_data_labels(source: Any, spec: Any) -> None:
+def check_data_labels(source: CalibrationSource, spec: ModelSpec) -> None:
     """Labels beyond the model's classes, found when the data is opened rather than after calibration."""
     labels = source.labels
     if labels and spec.output_kind == "logits" and spec.num_classes:
-
-
         check_labels(np.asarray(labels), int(spec.num_classes), source.summary.path)

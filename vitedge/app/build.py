@@ -147,7 +147,7 @@ class SharedGraph:
 def _build_locked(req: BuildRequest, log: StageLog, profiles: list[TargetProfile], dirs: dict[str, Path]) -> list[TargetResult]:
     prepare_outputs(dirs.values(), force=req.force, inputs=(req.model, req.calib, req.val))
     backends = {p.name: get_backend(p.backend) for p in profiles}
-    preflight(req, profiles, backends, dirs)
+    preflight({"MODEL": req.model, "--calib": req.calib, "--val": req.val, "-o": req.out}, req.cache.root, profiles, backends, dirs)
     configs = {p.name: req.quant_overrides.config_for(p) for p in profiles}
     thresholds = {p.name: req.threshold_overrides.apply(p.thresholds) for p in profiles}
 
