@@ -93,7 +93,7 @@ def test_budget_holds_on_every_target_runtime(work, outlier_vit):
     req = BuildRequest(model=outlier_vit, targets=("onnx", "intel-cpu"), calib=CALIB_DIR, val=VAL_DIR, out=work / "both", cache=ReferenceCacheSettings(root=work / "cache"),
                        measure_speed=False, quant_overrides=NO_SQ,
                        threshold_overrides=ThresholdOverrides(max_top1_drop=0.2, min_agreement=0.995))
-    results = runbudget_build(req, StageLog(quiet=True))
+    results = run_build(req, StageLog(quiet=True))
     for result in results:
         m = read_manifest(result.bundle)
         b = m.quantization["budget"]
