@@ -153,6 +153,23 @@ def earlier_onnx_bundle(tmp_path_factory) -> tuple[Path, Path]:
     return root / "b", root / "cache"
 
 
+@pytest.fixture(scope="session")
+def outlier_vit(tmp_path_factory) -> Path:
+    """examples/digits_vit.pt with activation outliers planted by a function-preserving rewrite
+    (examples/make_outlier_vit.py, k = 300), once per test run (shared by xdist workers): the accuracy-budget tests
+    (tests/budget/test_budget*.py) build it. examples/ is put on sys.path, so a test can `import make_outlier_vit`."""
+    import sys
+
+    from helpers.once_per_run import once_per_run
+
+    if str(EXAMPLES) not in sys.path:
+        sys.path.insert(0, str(EXAMPLES))
+    import make_outlier_vit as mo
+
+    root = once_per_run(tmp_path_factory, "outlier-vit", lambda r: mo.make_checkpoint(r / "digits_vit_outliers.pt", k=300.0))
+    return root / "digits_vit_outliers.pt"
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A small Q/DQ graph (see helpers.tensorrt_graphs) as (path, GraphFacts), one per test module."""

@@ -1,20 +1,14 @@
-"""`vitedge build` end to end on the bundled example: bundles, shared calibration, atomicity."""
+"""`vitedge build` end to end on the bundled example: bundles and shared calibration, read from one build of both CPU
+targets. The interrupted builds are in test_build_interrupts.py and the CLI's summary and exit code in
+test_build_cli.py: three files, so `--dist loadfile` can run them on both workers."""
 
 from __future__ import annotations
 
 import collections
-import json
-import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import onnx
 import pytest
 from conftest import CALIB_DIR, EXAMPLES, REPO, VAL_DIR
-from helpers.cli import default_sigint
 
 from vitedge.backends.ort_attention import fuse_attention
 from vitedge.backends.ort_gemm_bias import fuse_gemm_bias
@@ -162,68 +156,6 @@ def test_user_profile_and_existing_output_refused(tmp_path, two_target_build):
     assert m.calibration["reused"] is True and result.passed is True
     with pytest.raises(UsageError, match="--force"):
         run_build(BuildRequest(model=DIGITS, targets=(str(profile),), calib=CALIB_DIR, out=out, cache=ReferenceCacheSettings(root=root / "cache")), log)
-
-
-def _cli(*args, **kw):
-    return subprocess.Popen([sys.executable, "-m", "vitedge", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=default_sigint, **kw)
-
-
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL])
-def test_interrupted_build_leaves_no_complete_looking_bundle(tmp_path, sig):
-    out = tmp_path / "bundle"
-    proc = _cli("build", DIGITS, "--target", "intel-cpu", "--calib", CALIB_DIR, "-o", out, "--cache-dir", tmp_path / "cache")
-    deadline = time.time() + 300
-    while time.time() < deadline and not any(p.name.endswith(".partial") for p in tmp_path.iterdir()):
-        time.sleep(0.05)
-    assert proc.poll() is None, proc.communicate()
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=300)  # generous: under a loaded CI machine the unwinding waits for the current runtime call
-    assert not out.exists()
-    leftovers = [p for p in tmp_path.iterdir() if p.name.endswith(".partial")]
-    if sig == signal.SIGINT:
-        assert proc.returncode == 130 and "interrupted" in err and leftovers == []
-    else:
-        # SIGKILL cannot be handled: the half-built folder stays (we waited for it before killing), hidden
-        # beside the bundle path and without a manifest, so nothing takes it for a bundle.
-        assert proc.returncode == -signal.SIGKILL and leftovers, (proc.returncode, list(tmp_path.iterdir()))
-        for p in leftovers:
-            assert p.name.startswith(f".{out.name}.") and not (p / "manifest.json").exists(), p
-
-
-def test_force_keeps_the_old_bundle_until_the_new_one_is_complete(tmp_path):
-    out = tmp_path / "bundle"
-    cache = tmp_path / "cache"
-    first = _cli("build", DIGITS, "--target", "onnx", "--calib", CALIB_DIR, "-o", out, "--cache-dir", cache, "--no-latency")
-    assert first.wait(timeout=600) in (0, 1)
-    before = verify_bundle(out).files
-    proc = _cli("build", DIGITS, "--target", "onnx", "--calib", CALIB_DIR, "-o", out, "--force", "--cache-dir", cache)
-    deadline = time.time() + 300
-    while time.time() < deadline and not any(p.name.endswith(".partial") for p in tmp_path.iterdir()):
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    assert verify_bundle(out).files == before
-
-
-def test_cli_build_summary_and_exit_code(tmp_path):
-    out = tmp_path / "b"
-    proc = _cli("build", DIGITS, "--target", "onnx", "--calib", CALIB_DIR, "--val", VAL_DIR, "-o", out, "--cache-dir",
-                tmp_path / "cache", "--no-latency", "--min-agreement", "0.5", "--max-top1-drop", "5")
-    stdout, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stderr
-    assert "vitedge build" in stdout and "PASS" in stdout and "onnx" in stdout
-    for stage in ("load", "export", "calibrate", "quantize", "build", "validate"):
-        assert f"{stage} done in" in stderr
-    # A build that must fail its gate: no ViT runs a batch in 1 microsecond at p99.
-    failing = _cli("build", DIGITS, "--target", "onnx", "--calib", CALIB_DIR, "-o", tmp_path / "c", "--cache-dir",
-                   tmp_path / "cache", "--max-p99-ms", "0.001", "-q")
-    _, err = failing.communicate(timeout=600)
-    assert failing.returncode == 1, err
-    assert "1 of 1 target(s) failed the parity gate" in err and "p99 latency" in err and "max_p99_ms" not in err
-    manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())  # the bundle is kept, marked failed
-    rows = {r["name"]: r for r in manifest["validation"]["gate"]}
-    assert manifest["validation"]["passed"] is False and rows["max_p99_ms"]["passed"] is False
 
 
 def test_openvino_float_regions_follow_the_profile_and_the_reference_stays_f32(two_target_build):

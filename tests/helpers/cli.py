@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import subprocess
+import sys
 
 import pytest
 
@@ -39,3 +41,10 @@ def default_sigint() -> None:
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def spawn_vitedge(*args, **kw) -> subprocess.Popen:
+    """``python -m vitedge ARGS`` as a child process (text pipes for stdout and stderr), with SIGINT at its default
+    (``default_sigint``) so a test can interrupt it as Ctrl-C would."""
+    return subprocess.Popen([sys.executable, "-m", "vitedge", *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, preexec_fn=default_sigint, **kw)

@@ -1,0 +1,33 @@
+"""`vitedge build` as a user types it on the bundled example: the summary, the stage lines and the exit code of a
+passing and of a failing build (split from test_build.py so `--dist loadfile` can run it on the other worker)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
+from helpers.cli import spawn_vitedge
+
+DIGITS = EXAMPLES / "digits_vit.pt"
+pytestmark = pytest.mark.skipif(not DIGITS.exists(), reason="bundled example not present")
+
+
+def test_cli_build_summary_and_exit_code(tmp_path):
+    out = tmp_path / "b"
+    proc = spawn_vitedge("build", DIGITS, "--target", "onnx", "--calib", CALIB_DIR, "--val", VAL_DIR, "-o", out, "--cache-dir",
+                         tmp_path / "cache", "--no-latency", "--min-agreement", "0.5", "--max-top1-drop", "5")
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr
+    assert "vitedge build" in stdout and "PASS" in stdout and "onnx" in stdout
+    for stage in ("load", "export", "calibrate", "quantize", "build", "validate"):
+        assert f"{stage} done in" in stderr
+    # A build that must fail its gate: no ViT runs a batch in 1 microsecond at p99.
+    failing = spawn_vitedge("build", DIGITS, "--target", "onnx", "--calib", CALIB_DIR, "-o", tmp_path / "c", "--cache-dir",
+                            tmp_path / "cache", "--max-p99-ms", "0.001", "-q")
+    _, err = failing.communicate(timeout=600)
+    assert failing.returncode == 1, err
+    assert "1 of 1 target(s) failed the parity gate" in err and "p99 latency" in err and "max_p99_ms" not in err
+    manifest = json.loads((tmp_path / "c" / "manifest.json").read_text())  # the bundle is kept, marked failed
+    rows = {r["name"]: r for r in manifest["validation"]["gate"]}
+    assert manifest["validation"]["passed"] is False and rows["max_p99_ms"]["passed"] is False
