@@ -274,20 +274,9 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
         accuracy = accuracy_of(ref, got, kind, thresholds, source.summary.path, info)
         probe_lookups: dict[str, Any] = {}
         if _probe_needed(accuracy, thresholds, runner, reference_path):
-            shifted = {}
-            for m, d in probe_shifts(pre.std).items():
-                out, found = reference_outputs(
-                    None, source, pre, batch=batch, settings=reference_cache, label=f"FP32 probe (mean moved by {m:+g})",
-                    key_of=lambda m=m: dict(key_parts(reference_path, source, pre, backend, options, threads, batch),
-                                            kind="fp32-probe", probe_mean_shift=m),
-                    compute=lambda m=m, d=d: probe_pass(runner("fp32", reference_path), backend.name, reference_path, source,
-                                                        d, m, batch),
-                    share=shared_fp32(backend, reference_path, pre, lambda: runner("fp32", reference_path), shift=(m, d)))
-                shifted[m], probe_lookups[f"{m:+g}"] = out.values, found.to_dict()
-                info(found.one_line(len(source)))
-            accuracy["fp32_preprocessing_probe"] = probe = preprocessing_probe(ref.values, shifted, ref.labels)
-            info(f"FP32 preprocessing probe (mean moved by +-{probe['shifts'][-1]['mean_shift']:g}): "
-                 + (probe_text(probe) if probe["suspect"] else "no shift makes FP32 more accurate"))
+            accuracy["fp32_preprocessing_probe"], probe_lookups = run_probe(
+                ref, lambda: runner("fp32", reference_path), backend, reference_path, source, pre, batch, reference_cache, info,
+                key_of=lambda: key_parts(reference_path, source, pre, backend, options, threads, batch))
         stats: dict[str, dict[str, LatencyStats]] = {"fp32": {}, "int8": {}}
         speedup = None
         if measure_speed:
@@ -299,6 +288,27 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
     if probe_lookups:
         data["probe_outputs"] = probe_lookups
     return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, data, thresholds)
+
+
+def run_probe(ref: Outputs, open_fp32: Callable[[], Runner], backend, reference_path: Path, source, pre, batch: int,
+              settings: ReferenceCacheSettings | None, info, *, key_of: Callable[[], dict[str, Any]]
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The FP32 preprocessing probe (``noise.preprocessing_probe``) and where each shift's outputs came from: each
+    shifted FP32 pass is a reference-cache lookup of its own (``key_of()`` plus the shift) and a shared one, so
+    a build of both CPU targets runs it once and a warm rebuild not at all (``reference_cache``)."""
+    shifted, lookups = {}, {}
+    for m, d in probe_shifts(pre.std).items():
+        out, found = reference_outputs(
+            None, source, pre, batch=batch, settings=settings, label=f"FP32 probe (mean moved by {m:+g})",
+            key_of=lambda m=m: dict(key_of(), kind="fp32-probe", probe_mean_shift=m),
+            compute=lambda m=m, d=d: probe_pass(open_fp32(), backend.name, reference_path, source, d, m, batch),
+            share=shared_fp32(backend, reference_path, pre, open_fp32, shift=(m, d)))
+        shifted[m], lookups[f"{m:+g}"] = out.values, found.to_dict()
+        info(found.one_line(len(source)))
+    probe = preprocessing_probe(ref.values, shifted, ref.labels)
+    info(f"FP32 preprocessing probe (mean moved by +-{probe['shifts'][-1]['mean_shift']:g}): "
+         + (probe_text(probe) if probe["suspect"] else "no shift makes FP32 more accurate"))
+    return probe, lookups
 
 
 def shared_fp32(backend, reference_path: Path, pre, open_fp32: Callable[[], Runner],
