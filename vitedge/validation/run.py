@@ -298,11 +298,19 @@ def run_probe(ref: Outputs, open_fp32: Callable[[], Runner], backend, reference_
     a build of both CPU targets runs it once and a warm rebuild not at all (``reference_cache``)."""
     shifted, lookups = {}, {}
     for m, d in probe_shifts(pre.std).items():
+        def open_shifted(d=d) -> ShiftedRunner:
+            return ShiftedRunner(open_fp32(), d)
+
+        def compute(m=m, open_shifted=open_shifted) -> Outputs:
+            outputs = collect_outputs(open_shifted(), source, pre, batch_size=batch)
+            passes.record(passes.InferencePass("probe", f"fp32{m:+g}", backend.name, graph_sha256(reference_path),
+                                               source.summary.data_hash, len(outputs.values), batch))
+            return outputs
+
         out, found = reference_outputs(
             None, source, pre, batch=batch, settings=settings, label=f"FP32 probe (mean moved by {m:+g})",
-            key_of=lambda m=m: dict(key_of(), kind="fp32-probe", probe_mean_shift=m),
-            compute=lambda m=m, d=d: probe_pass(open_fp32(), backend.name, reference_path, source, d, m, batch),
-            share=shared_fp32(backend, reference_path, pre, open_fp32, shift=(m, d)))
+            key_of=lambda m=m: dict(key_of(), kind="fp32-probe", probe_mean_shift=m), compute=compute,
+            share=shared_fp32(backend, reference_path, pre, open_shifted, variant={"probe_mean_shift": float(m)}))
         shifted[m], lookups[f"{m:+g}"] = out.values, found.to_dict()
         info(found.one_line(len(source)))
     probe = preprocessing_probe(ref.values, shifted, ref.labels)
@@ -311,11 +319,27 @@ def run_probe(ref: Outputs, open_fp32: Callable[[], Runner], backend, reference_
     return probe, lookups
 
 
+@dataclass
+class ShiftedRunner:
+    """A float-input FP32 runner whose every batch has ``delta`` added (``noise.probe_shifts``): the probe's
+    mean shift, for the passes of ``run_probe`` and the spot check of shared probe outputs alike."""
+
+    run: Runner
+    delta: np.ndarray
+
+    @property
+    def input_format(self) -> str | None:
+        return getattr(self.run, "input_format", None)  # float only: _probe_needed skips uint8-frame graphs
+
+    def infer(self, images: np.ndarray) -> np.ndarray:
+        return self.run.infer(images + self.delta)
+
+
 def shared_fp32(backend, reference_path: Path, pre, open_fp32: Callable[[], Runner],
-                shift: tuple[float, np.ndarray] | None = None) -> SharedFp32 | None:
+                variant: dict[str, float] | None = None) -> SharedFp32 | None:
     """How this runtime's FP32 side may take the outputs another runtime computed for the same FP32 ONNX graph
-    (``reference_cache.SharedFp32``); None when its reference cannot be tied to that graph's bytes. With
-    ``shift`` (mean shift, what it adds to a model-ready batch): the preprocessing probe's outputs."""
+    (``reference_cache.SharedFp32``); None when its reference cannot be tied to that graph's bytes. ``variant``:
+    what else the outputs depend on (the probe's mean shift, which ``open_fp32``'s runner then adds)."""
     source_sha256 = fp32_source_sha256(reference_path)
     if source_sha256 is None:
         return None
@@ -326,11 +350,8 @@ def shared_fp32(backend, reference_path: Path, pre, open_fp32: Callable[[], Runn
 
     def run_batch(images: np.ndarray) -> np.ndarray:
         fp32 = open_fp32()
-        if shift is not None:
-            return fp32.infer(images + shift[1])  # the probe runs float inputs only (_probe_needed)
         return fp32.infer(feed_for(fp32, images, pre))
 
-    variant = {"probe_mean_shift": float(shift[0])} if shift is not None else None
     return SharedFp32(source_sha256, backend.name, versions, run_batch, variant)
 
 
@@ -342,19 +363,6 @@ def _probe_needed(accuracy: dict[str, Any], t: Thresholds, runner, reference_pat
     if (accuracy.get("top1_agreement") or 1.0) >= t.min_agreement:
         return False
     return getattr(runner("fp32", reference_path), "input_format", None) != UINT8_NHWC_RGB
-
-
-def probe_pass(run, runtime: str, reference_path: Path, source, delta: np.ndarray, mean_shift: float, batch: int) -> Outputs:
-    """FP32 outputs (and labels) of the validation data with ``delta`` added to every model-ready batch: one pass
-    of the preprocessing probe, recorded in the census as stage "probe", side "fp32-0.25" / "fp32+0.25"."""
-    outs, labels = [], []
-    for b in source.batches(batch):
-        outs.append(np.asarray(run.infer(b.images + delta), dtype=np.float32))
-        labels.append(b.labels)
-    values = np.concatenate(outs)
-    passes.record(passes.InferencePass("probe", f"fp32{mean_shift:+g}", runtime, graph_sha256(reference_path),
-                                       source.summary.data_hash, len(values), batch))
-    return Outputs(values, np.concatenate(labels) if labels and all(x is not None for x in labels) else None)
 
 
 def accuracy_of(ref, got, kind: str, thresholds: Thresholds, data_path: str, info) -> dict[str, Any]:
