@@ -1,6 +1,6 @@
 """Issue 28 item 3: method select's first look, checked on ViTs other people trained.
 
-Every candidate of method ``select`` is scored on the first ``SELECT_FIRST_LOOK`` (16) calibration
+Every candidate of method ``select`` is scored on the first ``SELECT_FIRST_LOOK`` (8 since 2026-11-26, 16 before) calibration
 images; only entropy (the first candidate) and the candidates ``SELECT_CONTEND_RATIO`` (3) times closer
 to FP32 there go on to all 64 (vitedge/quantize/select.py). This script scores EVERY candidate on all 64
 images (the first look switched off in-process), keeps the per-image errors, and replays both rules on

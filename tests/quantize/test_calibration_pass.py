@@ -80,14 +80,17 @@ def test_default_settings_run_the_graph_once_per_batch(tmp_path):
     assert gptq.forward_passes == 6  # GPTQ needs the data again, with the final thresholds
     # the default, method select: the same one pass for the statistics (every candidate's bias correction
     # from it too, and the FP32 output on the (at most 64) first images), then the 5 candidates' full
-    # INT8 graphs on the first look's 2 batches of those images, kept from the pass, and the first candidate
-    # and any contender on the third (candidates with the same thresholds are one graph, run once: on this
+    # INT8 graphs on the first look's batches of those images, kept from the pass, and the first candidate
+    # and any contender on the others (candidates with the same thresholds are one graph, run once: on this
     # small random ViT two of them coincide)
+    from vitedge.quantize.select import SELECT_FIRST_LOOK
+
     chosen = calibrate(path, src, QuantConfig(), cache_dir=tmp_path / "select")
     graphs = {tuple(sorted(v.thresholds.items())) for v in chosen.variants.values()}
     went_on = {tuple(sorted(chosen.variants[s.name].thresholds.items())) for s in chosen.selection.scores if s.samples == 24}
-    assert chosen.forward_passes == 3 + 2 * len(graphs) + len(went_on)
-    assert chosen.selection.samples == (24 if went_on else 16)
+    look = SELECT_FIRST_LOOK // 8
+    assert chosen.forward_passes == 3 + look * len(graphs) + (3 - look) * len(went_on)
+    assert chosen.selection.samples == (24 if went_on else SELECT_FIRST_LOOK)
     for a in chosen.variants.values():
         for b in chosen.variants.values():
             if a.thresholds == b.thresholds:

@@ -45,7 +45,7 @@ def test_select_scores_every_candidate_and_records_its_choice(digits):
     assert sel.metric == "softmax_kl" and sel.available == CALIB_ITEMS and {s.name for s in sel.scores} == set(cal.variants)
     # on the trained digits ViT no candidate is 3x closer than entropy on the first look: the choice is made there
     assert sel.samples == SELECT_FIRST_LOOK and all(s.samples == SELECT_FIRST_LOOK for s in sel.scores)
-    assert sel.runs == 2 * len({tuple(sorted(v.thresholds.items())) for v in cal.variants.values()})
+    assert sel.runs == SELECT_FIRST_LOOK // 8 * len({tuple(sorted(v.thresholds.items())) for v in cal.variants.values()})  # batches of 8
     assert f"so none scored on all {CALIB_ITEMS}" in sel.one_line()
     assert [s.error for s in sel.scores] == sorted(s.error for s in sel.scores)  # best first
     best, entropy = sel.scores[0], sel.score("entropy")
@@ -79,7 +79,7 @@ def test_a_collapsing_candidate_is_never_chosen(digits):
 
 def test_a_candidate_far_from_fp32_on_the_first_look_stops_there(digits):
     """Two candidates collapsed: entropy (the first) and p99.99. p99.99 is not 3x closer than entropy on
-    the first 16 images, so it is not run on the other 16; the others are, and one of them is chosen."""
+    the first look's images, so it is not run on the rest; the others are, and one of them is chosen."""
     from vitedge.onnxutil import graph_inputs
     from vitedge.quantize.select import SELECT_CONTEND_RATIO, SELECT_FIRST_LOOK, choose
 
@@ -91,9 +91,10 @@ def test_a_candidate_far_from_fp32_on_the_first_look_stops_there(digits):
     assert p99_99.error * SELECT_CONTEND_RATIO > entropy.error * 0.5  # far from FP32 like entropy (its scores differ in images)
     assert sel.chosen not in ("entropy", "p99.99") and sel.score(sel.chosen).samples == CALIB_ITEMS
     assert sel.scores[-1].name == "p99.99"  # ranked after every candidate scored on all the images
-    assert "p99.99 not 3x closer on the first 16 images, stopped there" in sel.one_line()
-    # the FP32 reference on the 4 batches, 5 graphs on the first look's 2 batches, entropy + 3 contenders on the other 2
-    assert sel.runs == 4 + 5 * 2 + 4 * 2
+    assert f"p99.99 not 3x closer on the first {SELECT_FIRST_LOOK} images, stopped there" in sel.one_line()
+    # the FP32 reference on the 4 batches, 5 graphs on the first look's batches, entropy + 3 contenders on the others
+    look = SELECT_FIRST_LOOK // 8
+    assert sel.runs == 4 + 5 * look + 4 * (4 - look)
 
 
 def test_budget_tries_calibrations_before_float_layers(digits):

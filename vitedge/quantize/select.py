@@ -43,8 +43,9 @@ SELECT_MIN_T = 2.0  # paired t of the per-image log distances a candidate must b
 SELECT_MIN_RATIO = 10.0  # ... and how many times closer to FP32 than the first one it must be
 # Every candidate is scored on the first SELECT_FIRST_LOOK images; only the first one and those at least
 # SELECT_CONTEND_RATIO times closer to FP32 there go on to all of them (docs/quantization.md: on the corpus
-# and the digits ViTs every collapse was 188x or more on the first 16 images, every kept model under 2.7x).
-SELECT_FIRST_LOOK = 16
+# and the digits ViTs every collapse was 150x or more closer on the first 8 images, 188x on 16; of the kept
+# models one was 3.3x on 8, a contender that costs time, not the choice). 8, one batch: issue 28 item 3.
+SELECT_FIRST_LOOK = 8
 SELECT_CONTEND_RATIO = 3.0
 
 
