@@ -14,7 +14,7 @@ GEMM faster, one GEMM at a time, at the shapes of a ViT linear layer (197 rows p
   the reduction), float activations (``accuracy_level`` 0) or activations quantized to int8 per block inside
   the kernel (``accuracy_level`` 4), ONNX Runtime's weight-only path for language models.
 
-Each graph is one node on a (1, M, K) input; rounds interleaved (benchmarks/timing.py), 2 intra-op threads.
+Each graph is one node on a (1, M, K) input; rounds interleaved (benchmarks/timing.py), 2 intra-op threads, spinning off.
 The relative error column is max |y - y_fp32| / max |y_fp32| on Gaussian data: a sanity check that the
 graph computes the same product, not an accuracy figure. Run from the repository root::
 
@@ -88,9 +88,9 @@ def nbits_gemm(w: np.ndarray, bits: int, block: int, accuracy_level: int, rows: 
 
 def measure(k: int, n: int, rows: int, rounds: int) -> list[tuple[str, float, float]]:
     """(graph, median ms, relative error) per graph, fp32 first."""
-    import onnxruntime as ort
-
     from timing import interleaved_rounds
+
+    from vitedge.onnxutil import SessionSettings, ort_session
 
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((k, n)) * 0.05).astype(np.float32)
@@ -100,12 +100,13 @@ def measure(k: int, n: int, rows: int, rounds: int) -> list[tuple[str, float, fl
         for block in (32, 128):
             for level in (0, 4):
                 graphs[f"nbits{bits}_b{block}_acc{level}"] = nbits_gemm(w, bits, block, level, rows)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 2
+    # 2 intra-op threads that sleep when idle: the rounds run every graph in turn, and one graph's spinning
+    # workers would slow the next one (vitedge.onnxutil.SessionSettings.spinning)
+    settings = SessionSettings(threads=2, spinning=False)
     sessions = {}
     for name, model in graphs.items():
         try:
-            sessions[name] = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            sessions[name] = ort_session(model, settings)
         except Exception as err:  # a kernel this ONNX Runtime lacks: reported, not fatal
             print(f"<!-- {name}: {str(err).splitlines()[0][:160]} -->")
     times, _ = interleaved_rounds({name: (lambda s=s: s.run(None, {"x": x})) for name, s in sessions.items()}, rounds, timed=10)
@@ -129,7 +130,7 @@ def main() -> None:
     cpu = read_cpu()
     print(f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `python benchmarks/gemm_kernels.py --rows {args.rows} "
           f"--rounds {args.rounds}` on {cpu.model or platform.processor()} (ISA {cpu.isa}), {os.cpu_count()} cores, ONNX Runtime "
-          f"{ort.__version__}, 2 intra-op threads; load average {os.getloadavg()[0]:.2f} at the start.\n")
+          f"{ort.__version__}, 2 intra-op threads, spinning off; load average {os.getloadavg()[0]:.2f} at the start.\n")
     for k, n in SHAPES:
         rows = measure(k, n, args.rows, args.rounds)
         fp32 = rows[0][1]
