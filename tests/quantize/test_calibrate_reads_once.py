@@ -45,7 +45,7 @@ def test_the_data_is_read_once_and_select_scores_what_the_pass_kept(tmp_path):
     assert cal.selection is not None and cal.selection.available == SELECT_SAMPLES and not cal.selection.reused
     assert cal.refinement is not None and cal.refinement.biases  # bias correction from the same pass
     # the pass is 9 batches of 8; the candidates' graphs run on the first look's batches, once per distinct graph,
-    # and only the contenders on the other 6 of the 64 images select keeps
+    # and only the contenders on the other batches of the 64 images select keeps
     assert cal.forward_passes == 9 + cal.selection.runs and cal.selection.runs >= 2
 
     # everything cached: nothing read
