@@ -25,7 +25,7 @@ import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterable, Iterator
 
 import numpy as np
 
@@ -128,6 +128,16 @@ class Runner(ABC):
         pass
 
     def infer(self, batch: np.ndarray) -> np.ndarray:
+        return self._infer_impl(self._checked(batch))
+
+    def infer_all(self, batches: Iterable[np.ndarray]) -> Iterator[np.ndarray]:
+        """The outputs of every batch, in order: one pass over a data set (validation's, the probe's).
+        The same outputs as ``infer`` on each batch; a runtime that can keep several batches in flight
+        (``OpenVinoRunner``) overrides it. Latency measurement keeps using ``infer``."""
+        for batch in batches:
+            yield self.infer(batch)
+
+    def _checked(self, batch: np.ndarray) -> np.ndarray:
         expected_dtype = np.uint8 if self.input_format == UINT8_NHWC_RGB else np.float32
         if batch.dtype != expected_dtype:
             raise UsageError(f"{self.backend_name} runner expects {np.dtype(expected_dtype).name} input ({self.input_format}), got {batch.dtype}")
@@ -138,7 +148,7 @@ class Runner(ABC):
             channels = batch.shape[3] if self.input_format == UINT8_NHWC_RGB else batch.shape[1]
             if tuple(hw) != tuple(self.input_hw) or channels != self.input_channels:
                 raise UsageError(f"{self.backend_name} runner expects {self.input_hw[0]}x{self.input_hw[1]}x{self.input_channels} inputs ({self.input_format}), got shape {batch.shape}")
-        return self._infer_impl(np.ascontiguousarray(batch))
+        return np.ascontiguousarray(batch)
 
     @abstractmethod
     def _infer_impl(self, batch: np.ndarray) -> np.ndarray: ...

@@ -30,14 +30,23 @@ class Outputs:
 
 
 def collect_outputs(runner, source, pre, *, batch_size: int = EVAL_BATCH) -> Outputs:
-    outs, labels = [], []
+    """The runner's outputs on every item of ``source`` (and their labels), in order: one pass, through
+    ``Runner.infer_all`` (several batches in flight where the runtime can); a runner without it batch by batch."""
+    labels: list[np.ndarray] = []
     has_labels = True
-    for batch in source.batches(batch_size):
-        outs.append(np.asarray(runner.infer(feed_for(runner, batch.images, pre)), dtype=np.float32))
-        if batch.labels is None:
-            has_labels = False
-        else:
-            labels.append(batch.labels)
+
+    def feeds():
+        nonlocal has_labels
+        for batch in source.batches(batch_size):
+            if batch.labels is None:
+                has_labels = False
+            else:
+                labels.append(batch.labels)
+            yield feed_for(runner, batch.images, pre)
+
+    infer_all = getattr(runner, "infer_all", None)
+    results = infer_all(feeds()) if infer_all is not None else (runner.infer(f) for f in feeds())
+    outs = [np.asarray(o, dtype=np.float32) for o in results]
     return Outputs(np.concatenate(outs), np.concatenate(labels) if has_labels and labels else None)
 
 

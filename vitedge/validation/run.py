@@ -334,6 +334,9 @@ class ShiftedRunner:
     def infer(self, images: np.ndarray) -> np.ndarray:
         return self.run.infer(images + self.delta)
 
+    def infer_all(self, batches):
+        return self.run.infer_all(b + self.delta for b in batches)
+
 
 def shared_fp32(backend, reference_path: Path, pre, open_fp32: Callable[[], Runner],
                 variant: dict[str, float] | None = None) -> SharedFp32 | None:
