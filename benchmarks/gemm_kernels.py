@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -121,15 +120,14 @@ def measure(k: int, n: int, rows: int, rounds: int) -> list[tuple[str, float, fl
 def main() -> None:
     import onnxruntime as ort
 
-    from vitedge.cpu import read_cpu
+    from timing import machine_line
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=197, help="rows of the activation (197: one 224x224 image, /16 patches)")
     ap.add_argument("--rounds", type=int, default=7)
     args = ap.parse_args()
-    cpu = read_cpu()
     print(f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} by `python benchmarks/gemm_kernels.py --rows {args.rows} "
-          f"--rounds {args.rounds}` on {cpu.model or platform.processor()} (ISA {cpu.isa}), {os.cpu_count()} cores, ONNX Runtime "
+          f"--rounds {args.rounds}` on {machine_line()}, ONNX Runtime "
           f"{ort.__version__}, 2 intra-op threads, spinning off; load average {os.getloadavg()[0]:.2f} at the start.\n")
     for k, n in SHAPES:
         rows = measure(k, n, args.rows, args.rounds)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -53,12 +52,12 @@ def main() -> None:
 
     import openvino as ov
 
-    from vitedge.backends.openvino import PASS_STREAMS, OpenVinoOptions, OpenVinoRunner
-    from vitedge.cpu import read_cpu
+    from timing import machine_line
 
-    cpu = read_cpu()
+    from vitedge.backends.openvino import PASS_STREAMS, OpenVinoOptions, OpenVinoRunner
+
     print(f"`python benchmarks/pass_streams.py --bundle {args.bundle} --images {args.images} --batch {args.batch} "
-          f"--rounds {args.rounds}` on {cpu.model or platform.processor()} (ISA {cpu.isa}), {os.cpu_count()} cores, "
+          f"--rounds {args.rounds}` on {machine_line()}, "
           f"OpenVINO {ov.__version__}, {PASS_STREAMS} streams in flight; load average {os.getloadavg()[0]:.2f} at the start.\n")
     print("| graph | round | one batch at a time s | infer_all s | ratio | outputs identical |")
     print("|---|---:|---:|---:|---:|---|")

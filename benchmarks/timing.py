@@ -8,6 +8,8 @@ times are returned too, so the effect they absorb stays visible.
 
 from __future__ import annotations
 
+import os
+import platform
 import time
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -15,6 +17,14 @@ from typing import Any
 import numpy as np
 
 TIMED_PER_ROUND = 3
+
+
+def machine_line() -> str:
+    """The CPU a figure was measured on, for a results header: model, ISA, cores."""
+    from vitedge.cpu import read_cpu
+
+    cpu = read_cpu()
+    return f"{cpu.model or platform.processor()} (ISA {cpu.isa}), {os.cpu_count()} cores"
 
 
 def interleaved_rounds(runs: dict[Hashable, Callable[[], Any]], rounds: int, *, timed: int = TIMED_PER_ROUND,
