@@ -31,7 +31,7 @@ class Outputs:
 
 def collect_outputs(runner, source, pre, *, batch_size: int = EVAL_BATCH) -> Outputs:
     """The runner's outputs on every item of ``source`` (and their labels), in order: one pass, through
-    ``Runner.infer_all`` (several batches in flight where the runtime can); a runner without it batch by batch."""
+    ``Runner.infer_all`` (several batches in flight where the runtime can)."""
     labels: list[np.ndarray] = []
     has_labels = True
 
@@ -44,9 +44,7 @@ def collect_outputs(runner, source, pre, *, batch_size: int = EVAL_BATCH) -> Out
                 labels.append(batch.labels)
             yield feed_for(runner, batch.images, pre)
 
-    infer_all = getattr(runner, "infer_all", None)
-    results = infer_all(feeds()) if infer_all is not None else (runner.infer(f) for f in feeds())
-    outs = [np.asarray(o, dtype=np.float32) for o in results]
+    outs = [np.asarray(o, dtype=np.float32) for o in runner.infer_all(feeds())]
     return Outputs(np.concatenate(outs), np.concatenate(labels) if has_labels and labels else None)
 
 
