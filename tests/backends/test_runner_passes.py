@@ -1,7 +1,11 @@
 """Runner.infer_all, the pass validation and the FP32 probe run over a data set: the same outputs as infer on
 each batch, in order, on both CPU runtimes and both input formats; OpenVINO keeps PASS_STREAMS batches in
 flight. A bad batch mid-pass is the same one-line error as for infer, and the runner still infers after a
-pass, after an early stop and after an error."""
+pass, after an early stop and after an error.
+
+"The same" is the reference cache's own bar for outputs run again (verify_sample: 1e-4 of the output scale):
+the outputs were bit-identical on the AVX2 EPYC, and another CPU's kernels may split the work by thread
+count differently. The batches are random, so outputs out of order fail it by far."""
 
 from __future__ import annotations
 
@@ -22,6 +26,10 @@ def _runner(bundle, threads: int = 2):
     return backend.open_runner(bundle / manifest.artifacts["model"], options, threads=threads)
 
 
+def _same(got: np.ndarray, want: np.ndarray) -> bool:
+    return got.shape == want.shape and float(np.max(np.abs(got - want))) <= 1e-4 * max(float(np.max(np.abs(want))), 1.0)
+
+
 def _batches(runner, sizes: tuple[int, ...]) -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     h, w = runner.input_hw
@@ -39,16 +47,15 @@ def test_a_pass_gives_what_infer_gives_batch_by_batch_in_order(runtime_bundles, 
         in_pass = list(runner.infer_all(iter(batches)))
         after = runner.infer(batches[2])
     assert [o.shape for o in in_pass] == [o.shape for o in one_by_one]
-    for got, want in zip(in_pass, one_by_one):
-        assert np.array_equal(got, want)
-    assert np.array_equal(after, one_by_one[2])
+    assert all(_same(got, want) for got, want in zip(in_pass, one_by_one))
+    assert _same(after, one_by_one[2])
 
 
 @pytest.mark.parametrize("target", TARGETS)
 def test_one_thread_runs_the_pass_one_batch_at_a_time_with_the_same_outputs(runtime_bundles, target):
     with _runner(runtime_bundles["plain"][target], threads=1) as runner:
         batches = _batches(runner, (8, 5))
-        assert all(np.array_equal(a, runner.infer(b)) for a, b in zip(runner.infer_all(batches), batches))
+        assert all(_same(a, runner.infer(b)) for a, b in zip(runner.infer_all(batches), batches))
 
 
 @pytest.mark.parametrize("target", TARGETS)
@@ -60,8 +67,8 @@ def test_a_bad_batch_mid_pass_raises_the_same_error_as_infer_and_the_runner_goes
         with pytest.raises(UsageError, match="runner expects"):
             for out in runner.infer_all(iter([good[0], good[1], bad, good[0]])):
                 seen.append(out)
-        assert len(seen) <= 2 and all(np.array_equal(a, runner.infer(b)) for a, b in zip(seen, good))
+        assert len(seen) <= 2 and all(_same(a, runner.infer(b)) for a, b in zip(seen, good))
         passes = runner.infer_all(iter(good * 3))
         first = next(passes)  # a caller that stops early
         passes.close()
-        assert np.array_equal(first, runner.infer(good[0]))
+        assert _same(first, runner.infer(good[0]))
