@@ -12,6 +12,7 @@ import dataclasses
 import numpy as np
 import pytest
 
+from vitedge.budget.evaluate import certain_miss
 from vitedge.profiles import Thresholds
 from vitedge.validation.accuracy import compare_logits
 from vitedge.validation.noise import (
@@ -182,6 +183,52 @@ def test_budget_early_stop_never_changes_a_verdict():
             stop = certain_agreement_miss(ref, got[:n], GATE.min_agreement, GATE.near_tie_margin)
             if stop is not None:
                 assert not rows["min_agreement"].passed, (trial, n, stop)
+
+
+def test_labels_fp32_is_at_chance_on_excuse_nothing():
+    """Class folders that do not map to the model's classes (or a model at chance): the labels' paired test
+    sees no loss because neither graph is ever right, so it must not excuse flips. FP32's margins decide,
+    as without labels: near-tie flips still pass, decisive ones fail."""
+    ref, right, tie = _logits(1000, 0.3)
+    wrong = (right + 1 + np.random.default_rng(5).integers(0, 9, size=1000)) % 10  # never the right class
+    near = _flip(ref, tie & (np.cumsum(tie) <= 30))
+    sure = _flip(ref, ~tie & (np.cumsum(~tie) <= 30))
+    acc, rows = _gate(ref, sure, wrong)
+    assert acc["fp32_at_chance"] and acc["top1_drop_ci_points"][0] <= GATE.max_top1_drop  # the labels show no loss
+    detail = rows["min_agreement"].detail
+    assert not rows["min_agreement"].passed and "\n" not in detail and "at chance" in detail and "real loss" in detail
+    assert _gate(ref, sure, right)[0]["fp32_at_chance"] is False
+    acc, rows = _gate(ref, near, wrong)
+    assert rows["min_agreement"].passed and "near-ties" in rows["min_agreement"].detail and "at chance" in rows["min_agreement"].detail
+    hesitant = np.random.default_rng(6).normal(0.0, 0.01, size=(300, 1000)).astype(np.float32)  # random weights
+    got = hesitant + np.random.default_rng(7).normal(0.0, 0.01, size=hesitant.shape).astype(np.float32)
+    acc, rows = _gate(hesitant, got, np.zeros(300, dtype=np.int64))
+    assert acc["fp32_at_chance"] and acc["decisive_samples"] == 0 and acc["top1_drop_ci_points"] is not None
+    assert not rows["min_agreement"].passed and "too few" in rows["min_agreement"].detail
+
+
+def test_budget_early_stop_with_labels_never_changes_a_verdict():
+    """certain_miss (the budget's early stop) stops a labelled candidate only when the full run fails an
+    accuracy row. Agreement under the limit alone does not: the labels' paired test may still excuse it,
+    unless FP32 is at chance on them."""
+    rng = np.random.default_rng(11)
+    stops = {"right": 0, "chance": 0}
+    excused = 0
+    for trial in range(40):
+        ref, right, tie = _logits(300, rng.uniform(0.1, 0.9), seed=trial)
+        wrong = (right + 1 + rng.integers(0, 9, size=300)) % 10
+        got = _flip(ref, rng.random(300) < rng.uniform(0.0, 0.06))
+        for name, labels in (("right", right), ("chance", wrong)):
+            _, rows = _gate(ref, got, labels)
+            failed = not (rows["min_agreement"].passed and rows["max_top1_drop"].passed)
+            for n in (50, 150, 299):
+                stop = certain_miss(ref, got[:n], labels, GATE)
+                if stop is not None:
+                    stops[name] += 1
+                    assert failed, (trial, name, n, stop)
+                elif not failed and certain_agreement_miss(ref, got[:n], GATE.min_agreement, GATE.near_tie_margin):
+                    excused += 1  # agreement alone would have stopped a candidate the labels pass
+    assert stops["chance"] > 0 and excused > 0, (stops, excused)
 
 
 def test_a_wrong_mean_is_refused_by_the_fp32_preprocessing_probe():

@@ -41,6 +41,7 @@ from vitedge.validation.reference_cache import (
     verify_sample,
 )
 from vitedge.validation.run import evaluate_gate
+from vitedge.validation.sanity import fp32_at_chance
 
 if TYPE_CHECKING:
     from onnx import ModelProto
@@ -267,29 +268,8 @@ class Evaluator:
         return labels
 
     def _certain_miss(self, got: np.ndarray, ref: np.ndarray | None = None) -> str | None:
-        """Why this candidate already misses the budget whatever the remaining items give, or None.
-
-        Exact bounds, so stopping early never changes a verdict: top-1 disagreements with FP32
-        only grow, and each remaining item can win back at most one correct prediction."""
-        full_ref = self.ref if ref is None else ref
-        total, n = len(full_ref), len(got)
-        if n >= total:
-            return None
-        ref = full_ref[:n].argmax(1)
-        pred = got.argmax(1)
-        t = self.thresholds
-        miss = certain_agreement_miss(full_ref, got, t.min_agreement, t.near_tie_margin)
-        if miss is not None:
-            return miss
-        labels = self._usable_labels()
-        if labels is not None and t.drop_confidence == 0:  # the interval of a partial run bounds nothing exactly
-            y = labels[:n]
-            net = int(np.sum((ref == y) & (pred != y)) - np.sum((ref != y) & (pred == y)))
-            allowed_lost = math.floor(t.max_top1_drop / 100.0 * total + 1e-9)
-            if net - (total - n) > allowed_lost:
-                return (f"stopped after {n} of {total} items: {net} correct predictions lost, more than the {total - n} "
-                        f"remaining items could win back within a {t.max_top1_drop:g}-point drop")
-        return None
+        """Why this candidate already misses the budget whatever the remaining items give, or None (``certain_miss``)."""
+        return certain_miss(self.ref if ref is None else ref, got, self._usable_labels(), self.thresholds)
 
     def accuracy(self, model: str | Path | ModelProto, *, early_stop: bool = True) -> dict[str, Any]:
         """Accuracy of ``model`` vs FP32. With ``early_stop`` (classifiers), the run stops as soon as the
@@ -399,3 +379,37 @@ def _runtimes_here(profiles: list[TargetProfile], backends: dict[str, Any]) -> l
         name = p.backend if all(q.backend != p.backend or q is p for q in profiles) else f"{p.backend} ({p.name})"
         out.append((name, backend, p))
     return out
+
+
+def certain_miss(full_ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None, t: Thresholds) -> str | None:
+    """Why a candidate whose first ``len(got)`` outputs are ``got`` already misses the gate's accuracy rows
+    whatever the remaining items give, or None. ``full_ref``: FP32's outputs on every item; ``labels``: every
+    item's label, or None.
+
+    Exact bounds, so stopping early never changes a verdict: top-1 disagreements with FP32 only grow, and each
+    remaining item can win back at most one correct prediction. Where the labels may excuse agreement under
+    its limit (the paired test of the drop, docs/gate.md), a partial run bounds nothing exactly, so agreement
+    alone never stops it; labels FP32 itself is at chance on excuse nothing, so there it does."""
+    total, n = len(full_ref), len(got)
+    if n >= total:
+        return None
+    if not _labels_may_excuse(full_ref, labels, t):
+        miss = certain_agreement_miss(full_ref, got, t.min_agreement, t.near_tie_margin)
+        if miss is not None:
+            return miss
+    if labels is not None and t.drop_confidence == 0:  # the interval of a partial run bounds nothing exactly
+        ref, pred, y = full_ref[:n].argmax(1), got.argmax(1), labels[:n]
+        net = int(np.sum((ref == y) & (pred != y)) - np.sum((ref != y) & (pred == y)))
+        allowed_lost = math.floor(t.max_top1_drop / 100.0 * total + 1e-9)
+        if net - (total - n) > allowed_lost:
+            return (f"stopped after {n} of {total} items: {net} correct predictions lost, more than the {total - n} "
+                    f"remaining items could win back within a {t.max_top1_drop:g}-point drop")
+    return None
+
+
+def _labels_may_excuse(full_ref: np.ndarray, labels: np.ndarray | None, t: Thresholds) -> bool:
+    """Whether the full run's agreement row may pass on the labels' paired test (``evaluate_gate``'s labelled excuse)."""
+    if labels is None or t.drop_confidence <= 0 or t.near_tie_margin <= 0 or len(labels) != len(full_ref):
+        return False
+    top1 = float(np.mean(full_ref.argmax(1) == labels))
+    return not fp32_at_chance(top1, int(full_ref.shape[1]), len(full_ref))

@@ -9,6 +9,7 @@ import numpy as np
 from vitedge.profiles import DEFAULT_DROP_CONFIDENCE, DEFAULT_NEAR_TIE_MARGIN
 from vitedge.validation.inputs import feed_for
 from vitedge.validation.noise import near_ties, paired_drop
+from vitedge.validation.sanity import fp32_at_chance
 
 EVAL_BATCH = 32  # the most inputs per inference call while collecting outputs
 
@@ -64,12 +65,14 @@ def compare_logits(ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None, 
                    near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN, drop_confidence: float = DEFAULT_DROP_CONFIDENCE) -> dict:
     """Classifier parity: top-1/top-5 (with labels), agreement, cosine, logit error, KL; and the
     near-tie statistics the gate reads (vitedge.validation.noise): agreement where FP32 is decisive,
-    the expected drop under FP32's probabilities, and with labels the drop's exact paired interval."""
+    the expected drop under FP32's probabilities, and with labels the drop's exact paired interval and whether
+    FP32 itself is at chance on them (``fp32_at_chance``: then the labels cannot excuse flips)."""
     out: dict = {"samples": int(ref.shape[0])}
     if labels is not None:
         out["fp32_top1"] = topk_accuracy(ref, labels, 1)
         out["int8_top1"] = topk_accuracy(got, labels, 1)
         out["top1_drop_points"] = 100.0 * (out["fp32_top1"] - out["int8_top1"])
+        out["fp32_at_chance"] = fp32_at_chance(out["fp32_top1"], int(ref.shape[1]), int(ref.shape[0]))
         out["fp32_top5"] = topk_accuracy(ref, labels, 5)
         out["int8_top5"] = topk_accuracy(got, labels, 5)
         if drop_confidence > 0:

@@ -139,8 +139,11 @@ def _agreement_row(accuracy: dict[str, Any], t: Thresholds, *, drop_failed: bool
     ok = short <= 1e-12
     detail = f"{what} {100 * agree:.2f}% (limit {100 * t.min_agreement:.2f}%)"
     decisive = accuracy.get("decisive_agreement")
-    # with labels, the paired test of the drop is the evidence; without, FP32's margins are
-    labelled = accuracy.get("top1_drop_points") is not None and bool(accuracy.get("top1_drop_ci_points")) and t.drop_confidence > 0
+    # with labels, the paired test of the drop is the evidence; without, FP32's margins are. Labels FP32 itself
+    # is at chance on show nothing (neither graph gets the images right): FP32's margins decide there too
+    at_chance = bool(accuracy.get("fp32_at_chance"))
+    labelled = (accuracy.get("top1_drop_points") is not None and bool(accuracy.get("top1_drop_ci_points"))
+                and t.drop_confidence > 0 and not at_chance)
     probe = accuracy.get("fp32_preprocessing_probe") or {}
     if not ok and t.near_tie_margin > 0 and probe.get("suspect"):  # flips on inputs FP32 was not trained for
         detail += f", short by {100 * short:.3f} points; not excused as near-ties: {probe_text(probe)}"
@@ -151,10 +154,14 @@ def _agreement_row(accuracy: dict[str, Any], t: Thresholds, *, drop_failed: bool
             detail += f"; {_decisive_text(accuracy)}"
     elif not ok and t.near_tie_margin > 0 and not labelled and agreement_is_near_tie_noise(accuracy, t.min_agreement):
         ok = True
-        detail += f": the flips beyond it are near-ties, {_decisive_text(accuracy)}"
+        detail += f": the flips beyond it are near-ties, {_decisive_text(accuracy)}" + (AT_CHANCE_TEXT if at_chance else "")
     elif not ok:
-        detail += f", short by {100 * short:.3f} points" + _real_loss_text(accuracy, t, labelled)
+        detail += f", short by {100 * short:.3f} points" + (AT_CHANCE_TEXT if at_chance and t.near_tie_margin > 0 else "")
+        detail += _real_loss_text(accuracy, t, labelled)
     return GateRow("min_agreement", agree, t.min_agreement, ok, detail, PASS if ok else FAIL, "fraction", short)
+
+
+AT_CHANCE_TEXT = "; FP32 itself is at chance on the labels, so they cannot excuse flips: FP32's margins decide"
 
 
 def _real_loss_text(accuracy: dict[str, Any], t: Thresholds, labelled: bool) -> str:
@@ -163,9 +170,9 @@ def _real_loss_text(accuracy: dict[str, Any], t: Thresholds, labelled: bool) -> 
         return ""
     if labelled:
         return f"; the labelled top-1 drop is a real loss ({_ci_text(accuracy)})"
-    if accuracy.get("decisive_agreement") is None:
+    if "decisive_samples" not in accuracy:
         return ""
-    if accuracy.get("decisive_samples", 0) < MIN_DECISIVE:
+    if accuracy["decisive_samples"] < MIN_DECISIVE:
         return (f"; FP32 is decisive on only {accuracy['decisive_samples']} images (fewer than {MIN_DECISIVE}): "
                 "too few to tell near-tie flips from loss")
     return f"; {_decisive_text(accuracy)}: a real loss"

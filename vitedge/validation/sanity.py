@@ -13,13 +13,18 @@ def chance_level(classes: int, items: int) -> float:
     return max(2.0 * p, p + 3.0 * math.sqrt(p * (1.0 - p) / max(items, 1)))
 
 
+def fp32_at_chance(top1: float | None, classes: int, items: int) -> bool:
+    """Whether FP32's labelled top-1 is no better than guessing (``chance_level``): then the labels cannot show
+    what INT8 loses, since neither graph gets the images right (docs/gate.md)."""
+    if top1 is None or classes < 2 or items < 1:
+        return False
+    return top1 <= chance_level(classes, items)
+
+
 def fp32_warnings(accuracy: dict[str, Any], classes: int, items: int) -> list[str]:
     """Warnings about the FP32 reference on labelled data (empty when it looks like a trained model)."""
     top1 = accuracy.get("fp32_top1")
-    if top1 is None or classes < 2 or items < 1:
-        return []
-    limit = chance_level(classes, items)
-    if top1 > limit:
+    if not fp32_at_chance(top1, classes, items):
         return []
     return [f"FP32 itself is at chance: top-1 {100 * top1:.1f}% on {items} labelled inputs of {classes} classes "
             f"(chance {100 / classes:.1f}%), so the INT8 gate proves nothing; check the preprocessing (--mean/--std), "
