@@ -7,8 +7,10 @@ ONNX Runtime computed for the same FP32 ONNX bytes after its own spot check, and
 the same machine reads them from the validation cache.
 
 The artifact validated here is the bundle's FP32 reference with its head bias moved (class 0 raised by
-3 logits): a stand-in "INT8" graph whose agreement with FP32 is under the limit on any CPU, so the probe
-always runs, whatever the INT8 kernels of this machine round to."""
+3 logits): a stand-in "INT8" graph whose agreement with FP32 is under the limit on any CPU. It is validated
+with a top-1 drop limit it cannot miss (100 points), so the labels excuse its flips, the agreement row would
+pass without the probe, and the probe (which runs only where it can change the verdict) always runs,
+whatever the INT8 kernels of this machine round to."""
 
 from __future__ import annotations
 
@@ -61,10 +63,10 @@ def moved(runtime_bundles, tmp_path_factory) -> dict[str, Path]:
     return out
 
 
-def _validate(bundle: Path, settings: ReferenceCacheSettings):
+def _validate(bundle: Path, settings: ReferenceCacheSettings, max_top1_drop: float = 100.0):
     manifest = read_manifest(bundle)
     source = open_source(VAL_DIR, manifest.spec.preprocess, limit=ITEMS, seed=1)
-    options = ValidateOptions(measure_speed=False, reference_cache=settings)
+    options = ValidateOptions(measure_speed=False, reference_cache=settings, threshold_overrides={"max_top1_drop": max_top1_drop})
     return validate_bundle(bundle, manifest, source, options)
 
 
@@ -134,3 +136,20 @@ def test_shared_probe_outputs_that_disagree_with_the_spot_check_are_not_used(mov
     found = v.report.data.probe_outputs
     assert found["+0.25"]["cache"] == "shared" and found["-0.25"]["cache"] == "miss"
     assert "did not use the FP32 outputs onnxruntime computed" in found["-0.25"]["note"] and "\n" not in found["-0.25"]["note"]
+
+
+def test_no_probe_where_it_cannot_change_the_verdict(moved, tmp_path):
+    """At the profile's 0.2-point drop limit the labels show the moved head's loss: the drop row and so the
+    agreement row fail whatever the probe would say (it only ever turns a passing agreement row into a failing
+    one), so its two FP32 passes are not run; with a limit the moved head meets, they are."""
+    settings = ReferenceCacheSettings(root=tmp_path / "cache")
+    passes.reset()
+    strict = _validate(moved["onnx"], settings, max_top1_drop=0.2)
+    rows = {r.name: r for r in strict.result.gate}
+    assert not rows["max_top1_drop"].passed and "real loss" in rows["max_top1_drop"].detail
+    assert not rows["min_agreement"].passed and "real loss" in rows["min_agreement"].detail
+    assert "fp32_preprocessing_probe" not in strict.result.accuracy and not strict.report.data.probe_outputs
+    assert _probe_passes(passes.passes()) == []
+    lenient = _validate(moved["onnx"], settings)
+    assert {r.name: r for r in lenient.result.gate}["min_agreement"].passed
+    assert _probe_passes(passes.passes()) == [("onnxruntime", "fp32+0.25"), ("onnxruntime", "fp32-0.25")]

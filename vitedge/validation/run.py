@@ -366,11 +366,16 @@ def shared_fp32(backend, reference_path: Path, pre, open_fp32: Callable[[], Runn
 
 
 def _probe_needed(accuracy: dict[str, Any], t: Thresholds, runner, reference_path: Path) -> bool:
-    """The FP32 preprocessing probe runs only where the near-tie gate would excuse flips with labels: a
-    labelled classifier whose agreement is under the limit (docs/gate.md), on a float-input reference."""
+    """The FP32 preprocessing probe runs only where it can change the verdict (docs/gate.md): a labelled
+    classifier whose agreement is under the limit and whose agreement row passes without the probe (the
+    labels, or FP32's margins, excuse the flips), on a float-input reference. A suspect probe only ever
+    turns that row from pass to fail, so where the row already fails its two FP32 passes would decide nothing."""
     if accuracy.get("output_kind") != "logits" or not accuracy.get("labeled") or t.near_tie_margin <= 0:
         return False
     if (accuracy.get("top1_agreement") or 1.0) >= t.min_agreement:
+        return False
+    drop = _drop_row(accuracy, t)
+    if not _agreement_row(accuracy, t, drop_failed=not drop.passed).passed:
         return False
     return getattr(runner("fp32", reference_path), "input_format", None) != UINT8_NHWC_RGB
 
