@@ -27,5 +27,6 @@ def fp32_warnings(accuracy: dict[str, Any], classes: int, items: int) -> list[st
     if not fp32_at_chance(top1, classes, items):
         return []
     return [f"FP32 itself is at chance: top-1 {100 * top1:.1f}% on {items} labelled inputs of {classes} classes "
-            f"(chance {100 / classes:.1f}%), so the INT8 gate proves nothing; check the preprocessing (--mean/--std), "
-            "--num-heads/--arch, and that the class folders map to the model's classes"]
+            f"(chance {100 / classes:.1f}%), so the labels cannot show what INT8 loses (the gate judges agreement on "
+            "FP32's margins alone); check the preprocessing (--mean/--std), --num-heads/--arch, and that the class "
+            "folders map to the model's classes"]
