@@ -19,3 +19,12 @@ def test_unlabelled_data_and_single_class_models_get_no_warning():
 
 def test_few_items_widen_the_chance_band():
     assert chance_level(10, 10) > chance_level(10, 10_000) >= 0.2
+
+
+def test_a_trained_binary_or_three_class_model_is_not_at_chance():
+    """Twice chance is 100 % with two classes: the band stops a quarter of the way from chance to perfect."""
+    assert fp32_warnings({"fp32_top1": 0.95}, classes=2, items=400) == []
+    assert fp32_warnings({"fp32_top1": 0.52}, classes=2, items=400)
+    assert fp32_warnings({"fp32_top1": 0.80}, classes=3, items=400) == []
+    assert fp32_warnings({"fp32_top1": 0.34}, classes=3, items=400)
+    assert chance_level(2, 400) == 0.625 and chance_level(10, 400) == 0.2  # 5 classes and more: twice chance, as before
