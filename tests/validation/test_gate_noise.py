@@ -207,6 +207,31 @@ def test_labels_fp32_is_at_chance_on_excuse_nothing():
     assert not rows["min_agreement"].passed and "too few" in rows["min_agreement"].detail
 
 
+def test_the_probe_runs_only_where_it_can_change_the_verdict_and_never_on_labels_at_chance():
+    """The FP32 preprocessing probe (two FP32 passes) is asked for only where the agreement row passes under its
+    limit without it; not where that row fails anyway, and not on labels FP32 is at chance on (its gain is
+    measured on those labels, which FP32 gets wrong: any shift that hurts FP32 would look like a gain)."""
+    from types import SimpleNamespace
+
+    from vitedge.validation.run import _probe_needed
+
+    ref, right, tie = _logits(1000, 0.3)
+    wrong = (right + 1 + np.random.default_rng(5).integers(0, 9, size=1000)) % 10
+    near = _flip(ref, tie & (np.cumsum(tie) <= 30))
+    sure = _flip(ref, ~tie & (np.cumsum(~tie) <= 30))
+    runner = lambda label, path: SimpleNamespace(input_format="float")  # noqa: E731 - a float-input reference
+
+    def needed(got, labels):
+        acc, rows = _gate(ref, got, labels)
+        acc["labeled"] = True
+        return _probe_needed(acc, GATE, runner, None), rows["min_agreement"].passed
+
+    assert needed(near, right) == (True, True)  # the labels excuse the flips: the probe may refuse them
+    assert needed(sure, right) == (False, False)  # a real loss either way
+    assert needed(near, wrong) == (False, True)  # at chance: FP32's margins excuse them, the probe is not asked
+    assert needed(sure, wrong) == (False, False)
+
+
 def test_budget_early_stop_with_labels_never_changes_a_verdict():
     """certain_miss (the budget's early stop) stops a labelled candidate only when the full run fails an
     accuracy row. Agreement under the limit alone does not: the labels' paired test may still excuse it,
