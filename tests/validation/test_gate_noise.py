@@ -207,10 +207,9 @@ def test_labels_fp32_is_at_chance_on_excuse_nothing():
     assert not rows["min_agreement"].passed and "too few" in rows["min_agreement"].detail
 
 
-def test_the_probe_runs_only_where_it_can_change_the_verdict_and_never_on_labels_at_chance():
+def test_the_probe_runs_only_where_it_can_change_the_verdict():
     """The FP32 preprocessing probe (two FP32 passes) is asked for only where the agreement row passes under its
-    limit without it; not where that row fails anyway, and not on labels FP32 is at chance on (its gain is
-    measured on those labels, which FP32 gets wrong: any shift that hurts FP32 would look like a gain)."""
+    limit without it (the labels, or at chance FP32's margins, excuse the flips), not where that row fails anyway."""
     from types import SimpleNamespace
 
     from vitedge.validation.run import _probe_needed
@@ -228,8 +227,30 @@ def test_the_probe_runs_only_where_it_can_change_the_verdict_and_never_on_labels
 
     assert needed(near, right) == (True, True)  # the labels excuse the flips: the probe may refuse them
     assert needed(sure, right) == (False, False)  # a real loss either way
-    assert needed(near, wrong) == (False, True)  # at chance: FP32's margins excuse them, the probe is not asked
+    assert needed(near, wrong) == (True, True)  # at chance FP32's margins excuse them; the probe may still refuse
     assert needed(sure, wrong) == (False, False)
+
+
+def test_at_chance_only_a_shift_out_of_chance_makes_the_probe_suspect():
+    """On labels FP32 gets wrong (folders rotated by one), a shift that makes FP32 worse moves it towards chance
+    and "gains" significantly; that is no sign of a wrong mean. A shift that takes FP32 out of chance is."""
+    from vitedge.validation.noise import preprocessing_probe, probe_text
+
+    ref, right, _ = _logits(1000, 0.0)  # FP32 right on every image
+    wrong = (right + 1) % 10  # ... and wrong on every one of these labels: top-1 0 %
+    rng = np.random.default_rng(9)
+    worse = ref + rng.normal(0.0, 30.0, size=ref.shape).astype(np.float32)  # a shift that scrambles FP32: ~10 % on any labels
+    probe = preprocessing_probe(ref, {-0.25: worse, 0.25: ref}, wrong)
+    row = next(r for r in probe["shifts"] if r["mean_shift"] == -0.25)
+    assert probe["fp32_at_chance"] and row["gain_points"] > 5 and row["p_value"] < 1e-6  # a "gain" by the old rule
+    assert not probe["suspect"] and probe["suspect_shift"] is None
+    recovered = _flip(ref, np.zeros(1000, dtype=bool))
+    recovered[:, :] = ref[:, np.roll(np.arange(10), 1)]  # predicts exactly the rotated labels: out of chance
+    probe = preprocessing_probe(ref, {-0.25: worse, 0.25: recovered}, wrong)
+    assert probe["suspect"] and probe["suspect_shift"] == 0.25
+    assert "moved by +0.25" in probe_text(probe) and "0.0% -> 100.0%" in probe_text(probe)
+    trained = preprocessing_probe(ref, {-0.25: worse, 0.25: ref}, right)  # not at chance: the rule as before
+    assert not trained["fp32_at_chance"] and not trained["suspect"]
 
 
 def test_budget_early_stop_with_labels_never_changes_a_verdict():

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from vitedge.profiles import DEFAULT_DROP_CONFIDENCE, DEFAULT_NEAR_TIE_MARGIN  # noqa: F401 - the defaults live with Thresholds
+from vitedge.validation.sanity import fp32_at_chance
 
 MIN_DECISIVE = 30  # decisive images the near-tie rule needs before it may judge agreement on them
 
@@ -195,21 +196,32 @@ def probe_shifts(std: tuple[float, ...], shift: float = PROBE_MEAN_SHIFT) -> dic
 def preprocessing_probe(ref: np.ndarray, shifted: dict[float, np.ndarray], labels: np.ndarray) -> dict[str, Any]:
     """Whether FP32 is significantly more accurate with its mean moved: per shift, its top-1, the gain in
     points and the one-sided exact p-value of "no gain" on the discordant images. ``suspect`` when a shift
-    gains at least PROBE_MIN_GAIN_POINTS with p below PROBE_MAX_P."""
+    gains at least PROBE_MIN_GAIN_POINTS with p below PROBE_MAX_P.
+
+    Where FP32 is at chance on ``labels`` (``fp32_at_chance``) only a shift that also takes FP32 out of chance
+    counts: on labels FP32 gets wrong (class folders that do not map to the model's classes) any shift that
+    makes FP32 worse moves it towards chance and "gains" (the digits ViT with its folders rotated by one:
+    0.8 % -> 10.1 % at p 7e-11), while a mean wrong enough to put FP32 at chance is moved back well above it."""
     right = ref.argmax(1) == labels
+    classes, items = int(ref.shape[1]), len(labels)
+    at_chance = fp32_at_chance(float(np.mean(right)), classes, items)
     rows = []
     for m, logits in sorted(shifted.items()):
         other = logits.argmax(1) == labels
         gained, lost = int(np.sum(other & ~right)), int(np.sum(right & ~other))
         rows.append({"mean_shift": float(m), "fp32_top1": float(np.mean(other)), "gain_points": 100.0 * (gained - lost) / len(labels),
                      "p_value": binom_sf(gained, gained + lost, 0.5) if gained + lost else 1.0})
-    best = max(rows, key=lambda r: r["gain_points"]) if rows else None
+    counted = [r for r in rows if not at_chance or not fp32_at_chance(r["fp32_top1"], classes, items)]
+    best = max(counted, key=lambda r: r["gain_points"]) if counted else None
     suspect = best is not None and best["gain_points"] >= PROBE_MIN_GAIN_POINTS and best["p_value"] < PROBE_MAX_P
-    return {"fp32_top1": float(np.mean(right)), "shifts": rows, "suspect": bool(suspect)}
+    return {"fp32_top1": float(np.mean(right)), "fp32_at_chance": at_chance, "shifts": rows, "suspect": bool(suspect),
+            "suspect_shift": best["mean_shift"] if suspect else None}
 
 
 def probe_text(probe: dict[str, Any]) -> str:
-    best = max(probe["shifts"], key=lambda r: r["gain_points"])
+    """The line of a suspect probe: the shift that made it suspect (``preprocessing_probe``'s rule)."""
+    shifts = probe["shifts"]
+    best = next((r for r in shifts if r["mean_shift"] == probe.get("suspect_shift")), None) or max(shifts, key=lambda r: r["gain_points"])
     return (f"FP32 itself gains {best['gain_points']:.1f} points of top-1 ({100 * probe['fp32_top1']:.1f}% -> "
             f"{100 * best['fp32_top1']:.1f}%, exact paired p {best['p_value']:.1g}) with the mean moved by {best['mean_shift']:+g}: "
             "the preprocessing looks wrong (INT8 follows FP32 there), check --mean/--std")

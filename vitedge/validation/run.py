@@ -369,13 +369,8 @@ def _probe_needed(accuracy: dict[str, Any], t: Thresholds, runner, reference_pat
     """The FP32 preprocessing probe runs only where it can change the verdict (docs/gate.md): a labelled
     classifier whose agreement is under the limit and whose agreement row passes without the probe (the
     labels, or FP32's margins, excuse the flips), on a float-input reference. A suspect probe only ever
-    turns that row from pass to fail, so where the row already fails its two FP32 passes would decide nothing.
-    Not where FP32 is at chance on the labels: the probe's gain is measured on those labels, and on labels FP32
-    gets wrong any shift that makes FP32 worse moves it towards chance and "gains" (the trained digits ViT with
-    its class folders rotated by one: 0.8 % -> 10.1 %, p 7e-11, a wrong-mean verdict on a right mean)."""
+    turns that row from pass to fail, so where the row already fails its two FP32 passes would decide nothing."""
     if accuracy.get("output_kind") != "logits" or not accuracy.get("labeled") or t.near_tie_margin <= 0:
-        return False
-    if accuracy.get("fp32_at_chance"):
         return False
     if (accuracy.get("top1_agreement") or 1.0) >= t.min_agreement:
         return False
