@@ -140,7 +140,7 @@ def _agreement_row(accuracy: dict[str, Any], t: Thresholds, *, drop_failed: bool
     detail = f"{what} {100 * agree:.2f}% (limit {100 * t.min_agreement:.2f}%)"
     decisive = accuracy.get("decisive_agreement")
     # with labels, the paired test of the drop is the evidence; without, FP32's margins are. Labels FP32 itself
-    # is at chance on show nothing (neither graph gets the images right): FP32's margins decide there too
+    # is at chance on show little or nothing (with random weights neither graph is ever right): margins decide there too
     at_chance = bool(accuracy.get("fp32_at_chance"))
     labelled = (accuracy.get("top1_drop_points") is not None and bool(accuracy.get("top1_drop_ci_points"))
                 and t.drop_confidence > 0 and not at_chance)
