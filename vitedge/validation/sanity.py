@@ -17,7 +17,7 @@ def chance_level(classes: int, items: int) -> float:
 
 def fp32_at_chance(top1: float | None, classes: int, items: int) -> bool:
     """Whether FP32's labelled top-1 is no better than guessing (``chance_level``): then the labels cannot show
-    what INT8 loses, since neither graph gets the images right (docs/gate.md)."""
+    what INT8 loses, since FP32 rarely or never gets the images right (docs/gate.md)."""
     if top1 is None or classes < 2 or items < 1:
         return False
     return top1 <= chance_level(classes, items)
