@@ -5,6 +5,8 @@ FP32 graph once per batch."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 from helpers.quantize_models import fp32_model, source_for
@@ -121,3 +123,43 @@ def test_one_pass_bias_correction_matches_the_refinement_pass(tmp_path):
         shift_pass = original - fix.values
         shift_one = original - cal.refinement.biases[name].values
         assert np.abs(shift_one - shift_pass).max() <= 0.1 * np.abs(shift_pass).max() + 1e-6, name
+
+
+def test_counting_on_threads_gives_the_same_calibration_as_one_at_a_time(tmp_path, monkeypatch):
+    """Issue 28 item 3: the pass counts a batch's tensors on COUNTING_THREADS threads, and the thresholds,
+    candidates and bias corrections are computed tensor by tensor on them too; every number must be the one
+    a single thread computes (each tensor's histograms are its own)."""
+    import vitedge.quantize.collect as collect
+
+    path, spec = fp32_model("timm")
+    src = source_for(spec, limit=24)
+    got = {}
+    for threads in (1, 2):
+        monkeypatch.setattr(collect, "COUNTING_THREADS", threads)
+        got[threads] = calibrate(path, src, QuantConfig(), cache_dir=tmp_path / str(threads))
+    one, two = got[1], got[2]
+    assert one.thresholds == two.thresholds and one.absmax == two.absmax
+    assert one.smoothing.keys() == two.smoothing.keys() and all(np.array_equal(one.smoothing[k], two.smoothing[k]) for k in one.smoothing)
+    assert one.variants.keys() == two.variants.keys()
+    for name, v in one.variants.items():
+        assert v.thresholds == two.variants[name].thresholds, name
+        ia, xa = v.refinement.to_arrays()
+        ib, xb = two.variants[name].refinement.to_arrays()
+        assert ia == ib and xa.keys() == xb.keys() and all(np.array_equal(xa[k], xb[k]) for k in xa), name
+    assert one.selection.chosen == two.selection.chosen
+    assert [s.error for s in one.selection.scores] == [s.error for s in two.selection.scores]
+
+
+def test_a_non_finite_activation_is_named_whichever_thread_counted_it():
+    from vitedge.errors import CalibrationError
+    from vitedge.quantize.collect import Collector
+
+    c = Collector(["a", "b", "c"], [], set(), 64, set())
+    ok = np.ones((4, 8), np.float32)
+    bad = ok.copy()
+    bad[1, 2] = np.nan
+    with ThreadPoolExecutor(2) as pool:
+        c.add({"a": ok, "b": ok * 2, "c": ok}, pool)
+        with pytest.raises(CalibrationError, match="activation 'b' is not finite"):
+            c.add({"a": ok, "b": bad, "c": ok * 3}, pool)
+    assert c.peak["a"] == 1.0 and c.peak["b"] == 2.0

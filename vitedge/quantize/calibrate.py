@@ -58,6 +58,7 @@ from vitedge.quantize.collect import (  # noqa: F401  (CALIBRATION_BATCH, LARGE_
     Kept,
     Runner,
     pass_outputs,
+    per_tensor,
 )
 from vitedge.quantize.config import QUANTIZER_VERSION, SELECT_SAMPLES, SELECT_SAMPLES_LARGE, QuantConfig
 from vitedge.quantize.graph import (
@@ -297,8 +298,9 @@ def _histograms(collector: Collector, tensors: list[str], probs: set[str], amax:
     """The histogram of |x| over [0, max |x|] of every activation but the Softmax outputs (histogram methods)."""
     if not config.needs_histograms:
         return None
-    return {renamed.get(t, t): collector.histogram(t, amax[renamed.get(t, t)], config.num_bins, site_scale.get(t))
-            for t in tensors if t not in probs}
+    wanted = [t for t in tensors if t not in probs]
+    found = per_tensor(lambda t: collector.histogram(t, amax[renamed.get(t, t)], config.num_bins, site_scale.get(t)), wanted)
+    return {renamed.get(t, t): h for t, h in zip(wanted, found)}
 
 
 def _thresholds(amax: dict[str, float], hists: dict[str, np.ndarray] | None, exact: set[str],
@@ -307,7 +309,8 @@ def _thresholds(amax: dict[str, float], hists: dict[str, np.ndarray] | None, exa
     auto and select start from entropy's (already among the candidates)."""
     candidates: dict[str, dict[str, float]] = {}
     if config.method in ("auto", "select"):  # chosen from per tensor (auto) or per model (select)
-        candidates = {t: stats.candidate_thresholds(amax[t], hists[t]) for t in sorted(amax) if t not in exact}
+        chosen = [t for t in sorted(amax) if t not in exact]
+        candidates = dict(zip(chosen, per_tensor(lambda t: stats.candidate_thresholds(amax[t], hists[t]), chosen)))
     thresholds = {
         t: candidates[t]["entropy"] if t in candidates else
         stats.threshold("minmax" if t in exact else config.method, amax[t], hists.get(t) if hists else None, percentile=config.percentile)
@@ -321,14 +324,18 @@ def _channel_moments(st: _Statistics, collector: Collector, site_scale: dict[str
     """The bias correction's channel means of x and Q(x), from the pass: for the thresholds, or for
     every candidate's (method select; its first candidate's thresholds are the thresholds)."""
 
-    def moments_for(th: dict[str, float]) -> Moments:
-        return {renamed.get(t, t): collector.moments(t, th[renamed.get(t, t)], site_scale.get(t)) for t in collector.moment_tensors}
-
+    tensors = collector.moment_tensors
+    variants = _variant_thresholds(st.thresholds, st.candidates) if config.method == "select" else {"": st.thresholds}
+    jobs = [(c, t) for c in variants for t in tensors]
+    found = per_tensor(lambda ct: collector.moments(ct[1], variants[ct[0]][renamed.get(ct[1], ct[1])], site_scale.get(ct[1])), jobs)
+    by_variant: dict[str, Moments] = {c: {} for c in variants}
+    for (c, t), m in zip(jobs, found):
+        by_variant[c][renamed.get(t, t)] = m
     if config.method == "select":
-        st.variant_moments = {c: moments_for(th) for c, th in _variant_thresholds(st.thresholds, st.candidates).items()}
+        st.variant_moments = by_variant
         st.moments = st.variant_moments[stats.CANDIDATES[0]]
     else:
-        st.moments = moments_for(st.thresholds)
+        st.moments = by_variant[""]
 
 
 def _layers_with_statistics(st: _Statistics) -> tuple[QuantLayer, ...]:

@@ -13,6 +13,9 @@ the data is read and decoded once per calibration.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +60,9 @@ LARGE_GRAPH_BATCH = 1
 # a shared CPU spinning threads take the cores from the ones working (ViT-S/16 INT8 candidate, 32 images,
 # 2 threads, load average 11-16: 12.3-13.3 s without spinning, 16.3-18.3 s with). Results are the same.
 CALIBRATION_SESSION = SessionSettings(spinning=False)
+# Threads that count a batch's tensors into their histograms while ONNX Runtime waits for the next batch
+# (the same two cores; issue 28 item 3). Never more than the CPU has.
+COUNTING_THREADS = max(1, min(CALIBRATION_THREADS, os.cpu_count() or 1))
 
 
 def _detached(message: Any) -> Any:
@@ -107,6 +113,15 @@ MIN_CHANNEL_BINS = 64
 CHANNEL_HISTOGRAM_BUDGET_BYTES = 256 * 2**20
 
 
+def per_tensor(fn: Callable[[Any], Any], items: Sequence[Any]) -> list[Any]:
+    """``[fn(x) for x in items]``, on ``COUNTING_THREADS`` threads: for what is computed from the pass's
+    histograms tensor by tensor (each result depends on its own tensor only, so the results are the same)."""
+    if COUNTING_THREADS < 2 or len(items) < 2:
+        return [fn(x) for x in items]
+    with ThreadPoolExecutor(max_workers=COUNTING_THREADS, thread_name_prefix="vitedge-stats") as pool:
+        return list(pool.map(fn, items))
+
+
 def pass_outputs(tensors: list[str], site_inputs: set[str] | list[str]) -> list[str]:
     """The tensors the calibration pass asks ONNX Runtime for (besides the graph's own output)."""
     return sorted(set(tensors) | set(site_inputs))
@@ -140,25 +155,33 @@ class Collector:
     def wanted(self) -> set[str]:
         return set(self.tensors) | self.site_inputs
 
-    def add(self, values: dict[str, np.ndarray]) -> None:
+    def add(self, values: dict[str, np.ndarray], pool: Executor | None = None) -> None:
+        """Count one batch. With ``pool``, the tensors are counted on its threads: each tensor's
+        histograms are its own, so the counts are the same as one at a time (numpy releases the GIL in
+        the passes and in ``bincount``, and ONNX Runtime's threads sit idle while a batch is counted)."""
         if not self.channel and self.per_channel:
             self._size_channel_histograms(values)
-        for t, v in values.items():
-            v = np.asarray(v)
-            peak = None
-            if t in self.channel:
-                peak = self.channel[t].add(v)
-            if t in self.whole or (self.num_bins and t not in self.probs and t not in self.site_inputs):
-                h = self.whole.get(t)
-                if h is None:
-                    h = self.whole[t] = ChannelHistogram(1, FINE_BINS_FACTOR * self.num_bins)
-                peak = h.add(v)
-            if peak is None:
-                peak = stats.absmax(v)
+        for t in values:  # created here, in order, not on the threads
+            if t not in self.whole and self.num_bins and t not in self.probs and t not in self.site_inputs:
+                self.whole[t] = ChannelHistogram(1, FINE_BINS_FACTOR * self.num_bins)
+        items = sorted(values.items(), key=lambda tv: -np.asarray(tv[1]).size)  # the largest first: the threads end together
+        peaks = list(pool.map(self._count, items)) if pool is not None else [self._count(tv) for tv in items]
+        for (t, _), peak in sorted(zip(items, peaks), key=lambda x: x[0][0]):
             if not np.isfinite(peak):
                 raise CalibrationError(f"activation '{t}' is not finite (inf/NaN) on the calibration data: check the model and its preprocessing")
             if t in self.peak:
                 self.peak[t] = max(self.peak[t], peak)
+
+    def _count(self, item: tuple[str, np.ndarray]) -> float:
+        """One tensor of a batch into its histograms; its max |x| (not finite: inf/NaN in it)."""
+        t, v = item
+        v = np.asarray(v)
+        peak = None
+        if t in self.channel:
+            peak = self.channel[t].add(v)
+        if t in self.whole:
+            peak = self.whole[t].add(v)
+        return stats.absmax(v) if peak is None else peak
 
     def _size_channel_histograms(self, values: dict[str, np.ndarray]) -> None:
         widths = {t: int(np.asarray(values[t]).shape[-1]) for t in self.per_channel}
@@ -309,11 +332,12 @@ class Runner:
         outputs = collector.outputs if kept is None else sorted(set(collector.outputs) | {kept.output})
         if kept is not None:
             kept.input = self.input.name
-        for feed, values in self._run_feeds(outputs, "calibrating"):
-            if kept is not None:
-                kept.add(feed, values)
-            collector.add({t: v for t, v in values.items() if t in collector.wanted})
-            del values
+        with ThreadPoolExecutor(max_workers=COUNTING_THREADS, thread_name_prefix="vitedge-count") as pool:
+            for feed, values in self._run_feeds(outputs, "calibrating"):
+                if kept is not None:
+                    kept.add(feed, values)
+                collector.add({t: v for t, v in values.items() if t in collector.wanted}, pool)
+                del values
 
     def keep(self, kept: Kept, outputs: list[str]) -> None:
         """Only what ``collect`` keeps for method ``select``, reading no more data than that: when the
