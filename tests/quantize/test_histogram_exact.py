@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from vitedge.quantize.histogram import MOMENT_CHUNK_CHANNELS, QMIN, ChannelHistogram
+from vitedge.quantize.histogram import COUNT_BLOCK_CHANNELS, MOMENT_CHUNK_CHANNELS, QMIN, ChannelHistogram
 from vitedge.quantize.stats import QMAX
 
 
@@ -65,3 +65,33 @@ def test_mean_fake_quant_is_the_earlier_arithmetic(channels):
             assert got.tobytes() == want.tobytes(), (threshold, s is None)
     # and the case the shared levels are about: some bins of the negative side past 127.5 steps
     assert np.any(h.top / h.bins * h.bins / (0.01 / QMAX) > QMAX + 0.5)
+
+
+@pytest.mark.parametrize("signed", [True, False])
+@pytest.mark.parametrize("channels", [1, 5, COUNT_BLOCK_CHANNELS + 61, 1536])
+def test_every_value_is_counted_in_its_own_channels_bin(channels, signed):
+    """One batch (no growth): each value lands in bin floor(|x| * bins / top_c) of its own channel (the
+    float32 arithmetic of the pass), however many channels share one bincount. Before the channel blocks
+    (issue 28 item 3), the unsigned per-channel path added each channel's offset to the scaled value in
+    float32 before truncating it; with 1,536 channels x 256 bins the offsets reach 393,216, where float32
+    steps by 1/32, and values within 1/32 of a bin edge went up one bin (8,430 of 1.15 million here; the
+    last bin's went into the next channel)."""
+    bins = 256 if channels > 1 else 4096
+    rng = np.random.default_rng(channels)
+    x = (rng.standard_normal((3, 100, channels)) * rng.gamma(1.0, 1.0, channels)).astype(np.float32)
+    h = ChannelHistogram(channels, bins, signed=signed)
+    h.add(x)
+    x2 = x.reshape(-1, channels)
+    scale = (bins / np.abs(x2).max(axis=0).astype(np.float64)).astype(np.float32)
+    want = np.zeros((channels, 2, bins), dtype=np.int64)
+    for c in range(channels):
+        v = x2[:, c]
+        j = np.minimum(np.floor(np.abs(v) * scale[c]), bins - 1).astype(np.int64)  # floor(y) of |x| ...
+        if signed:  # ... and for negative x the pass floors x * scale itself: bin -floor(x * scale) - 1
+            neg = v < 0
+            j[neg] = np.minimum(-np.floor(v[neg] * scale[c]) - 1, bins - 1).astype(np.int64)
+            np.add.at(want[c, 0], j[~neg], 1)
+            np.add.at(want[c, 1], j[neg], 1)
+        else:
+            np.add.at(want[c, 0], j, 1)
+    assert np.array_equal(h.counts.astype(np.int64), want if signed else want[:, :1, :])
