@@ -13,7 +13,6 @@ the data is read and decoded once per calibration.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from rich.progress import (
 
 from vitedge.datasources._common import CalibrationSource
 from vitedge.errors import CalibrationError, QuantizationError
+from vitedge.limits import usable_cpus
 from vitedge.onnxutil import (
     FLOAT_NCHW,
     INPUT_FORMAT_KEY,
@@ -61,8 +61,8 @@ LARGE_GRAPH_BATCH = 1
 # 2 threads, load average 11-16: 12.3-13.3 s without spinning, 16.3-18.3 s with). Results are the same.
 CALIBRATION_SESSION = SessionSettings(spinning=False)
 # Threads that count a batch's tensors into their histograms while ONNX Runtime waits for the next batch
-# (the same two cores; issue 28 item 3). Never more than the CPU has.
-COUNTING_THREADS = max(1, min(CALIBRATION_THREADS, os.cpu_count() or 1))
+# (the same two cores; issue 28 item 3). Never more than the CPUs this process may run on.
+COUNTING_THREADS = min(CALIBRATION_THREADS, usable_cpus())
 
 
 def _detached(message: Any) -> Any:
