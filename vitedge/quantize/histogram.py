@@ -55,11 +55,11 @@ class ChannelHistogram:
         self.sums = np.zeros(self.channels, dtype=np.float64)  # sum of x (signed histograms only)
         self.rows = 0
         self._scale = np.zeros(self.channels, dtype=np.float32)  # bins / top, 0 while top is 0
-        # each channel's first index in the bincount (float32: exact below 2^24)
-        first = np.arange(self.channels, dtype=np.float64) * (self.sides * self.bins) + (self.bins if signed else 0)
+        # each channel's first index in its block's bincount (float32: exact below 2^24)
+        first = np.arange(min(self.channels, COUNT_BLOCK_CHANNELS), dtype=np.float64) * (self.sides * self.bins) + (self.bins if signed else 0)
         if first.size and first[-1] + self.bins >= 2**24:
-            raise ValueError(f"{channels} channels x {bins} bins is too many for one histogram")
-        self._offset_f = first.astype(np.float32)[None, :]
+            raise ValueError(f"{first.size} channels x {bins} bins is too many for one bincount")
+        self._block_offset = first.astype(np.float32)[None, :]
         self._counts_f64: np.ndarray | None = None  # the counts as float64, for the readers (reset by add)
 
     # ------------------------------------------------------------------ collecting
@@ -91,7 +91,7 @@ class ChannelHistogram:
     def _count(self, x2: np.ndarray, c0: int, c1: int) -> None:
         """Count channels [c0, c1) of the rows ``x2`` ([rows, channels]); one bincount."""
         b = self.bins
-        offset = self._offset_f[:, c0:c1] - self._offset_f[0, c0] + (b if self.signed else 0)  # exact in float32
+        offset = self._block_offset[:, : c1 - c0]
         if self.signed:
             # floor(x * bins / top) in [-bins, bins): bin j of |x| is index bins + j for
             # x >= 0 and bins - 1 - j for x < 0 (the offsets are exact in float32)
