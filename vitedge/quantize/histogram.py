@@ -32,7 +32,7 @@ QMIN = -128  # what QuantizeLinear saturates to below
 # Channels per block in mean_fake_quant (128 x 256 bins x 8 bytes: 256 KB per temporary).
 MOMENT_CHUNK_CHANNELS = 128
 # Channels counted per bincount: 128 x 512 bins of int64 (512 KB) stay in a core's L2 while the block's values are
-# scattered into them; all 1,536 of ViT-S/16's fc2 input at once (6 MB) did not, and took 1.8x as long (AVX2 EPYC,
+# scattered into them; all 1,536 of ViT-S/16's fc2 input at once (6 MB) did not, and took 1.4-1.8x as long (AVX2 EPYC,
 # 1 MB L2 per core). The counts are integers: the same whatever the blocking.
 COUNT_BLOCK_CHANNELS = 128
 # ... and rows per bincount: about this many values (1 MB of float32), so that each pass over a block's values
