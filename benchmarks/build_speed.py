@@ -28,7 +28,7 @@ machine's speed drifts between a fast and a slow phase over seconds.
 
 Random weights: only speed is measured here. Accuracy of the same settings on trained
 models is in benchmarks/results/quant_accuracy.md (and build gates below).
-Writes benchmarks/results/build_speed.md and .json.
+Writes benchmarks/results/build_speed_<isa>.md and .json (avx2, avx512-vnni, ...: one record per kind of CPU).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 import warnings
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -54,9 +55,27 @@ from timing import TIMED_PER_ROUND, interleaved_rounds  # noqa: E402 - the bench
 RESULTS = REPO / "benchmarks" / "results"
 warnings.filterwarnings("ignore")
 
-TARGET_RATIO = {"openvino": 0.35, "onnxruntime": 0.40}
+# Issue 28 item 2's batch-1 INT8/FP32 targets: on a CPU with an INT8 dot product (VNNI) both runtimes <= 0.30; on
+# one without (AVX2), ONNX Runtime <= 0.60 (OpenVINO has no INT8 target there: its INT8 is slower than FP32 pre-VNNI).
+TARGET_RATIO_VNNI = {"openvino": 0.30, "onnxruntime": 0.30}
+TARGET_RATIO_PRE_VNNI = {"onnxruntime": 0.60}
 ANCHOR_NOTE = {"openvino": "NNCF default measured ~0.47 on a 2-core AVX-512 VNNI Xeon (field notes)",
                "onnxruntime": "quantize_static defaults measured ~0.44 (field notes)"}
+# Batch 8 beside batch 1 (issue 28 item 2): vitedge INT8 and the anchors against FP32 on each runtime, fewer rounds
+# (a batch of 8 ViT-B/16 images takes ~2 s in FP32 on 2 cores).
+BATCH8_GRAPHS = (("onnxruntime", "FP32"), ("onnxruntime", "vitedge INT8"), ("onnxruntime", "quantize_static defaults"),
+                 ("openvino", "FP32"), ("openvino", "vitedge INT8"), ("openvino", "NNCF TRANSFORMER"))
+
+
+def target_ratios(int8_dot_product: bool) -> dict[str, float]:
+    return TARGET_RATIO_VNNI if int8_dot_product else TARGET_RATIO_PRE_VNNI
+
+
+def results_stem() -> str:
+    """build_speed_<isa> (avx2, avx512-vnni, ...): each kind of CPU keeps its own record."""
+    from vitedge.cpu import read_cpu
+
+    return "build_speed_" + read_cpu().isa.split(" ")[0]
 
 
 def log(msg: str) -> None:
@@ -205,36 +224,56 @@ def latency_table(bundles: Path, anchors, variants: dict[str, Path], rounds: int
     import openvino as ov
 
     threads = os.cpu_count() or 1
-    x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
     core = ov.Core()
-    runs = {}
-
-    def ort_run(path):
-        return ort_runner(path, x, threads)
-
-    def ov_run(path, precision="f32"):
-        return ov_runner(core, path, x, precision)
-
     ov_used = bundle_float_precision(bundles)
 
-    runs[("onnxruntime", "FP32")] = ort_run(bundles / "onnx" / "reference.fp32.onnx")
-    runs[("onnxruntime", "FP32, attention fused")] = ort_run(variants["fp32_fused"])
-    runs[("onnxruntime", "vitedge INT8")] = ort_run(bundles / "onnx" / "model.int8.onnx")
-    runs[("onnxruntime", "vitedge INT8, fuse_attention = false")] = ort_run(variants["plain"])
-    runs[("onnxruntime", "vitedge INT8 plain + transformer optimizer")] = ort_run(variants["topt"])
-    runs[("onnxruntime", "quantize_static defaults")] = ort_run(anchors["ort_static"][0])
-    runs[("openvino", "FP32")] = ov_run(bundles / "intel-cpu" / "reference.fp32.xml")
-    runs[("openvino", "vitedge INT8")] = ov_run(bundles / "intel-cpu" / "model.xml", ov_used)
-    runs[("openvino", "vitedge INT8, float_precision = f32")] = ov_run(bundles / "intel-cpu" / "model.xml")
-    runs[("openvino", "NNCF TRANSFORMER")] = ov_run(anchors["nncf"][0])
-    runs[("openvino", f"NNCF TRANSFORMER, float regions {ov_used}")] = ov_run(anchors["nncf"][0], ov_used)
-    runs[("openvino", "quantize_static graph")] = ov_run(anchors["ort_static"][0])
+    def graphs(batch: int) -> dict[tuple[str, str], Any]:
+        x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+
+        def ort_run(path):
+            return ort_runner(path, x, threads)
+
+        def ov_run(path, precision="f32"):
+            return ov_runner(core, path, x, precision)
+
+        return {
+            ("onnxruntime", "FP32"): lambda: ort_run(bundles / "onnx" / "reference.fp32.onnx"),
+            ("onnxruntime", "FP32, attention fused"): lambda: ort_run(variants["fp32_fused"]),
+            ("onnxruntime", "vitedge INT8"): lambda: ort_run(bundles / "onnx" / "model.int8.onnx"),
+            ("onnxruntime", "vitedge INT8, fuse_attention = false"): lambda: ort_run(variants["plain"]),
+            ("onnxruntime", "vitedge INT8 plain + transformer optimizer"): lambda: ort_run(variants["topt"]),
+            ("onnxruntime", "quantize_static defaults"): lambda: ort_run(anchors["ort_static"][0]),
+            ("openvino", "FP32"): lambda: ov_run(bundles / "intel-cpu" / "reference.fp32.xml"),
+            ("openvino", "vitedge INT8"): lambda: ov_run(bundles / "intel-cpu" / "model.xml", ov_used),
+            ("openvino", "vitedge INT8, float_precision = f32"): lambda: ov_run(bundles / "intel-cpu" / "model.xml"),
+            ("openvino", "NNCF TRANSFORMER"): lambda: ov_run(anchors["nncf"][0]),
+            ("openvino", f"NNCF TRANSFORMER, float regions {ov_used}"): lambda: ov_run(anchors["nncf"][0], ov_used),
+            ("openvino", "quantize_static graph"): lambda: ov_run(anchors["ort_static"][0]),
+        }
+
+    runs = {k: make() for k, make in graphs(1).items()}
     for f in runs.values():
         for _ in range(3):
             f()
     load = [os.getloadavg()[0]]
     times, settle = interleaved_rounds(runs, rounds, on_round=lambda r: log(f"   round {r + 1}/{rounds}"))
     load.append(os.getloadavg()[0])
+    rows = _latency_rows(times, settle)
+    runs = None
+    rounds8 = max(3, rounds // 5)
+    makers8 = graphs(8)
+    runs8 = {k: makers8[k]() for k in BATCH8_GRAPHS}
+    for f in runs8.values():
+        f()
+    log(f"== latency at batch 8: {rounds8} interleaved rounds")
+    times8, settle8 = interleaved_rounds(runs8, rounds8, timed=2, on_round=lambda r: log(f"   round {r + 1}/{rounds8}"))
+    load.append(os.getloadavg()[0])
+    return {"threads": threads, "rounds": rounds, "timed_per_round": TIMED_PER_ROUND, "load_average": load, "rows": rows,
+            "openvino_float_precision": ov_used, "batch8": {"rounds": rounds8, "timed_per_round": 2,
+                                                            "rows": _latency_rows(times8, settle8)}}
+
+
+def _latency_rows(times: dict, settle: dict) -> list[dict]:
     rows = []
     for (runtime, name), ts in times.items():
         base = np.asarray(times[(runtime, "FP32")])
@@ -246,8 +285,7 @@ def latency_table(bundles: Path, anchors, variants: dict[str, Path], rounds: int
                      "round_ratio_q75": float(np.percentile(per_round, 75)),
                      "settle_median_ms": float(np.median(settle[(runtime, name)])), "rounds": len(ts),
                      "round_ms": [round(v, 2) for v in ts]})
-    return {"threads": threads, "rounds": rounds, "timed_per_round": TIMED_PER_ROUND, "load_average": load, "rows": rows,
-            "openvino_float_precision": ov_used}
+    return rows
 
 
 def quick_latency(bundles: Path, ort_static: Path, rounds: int) -> list[dict]:
@@ -313,12 +351,23 @@ def markdown(res) -> str:
     for r in res["latency"]["rows"]:
         lines.append(f"| {r['runtime']} | {r['graph']} | {r['median_ms']:.1f} | {r['p90_ms']:.1f} | {r['ratio_to_fp32']:.3f} | "
                      f"{r['round_ratio_median']:.3f} ({r['round_ratio_q25']:.3f}-{r['round_ratio_q75']:.3f}) | {r['settle_median_ms']:.1f} |")
+    b8 = res["latency"].get("batch8")
+    if b8:
+        lines += ["", f"## Latency at batch 8, {res['latency']['threads']} threads, {b8['rounds']} interleaved rounds", "",
+                  f"The same, with {b8['timed_per_round']} timed runs per round, for vitedge INT8 and the anchors.", "",
+                  "| runtime | graph | median ms | ratio of medians | round ratio median (IQR) | settle ms |",
+                  "|---|---|---|---|---|---|"]
+        for r in b8["rows"]:
+            lines.append(f"| {r['runtime']} | {r['graph']} | {r['median_ms']:.1f} | {r['ratio_to_fp32']:.3f} | "
+                         f"{r['round_ratio_median']:.3f} ({r['round_ratio_q25']:.3f}-{r['round_ratio_q75']:.3f}) | {r['settle_median_ms']:.1f} |")
+    dot = bool(res.get("int8_dot_product"))
     lines += ["", "## Against the targets", "",
+              f"Issue 28 item 2, batch 1, for a CPU {'with' if dot else 'without'} an INT8 dot product ({res.get('isa', '?')}): "
               "vitedge INT8 against the FP32 graph as exported, on the same runtime; met when both the ratio of medians and "
               "the median round ratio are within the target.", "",
               "| runtime | vitedge INT8 / FP32 (ratio of medians; round ratio median) | target | met | anchor default measured here | note |",
               "|---|---|---|---|---|---|"]
-    for runtime, target in TARGET_RATIO.items():
+    for runtime, target in target_ratios(dot).items():
         ours = next(r for r in res["latency"]["rows"] if r["runtime"] == runtime and r["graph"] == "vitedge INT8")
         anchor_name = "NNCF TRANSFORMER" if runtime == "openvino" else "quantize_static defaults"
         anchor = next(r for r in res["latency"]["rows"] if r["runtime"] == runtime and r["graph"] == anchor_name)
@@ -442,7 +491,10 @@ def main() -> None:
 
     from vitedge.models.intake import IntakeOptions, load_model
 
+    from vitedge.cpu import read_cpu
+
     env = environment()
+    cpu = read_cpu()
     with tempfile.TemporaryDirectory(prefix="vitedge-bench-") as tmp:
         work = Path(tmp)
         pt, bundles, build_times = build_vitb(work, args.calib_size)
@@ -451,12 +503,13 @@ def main() -> None:
         variants = ort_variants(work, bundles)
         log("== latency rounds")
         lat = latency_table(bundles, anchors, variants, args.rounds)
-    res = {"environment": env, "calib_size": args.calib_size, "build": build_times, "latency": lat,
-           "anchor_seconds": {k: v[1] for k, v in anchors.items()}}
+    res = {"environment": env, "isa": cpu.isa, "int8_dot_product": cpu.int8_dot_product, "calib_size": args.calib_size,
+           "build": build_times, "latency": lat, "anchor_seconds": {k: v[1] for k, v in anchors.items()}}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "build_speed.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
+    stem = results_stem()
+    (RESULTS / f"{stem}.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
     md = markdown(res)
-    (RESULTS / "build_speed.md").write_text(md)
+    (RESULTS / f"{stem}.md").write_text(md)
     print(md)
 
 

@@ -5,7 +5,7 @@ after round) so a neighbour's load on a shared machine slows both alike and the 
 stays meaningful. The first run after switching models is not timed: the other model's
 idle worker threads may still be spinning then (ONNX Runtime's and OpenVINO's thread pools
 spin briefly before they sleep), and on 2 cores that alone made an INT8 run after an FP32 run
-measure ~1.5x slower than the same run a moment later (benchmarks/results/build_speed.md). A model's median is "stable" when the medians of the first and second
+measure ~1.5x slower than the same run a moment later (benchmarks/results/build_speed_avx512-vnni.md). A model's median is "stable" when the medians of the first and second
 half of its samples agree within ``rel_tol``; timing stops when every model is stable
 (after at least ``min_iters`` iterations and ``min_seconds`` of timed runs each) or at the
 ``max_seconds`` cap, and the stats say which.
