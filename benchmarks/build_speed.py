@@ -42,8 +42,8 @@ import sys
 import tempfile
 import time
 import warnings
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -71,11 +71,10 @@ def target_ratios(int8_dot_product: bool) -> dict[str, float]:
     return TARGET_RATIO_VNNI if int8_dot_product else TARGET_RATIO_PRE_VNNI
 
 
-def results_stem() -> str:
-    """build_speed_<isa> (avx2, avx512-vnni, ...): each kind of CPU keeps its own record."""
-    from vitedge.cpu import read_cpu
-
-    return "build_speed_" + read_cpu().isa.split(" ")[0]
+def isa_slug(cpu) -> str:
+    """The CPU's ISA as a file-name part (avx2, avx512, avx512-vnni, amx, ...): each kind of CPU keeps its own
+    record (build_speed_<isa>, build_wall_<isa>)."""
+    return cpu.isa.split(" ")[0]
 
 
 def log(msg: str) -> None:
@@ -259,7 +258,7 @@ def latency_table(bundles: Path, anchors, variants: dict[str, Path], rounds: int
     times, settle = interleaved_rounds(runs, rounds, on_round=lambda r: log(f"   round {r + 1}/{rounds}"))
     load.append(os.getloadavg()[0])
     rows = _latency_rows(times, settle)
-    runs = None
+    runs = None  # the batch-1 sessions go before the batch-8 ones are made
     rounds8 = max(3, rounds // 5)
     makers8 = graphs(8)
     runs8 = {k: makers8[k]() for k in BATCH8_GRAPHS}
@@ -394,7 +393,7 @@ def build_only(calib_size: int, baseline: Path | None = None, latency_rounds: in
 
     env = environment()
     cpu = read_cpu()
-    isa = cpu.isa.split(" ")[0]  # file name: avx2, avx512, avx512-vnni, amx, ...
+    isa = isa_slug(cpu)
     load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory(prefix="vitedge-bench-") as tmp:
         work = Path(tmp)
@@ -489,9 +488,8 @@ def main() -> None:
         return
     from quant_accuracy import environment
 
-    from vitedge.models.intake import IntakeOptions, load_model
-
     from vitedge.cpu import read_cpu
+    from vitedge.models.intake import IntakeOptions, load_model
 
     env = environment()
     cpu = read_cpu()
@@ -506,7 +504,7 @@ def main() -> None:
     res = {"environment": env, "isa": cpu.isa, "int8_dot_product": cpu.int8_dot_product, "calib_size": args.calib_size,
            "build": build_times, "latency": lat, "anchor_seconds": {k: v[1] for k, v in anchors.items()}}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    stem = results_stem()
+    stem = f"build_speed_{isa_slug(cpu)}"
     (RESULTS / f"{stem}.json").write_text(json.dumps(res, indent=2, default=str) + "\n")
     md = markdown(res)
     (RESULTS / f"{stem}.md").write_text(md)
