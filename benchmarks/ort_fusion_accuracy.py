@@ -1,9 +1,11 @@
 """Accuracy effect of the ONNX Runtime-only float fusions (issue 28 item 2) on built onnx bundles.
 
-    python benchmarks/ort_fusion_accuracy.py [--gemm-bias] BUNDLE/onnx [BUNDLE/onnx ...]
+    python benchmarks/ort_fusion_accuracy.py [--gemm-bias | --patch-embed] BUNDLE/onnx [BUNDLE/onnx ...]
 
 ``--gemm-bias`` measures the shipped GEMM-bias fold instead (vitedge/backends/ort_gemm_bias.py, issue 28 item 1),
 on bundles built before it (their model.int8.onnx unfolded) or unfolded first (``unfold_gemm_bias``).
+``--patch-embed`` does the same for the patch-embedding Conv run as an INT8 GEMM
+(vitedge/backends/ort_patch_embed.py): the bundle's artifact with it unfolded (the float Conv) against it folded.
 
 For each bundle: its validation data (the manifest's path, the bundle's preprocessing) runs through the FP32
 reference, the bundle's INT8 artifact as built, and that artifact passed through
@@ -39,10 +41,12 @@ def run(model: bytes | str, x: np.ndarray, batch: int = 32) -> np.ndarray:
     return np.concatenate([sess.run(None, {name: x[i:i + batch]})[0] for i in range(0, len(x), batch)])
 
 
-def measure(bundle: Path, gemm_bias: bool = False) -> dict:
+def measure(bundle: Path, shipped: str = "") -> dict:
+    """``shipped``: "" (the experimental float fusions), "gemm-bias" or "patch-embed" (a shipped rewrite)."""
     import onnx
 
     from vitedge.backends.ort_gemm_bias import fuse_gemm_bias, unfold_gemm_bias
+    from vitedge.backends.ort_patch_embed import fuse_patch_embedding, unfold_patch_embedding
 
     manifest = json.loads((bundle / "manifest.json").read_text())
     data = manifest["validation_data"]["path"]
@@ -50,10 +54,14 @@ def measure(bundle: Path, gemm_bias: bool = False) -> dict:
     x = np.stack([a for b in source.batches(64) for a in b.images]).astype(np.float32)
     labels = np.asarray(source.labels) if source.labels is not None else None
     graph = onnx.load(str(bundle / "model.int8.onnx"))
-    if gemm_bias:
+    if shipped == "gemm-bias":
         unfold_gemm_bias(graph)  # a bundle built with the fold: back to the form before it
         plain = graph.SerializeToString()
         report = fuse_gemm_bias(graph)
+    elif shipped == "patch-embed":
+        unfold_patch_embedding(graph)
+        plain = graph.SerializeToString()
+        report = fuse_patch_embedding(graph)
     else:
         plain = str(bundle / "model.int8.onnx")
         report = fuse_float_ops(graph)
@@ -71,8 +79,9 @@ def measure(bundle: Path, gemm_bias: bool = False) -> dict:
 
 
 def main() -> None:
-    gemm_bias = "--gemm-bias" in sys.argv[1:]
-    rows = [measure(Path(p), gemm_bias) for p in sys.argv[1:] if p != "--gemm-bias"]
+    flags = {"--gemm-bias": "gemm-bias", "--patch-embed": "patch-embed"}
+    shipped = next((flags[a] for a in sys.argv[1:] if a in flags), "")
+    rows = [measure(Path(p), shipped) for p in sys.argv[1:] if p not in flags]
     cpu = read_cpu()
     print(f"CPU: {cpu.model} ({cpu.isa})\n")
     print("| bundle | items | FP32 top-1 | INT8 top-1 before | after | agreement with FP32 before | after | "

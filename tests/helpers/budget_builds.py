@@ -35,8 +35,10 @@ def int8_nodes(bundle: Path) -> set[str]:
     import onnx
 
     from vitedge.backends.ort_gemm_bias import unfold_gemm_bias
+    from vitedge.backends.ort_patch_embed import unfold_patch_embedding
 
     m = onnx.load(str(bundle / "model.int8.onnx"))
     unfold_gemm_bias(m)  # the onnx target ships its INT8 GEMMs as MatMulIntegerToFloat: back to DQ -> MatMul, same names
+    unfold_patch_embedding(m)  # ... and its patch-embedding Conv as one: back to DQ -> Conv
     dq = {o for n in m.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
     return {n.name for n in m.graph.node if n.op_type in ("MatMul", "Gemm", "Conv") and any(i in dq for i in n.input)}

@@ -16,6 +16,7 @@ import numpy as np
 from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
 from vitedge.backends.ort_attention import AttentionFusion, fuse_attention
 from vitedge.backends.ort_gemm_bias import GemmBiasFusion, fuse_gemm_bias
+from vitedge.backends.ort_patch_embed import PatchEmbedFusion, fuse_patch_embedding
 from vitedge.errors import BundleError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number
 from vitedge.onnxutil import (
@@ -37,8 +38,9 @@ class OnnxRuntimeOptions:
     graph_optimization: str = "all"  # ONNX Runtime's session optimisation level at load time
     threads: int = 0  # intra-op threads; 0 = all cores
     # Fuse each float attention core into com.microsoft.MultiHeadAttention (see
-    # vitedge/backends/ort_attention.py) and each INT8 GEMM's bias into com.microsoft.MatMulIntegerToFloat
-    # (vitedge/backends/ort_gemm_bias.py). Measured faster (docs/cpu-targets.md); the artifact then
+    # vitedge/backends/ort_attention.py), each INT8 GEMM's bias into com.microsoft.MatMulIntegerToFloat
+    # (vitedge/backends/ort_gemm_bias.py), and run the INT8 patch-embedding Conv as one of those GEMMs
+    # (vitedge/backends/ort_patch_embed.py). Measured faster (docs/cpu-targets.md); the artifact then
     # needs ONNX Runtime (any stock build) rather than any ONNX reader.
     fuse_attention: bool = True
 
@@ -109,10 +111,11 @@ class OnnxRuntimeBackend(Backend):
         info: dict[str, Any] = {"execution_provider": "CPUExecutionProvider"}
         options = ctx.options or OnnxRuntimeOptions()
         if options.fuse_attention:
-            report, gemm_bias = _fuse_file(ctx.qdq_path, model)
+            report, gemm_bias, patch = _fuse_file(ctx.qdq_path, model)
             if ctx.log:
                 ctx.log(report.one_line())
                 ctx.log(gemm_bias.one_line())
+                ctx.log(patch.one_line())
             info["attention_fusion"] = report.to_dict()
         elif ctx.qdq_path.resolve() != model.resolve():
             copy_onnx(ctx.qdq_path, model)
@@ -125,8 +128,8 @@ class OnnxRuntimeBackend(Backend):
         return BuiltArtifact(model=model.name, reference=reference.name, info=info)
 
     def shipped_graph(self, src: Path, role: str, options: Any, out_dir: Path) -> Path:
-        """``build`` ships the FP32 graph as it is and the Q/DQ graph with its attention cores and GEMM biases
-        fused (when the profile fuses them), both written by the same code as here."""
+        """``build`` ships the FP32 graph as it is and the Q/DQ graph with its attention cores, GEMM biases and
+        patch embedding fused (when the profile fuses them), both written by the same code as here."""
         if role != "model" or not (options or OnnxRuntimeOptions()).fuse_attention:
             return src
         _fuse_file(src, out_dir / "model.int8.onnx")
@@ -136,16 +139,17 @@ class OnnxRuntimeBackend(Backend):
         return OnnxRuntimeRunner(model_path, options or OnnxRuntimeOptions(), threads)
 
 
-def _fuse_file(src: Path, dst: Path) -> tuple[AttentionFusion, GemmBiasFusion]:
-    """Write the Q/DQ graph ``src`` to ``dst`` with its float attention cores fused and its INT8 GEMMs' biases
-    folded into MatMulIntegerToFloat; returns both fusion reports."""
+def _fuse_file(src: Path, dst: Path) -> tuple[AttentionFusion, GemmBiasFusion, PatchEmbedFusion]:
+    """Write the Q/DQ graph ``src`` to ``dst`` with its float attention cores fused, its INT8 GEMMs' biases
+    folded into MatMulIntegerToFloat and its INT8 patch embedding run as one; returns the fusion reports."""
     import onnx
 
     graph = onnx.load(str(src))
     report = fuse_attention(graph)
     gemm_bias = fuse_gemm_bias(graph)
+    patch = fuse_patch_embedding(graph)
     save_onnx(graph, dst)
-    return report, gemm_bias
+    return report, gemm_bias, patch
 
 
 # Optimized-graph op types that do matrix work, by what they compute in.
