@@ -12,6 +12,7 @@ from conftest import CALIB_DIR, EXAMPLES, REPO, VAL_DIR
 
 from vitedge.backends.ort_attention import fuse_attention
 from vitedge.backends.ort_gemm_bias import fuse_gemm_bias
+from vitedge.backends.ort_patch_embed import fuse_patch_embedding
 from vitedge.app.build import BuildRequest, run_build
 from vitedge.validation import passes
 from vitedge.validation.reference_cache import ReferenceCacheSettings, graph_sha256
@@ -46,10 +47,12 @@ def test_two_targets_share_one_calibration(two_target_build):
     onnx_m, ov_m = (read_manifest(root / "out" / t) for t in ("onnx", "intel-cpu"))
     assert onnx_m.calibration["cache_key"] == ov_m.calibration["cache_key"]
     assert onnx_m.calibration["reused"] is False
-    # the same Q/DQ graph: intel-cpu's copy as built, the onnx target's with its attention cores and GEMM biases fused
+    # the same Q/DQ graph: intel-cpu's copy as built, the onnx target's with its attention cores, GEMM biases and
+    # patch embedding fused
     shared = onnx.load(root / "out" / "intel-cpu" / "model.int8.onnx")
     assert fuse_attention(shared).fused == 6
     assert fuse_gemm_bias(shared).folded == 24
+    assert fuse_patch_embedding(shared).folded == 1
     assert onnx.load(root / "out" / "onnx" / "model.int8.onnx").SerializeToString() == shared.SerializeToString()
     # and both manifests name that shared graph by its hash
     assert onnx_m.quantization["qdq_sha256"] == ov_m.quantization["qdq_sha256"] == sha256_file(root / "out" / "intel-cpu" / "model.int8.onnx")

@@ -111,8 +111,10 @@ def test_unfold_gives_back_the_qdq_conv_under_its_name(fused_timm):
     assert np.array_equal(_run(back, x)[0], _run(plain, x)[0])
 
 
-def _hand_made(*, kernel=4, stride=4, pads=(0, 0, 0, 0), size=(8, 8), bias=True, per_channel=True, shared_dq=False):
-    """x (N, 2, H, W) -> Q -> DQ, W_q (3, 2, k, k) -> DQ, Conv -> y."""
+def _hand_made(*, kernel=4, stride=4, pads=(0, 0, 0, 0), size=(8, 8), bias=True, per_channel=True, shared_dq=False, baked=False):
+    """x (N, 2, H, W) -> Q -> DQ, W_q (3, 2, k, k) -> DQ, Conv -> y. ``baked``: the graph takes uint8 frames
+    (N, H, W, 2) and makes x itself, as ``--bake-preprocess`` exports do (Cast, Transpose, Mul, Add; no shape
+    declared for x)."""
     rng = np.random.default_rng(0)
     w = rng.integers(-60, 61, (3, 2, kernel, kernel)).astype(np.int8)
     inits = [numpy_helper.from_array(w, "w_q"),
@@ -130,24 +132,38 @@ def _hand_made(*, kernel=4, stride=4, pads=(0, 0, 0, 0), size=(8, 8), bias=True,
     if shared_dq:
         nodes.append(helper.make_node("Relu", ["x_dq"], ["r"]))
         outputs.append(helper.make_tensor_value_info("r", TensorProto.FLOAT, None))
-    dims = ["n", 2, *size]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)], outputs, inits)
+    graph_input = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 2, *size])
+    if baked:
+        inits += [numpy_helper.from_array(np.full((1, 2, 1, 1), 1 / 64, np.float32), "scale"),
+                  numpy_helper.from_array(np.array([-1.9, -2.1], np.float32).reshape(1, 2, 1, 1), "shift")]
+        nodes[:0] = [helper.make_node("Cast", ["frames"], ["f"], to=TensorProto.FLOAT),
+                     helper.make_node("Transpose", ["f"], ["nchw"], perm=[0, 3, 1, 2]),
+                     helper.make_node("Mul", ["nchw", "scale"], ["scaled"]),
+                     helper.make_node("Add", ["scaled", "shift"], ["x"])]
+        graph_input = helper.make_tensor_value_info("frames", TensorProto.UINT8, ["n", *size, 2])
+    graph = helper.make_graph(nodes, "g", [graph_input], outputs, inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.mark.parametrize("bias, per_channel", [(True, True), (False, True), (True, False)])
-def test_hand_made_patch_embedding_matches_the_conv(bias, per_channel):
-    model = _hand_made(bias=bias, per_channel=per_channel)
+def _image(rng, batch, baked):
+    if baked:
+        return rng.integers(0, 256, (batch, 8, 8, 2)).astype(np.uint8)
+    return rng.standard_normal((batch, 2, 8, 8)).astype(np.float32)
+
+
+@pytest.mark.parametrize("bias, per_channel, baked", [(True, True, False), (False, True, False), (True, False, False), (True, True, True)])
+def test_hand_made_patch_embedding_matches_the_conv(bias, per_channel, baked):
+    model = _hand_made(bias=bias, per_channel=per_channel, baked=baked)
     gemm = _copy(model)
     assert fuse_patch_embedding(gemm).folded == 1
     for b in (1, 2):
-        x = np.random.default_rng(b).standard_normal((b, 2, 8, 8)).astype(np.float32)
+        x = _image(np.random.default_rng(b), b, baked)
         ref, got = _run(model, x)[0], _run(gemm, x)[0]
         assert ref.shape == got.shape == (b, 3, 2, 2)
         assert float(np.max(np.abs(ref))) > 0 and float(np.max(np.abs(got - ref))) <= 1e-5 * float(np.max(np.abs(ref)))
     back = _copy(gemm)
     assert unfold_patch_embedding(back) == 1
-    x = np.random.default_rng(7).standard_normal((2, 2, 8, 8)).astype(np.float32)
+    x = _image(np.random.default_rng(7), 2, baked)
     assert np.array_equal(_run(back, x)[0], _run(model, x)[0])
 
 

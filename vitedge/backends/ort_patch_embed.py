@@ -61,13 +61,47 @@ def _attr(node: Any, name: str, default: Any) -> Any:
     return default
 
 
-def _static_shape(model: Any, name: str) -> tuple[int, ...] | None:
-    """The fixed shape the graph declares for tensor ``name`` (graph input or value_info), else None."""
+def _declared_shape(model: Any, name: str) -> tuple[int, ...] | None:
+    """The shape the graph declares for ``name`` (graph input or value_info), every dimension but the batch fixed
+    (the batch: 0), else None."""
     for vi in list(model.graph.input) + list(model.graph.value_info):
         if vi.name == name and vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
             dims = vi.type.tensor_type.shape.dim
-            if all(d.HasField("dim_value") for d in dims[1:]):  # the batch may be dynamic
+            if len(dims) and all(d.HasField("dim_value") for d in dims[1:]):
                 return tuple(int(d.dim_value) if d.HasField("dim_value") else 0 for d in dims)
+    return None
+
+
+_SAME_SHAPE = ("Cast", "Identity", "QuantizeLinear", "DequantizeLinear", "Relu", "Clip")
+_BROADCAST = ("Add", "Sub", "Mul", "Div")
+
+
+def _static_shape(model: Any, name: str, gr: Any, consts: _Constants, depth: int = 8) -> tuple[int, ...] | None:
+    """The shape of ``name`` with the batch as 0, from its declaration or worked out back to one through the few
+    ops a baked preprocessing puts before the image's QuantizeLinear (Cast, Transpose, Mul/Add by constants), else
+    None."""
+    shape = _declared_shape(model, name)
+    node = gr.producer.get(name)
+    if shape is not None or node is None or depth == 0:
+        return shape
+    if node.op_type in _SAME_SHAPE:
+        return _static_shape(model, node.input[0], gr, consts, depth - 1)
+    if node.op_type == "Transpose":
+        inner = _static_shape(model, node.input[0], gr, consts, depth - 1)
+        perm = _attr(node, "perm", None)
+        return None if inner is None or perm is None or len(perm) != len(inner) else tuple(inner[i] for i in perm)
+    if node.op_type in _BROADCAST and len(node.input) == 2:
+        const = [i for i in node.input if consts.dims(i) is not None]
+        if len(const) != 1:
+            return None
+        other = node.input[1] if const[0] == node.input[0] else node.input[0]
+        inner, cdims = _static_shape(model, other, gr, consts, depth - 1), consts.dims(const[0])
+        if inner is None or len(cdims) > len(inner):
+            return None
+        cdims = (1,) * (len(inner) - len(cdims)) + tuple(cdims)
+        if cdims[0] != 1 or any(c not in (1, d) for c, d in zip(cdims[1:], inner[1:])):
+            return None  # a constant that would change the shape
+        return inner
     return None
 
 
@@ -100,9 +134,7 @@ def _why_not(conv: Any, gr: Any, consts: _Constants, model: Any) -> str | dict[s
     bias = conv.input[2] if len(conv.input) > 2 and conv.input[2] else ""
     if bias and (consts.dtype(bias) != _FLOAT or consts.dims(bias) != (o,)):
         return "the bias is not a constant float vector of the output channels"
-    shape = _static_shape(model, q.input[0]) if q is not None else None
-    if shape is None:
-        shape = _static_shape(model, x[0])
+    shape = _static_shape(model, q.input[0] if q is not None else x[0], gr, consts)
     if shape is None or len(shape) != 4 or shape[1] != c:
         return "the image's channels and size are not fixed in the graph"
     h, wd = shape[2], shape[3]
