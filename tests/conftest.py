@@ -72,6 +72,23 @@ def timm_vit(model_dir):
 
 
 @pytest.fixture(scope="session")
+def timm_qdq(timm_vit, tmp_path_factory):
+    """(the Q/DQ graph ``build_qdq`` writes for ``timm_vit`` from 16 digits calibration images, its depth): what
+    the onnx target's rewrites (attention, GEMM bias, patch embedding) start from. Tests copy it before rewriting."""
+    from vitedge.datasources.sources import open_source
+    from vitedge.export import export_onnx
+    from vitedge.models.intake import load_model
+    from vitedge.quantize import QuantConfig, build_qdq, calibrate
+
+    folder = tmp_path_factory.mktemp("timm-qdq")
+    loaded = load_model(timm_vit[1], None)
+    export_onnx(loaded, folder / "model.fp32.onnx")
+    source = open_source(CALIB_DIR, loaded.spec.preprocess, limit=16, seed=0, class_names=None)
+    cal = calibrate(folder / "model.fp32.onnx", source, QuantConfig(), cache_dir=folder / "cache")
+    return build_qdq(cal).model, loaded.spec.depth
+
+
+@pytest.fixture(scope="session")
 def torchvision_vit(model_dir):
     torch = _seeded()
     from torchvision.models.vision_transformer import VisionTransformer

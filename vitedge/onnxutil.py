@@ -510,6 +510,15 @@ def topological_sort(nodes: Iterable[Any]) -> list[Any]:
     return order
 
 
+def splice_nodes(model: Any, nodes: list[Any], added: list[Any], drop: set[int]) -> None:
+    """Make ``model``'s nodes ``nodes`` (held by the caller, so each id() is its own) without those whose id() is
+    in ``drop``, plus ``added``, in dependency order (``topological_sort``: each new node lands where its inputs
+    are written). In place."""
+    ordered = topological_sort(added + [n for n in nodes if id(n) not in drop])
+    del model.graph.node[:]
+    model.graph.node.extend(ordered)
+
+
 def cleanup(model: Any) -> None:
     """Drop nodes whose outputs nobody reads and initializers no node reads (in place)."""
     g = model.graph

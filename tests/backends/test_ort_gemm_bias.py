@@ -18,21 +18,11 @@ from vitedge.onnxutil import SessionSettings, ort_session
 
 
 @pytest.fixture(scope="module")
-def qdq_timm(timm_vit, tmp_path_factory):
+def qdq_timm(timm_qdq):
     """(the Q/DQ graph of the 2-block timm ViT with its attention fused, as the onnx target builds it, its depth)."""
-    from vitedge.datasources.sources import open_source
-    from vitedge.export import export_onnx
-    from vitedge.models.intake import load_model
-    from vitedge.quantize import QuantConfig, build_qdq, calibrate
-
-    folder = tmp_path_factory.mktemp("gemm-bias")
-    loaded = load_model(timm_vit[1], None)
-    export_onnx(loaded, folder / "model.fp32.onnx")
-    source = open_source(CALIB_DIR, loaded.spec.preprocess, limit=16, seed=0, class_names=None)
-    cal = calibrate(folder / "model.fp32.onnx", source, QuantConfig(), cache_dir=folder / "cache")
-    model = build_qdq(cal).model
-    assert fuse_attention(model).fused == loaded.spec.depth
-    return model, loaded.spec.depth
+    model, depth = _copy(timm_qdq[0]), timm_qdq[1]
+    assert fuse_attention(model).fused == depth
+    return model, depth
 
 
 def _copy(model):

@@ -20,20 +20,10 @@ from vitedge.onnxutil import SessionSettings, ort_session
 
 
 @pytest.fixture(scope="module")
-def fused_timm(timm_vit, tmp_path_factory):
+def fused_timm(timm_qdq):
     """The Q/DQ graph of the 2-block timm ViT (32x32, patch 8) with attention and GEMM biases fused, as the onnx
     target has it before this rewrite."""
-    from vitedge.datasources.sources import open_source
-    from vitedge.export import export_onnx
-    from vitedge.models.intake import load_model
-    from vitedge.quantize import QuantConfig, build_qdq, calibrate
-
-    folder = tmp_path_factory.mktemp("patch-embed")
-    loaded = load_model(timm_vit[1], None)
-    export_onnx(loaded, folder / "model.fp32.onnx")
-    source = open_source(CALIB_DIR, loaded.spec.preprocess, limit=16, seed=0, class_names=None)
-    cal = calibrate(folder / "model.fp32.onnx", source, QuantConfig(), cache_dir=folder / "cache")
-    model = build_qdq(cal).model
+    model = _copy(timm_qdq[0])
     fuse_attention(model)
     fuse_gemm_bias(model)
     return model

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.onnxutil import NameScope, cleanup, node_index, require_opset_import, topological_sort
+from vitedge.onnxutil import NameScope, cleanup, node_index, require_opset_import, splice_nodes
 
 MS_DOMAIN = "com.microsoft"
 _UINT8, _INT8, _FLOAT = 2, 3, 1  # TensorProto element types
@@ -100,18 +100,30 @@ def _dq_inputs(dq: Any) -> tuple[str, str, str] | None:
     return dq.input[0], dq.input[1], dq.input[2]
 
 
-def _why_not(mm: Any, gr: Any, consts: _Constants, outputs: set[str], before_gelu: bool) -> str | tuple[list[str], Any]:
-    """The MatMulIntegerToFloat inputs and the Add it replaces, or why this GEMM stays as it is."""
-    x, w = _dq_inputs(gr.producer.get(mm.input[0])), _dq_inputs(gr.producer.get(mm.input[1]))
+def quantized_inputs(node: Any, gr: Any, consts: _Constants, subject: str) -> str | tuple[tuple[str, str, str], tuple[str, str, str]]:
+    """((quantized, scale, zero point) of ``node``'s first input, the same of its second) when both are
+    DequantizeLinears read by ``node`` alone and the first is a per-tensor 8-bit ``subject`` (an int8 one written
+    by a QuantizeLinear of the same scale and zero point, which the uint8 twin copies); else why not. ONNX Runtime
+    keeps a MatMul whose DequantizeLinear has a second reader in float."""
+    x, w = _dq_inputs(gr.producer.get(node.input[0])), _dq_inputs(gr.producer.get(node.input[1]))
     if x is None or w is None:
         return "an input is not a DequantizeLinear with scale and zero point"
     if consts.dtype(x[2]) not in (_INT8, _UINT8) or consts.dims(x[1]) not in ((), (1,)) or consts.dims(x[2]) not in ((), (1,)):
-        return "activation is not per-tensor 8-bit"
-    if any(len(gr.readers(t)) != 1 for t in mm.input[:2]):
-        return "a DequantizeLinear output has other readers (ONNX Runtime keeps such a MatMul in float)"
+        return f"the {subject} is not per-tensor 8-bit"
+    if any(len(gr.readers(t)) != 1 for t in node.input[:2]):
+        return "a DequantizeLinear output has other readers"
     q = gr.producer.get(x[0])
     if consts.dtype(x[2]) == _INT8 and (q is None or q.op_type != "QuantizeLinear" or len(q.input) < 3 or tuple(q.input[1:3]) != x[1:3]):
-        return "int8 activation not written by a QuantizeLinear with the same scale and zero point"
+        return f"int8 {subject} not written by a QuantizeLinear with the same scale and zero point"
+    return x, w
+
+
+def _why_not(mm: Any, gr: Any, consts: _Constants, outputs: set[str], before_gelu: bool) -> str | tuple[list[str], Any]:
+    """The MatMulIntegerToFloat inputs and the Add it replaces, or why this GEMM stays as it is."""
+    pair = quantized_inputs(mm, gr, consts, "activation")
+    if isinstance(pair, str):
+        return pair
+    x, w = pair
     wdims = consts.dims(w[0])
     if wdims is None or len(wdims) != 2 or consts.dtype(w[0]) not in (_INT8, _UINT8):
         return "weight is not a constant 2-D int8/uint8 tensor"
@@ -182,9 +194,7 @@ def fuse_gemm_bias(model: Any, *, before_gelu: bool = True) -> GemmBiasFusion:
         drop.update((id(mm), id(add)))
         folded += 1
     if added:
-        ordered = topological_sort(added + [n for n in nodes if id(n) not in drop])
-        del model.graph.node[:]
-        model.graph.node.extend(ordered)
+        splice_nodes(model, nodes, added, drop)
         require_opset_import(model, MS_DOMAIN, 1)
         cleanup(model)  # the DequantizeLinears only these MatMuls read
     return GemmBiasFusion(gemms, folded, tuple(skipped))
@@ -212,7 +222,5 @@ def unfold_gemm_bias(model: Any) -> int:
                   helper.make_node("Add", [bias, mm], [n.output[0]], name=names(f"{base}/bias_Add"))]
         drop.add(id(n))
     if added:
-        ordered = topological_sort(added + [n for n in nodes if id(n) not in drop])
-        del model.graph.node[:]
-        model.graph.node.extend(ordered)
+        splice_nodes(model, nodes, added, drop)
     return len(drop)

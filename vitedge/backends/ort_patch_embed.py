@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.backends.ort_gemm_bias import MS_DOMAIN, _as_uint8, _Constants, _dq_inputs
-from vitedge.onnxutil import NameScope, cleanup, node_index, require_opset_import, topological_sort
+from vitedge.backends.ort_gemm_bias import MS_DOMAIN, _as_uint8, _Constants, _dq_inputs, quantized_inputs
+from vitedge.onnxutil import NameScope, cleanup, node_index, require_opset_import, splice_nodes
 
 _UINT8, _INT8, _FLOAT = 2, 3, 1  # TensorProto element types
 AS_GEMM_SUFFIX = "/as_gemm"  # the GEMM's node name: the Conv's name and this; its helper nodes: that and "/..."
@@ -107,16 +107,11 @@ def _static_shape(model: Any, name: str, gr: Any, consts: _Constants, depth: int
 
 def _why_not(conv: Any, gr: Any, consts: _Constants, model: Any) -> str | dict[str, Any]:
     """The pieces of the rewrite, or why this Conv stays as it is."""
-    x, w = _dq_inputs(gr.producer.get(conv.input[0])), _dq_inputs(gr.producer.get(conv.input[1]))
-    if x is None or w is None:
-        return "an input is not a DequantizeLinear with scale and zero point"
-    if consts.dtype(x[2]) not in (_INT8, _UINT8) or consts.dims(x[1]) not in ((), (1,)) or consts.dims(x[2]) not in ((), (1,)):
-        return "the image is not per-tensor 8-bit"
-    if any(len(gr.readers(t)) != 1 for t in conv.input[:2]):
-        return "a DequantizeLinear output has other readers"
+    pair = quantized_inputs(conv, gr, consts, "image")
+    if isinstance(pair, str):
+        return pair
+    x, w = pair
     q = gr.producer.get(x[0])
-    if consts.dtype(x[2]) == _INT8 and (q is None or q.op_type != "QuantizeLinear" or len(q.input) < 3 or tuple(q.input[1:3]) != x[1:3]):
-        return "int8 image not written by a QuantizeLinear with the same scale and zero point"
     wdims = consts.dims(w[0])
     if wdims is None or len(wdims) != 4 or consts.dtype(w[0]) not in (_INT8, _UINT8):
         return "weight is not a constant 4-D int8/uint8 tensor"
@@ -191,9 +186,7 @@ def fuse_patch_embedding(model: Any) -> PatchEmbedFusion:
         drop.add(id(conv))
         folded += 1
     if added:
-        ordered = topological_sort(added + [n for n in nodes if id(n) not in drop])
-        del model.graph.node[:]
-        model.graph.node.extend(ordered)
+        splice_nodes(model, nodes, added, drop)
         require_opset_import(model, MS_DOMAIN, 1)
         cleanup(model)  # the two DequantizeLinears and the 4-D weight only the Conv read
     return PatchEmbedFusion(convs, folded, tuple(skipped))
@@ -235,8 +228,6 @@ def unfold_patch_embedding(model: Any) -> int:
                                    kernel_shape=[kh, kw], strides=[kh, kw], pads=[0, 0, 0, 0], dilations=[1, 1], group=1)]
         drop.update(id(n) for n in helpers + [mm])
     if added:
-        ordered = topological_sort(added + [n for n in nodes if id(n) not in drop])
-        del model.graph.node[:]
-        model.graph.node.extend(ordered)
+        splice_nodes(model, nodes, added, drop)
         cleanup(model)
     return len(added) // 3
