@@ -32,10 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.backends.ort_gemm_bias import MS_DOMAIN, _as_uint8, _Constants, _dq_inputs, quantized_inputs
+from vitedge.backends.ort_gemm_bias import _FLOAT, _INT8, _UINT8, MS_DOMAIN, _as_uint8, _Constants, _dq_inputs, quantized_inputs
 from vitedge.onnxutil import NameScope, cleanup, node_index, require_opset_import, splice_nodes
 
-_UINT8, _INT8, _FLOAT = 2, 3, 1  # TensorProto element types
 AS_GEMM_SUFFIX = "/as_gemm"  # the GEMM's node name: the Conv's name and this; its helper nodes: that and "/..."
 
 
@@ -53,6 +52,8 @@ class PatchEmbedFusion:
 
 
 def _attr(node: Any, name: str, default: Any) -> Any:
+    # vitedge.quantize.graph.attr's twin: importing that would pull the whole quantize package into every
+    # `vitedge.runtime` load of the onnx backend (0.3 s here)
     from onnx import helper
 
     for a in node.attribute:
@@ -212,7 +213,7 @@ def unfold_patch_embedding(model: Any) -> int:
         last = next((n for n in helpers if n.name.startswith(f"{base}/to_grid")), None)
         if first is None or last is None:
             continue
-        _, c, gh, kh, gw, kw = (int(v) for v in numpy_helper.to_array(consts.proto(first.input[1])))
+        _, c, _, kh, _, kw = (int(v) for v in numpy_helper.to_array(consts.proto(first.input[1])))  # [0, C, H/kh, kh, W/kw, kw]
         x_q, w_2d, x_s, w_s, x_z, w_z = mm.input[:6]
         bias = mm.input[6] if len(mm.input) > 6 and mm.input[6] else ""
         weight = numpy_helper.to_array(consts.proto(w_2d))
