@@ -34,11 +34,9 @@ def int8_nodes(bundle: Path) -> set[str]:
     """The names of the MatMul/Gemm/Conv layers of ``bundle``'s model.int8.onnx that read a dequantized input."""
     import onnx
 
-    from vitedge.backends.ort_gemm_bias import unfold_gemm_bias
-    from vitedge.backends.ort_patch_embed import unfold_patch_embedding
+    from vitedge.backends.onnxruntime import unfold_int8_rewrites
 
     m = onnx.load(str(bundle / "model.int8.onnx"))
-    unfold_gemm_bias(m)  # the onnx target ships its INT8 GEMMs as MatMulIntegerToFloat: back to DQ -> MatMul, same names
-    unfold_patch_embedding(m)  # ... and its patch-embedding Conv as one: back to DQ -> Conv
+    unfold_int8_rewrites(m)  # the onnx target ships its INT8 layers as MatMulIntegerToFloat: back to DQ -> MatMul/Conv, same names
     dq = {o for n in m.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
     return {n.name for n in m.graph.node if n.op_type in ("MatMul", "Gemm", "Conv") and any(i in dq for i in n.input)}

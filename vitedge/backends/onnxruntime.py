@@ -15,8 +15,8 @@ import numpy as np
 
 from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
 from vitedge.backends.ort_attention import AttentionFusion, fuse_attention
-from vitedge.backends.ort_gemm_bias import GemmBiasFusion, fuse_gemm_bias
-from vitedge.backends.ort_patch_embed import PatchEmbedFusion, fuse_patch_embedding
+from vitedge.backends.ort_gemm_bias import GemmBiasFusion, fuse_gemm_bias, unfold_gemm_bias
+from vitedge.backends.ort_patch_embed import PatchEmbedFusion, fuse_patch_embedding, unfold_patch_embedding
 from vitedge.errors import BundleError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number
 from vitedge.onnxutil import (
@@ -151,6 +151,14 @@ def _fuse_file(src: Path, dst: Path) -> tuple[AttentionFusion, GemmBiasFusion, P
     save_onnx(graph, dst)
     return report, gemm_bias, patch
 
+
+
+def unfold_int8_rewrites(model: Any) -> int:
+    """The onnx artifact's INT8 layers in their Q/DQ form again, under their node names (in place): what
+    ``_fuse_file`` made MatMulIntegerToFloat (the GEMMs with their biases, the patch embedding) back to
+    ``DequantizeLinear -> MatMul`` / ``-> Conv``. The attention fusion stays (it holds no INT8 layer). For readers
+    that find INT8 layers that way (per-layer sensitivity). Returns how many layers were unfolded."""
+    return unfold_gemm_bias(model) + unfold_patch_embedding(model)
 
 # Optimized-graph op types that do matrix work, by what they compute in.
 _INT8_OPS = ("QLinearMatMul", "MatMulIntegerToFloat", "MatMulInteger", "QLinearConv", "ConvInteger", "QGemm",

@@ -36,8 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.backends.ort_gemm_bias import unfold_gemm_bias
-from vitedge.backends.ort_patch_embed import unfold_patch_embedding
+from vitedge.backends.onnxruntime import unfold_int8_rewrites
 from vitedge.errors import BundleError, QuantizationError
 from vitedge.onnxutil import (
     FLOAT_NCHW,
@@ -174,8 +173,7 @@ def _prepare(fp32: Any, qdq: Any, recover_smoothing: bool = True) -> _Prepared:
     layers = {l.name: l for l in find_layers(ref)}
     m = onnx.ModelProto()
     m.CopyFrom(_load(qdq))
-    unfold_gemm_bias(m)  # the onnx target's shipped graph carries its GEMMs as MatMulIntegerToFloat: back to Q/DQ MatMuls
-    unfold_patch_embedding(m)  # ... and its patch-embedding Conv as one: back to the Q/DQ Conv
+    unfold_int8_rewrites(m)  # the onnx target ships its INT8 GEMMs and patch embedding as MatMulIntegerToFloat
     gi = GraphIndex(m)
     names = NameScope(m)
     notes: list[str] = []
