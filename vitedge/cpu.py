@@ -25,6 +25,10 @@ ALLOW_ENV = "VITEDGE_ALLOW_CPU_MISMATCH"
 # Runtime ignores the cap, so for it this is the cautious reading).
 ONEDNN_CAP_ENV = "ONEDNN_MAX_CPU_ISA"
 PRE_VNNI_LEVELS = ("SSE41", "AVX", "AVX2", "AVX512_CORE")
+# Levels without AVX-512, where OpenVINO's CPU plugin still lists BF16 among its capabilities but cannot compile a
+# bf16 Softmax ("Supported primitive descriptors list is empty"; OpenVINO 2026.4.1 on an AVX512_BF16 EPYC, where
+# AVX512_CORE and every level above it compiled bf16).
+NO_AVX512_LEVELS = ("SSE41", "AVX", "AVX2", "AVX2_VNNI", "AVX2_VNNI_2")
 
 # cpu_requirement values written by the quantizer
 ANY_X86 = "any-x86"
@@ -93,12 +97,22 @@ def read_cpu(cpuinfo: str | Path = "/proc/cpuinfo", machine: str | None = None) 
             flags = set(value.split())
         elif key == "model name" and not model:
             model = value.strip()
-    cap = os.environ.get(ONEDNN_CAP_ENV, "").strip().upper()
+    cap = onednn_cap() or ""
     if flags and cap in PRE_VNNI_LEVELS:
         flags = capped_flags(flags, cap)
     else:
         cap = ""
     return CpuInfo(machine=machine, model=model, flags=frozenset(flags), known=bool(flags), isa_cap=cap or None)
+
+
+def onednn_cap() -> str | None:
+    """The oneDNN ISA cap in force (upper case, as oneDNN reads it case-blind), or None."""
+    return os.environ.get(ONEDNN_CAP_ENV, "").strip().upper() or None
+
+
+def bf16_capped_off() -> bool:
+    """True when a oneDNN ISA cap below AVX-512 is in force: OpenVINO's float regions must then run f32."""
+    return onednn_cap() in NO_AVX512_LEVELS
 
 
 def capped_flags(flags: set[str], cap: str) -> set[str]:

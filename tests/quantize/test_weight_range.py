@@ -105,6 +105,26 @@ def test_cpu_reading_follows_onednn_isa_cap(tmp_path, monkeypatch, cap, vnni, is
     assert ("isa_cap" in cpu.to_dict()) is (not vnni)
 
 
+@pytest.mark.parametrize("cap,bf16", [(None, True), ("ALL", True), ("AVX512_CORE", True), ("avx512_core_bf16", True),
+                                     ("avx2", False), ("AVX2_VNNI", False), ("AVX2_VNNI_2", False), ("SSE41", False)])
+def test_openvino_float_regions_fall_back_to_f32_under_a_cap_below_avx512(monkeypatch, cap, bf16):
+    """OpenVINO lists BF16 among a bf16 CPU's capabilities even under ONEDNN_MAX_CPU_ISA=AVX2, then fails to compile
+    a bf16 Softmax (seen on an AVX512_BF16 EPYC): below AVX-512 the INT8 IR's float regions run f32."""
+    from vitedge.backends.openvino import float_precision_used
+
+    class Bf16Device:
+        def get_property(self, device, name):
+            assert (device, name) == ("CPU", "OPTIMIZATION_CAPABILITIES")
+            return ["FP32", "BF16", "INT8"]
+
+    if cap:
+        monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    else:
+        monkeypatch.delenv("ONEDNN_MAX_CPU_ISA", raising=False)
+    assert float_precision_used(Bf16Device(), "CPU", "bf16") == ("bf16" if bf16 else "f32")
+    assert float_precision_used(Bf16Device(), "CPU", "f32") == "f32"
+
+
 def test_requirement_check_refuses_full_range_on_pre_vnni_x86_only():
     assert check_requirement(ANY_X86, AVX2_ONLY).ok and check_requirement(None, AVX2_ONLY).message is None
     assert check_requirement(VNNI, SPR) == check_requirement(ANY_X86, SPR)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
+from vitedge.cpu import bf16_capped_off
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number, usable_cpus
 from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, copy_onnx, get_metadata, onnx_sha256
@@ -60,8 +61,9 @@ class OpenVinoOptions:
 
 
 def float_precision_used(core: Any, device: str, requested: str) -> str:
-    """``requested``, or f32 when it is bf16 and the device reports no BF16 capability."""
-    if requested != "bf16":
+    """``requested``, or f32 when it is bf16 and the device reports no BF16 capability, or when oneDNN is capped
+    below AVX-512 (``ONEDNN_MAX_CPU_ISA=AVX2`` on a bf16 CPU: the plugin still reports BF16 but cannot compile it)."""
+    if requested != "bf16" or bf16_capped_off():
         return "f32"
     try:
         caps = [str(c).upper() for c in core.get_property(device, "OPTIMIZATION_CAPABILITIES")]
