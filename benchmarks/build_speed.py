@@ -482,6 +482,9 @@ def main() -> None:
                          "added as rows with today's/then ratios")
     ap.add_argument("--latency-rounds", type=int, default=0,
                     help="with --build-only: also time the cold build's bundles (FP32, INT8, quantize_static) at batch 1 and 8")
+    ap.add_argument("--work", type=Path, default=None,
+                    help="build and keep the ViT-B/16 bundles here (WORK/out/onnx, WORK/out/intel-cpu) for "
+                         "ort_profile.py / openvino_profile.py afterwards; default: a temporary folder")
     args = ap.parse_args()
     if args.build_only:
         build_only(args.calib_size, args.baseline, args.latency_rounds)
@@ -493,7 +496,10 @@ def main() -> None:
 
     env = environment()
     cpu = read_cpu()
-    with tempfile.TemporaryDirectory(prefix="vitedge-bench-") as tmp:
+    if args.work is not None:
+        args.work.mkdir(parents=True, exist_ok=True)
+    with (contextlib.nullcontext(str(args.work)) if args.work is not None
+          else tempfile.TemporaryDirectory(prefix="vitedge-bench-")) as tmp:
         work = Path(tmp)
         pt, bundles, build_times = build_vitb(work, args.calib_size)
         spec = load_model(pt, IntakeOptions(arch="vit_base_patch16_224")).spec
