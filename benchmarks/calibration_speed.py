@@ -274,7 +274,8 @@ def markdown(res: dict[str, Any]) -> str:
               "`--before-src`; `+qdq` adds `build_qdq()` and saving the graph. ONNX Runtime = `quantize_static` (QDQ), its reader "
               "handing over batches of 8 decoded beforehand. CPU s: user + system time of the whole child process."), "",
              ("Caveats: a shared 2-core machine with other jobs running (load average beside every row): the ratios, measured "
-              "side by side, are the result, not the seconds. Pre-VNNI AVX2 CPU: ISA above."), ""]
+              "side by side, are the result, not the seconds. The CPU's ISA is above: figures from one kind of CPU do not "
+              "carry over to the other (AVX2 vs VNNI)."), ""]
     for sec in res["speed"]:
         lines += [f"## Speed: {sec['graph']}, {sec['images']} images, {sec['rounds']} rounds", "",
                   "| contender | median s | min s | runs (s) | CPU s (user+sys) | peak RSS MiB | load avg (1 min) at start |", "|---|---:|---:|---|---|---|---|"]
