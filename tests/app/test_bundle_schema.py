@@ -20,6 +20,7 @@ from helpers.tensorrt_standin import (
 )
 
 from vitedge.manifest import read_manifest, verify_bundle
+from vitedge.validation.reference_cache import HIT, MISS, OFF, SHARED
 
 # Free-form maps whose keys name things of the backend or the machine, not schema fields.
 # A profile's [quantization] overrides are its own too (the NVIDIA profiles set quantize_attention).
@@ -77,7 +78,7 @@ def _key_paths(value: Any, prefix: str = "") -> set[str]:
 REFERENCE = "validation.data.reference."
 # validation.data.reference takes one of its forms (docs/reports.md): outputs read back or computed here (cache hit /
 # miss, with key and path), or shared from another runtime's FP32 pass after a spot check (cache shared, with shared)
-REFERENCE_FORMS = {"hit": {"key", "path"}, "miss": {"key", "path"}, "shared": {"shared"}, "off": set()}
+REFERENCE_FORMS = {HIT: {"key", "path"}, MISS: {"key", "path"}, SHARED: {"shared"}, OFF: set()}
 
 
 def _reference_form(reference: dict[str, Any]) -> str:
@@ -114,8 +115,8 @@ def test_engine_completion_writes_the_schema_vitedge_build_writes(built, complet
     assert _schema_paths(device.to_dict()) == _schema_paths(cpu.to_dict())
     # in its own cache the intel-cpu validation reads back the FP32 outputs its budget pass (OpenVINO) computed; with
     # the suite's shared cache it was "shared" (ONNX Runtime's, from another test) or "hit", by test order
-    assert _reference_form(cpu.validation["data"]["reference"]) == "hit"
-    assert _reference_form(device.validation["data"]["reference"]) in ("hit", "miss")
+    assert _reference_form(cpu.validation["data"]["reference"]) == HIT
+    assert _reference_form(device.validation["data"]["reference"]) in (HIT, MISS)
     assert device.validation["schema"] == cpu.validation["schema"] == "vitedge.validation/1"
     assert device.validation["producer"] == "vitedge engine" and cpu.validation["producer"] == "vitedge build"
     # one Q/DQ graph and one accuracy budget; only the speed verdict is each target's own

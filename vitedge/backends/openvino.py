@@ -177,7 +177,7 @@ class OpenVinoRunner(Runner):
         equal share of the threads each), fed by an ``AsyncInferQueue``; outputs in order. The latency-compiled
         graph is released first and compiled again on the next ``infer``. Only where the float regions run in
         f32, where the two compiles gave bit-identical outputs (every round on the AVX2 EPYC; on a Zen 5 VNNI EPYC
-        one FP32-reference round of 12 was not, by an amount not recorded: benchmarks/results/
+        one FP32-reference round of 11 was not, by an amount not recorded: benchmarks/results/
         pass_streams_avx512-vnni.md); bf16 ones (CPUs with AVX512_BF16 or AMX) are not measured, and a difference
         there would fail the reference cache's spot check of stored INT8 outputs (``verify_sample``, 1e-4 of the
         output scale), so they run one batch at a time. Faster on the AVX2 EPYC (0.885 INT8, 0.93 FP32), within
