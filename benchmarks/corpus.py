@@ -179,6 +179,10 @@ class BuildRow:
     float_layers_returned: str | None = None
     passed: bool | None = None
     note: str = ""
+    # the shared Q/DQ graph's hash and method select's choice (manifest.json), so that runs on two kinds of CPU can tell
+    # a different quantized graph (calibration moved) from the same graph run by other kernels (JSON only)
+    qdq_sha256: str | None = None
+    calibration_chosen: str | None = None
 
 
 def build(model, fmt: str, split: Path, work: Path, targets: list[str], extra: list[str], timeout: float) -> list[BuildRow]:
@@ -255,6 +259,11 @@ def _read_bundle(row: BuildRow, folder: Path, code: int | None, text: str) -> Bu
     row.int8_layers, row.layers_total = q.get("layers_int8"), q.get("layers_total")
     row.float_layers_returned = q.get("summary_line")
     row.passed = bool(v.get("passed"))
+    manifest = folder / "manifest.json"
+    if manifest.is_file():
+        m = json.loads(manifest.read_text())
+        row.qdq_sha256 = (m.get("quantization") or {}).get("qdq_sha256")
+        row.calibration_chosen = ((m.get("calibration") or {}).get("selection") or {}).get("chosen")
     if code not in (0, 1):
         row.note = f"exit {code}"
     return row
