@@ -383,7 +383,15 @@ def markdown(res) -> str:
     return "\n".join(lines)
 
 
-def build_only(calib_size: int, baseline: Path | None = None, latency_rounds: int = 0) -> None:
+def work_dir(work: Path | None):
+    """A context giving the folder to build in: ``work`` (created, kept afterwards) or a temporary one."""
+    if work is None:
+        return tempfile.TemporaryDirectory(prefix="vitedge-bench-")
+    work.mkdir(parents=True, exist_ok=True)
+    return contextlib.nullcontext(str(work))
+
+
+def build_only(calib_size: int, baseline: Path | None = None, latency_rounds: int = 0, work: Path | None = None) -> None:
     """Cold and warm `vitedge build` of ViT-B/16 (both CPU targets), stage by stage, and ONNX Runtime's
     `quantize_static` on the same graph and images in the same run (the anchor for the calibrate stage)."""
     from quant_accuracy import environment
@@ -395,7 +403,7 @@ def build_only(calib_size: int, baseline: Path | None = None, latency_rounds: in
     cpu = read_cpu()
     isa = isa_slug(cpu)
     load = [os.getloadavg()[0]]
-    with tempfile.TemporaryDirectory(prefix="vitedge-bench-") as tmp:
+    with work_dir(work) as tmp:
         work = Path(tmp)
         pt, bundles, build_times = build_vitb(work, calib_size, BUILD_ONLY_ROWS)
         load.append(os.getloadavg()[0])
@@ -483,11 +491,12 @@ def main() -> None:
     ap.add_argument("--latency-rounds", type=int, default=0,
                     help="with --build-only: also time the cold build's bundles (FP32, INT8, quantize_static) at batch 1 and 8")
     ap.add_argument("--work", type=Path, default=None,
-                    help="build and keep the ViT-B/16 bundles here (WORK/out/onnx, WORK/out/intel-cpu) for "
-                         "ort_profile.py / openvino_profile.py afterwards; default: a temporary folder")
+                    help="build and keep the ViT-B/16 bundles here (WORK/out/onnx, WORK/out/intel-cpu; with --build-only "
+                         "also WORK/out2, WORK/out3) for ort_profile.py / openvino_profile.py afterwards; default: a "
+                         "temporary folder")
     args = ap.parse_args()
     if args.build_only:
-        build_only(args.calib_size, args.baseline, args.latency_rounds)
+        build_only(args.calib_size, args.baseline, args.latency_rounds, args.work)
         return
     from quant_accuracy import environment
 
@@ -496,10 +505,7 @@ def main() -> None:
 
     env = environment()
     cpu = read_cpu()
-    if args.work is not None:
-        args.work.mkdir(parents=True, exist_ok=True)
-    with (contextlib.nullcontext(str(args.work)) if args.work is not None
-          else tempfile.TemporaryDirectory(prefix="vitedge-bench-")) as tmp:
+    with work_dir(args.work) as tmp:
         work = Path(tmp)
         pt, bundles, build_times = build_vitb(work, args.calib_size)
         spec = load_model(pt, IntakeOptions(arch="vit_base_patch16_224")).spec
