@@ -68,6 +68,10 @@ def _lock_one(output: Path, flag: str) -> Iterator[None]:
         _remove_empty(created)
         raise UsageError(f"{flag} {output} cannot be written: a part of {output.parent} is a file, not a folder; "
                          f"choose another {flag}") from None
+    except OSError as err:  # a read-only file system, a folder we may not write, a pseudo file system (/proc)
+        _remove_empty(created)
+        raise UsageError(f"{flag} {output} cannot be written: {err.filename or path.parent}: {err.strerror or err}; "
+                         f"choose another {flag} or fix its permissions") from None
     except BaseException:
         _remove_empty(created)
         raise

@@ -203,3 +203,21 @@ def test_something_planted_where_the_lock_goes_is_refused_and_left_alone(what, t
     run = cli("export", DIGITS, "-o", out, cwd=tmp_path)
     assert_one_line(run, 2, fragment, "remove it, or choose another -o")
     assert snapshot(tmp_path) == before and os.path.lexists(lock_path(out)) and not out.exists() and debris(tmp_path) == []
+
+
+UNWRITABLE = {  # an output where nothing can be created, even by root: a folder of the proc file system
+    "build": lambda t, o: ["build", DIGITS, "-t", "onnx", "--calib", CALIB_DIR, "-o", o, "--cache-dir", t / "cache"],
+    "export": lambda t, o: ["export", DIGITS, "-o", o / "m.onnx"],
+    "init": lambda t, o: ["init", DIGITS, "-o", o / "vitedge.toml"],
+}
+
+
+@pytest.mark.skipif(not os.path.isfile("/proc/self/stat"), reason="needs Linux's /proc, where no file can be created")
+@pytest.mark.parametrize("writer", list(UNWRITABLE))
+def test_an_output_that_cannot_be_created_is_refused_in_one_line(writer, tmp_path):
+    """Its lock could not be created: an OSError left the lock code as exit 3 ("internal error: FileNotFoundError")."""
+    out = Path("/proc") / f"vitedge-test-{os.getpid()}"
+    before = snapshot(tmp_path)
+    run = cli(*UNWRITABLE[writer](tmp_path, out), cwd=tmp_path)
+    assert_one_line(run, 2, "cannot be written", "choose another -o")
+    assert snapshot(tmp_path) == before and not (tmp_path / "cache").exists()
