@@ -10,6 +10,7 @@ import numpy as np
 
 from vitedge.backends import Backend
 from vitedge.datasources._common import CalibrationSource
+from vitedge.datasources.sources import check_data_exists
 from vitedge.errors import BundleError, UsageError
 from vitedge.profiles import TargetProfile
 from vitedge.spec import ModelSpec
@@ -61,6 +62,9 @@ def preflight(inputs: dict[str, Path | None], cache_root: Path | None, profiles:
     """``inputs``: the command's paths by flag ("MODEL", "--calib", "--val", "-o"); ``cache_root``: --cache-dir;
     ``dirs``: each target's output folder."""
     check_utf8({**inputs, "--cache-dir": cache_root, **{f"-o ({name})": d for name, d in dirs.items()}})
+    for flag in ("--calib", "--val"):  # before the model is loaded and exported
+        if inputs.get(flag) is not None:
+            check_data_exists(inputs[flag])
     for d in dirs.values():
         check_writable(d)
     if cache_root is not None:

@@ -274,6 +274,11 @@ CASES = [
     ("model-path-not-utf8", lambda ws: ws.build(Path(os.fsdecode(str(ws.root).encode() + b"/m-\xff.pt"))), 2, ["UTF-8"]),
     # --- calibration data
     ("calib-missing", lambda ws: ws.build(None, calib=ws.root / "nothing"), 2, ["does not exist"]),
+    # found before the model is read and exported (a corrupt model would be the error otherwise)
+    ("calib-missing-before-the-model", lambda ws: ws.build(ws.write("broken.pt", "no checkpoint"), calib=ws.root / "nothing"), 2,
+     ["nothing does not exist"]),
+    ("val-missing-before-the-model", lambda ws: ws.build(ws.write("broken.pt", "no checkpoint"), "--val", ws.root / "noval"), 2,
+     ["noval does not exist"]),
     ("calib-empty-folder", lambda ws: ws.build(None, calib=ws.images("empty", 0)), 2, ["empty"]),
     ("calib-too-few", lambda ws: ws.build(None, calib=ws.images("few", 3)), 2, ["3"]),
     ("calib-all-unreadable", lambda ws: ws.build(None, calib=_unreadable_images(ws)), 2, ["corrupt"]),

@@ -49,6 +49,15 @@ __all__ = [
 _WHAT = "a folder of images (.jpg .jpeg .png .bmp .webp), a .npy/.npz file or a video (.mp4 .avi .mov .mkv .webm)"
 
 
+def check_data_exists(path: str | os.PathLike) -> Path:
+    """``path`` (``~`` expanded) when something is there; else the one-line error ``open_source`` gives. `build`
+    calls it before loading and exporting the model, so a mistyped --calib costs seconds, not the export."""
+    file = Path(os.fspath(path)).expanduser()
+    if not file.exists():
+        raise CalibrationError(f"{os.fspath(path)} does not exist: pass {_WHAT}")
+    return file
+
+
 def open_source(
     path: str | os.PathLike[str],
     preprocess: Preprocess,
@@ -73,9 +82,7 @@ def open_source(
     seed = int(seed)
     limit = int(limit) if limit is not None else None
     path_text = os.fspath(path)
-    file = Path(path_text).expanduser()
-    if not file.exists():
-        raise CalibrationError(f"{path_text} does not exist: pass {_WHAT}")
+    file = check_data_exists(path)
     request = SourceRequest(path_text, limit, seed, int(min_count), bool(progress))
     suffix = file.suffix.lower()
     if preprocess.channels not in (1, 3) and (file.is_dir() or suffix in VIDEO_EXTENSIONS):
