@@ -30,10 +30,11 @@ def check_utf8(paths: dict[str, Path | None]) -> None:
             raise UsageError(f"{flag} path {shown} is not valid UTF-8; the manifest and reports record it as text: rename it") from None
 
 
-def check_writable(folder: Path, flag: str = "-o") -> None:
-    """The nearest existing ancestor of ``folder`` must be a folder we can create entries in."""
+def check_writable(folder: Path, flag: str = "-o", *, inside: bool = False) -> None:
+    """The nearest existing ancestor of ``folder`` must be a folder we can create entries in (with ``inside``:
+    ``folder`` itself when it exists, for one that holds vitedge's entries, such as --cache-dir)."""
     folder = Path(folder)
-    probe = folder.parent if folder.parent != folder else folder
+    probe = folder if inside or folder.parent == folder else folder.parent
     while not probe.exists() and probe.parent != probe:
         probe = probe.parent
     if not probe.is_dir():
@@ -68,7 +69,7 @@ def preflight(inputs: dict[str, Path | None], cache_root: Path | None, profiles:
     for d in dirs.values():
         check_writable(d)
     if cache_root is not None:
-        check_writable(Path(cache_root) / "x", "--cache-dir")
+        check_writable(Path(cache_root), "--cache-dir", inside=True)
     check_targets(profiles, backends)
 
 

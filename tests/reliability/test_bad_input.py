@@ -270,6 +270,8 @@ CASES = [
     ("unknown-flag", lambda ws: ws.build(None, "--fast"), 2, ["--fast"]),
     # --- where the output goes
     ("output-under-a-file", lambda ws: ["build", ws.model, "-t", "onnx", "--calib", CALIB_DIR, "-o", ws.write("afile", "x") / "b", "-q"], 2, ["afile", "-o"]),
+    ("cache-dir-is-a-file", lambda ws: ["build", ws.model, "-t", "onnx", "--calib", CALIB_DIR, "-o", ws.out, "-q",
+                                        "--cache-dir", ws.write("cache.bin", "x")], 2, ["--cache-dir", "cache.bin cannot be created"]),
     ("output-path-not-utf8", lambda ws: ["build", ws.model, "-t", "onnx", "--calib", CALIB_DIR, "-o", _non_utf8(ws), "-q"], 2, ["UTF-8"]),
     ("model-path-not-utf8", lambda ws: ws.build(Path(os.fsdecode(str(ws.root).encode() + b"/m-\xff.pt"))), 2, ["UTF-8"]),
     # --- calibration data
