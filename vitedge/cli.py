@@ -82,6 +82,13 @@ def main(argv: list[str] | None = None) -> None:
     signals.reset()
     signals.install()
     try:
+        _run(args, debug)
+    finally:
+        signals.uninstall()  # the one line is printed and the code chosen: a signal from here on is the exit's, not the command's
+
+
+def _run(args: list[str], debug: bool) -> None:
+    try:
         cli.main(args=args, prog_name="vitedge", standalone_mode=False)
     except click.exceptions.Abort as err:
         message, code = signals.exit_for(err)

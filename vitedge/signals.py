@@ -143,6 +143,19 @@ def install() -> None:
         _start_watchdog()
 
 
+def uninstall() -> None:
+    """Put back the default SIGTERM and SIGINT behaviour where vitedge's handlers are installed: the command is
+    over. A signal during the interpreter's exit (atexit handlers: torch's compile-time report imports tabulate)
+    then ends the process as a signal does, instead of raising Terminated inside that handler, which printed a
+    traceback and exited 1."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is _raise_terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if signal.getsignal(signal.SIGINT) is _raise_interrupted:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pending() -> type[KeyboardInterrupt] | None:
     """The interrupt that arrived during this command (even if something turned it into another error), or None."""
     return _pending[-1] if _pending else None

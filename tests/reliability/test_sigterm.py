@@ -78,3 +78,27 @@ def test_sigterm_to_a_forked_worker_never_ends_the_parent(tmp_path):
     script.write_text(_FORKED_POOL)
     r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "parent still alive", (r.returncode, r.stdout, r.stderr[-1500:])
+
+
+_EXITING = """
+import atexit, sys, time
+from vitedge.cli import main
+def report():  # an atexit handler of some library (torch's dynamo reports its compile times there)
+    print("exiting", flush=True)
+    time.sleep(30)
+atexit.register(report)
+main(["targets"])
+"""
+
+
+def test_sigterm_while_the_interpreter_exits_after_the_command_is_no_traceback(tmp_path):
+    """The command is over (its line printed, its code chosen); a SIGTERM in an atexit handler raised Terminated there
+    ("Traceback ... vitedge.signals.Terminated", exit 1). Now the default action ends the process: killed by SIGTERM."""
+    p = subprocess.Popen([sys.executable, "-c", _EXITING], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in p.stdout:
+        if line.strip() == "exiting":
+            p.send_signal(signal.SIGTERM)
+            break
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == -signal.SIGTERM, (p.returncode, err[-2000:])
+    assert "Traceback" not in err and "Terminated" not in err, err[-2000:]
