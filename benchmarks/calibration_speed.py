@@ -30,7 +30,8 @@ statistics, everything) of vitedge's ``calibrate()`` on ``--memory-arch`` at eac
 
 Caveats: a shared, noisy 2-core machine (other jobs run beside; the load average is
 recorded with every row): read ratios measured side by side, not absolute seconds. The
-CPU's ISA is recorded (vitedge.cpu). Writes benchmarks/results/calibration_speed.md and .json.
+CPU's ISA is recorded (vitedge.cpu). Writes benchmarks/results/calibration_speed_<isa>.json and adds the run as a
+section at the top of benchmarks/results/calibration_speed.md (earlier runs and notes there stay).
 """
 
 from __future__ import annotations
@@ -373,12 +374,35 @@ def main() -> None:
 
 
 def save(res: dict[str, Any], start: float, out: Path) -> str:
+    """This run as ``calibration_speed_<isa>.json`` and as a section at the top of ``calibration_speed.md``, a
+    hand-kept history (notes and earlier runs below stay; saving again during the same run replaces its section)."""
     res["seconds"] = time.perf_counter() - start
     out.mkdir(parents=True, exist_ok=True)
-    (out / "calibration_speed.json").write_text(json.dumps(res, indent=1, default=str))
+    env = res["environment"]
+    (out / f"calibration_speed_{env['cpu_isa']}.json").write_text(json.dumps(res, indent=1, default=str))
     md = markdown(res)
-    (out / "calibration_speed.md").write_text(md + "\n")
+    merge_section(out / "calibration_speed.md", md, f"{env['date']}, {env['cpu_isa']}")
     return md
+
+
+RUN_START = "<!-- calibration_speed.py run {} -->"
+RUN_END = "<!-- end of calibration_speed.py run -->"
+
+
+def merge_section(path: Path, md: str, run: str) -> None:
+    """``md`` (a whole report: a title, then ``##`` sections) as one section of ``path`` right under its title."""
+    title, _, body = md.partition("\n")
+    body = "\n".join("#" + line if line.startswith("## ") else line for line in body.strip("\n").splitlines())
+    block = f"{RUN_START.format(run)}\n## Run of {run}\n\n{body}\n{RUN_END}\n"
+    old = path.read_text() if path.exists() else f"{title}\n"
+    start = old.find(RUN_START.format(run))
+    if start >= 0:  # this run saved before: replace its section
+        end = old.index(RUN_END, start) + len(RUN_END) + 1
+        new = old[:start] + block + old[end:]
+    else:
+        head, _, rest = old.partition("\n")
+        new = f"{head}\n\n{block}\n{rest.lstrip(chr(10))}"
+    path.write_text(new)
 
 
 if __name__ == "__main__":
