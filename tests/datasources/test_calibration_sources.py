@@ -443,8 +443,8 @@ def test_too_few_usable_images_says_what_to_do(tmp_path):
     with pytest.raises(CalibrationError) as err:
         open_source(root, PRE, min_count=32)
     assert str(err.value) == (
-        f"only 3 usable images in {root} (2 corrupt skipped); calibration needs at least 32: "
-        f"add images or lower --calib-size"
+        f"only 3 usable images in {root} (2 corrupt skipped); at least 32 needed: "
+        f"add usable images to the folder"
     )
     assert len(open_source(root, PRE, min_count=3)) == 3
 

@@ -264,7 +264,7 @@ def too_few(count: int, noun: str, path: str, min_count: int, skipped: dict[str,
     if skipped:
         why = " (" + ", ".join(f"{v} {k}" for k, v in by_count(skipped).items()) + " skipped)"
     raise CalibrationError(
-        f"only {count} usable {noun} in {path}{why}; calibration needs at least {min_count}: {what_to_do}"
+        f"only {count} usable {noun} in {path}{why}; at least {min_count} needed: {what_to_do}"
     )
 
 

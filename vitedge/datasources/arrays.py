@@ -163,7 +163,7 @@ def open_array_file(file: Path, pre: Preprocess, request: SourceRequest,
         found.add(Item(id=f"array[{i}]", sort_key=i, sha=sha, label=int(labels[i]) if labels is not None else None,
                        ref=i), arr)
 
-    found.require(request, "images", "add images to the array or lower --calib-size")
+    found.require(request, "images", "add usable images to the array")
     used = keep_subset(found.items, request.limit, request.seed)
 
     def loader(batch: list[Item]) -> list[np.ndarray]:

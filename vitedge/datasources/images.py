@@ -231,7 +231,7 @@ def open_image_folder(root: Path, pre: Preprocess, request: SourceRequest,
         label = labels[rel.split("/", 1)[0]] if labels is not None else None
         found.add(Item(id=rel, sort_key=rel, sha=sha, label=label, ref=rel, mode=mode), arr)
 
-    found.require(request, "images", "add images or lower --calib-size")
+    found.require(request, "images", "add usable images to the folder")
     used = keep_subset(found.items, request.limit, request.seed)
     loader = _make_loader(root, path_text, pre)
     fill_cache(used, loader, found.budget)

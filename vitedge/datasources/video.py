@@ -208,7 +208,7 @@ def open_video(file: Path, pre: Preprocess, request: SourceRequest, video_frames
     if total == 0:
         raise CalibrationError(
             f"no frames could be decoded from {request.path_text}: re-encode it or pass a folder of images")
-    found.require(request, "frames", "use a longer video, raise the number of sampled frames or lower --calib-size")
+    found.require(request, "frames", "use a longer video or sample more of its frames (--calib-size, or --data-size in validate, sets how many)")
     items = sorted(found.items, key=lambda it: it.sort_key)
     loader = _make_loader(video, pre)
     fill_cache(items, loader, found.budget)
