@@ -195,6 +195,41 @@ def weightless_copy(model: Any) -> Any:
     return shell
 
 
+def external_data_file(base_dir: Path, tensor: Any, where: str | None = None) -> Path:
+    """The file that holds ``tensor``'s external data, checked: inside ``base_dir`` (the model's folder; an absolute
+    location, ``..`` or a link that leads out of it is refused, as ONNX's own loader refuses it: a graph from someone
+    else must not copy a file of this machine, a key say, into the bundle's weights), present, and long enough for the
+    tensor's offset and length. A ModelLoadError naming ``where`` (default: the folder) otherwise."""
+    from onnx.external_data_helper import ExternalDataInfo
+
+    info = ExternalDataInfo(tensor)
+    where = where or str(base_dir)
+    location = info.location
+    base = Path(os.path.realpath(base_dir))
+    target = Path(os.path.realpath(base / location)) if location else base
+    if not location or Path(location).is_absolute() or ".." in Path(location).parts or base not in target.parents:
+        raise ModelLoadError(f"{where}: tensor '{tensor.name}' names external data '{location}', which is not a file inside the "
+                             "model's folder; vitedge reads weights only from files beside the model (as ONNX's loader does)")
+    if not target.is_file():
+        raise ModelLoadError(f"{where}: tensor '{tensor.name}' keeps its weights in '{location}', which is missing from "
+                             f"{os.path.abspath(base_dir)}: copy the data file beside the model")
+    end = (info.offset or 0) + (info.length or 0)
+    size = target.stat().st_size
+    if end > size or (info.offset or 0) > size:
+        raise ModelLoadError(f"{where}: tensor '{tensor.name}' needs bytes {info.offset or 0}..{end} of '{location}', which has "
+                             f"{size}: the data file is truncated or belongs to another model")
+    return target
+
+
+def check_external_data(model: Any, base_dir: Path, where: str) -> None:
+    """Every external-data initializer of ``model`` readable from ``base_dir`` (see ``external_data_file``)."""
+    import onnx
+
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            external_data_file(base_dir, tensor, where)
+
+
 def _external_bytes(tensor: Any, base_dir: Path | None) -> bytes | None:
     """The bytes of ``tensor`` that go to the data file; None: it stays inline."""
     from onnx.external_data_helper import ExternalDataInfo, uses_external_data
@@ -203,7 +238,8 @@ def _external_bytes(tensor: Any, base_dir: Path | None) -> bytes | None:
         info = ExternalDataInfo(tensor)
         if base_dir is None:
             raise ModelLoadError(f"tensor '{tensor.name}' is in external file '{info.location}' and no folder was given to read it from")
-        with open(Path(base_dir) / info.location, "rb") as fh:
+        file = external_data_file(Path(base_dir), tensor)
+        with open(file, "rb") as fh:
             fh.seek(info.offset or 0)
             return fh.read(info.length) if info.length else fh.read()
     if not tensor.HasField("raw_data") or _tensor_size(tensor) < EXTERNAL_MIN_BYTES:

@@ -27,7 +27,7 @@ from vitedge.models.presets import (
     match_preset,
 )
 from vitedge.models.timm_arch import load_timm_arch
-from vitedge.onnxutil import graph_inputs
+from vitedge.onnxutil import check_external_data, graph_inputs
 from vitedge.spec import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -674,6 +674,7 @@ def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
         model = onnx.load(str(raw.path), load_external_data=False)
     except Exception as err:
         raise ModelLoadError(f"{raw.path} is truncated or corrupt and cannot be read as ONNX ({str(err).splitlines()[0][:120]})") from err
+    check_external_data(model, Path(raw.path).parent, str(raw.path))
     props = {p.key: p.value for p in model.metadata_props}
     if ONNX_SPEC_KEY in props:
         spec = ModelSpec.from_json(props[ONNX_SPEC_KEY])
