@@ -112,3 +112,15 @@ def _cli(*args) -> tuple[int, str]:
         except SystemExit as exc:
             code = int(exc.code or 0)
     return code, err.getvalue()
+
+
+@pytest.mark.parametrize("location", ["/dev/zero", "../weights.data"])
+def test_hashing_a_graph_from_elsewhere_never_reads_outside_its_folder(location, external_graph, tmp_path):
+    """A bundle's graph is hashed (the reference cache's key) before ONNX Runtime sees it: a location of /dev/zero
+    read forever, one out of the folder read a file of this machine."""
+    from vitedge.onnxutil import onnx_sha256
+
+    (tmp_path / "weights.data").write_bytes((external_graph.parent / "weights.data").read_bytes())
+    graph = _rewritten(external_graph, tmp_path / "bundle", _moved_location(location))
+    with pytest.raises(ModelLoadError, match="is not a regular file inside"):
+        onnx_sha256(graph)

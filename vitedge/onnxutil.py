@@ -205,9 +205,8 @@ def external_data_file(base_dir: Path, tensor: Any, where: str | None = None) ->
     info = ExternalDataInfo(tensor)
     where = where or str(base_dir)
     location = info.location
-    base = Path(os.path.realpath(base_dir))
-    target = Path(os.path.realpath(base / location)) if location else base
-    if not location or Path(location).is_absolute() or ".." in Path(location).parts or base not in target.parents:
+    target = _inside(Path(base_dir), location)
+    if target is None:
         raise ModelLoadError(f"{where}: tensor '{tensor.name}' names external data '{location}', which is not a file inside the "
                              "model's folder; vitedge reads weights only from files beside the model (as ONNX's loader does)")
     if not target.is_file():
@@ -219,6 +218,15 @@ def external_data_file(base_dir: Path, tensor: Any, where: str | None = None) ->
         raise ModelLoadError(f"{where}: tensor '{tensor.name}' needs bytes {info.offset or 0}..{end} of '{location}', which has "
                              f"{size}: the data file is truncated or belongs to another model")
     return target
+
+
+def _inside(base_dir: Path, location: str) -> Path | None:
+    """``base_dir / location`` with links resolved, or None when that leaves ``base_dir`` (absolute, ``..``, a link out)."""
+    base = Path(os.path.realpath(base_dir))
+    if not location or Path(location).is_absolute() or ".." in Path(location).parts:
+        return None
+    target = Path(os.path.realpath(base / location))
+    return target if base in target.parents else None
 
 
 def check_external_data(model: Any, base_dir: Path, where: str) -> None:
@@ -280,6 +288,10 @@ def external_data_files(path: Path) -> list[Path]:
             location = ExternalDataInfo(tensor).location
             if location not in names:
                 names.append(location)
+    for name in names:  # a graph from elsewhere (a bundle's) must not make vitedge read, say, /dev/zero or a key
+        target = _inside(path.parent, name)
+        if target is None or not target.is_file():
+            raise ModelLoadError(f"{path}: its external data '{name}' is not a regular file inside {path.parent}")
     return [path.parent / n for n in names]
 
 
