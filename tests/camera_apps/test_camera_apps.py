@@ -284,3 +284,22 @@ def test_embedding_model_runs_the_bundles_own_graph_and_engine(bundles, tmp_path
     assert props["network-type"] == "100" and props["int8-calib-file"] == CALIB_FILE and not (ds / BAKED_GRAPH).exists()
     text = (ds / "config_infer.txt").read_text()
     assert f"TensorRT {ORIN_NANO.tensorrt}" in text and "INT8 where the graph has Q/DQ, FP16 elsewhere" in text
+
+
+def test_class_names_with_separators_keep_one_label_per_class(bundles, tmp_path):
+    """A class name holding ';' (nvinfer's separator) or a line break (Triton's) made two labels out of one and moved
+    every later class onto the wrong index, silently. Each file keeps one label per class, in order."""
+    names = list(read_manifest(bundles / "onnx").output["class_names"])
+    names[1], names[2] = "one; uno", "two\nzwei"
+    bundle = _with_manifest(bundles / "onnx", tmp_path / "b", output__class_names=names)
+    code, text = run_vitedge(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])
+    assert code == 0, text
+    labels = (tmp_path / "ds" / "labels.txt").read_text().rstrip("\n").split(";")
+    assert len(labels) == len(names) and labels[1:4] == ["one, uno", "two zwei", names[3]]
+    assert "2 class names held ';' or a line break" in (tmp_path / "ds" / "config_infer.txt").read_text()
+    code, text = run_vitedge(["export-config", "--for", "triton", str(bundle), "-o", str(tmp_path / "tr")])
+    assert code == 0, text
+    [labels_file] = list((tmp_path / "tr").rglob("labels.txt"))
+    lines = labels_file.read_text().splitlines()
+    assert len(lines) == len(names) and lines[1:4] == ["one; uno", "two zwei", names[3]]
+    assert read_manifest(bundle).output["class_names"] == names  # the manifest keeps them as the model gave them

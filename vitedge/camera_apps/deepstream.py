@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from vitedge.camera_apps.labels import changed, nvinfer_labels
 from vitedge.camera_apps.serving import ServedBy, tensorrt_engine
 from vitedge.errors import BundleError
 from vitedge.onnxutil import graph_inputs, save_onnx
@@ -276,8 +277,12 @@ def write_deepstream(bundle: Path, manifest: Any, out: Path, *, rel: str, served
                   "network-type=100", "output-tensor-meta=1"]
     else:
         labels = outp.get("class_names") or [str(i) for i in range(_num_outputs(bundle / arts["qdq"]))]
-        (out / LABELS_FILE).write_text(";".join(labels) + "\n")
+        text = nvinfer_labels(labels)
+        (out / LABELS_FILE).write_text(text)
         files.append(LABELS_FILE)
+        if changed(labels, text, ";"):
+            lines += [f"# {changed(labels, text, ';')} class names held ';' or a line break, which nvinfer's label file cannot: "
+                      "written with ',' and spaces instead (the manifest keeps them as they were)"]
         lines += ["# a classifier: nvinfer reports the class with the highest probability above classifier-threshold, and that",
                   "# probability as its confidence; 0 keeps the top-1 class always, as vitedge's runtime does",
                   "network-type=1", f"output-blob-names={PROBS_OUTPUT}", f"labelfile-path={LABELS_FILE}",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.camera_apps.deepstream import nvinfer_can_feed, write_deepstream
+from vitedge.camera_apps.labels import triton_labels
 from vitedge.camera_apps.serving import ServedBy, tensorrt_engine
 from vitedge.camera_apps.triton import config_text, model_name, triton_backend, write_triton
 from vitedge.errors import UsageError
@@ -67,6 +68,6 @@ def write_bundle_exports(bundle: Path, manifest: Any, served: ServedBy) -> list[
         link.symlink_to(os.path.join("..", "..", "..", "..", manifest.artifacts["model"]))
         written.append(f"{CAMERA_DIR}/triton/{name}/1/{link.name}")
     if manifest.output.get("kind") != "embedding" and manifest.output.get("class_names"):
-        (folder / "labels.txt").write_text("\n".join(manifest.output["class_names"]) + "\n")
+        (folder / "labels.txt").write_text(triton_labels(manifest.output["class_names"]))
         written.append(f"{CAMERA_DIR}/triton/{name}/labels.txt")
     return written

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vitedge.camera_apps.labels import triton_labels
 from vitedge.camera_apps.serving import TENSORRT_PLAN, ServedBy, tensorrt_engine
 from vitedge.errors import BundleError
 from vitedge.onnxutil import graph_inputs
@@ -126,6 +127,6 @@ def write_triton(bundle: Path, manifest: Any, out: Path, served: ServedBy) -> li
         classes = manifest.output.get("class_names") or []
         if not classes:
             classes = [str(i) for i in range(_tensor_facts(bundle / manifest.artifacts["qdq"])[1][2][-1])]
-        (folder / "labels.txt").write_text("\n".join(classes) + "\n")
+        (folder / "labels.txt").write_text(triton_labels(classes))
         written.append(f"{name}/labels.txt")
     return written
