@@ -37,3 +37,27 @@ def test_a_failing_stage_still_records_its_time(monkeypatch):
     except RuntimeError:
         pass
     assert log.timings == {"build": 0.0, "validate": 2.0}
+
+
+HOSTILE_NAMES = ["[/]", "[bold red]ONE", "\x1b]52;c;cGFzc3dk\x07two", "three", "4", "5", "6", "7", "8", "9"]
+
+
+def test_strings_from_files_are_printed_literally(tmp_path, capsys):
+    """Class names from a model file (and paths) went to rich as markup: '[/]' was exit 3 'MarkupError', '[red]'
+    vanished, and an escape sequence (here OSC 52, a clipboard write) reached the terminal as it was."""
+    import torch
+    from conftest import EXAMPLES
+    from helpers.cli import run_vitedge
+
+    checkpoint = torch.load(EXAMPLES / "digits_vit.pt", weights_only=True)
+    checkpoint["vitedge"]["class_names"] = HOSTILE_NAMES
+    torch.save(checkpoint, tmp_path / "hostile.pt")
+    code, text = run_vitedge(["inspect", str(tmp_path / "hostile.pt")])
+    assert code == 0, text
+    assert "[/], [bold red]ONE, \\x1b]52;c;cGFzc3dk\\x07two" in text.replace("\n", "")
+    assert "\x1b" not in text and "\x07" not in text
+    log = StageLog()
+    with log.stage("data", "calibration set cal[/]x"):
+        log.info("read [red]x[/red] \x1b[2J")
+    err = capsys.readouterr().err
+    assert "calibration set cal[/]x" in err and "read [red]x[/red] \\x1b[2J" in err and "\x1b" not in err

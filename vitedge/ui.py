@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from rich.console import Console
+from rich.markup import escape
 
 from vitedge.signals import raise_if_interrupted
 
@@ -30,7 +32,7 @@ class StageLog:
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            self._console().print(f"  {message}")
+            self._console().print(f"  {literal(message)}")
 
     @contextlib.contextmanager
     def stage(self, name: str, what: str) -> Iterator[None]:
@@ -38,7 +40,7 @@ class StageLog:
         # stops the work at the next stage boundary instead of when the bundle is published.
         raise_if_interrupted()
         if not self.quiet:
-            self._console().print(f"[bold]{name:>10}[/bold] {what} ...")
+            self._console().print(f"[bold]{name:>10}[/bold] {literal(what)} ...")
         self.counts[name] = self.counts.get(name, 0) + 1
         start = time.perf_counter()
         self._nested.append(0.0)
@@ -54,6 +56,17 @@ class StageLog:
         if not self.quiet:
             inside = f" ({seconds - inner:.1f} s outside nested stages)" if inner > 0 else ""
             self._console().print(f"{'':>10} {name} done in {seconds:.1f} s{inside}")
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def literal(text: object) -> str:
+    """``text`` as rich prints it literally: paths, class names and other strings that came from files or flags may
+    hold ``[...]``, which rich would read as markup (``[/]`` raised MarkupError, exit 3; ``[red]`` vanished), and
+    control characters, which would reach the terminal as escape sequences (a model's class names could recolour,
+    retitle or write to the clipboard of the terminal that inspects it): these are shown as ``\\xNN``."""
+    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
 
 
 def eprint(message: str) -> None:

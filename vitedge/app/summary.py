@@ -13,6 +13,7 @@ from vitedge.target_table import (
     faster_cpu_target,
     int8_not_faster_sentence,
 )
+from vitedge.ui import literal
 
 if TYPE_CHECKING:
     from vitedge.app.build import TargetResult
@@ -62,12 +63,13 @@ def print_build_summary(results: Sequence[TargetResult], timings: dict[str, floa
     colour = {"PASS": "green", "FAIL": "red"}
     for row in summary_rows(results):
         gate = row[-1]
-        table.add_row(*row[:-1], f"[{colour.get(gate, 'yellow')}]{gate}[/]")
+        table.add_row(*(literal(cell) for cell in row[:-1]), f"[{colour.get(gate, 'yellow')}]{literal(gate)}[/]")
     console = Console(width=max(Console().width, 110))
     console.print(table)
     for r in results:
-        console.print(f"  {r.profile.name}: {r.bundle}/ ({r.summary.get('artifact', '-')}{'' if r.built else ', engine to be built on the device'})", highlight=False)
+        console.print("  " + literal(f"{r.profile.name}: {r.bundle}/ ({r.summary.get('artifact', '-')}"
+                                     f"{'' if r.built else ', engine to be built on the device'})"), highlight=False)
     for line in not_faster_lines(results):
-        console.print(f"  {line}", highlight=False, soft_wrap=True)
+        console.print(f"  {literal(line)}", highlight=False, soft_wrap=True)
     if timings:
         console.print("  stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()), highlight=False)

@@ -12,6 +12,7 @@ from vitedge.cli_options import CheckedPath, with_intake
 from vitedge.errors import UsageError
 from vitedge.models.intake import load_model
 from vitedge.models.presets import PRESETS
+from vitedge.ui import literal
 
 
 @click.command("inspect")
@@ -49,7 +50,7 @@ def print_spec(loaded) -> None:
     def val(v):
         return unknown if v is None else str(v)
 
-    table = Table(title=f"{loaded.path}", show_header=True, header_style="bold")
+    table = Table(title=literal(loaded.path), show_header=True, header_style="bold")
     table.add_column("field")
     table.add_column("value")
     table.add_column("from")
@@ -74,5 +75,5 @@ def print_spec(loaded) -> None:
         names = ", ".join(spec.class_names[:8]) + (" ..." if len(spec.class_names) > 8 else "")
         rows.append(("class names", names, "file"))
     for row in rows:
-        table.add_row(*row)
+        table.add_row(*(literal(cell) for cell in row))  # class names and the rest come from the model file
     Console().print(table)

@@ -21,6 +21,7 @@ from vitedge.datasources._common import (
 from vitedge.errors import CalibrationError
 from vitedge.preprocess import preprocess_array
 from vitedge.spec import Preprocess
+from vitedge.ui import literal
 
 IMAGE_KEYS = ("images", "x")
 LABEL_KEYS = ("labels", "y")
@@ -155,7 +156,7 @@ def open_array_file(file: Path, pre: Preprocess, request: SourceRequest,
         return _row_sha(row), ok, (preprocess_array(row, pre) if form == "uint8" and ok else None)
 
     found = Collected()
-    results = ordered_map(check, list(range(n)), progress=request.progress, description=f"Reading {path_text}")
+    results = ordered_map(check, list(range(n)), progress=request.progress, description=f"Reading {literal(path_text)}")
     for i, (sha, ok, arr) in zip(range(n), results):
         if not ok:
             found.skip("non-finite values")

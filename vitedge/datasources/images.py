@@ -31,6 +31,7 @@ from vitedge.limits import MAX_IMAGE_PIXELS
 from vitedge.preprocess import preprocess_image
 from vitedge.safefile import MAX_IMAGE_BYTES, FileTooLarge, NotRegularFile, read_bounded
 from vitedge.spec import Preprocess
+from vitedge.ui import literal
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 ARRAY_EXTENSIONS = (".npy", ".npz")
@@ -222,7 +223,7 @@ def open_image_folder(root: Path, pre: Preprocess, request: SourceRequest,
 
     found = Collected(skipped=skipped)
     results = ordered_map(lambda rel: _check_one(root / rel, pre), rels,
-                          progress=request.progress, description=f"Reading {path_text}")
+                          progress=request.progress, description=f"Reading {literal(path_text)}")
     for rel, result in zip(rels, results):
         if isinstance(result, _Skip):
             found.skip(str(result))

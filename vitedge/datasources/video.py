@@ -25,6 +25,7 @@ from vitedge.errors import CalibrationError, MissingDependencyError, UsageError
 from vitedge.fsutil import sha256_file
 from vitedge.preprocess import preprocess_array
 from vitedge.spec import Preprocess
+from vitedge.ui import literal
 
 
 def import_cv2() -> Any:
@@ -110,7 +111,7 @@ def _track(pairs: Iterator[Any], total: int, progress: bool, path_text: str) -> 
     if not progress:
         return pairs
 
-    return iter(track(pairs, total=total, description=f"Reading {path_text}",
+    return iter(track(pairs, total=total, description=f"Reading {literal(path_text)}",
                       console=Console(stderr=True), transient=True))
 
 

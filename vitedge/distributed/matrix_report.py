@@ -12,6 +12,7 @@ from rich.table import Table
 from vitedge.distributed.matrix import MatrixRun
 from vitedge.distributed.matrix_rows import ERROR, FAIL, NOT_VALIDATED, PASS, RowResult
 from vitedge.fsutil import atomic_write_path
+from vitedge.ui import literal
 from vitedge.validation.report import junit_xml
 
 SCHEMA = "vitedge.matrix/1"
@@ -86,5 +87,5 @@ def print_table(run: MatrixRun) -> None:
         table.add_column(col, no_wrap=True)
     colour = {"PASS": "green", "FAIL": "red", "ERROR": "red"}
     for row in table_rows(run):
-        table.add_row(*row[:2], f"[{colour.get(row[2], 'yellow')}]{row[2]}[/]", *row[3:])
+        table.add_row(*(literal(c) for c in row[:2]), f"[{colour.get(row[2], 'yellow')}]{literal(row[2])}[/]", *(literal(c) for c in row[3:]))
     Console(width=140).print(table)
