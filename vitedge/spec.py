@@ -103,6 +103,8 @@ class Preprocess:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Preprocess":
+        if "channels" not in d and len(d["mean"]) != len(d["std"]) and 1 not in (len(d["mean"]), len(d["std"])):
+            raise ValueError(f"mean has {len(d['mean'])} values and std {len(d['std'])}; give one value per channel (or one to broadcast)")
         channels = int(d.get("channels", len(d["mean"])))
         return cls(
             channels=channels,

@@ -222,6 +222,9 @@ CASES = [
     ("meta-heads-not-number", lambda ws: ws.build(ws.state_dict("meta3.pt", _with_meta(model_kwargs={"num_heads": "three"}))), 2, ["num_heads"]),
     ("meta-preprocess-bad-std", lambda ws: ws.build(ws.state_dict("meta4.pt", _with_meta(
         preprocess={"mean": [0.5, 0.5, 0.5], "std": [0, 1, 1], "crop_pct": 1.0, "interpolation": "bicubic"}))), 2, ["std"]),
+    # it said "std has 3 values but the model takes 7 channel(s)", counting the channels from the mean
+    ("meta-preprocess-mean-std-lengths", lambda ws: ws.build(ws.state_dict("meta6.pt", _with_meta(
+        preprocess={"mean": [0.5] * 7, "std": [1, 1, 1], "crop_pct": 1.0, "interpolation": "bicubic"}))), 2, ["mean has 7 values and std 3"]),
     # --- model flags
     ("heads-contradict-checkpoint", lambda ws: ws.build(ws.state_dict("meta5.pt", _with_meta(model_kwargs={"num_heads": 3})), "--num-heads", "2"), 2, ["--num-heads", "3"]),
     ("heads-not-dividing-width", lambda ws: ws.build(None, "--num-heads", "5"), 2, ["divisible"]),
