@@ -280,8 +280,9 @@ def write_deepstream(bundle: Path, manifest: Any, out: Path, *, rel: str, served
         text = nvinfer_labels(labels)
         (out / LABELS_FILE).write_text(text)
         files.append(LABELS_FILE)
-        if changed(labels, text, ";"):
-            lines += [f"# {changed(labels, text, ';')} class names held ';' or a line break, which nvinfer's label file cannot: "
+        rewritten = changed(labels, text, ";")
+        if rewritten:
+            lines += [f"# {rewritten} class names held ';' or a line break, which nvinfer's label file cannot: "
                       "written with ',' and spaces instead (the manifest keeps them as they were)"]
         lines += ["# a classifier: nvinfer reports the class with the highest probability above classifier-threshold, and that",
                   "# probability as its confidence; 0 keeps the top-1 class always, as vitedge's runtime does",
