@@ -58,7 +58,7 @@ class StageLog:
             self._console().print(f"{'':>10} {name} done in {seconds:.1f} s{inside}")
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # tab and line feed print as themselves
 
 
 def literal(text: object) -> str:
