@@ -297,6 +297,19 @@ def test_npz_float_nchw_with_labels_is_used_as_is(tmp_path):
     assert open_source(tmp_path / "xy.npz", PRE, limit=4, seed=3).summary.data_hash != other.summary.data_hash
 
 
+def test_an_npz_that_would_unpack_past_half_the_memory_is_refused_before_unpacking(tmp_path):
+    """A .npz member is decompressed whole: a few KB that say (1e6, 224, 224, 3) uint8 (140 GiB) are refused from the
+    header, naming the size and .npy, instead of an allocation the kernel lets through and then kills."""
+    import zipfile
+
+    bomb = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as z, z.open("images.npy", "w", force_zip64=True) as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": "|u1", "fortran_order": False, "shape": (10**6, 224, 224, 3)})
+        f.write(b"\0" * 4096)
+    with pytest.raises(CalibrationError, match=r"'images' array \(1000000, 224, 224, 3\) unpacks to 140.2 GiB.*np.save as a .npy"):
+        open_source(bomb, PRE)
+
+
 def test_non_finite_float_rows_are_skipped(tmp_path):
     x = np.zeros((4, 3, 32, 32), np.float32)
     x[1, 0, 0, 0] = np.nan

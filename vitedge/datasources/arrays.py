@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from vitedge.datasources._common import (
     summarize,
 )
 from vitedge.errors import CalibrationError
+from vitedge.limits import physical_memory
 from vitedge.preprocess import preprocess_array
 from vitedge.spec import Preprocess
 from vitedge.ui import literal
@@ -57,6 +59,7 @@ def _load(file: Path, path_text: str) -> tuple[np.ndarray, np.ndarray | None]:
                     f"save it with np.savez(path, images=..., labels=...)"
                 )
             label_key = next((k for k in LABEL_KEYS if k in keys), None)
+            _check_unpacked_size(z, image_key, path_text)
             return z[image_key], (z[label_key] if label_key is not None else None)
     except CalibrationError:
         raise
@@ -71,6 +74,30 @@ def _load(file: Path, path_text: str) -> tuple[np.ndarray, np.ndarray | None]:
         raise CalibrationError(
             f"{path_text} cannot be read as a {suffix} file ({type(e).__name__}: {e}): re-save it with numpy"
         ) from None
+
+
+def _check_unpacked_size(npz: Any, key: str, path_text: str) -> None:
+    """A .npz member is decompressed whole into memory (a .npy is mapped from disk): refuse one whose header says it
+    needs more than half of this machine's RAM, before it is unpacked (a small compressed file can unpack to many GB,
+    and Linux lets the allocation through, then kills the process as it fills)."""
+    memory = physical_memory()
+    if not memory:
+        return
+    names = npz.zip.namelist()
+    try:
+        with npz.zip.open(f"{key}.npy" if f"{key}.npy" in names else key) as member:
+            version = np.lib.format.read_magic(member)
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+            if read is None:  # a header version this check does not read: np.load will
+                return
+            shape, _, dtype = read(member)
+    except (KeyError, ValueError, OSError):  # np.load reports what is wrong with the member
+        return
+    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if need > memory // 2:
+        raise CalibrationError(f"{path_text}: its '{key}' array {tuple(shape)} unpacks to {need / 2**30:.1f} GiB, more than half of this "
+                               f"machine's {memory / 2**30:.1f} GiB (a .npz is decompressed whole): save it with np.save as a .npy, "
+                               "which vitedge reads from disk, or as a folder of images")
 
 
 def _expected(pre: Preprocess) -> str:
