@@ -8,11 +8,13 @@ for the graph are each refused in one line when the model is read, before anythi
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import onnx
 import pytest
 from conftest import CALIB_DIR
+from helpers.cli import run_vitedge
 from onnx.external_data_helper import convert_model_to_external_data
 
 from vitedge.errors import ModelLoadError
@@ -66,15 +68,16 @@ def test_external_data_outside_the_model_folder_is_refused_and_never_copied(wher
     with pytest.raises(ModelLoadError, match="not a file inside the model's folder"):
         load_model(model)
     out = tmp_path / "out"
-    run = _cli("build", model, "-t", "onnx", "--calib", CALIB_DIR, "-o", out, "-q", "--no-latency", "--cache-dir", tmp_path / "cache")
-    assert run[0] == 2 and "not a file inside the model's folder" in run[1], run
+    code, text = run_vitedge([os.fspath(a) for a in ("build", model, "-t", "onnx", "--calib", CALIB_DIR, "-o", out, "-q",
+                                                    "--no-latency", "--cache-dir", tmp_path / "cache")])
+    assert code == 2 and "not a file inside the model's folder" in text, text
     assert not out.exists()
 
 
 def test_a_link_inside_the_model_folder_is_followed(external_graph, tmp_path):
     folder = tmp_path / "model"
     folder.mkdir()
-    _copy(external_graph.parent / "weights.data", folder / "real.data")
+    shutil.copyfile(external_graph.parent / "weights.data", folder / "real.data")
     (folder / "link.data").symlink_to("real.data")
     model = _rewritten(external_graph, folder, _moved_location("link.data"))
     assert load_model(model).onnx_path == model
@@ -91,27 +94,6 @@ def test_a_missing_or_short_data_file_is_named(external_graph, tmp_path):
     model = _rewritten(external_graph, short, lambda key, value: value)
     with pytest.raises(ModelLoadError, match="truncated or belongs to another model"):
         load_model(model)
-
-
-def _copy(src: Path, dst: Path) -> Path:
-    dst.write_bytes(src.read_bytes())
-    return dst
-
-
-def _cli(*args) -> tuple[int, str]:
-    import contextlib
-    import io
-
-    from vitedge.cli import main
-
-    err = io.StringIO()
-    code = 0
-    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
-        try:
-            main([os.fspath(a) for a in args])
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, err.getvalue()
 
 
 @pytest.mark.parametrize("location", ["/dev/zero", "../weights.data"])
