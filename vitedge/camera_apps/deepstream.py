@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.camera_apps.labels import changed, nvinfer_labels
+from vitedge.camera_apps.labels import nvinfer_labels, nvinfer_rewritten
 from vitedge.camera_apps.serving import ServedBy, tensorrt_engine
 from vitedge.errors import BundleError
 from vitedge.onnxutil import graph_inputs, save_onnx
@@ -277,10 +277,9 @@ def write_deepstream(bundle: Path, manifest: Any, out: Path, *, rel: str, served
                   "network-type=100", "output-tensor-meta=1"]
     else:
         labels = outp.get("class_names") or [str(i) for i in range(_num_outputs(bundle / arts["qdq"]))]
-        text = nvinfer_labels(labels)
-        (out / LABELS_FILE).write_text(text)
+        (out / LABELS_FILE).write_text(nvinfer_labels(labels))
         files.append(LABELS_FILE)
-        rewritten = changed(labels, text, ";")
+        rewritten = nvinfer_rewritten(labels)
         if rewritten:
             lines += [f"# {rewritten} class names held ';' or a line break, which nvinfer's label file cannot: "
                       "written with ',' and spaces instead (the manifest keeps them as they were)"]

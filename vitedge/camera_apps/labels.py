@@ -17,6 +17,10 @@ def _one_line(name: str) -> str:
     return _CONTROL.sub(" ", str(name))
 
 
+def _nvinfer_label(name: str) -> str:
+    return _one_line(name).replace(";", ",")
+
+
 def triton_labels(names: Sequence[str]) -> str:
     """``labels.txt`` for Triton: one name per line."""
     return "".join(_one_line(n) + "\n" for n in names)
@@ -24,10 +28,9 @@ def triton_labels(names: Sequence[str]) -> str:
 
 def nvinfer_labels(names: Sequence[str]) -> str:
     """``labels.txt`` for nvinfer's classifier: the names on one line, separated by ``;``."""
-    return ";".join(_one_line(n).replace(";", ",") for n in names) + "\n"
+    return ";".join(_nvinfer_label(n) for n in names) + "\n"
 
 
-def changed(names: Sequence[str], text: str, separator: str) -> int:
-    """How many names ``text`` (written by the functions above) does not hold as they are."""
-    written = text.rstrip("\n").split(separator)
-    return sum(1 for a, b in zip(names, written) if str(a) != b)
+def nvinfer_rewritten(names: Sequence[str]) -> int:
+    """How many names ``nvinfer_labels`` cannot write as they are."""
+    return sum(1 for n in names if _nvinfer_label(n) != str(n))
