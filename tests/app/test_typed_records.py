@@ -13,7 +13,7 @@ import pytest
 from vitedge.app.build_flags import BuildFlags
 from vitedge.app.overrides import QuantOverrides, ThresholdOverrides
 from vitedge.budget import BudgetSettings
-from vitedge.distributed.matrix_config import load_matrix
+from vitedge.app.matrix.config import load_matrix
 from vitedge.errors import UsageError
 from vitedge.models.intake import IntakeOptions
 from vitedge.profiles import Thresholds, load_profile

@@ -38,7 +38,7 @@ def ray_cluster():
 
 def test_core_imports_never_load_ray():
     code = ("import sys, vitedge, vitedge.runtime, vitedge.cli, vitedge.commands.validate_cmd, vitedge.commands.build_matrix_cmd, "
-            "vitedge.distributed.ray_validate, vitedge.distributed.matrix, vitedge.distributed.matrix_report, "
+            "vitedge.distributed.ray_validate, vitedge.app.matrix.run, vitedge.app.matrix.report, "
             "vitedge.distributed.cluster; bad = [m for m in ('ray',) if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -34,7 +34,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("targets", ["vitedge.runtime", "vitedge.profiles", "vitedge.target_families", "vitedge.target_table"]),
     ("validation", ["vitedge.validation", "vitedge.preflight"]),
     ("budget", ["vitedge.budget"]),
-    ("application", ["vitedge.app", "vitedge.distributed", "vitedge.project_config", "vitedge.project_init"]),
+    ("scale-out", ["vitedge.distributed"]),
+    ("application", ["vitedge.app", "vitedge.project_config", "vitedge.project_init"]),
     ("interface", ["vitedge.commands", "vitedge.cli", "vitedge.cli_options", "vitedge.cli_stats",
                    "vitedge.__main__"]),
 ]

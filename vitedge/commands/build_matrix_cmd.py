@@ -16,10 +16,10 @@ from vitedge.distributed.cluster import (
     connected,
     ray_available,
 )
-from vitedge.distributed.matrix import run_matrix
-from vitedge.distributed.matrix_config import load_matrix
-from vitedge.distributed.matrix_report import print_table, write_reports
-from vitedge.distributed.matrix_rows import ERROR
+from vitedge.app.matrix.run import run_matrix
+from vitedge.app.matrix.config import load_matrix
+from vitedge.app.matrix.report import print_table, write_reports
+from vitedge.app.matrix.rows import ERROR
 from vitedge.errors import GateFailure, UsageError
 from vitedge.outlock import output_locks
 from vitedge.outputs import check_output

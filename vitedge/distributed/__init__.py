@@ -1,4 +1,4 @@
-"""Scale-out over Ray (the optional ``vitedge[ray]`` extra): sharded validation and build matrices.
+"""Scale-out over Ray (the optional ``vitedge[ray]`` extra): the cluster, and sharded validation.
 
 Ray is imported only inside functions of ``cluster`` (never at module top level), so
 ``import vitedge``, ``vitedge.runtime`` and every other command stay Ray-free.
@@ -8,8 +8,7 @@ Ray is imported only inside functions of ``cluster`` (never at module top level)
     cluster       start/attach Ray, run tasks, turn dead workers into per-task failures
     shard_tasks   what one worker runs: a shard's raw outputs, or the latency alone
     ray_validate  `vitedge validate --workers/--ray-address`: shard, merge, same metrics
-    matrix_config matrix.toml -> checked rows (model, target, data, bundle folder)
-    matrix_rows   one row on whichever process runs it: resume or the one build call
-    matrix        `vitedge build-matrix`: calibration groups first, then the rest, on Ray or sequentially
-    matrix_report one table, one JUnit file, one JSON for the whole matrix
+
+`vitedge build-matrix` is a workflow of the application layer (``vitedge.app.matrix``) that runs its rows
+through ``cluster``; nothing here imports the application layer.
 """

@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from vitedge.distributed.matrix import MatrixRun
-from vitedge.distributed.matrix_rows import ERROR, FAIL, NOT_VALIDATED, PASS, RowResult
+from vitedge.app.matrix.run import MatrixRun
+from vitedge.app.matrix.rows import ERROR, FAIL, NOT_VALIDATED, PASS, RowResult
 from vitedge.fsutil import atomic_write_path
 from vitedge.ui import literal
 from vitedge.validation.report import junit_xml

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vitedge.distributed.cluster import ClusterSettings, TaskOutcome, run_tasks
-from vitedge.distributed.matrix_config import Matrix, MatrixRow
-from vitedge.distributed.matrix_rows import ERROR, RowResult, build_row
+from vitedge.app.matrix.config import Matrix, MatrixRow
+from vitedge.app.matrix.rows import ERROR, RowResult, build_row
 
 
 @dataclass

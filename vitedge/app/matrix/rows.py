@@ -16,7 +16,7 @@ from vitedge.budget import BudgetSettings
 from vitedge.app.build import BuildRequest, run_build
 from vitedge.datasources.sources import open_source
 from vitedge.datasources.split import resolve_data
-from vitedge.distributed.matrix_config import MatrixRow
+from vitedge.app.matrix.config import MatrixRow
 from vitedge.errors import VitedgeError
 from vitedge.fsutil import sha256_file
 from vitedge.manifest import Manifest, read_manifest, verify_bundle
