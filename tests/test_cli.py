@@ -95,3 +95,19 @@ def test_help_lists_each_command_with_its_own_short_help():
     for name in COMMANDS:
         real = cli.get_command(None, name)
         assert _listed_command(name).get_short_help_str(60) == real.get_short_help_str(60), name
+
+
+@pytest.mark.parametrize("where", ["vitedge-error", "click-usage-error"])
+def test_error_line_shows_control_characters_instead_of_sending_them(tmp_path, where):
+    """A name from a file or a flag that holds an escape sequence (here OSC 52, a clipboard write, and a line break)
+    is printed as \\xNN in the one error line: it never reaches the terminal, and the error stays one line."""
+    hostile = "m\x1b]52;c;aGk=\x07\nx.pt"
+    if where == "vitedge-error":  # our own error, naming the missing model file
+        r = vitedge("build", tmp_path / hostile, "-t", "onnx", "--calib", tmp_path, "-o", tmp_path / "out")
+    else:  # click's own, naming the argument it did not expect (unquoted: a --flag's value it would show as repr)
+        r = vitedge("build", "model.pt", hostile, "-t", "onnx", "--calib", tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "\x1b" not in r.stderr and "\x07" not in r.stderr and "Traceback" not in r.stderr, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("vitedge:")]
+    assert len(errors) == 1 and "m\\x1b]52;c;aGk=\\x07 x.pt" in errors[0], r.stderr
+    assert not any(ln.startswith("x.pt") for ln in r.stderr.splitlines()), r.stderr  # no line broken by the name

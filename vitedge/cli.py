@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from vitedge import __version__, signals
-from vitedge.errors import Interrupted, VitedgeError, environment_error
+from vitedge.errors import Interrupted, VitedgeError, environment_error, one_line
 
 # command name -> module under vitedge.commands exposing `command`
 COMMANDS = {
@@ -96,7 +96,7 @@ def _run(args: list[str], debug: bool) -> None:
         sys.exit(code)
     except click.ClickException as err:
         # Usage errors: one line plus the usage hint click would print.
-        click.echo(f"vitedge: {err.format_message()}", err=True)
+        click.echo(f"vitedge: {one_line(err.format_message())}", err=True)
         sys.exit(2)
     except VitedgeError as err:
         _interrupted_instead(err, debug)
@@ -115,7 +115,7 @@ def _run(args: list[str], debug: bool) -> None:
         if debug:
             traceback.print_exc()
             sys.exit(3)
-        first = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
+        first = one_line(str(err).strip().splitlines()[0])[:200] if str(err).strip() else ""
         click.echo(f"vitedge: internal error: {type(err).__name__}: {first} (re-run with --debug for the traceback)", err=True)
         sys.exit(3)
     sys.exit(0)

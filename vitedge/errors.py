@@ -11,6 +11,18 @@ Exit codes (documented in the README):
 
 from __future__ import annotations
 
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def one_line(text: object) -> str:
+    """``text`` as one printable line: runs of whitespace (line breaks too) become one space, and any other control
+    character is shown as ``\\xNN``. Error lines name paths, class names and values that came from files and flags; a
+    file name holding an escape sequence would otherwise reach the terminal that prints the error (recolour it,
+    retitle it, write to its clipboard)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", " ".join(str(text).split()))
+
 
 class VitedgeError(Exception):
     """Base class for every error vitedge reports to a user."""
@@ -18,8 +30,8 @@ class VitedgeError(Exception):
     exit_code = 2
 
     def __init__(self, message: str):
-        # Keep messages to one line: the CLI prints exactly this.
-        super().__init__(" ".join(str(message).split()))
+        # Keep messages to one printable line: the CLI prints exactly this.
+        super().__init__(one_line(message))
 
 
 class UsageError(VitedgeError):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.markup import escape
 
+from vitedge.errors import one_line
 from vitedge.signals import raise_if_interrupted
 
 
@@ -40,7 +41,7 @@ class StageLog:
         # stops the work at the next stage boundary instead of when the bundle is published.
         raise_if_interrupted()
         if not self.quiet:
-            self._console().print(f"[bold]{name:>10}[/bold] {literal(what)} ...")
+            self._console().print(f"[bold]{name:>10}[/bold] {escape(one_line(what))} ...")  # a path with a line break stays on the stage's line
         self.counts[name] = self.counts.get(name, 0) + 1
         start = time.perf_counter()
         self._nested.append(0.0)
