@@ -28,12 +28,14 @@ class StageLog:
     _nested: list[float] = field(default_factory=list, repr=False)  # per open stage: seconds spent in stages inside it
 
     def _console(self):
-
+        """Lines print with ``soft_wrap``: rich wraps at 80 columns when stderr is not a terminal (a CI log, a pipe),
+        which split a gate's line in two (``95% interval`` / ``[0.00, 0.00] points``) and hid it from grep; a
+        terminal wraps long lines itself."""
         return Console(stderr=True, highlight=False)
 
     def info(self, message: str) -> None:
         if not self.quiet:
-            self._console().print(f"  {literal(message)}")
+            self._console().print(f"  {literal(message)}", soft_wrap=True)
 
     @contextlib.contextmanager
     def stage(self, name: str, what: str) -> Iterator[None]:
@@ -41,7 +43,8 @@ class StageLog:
         # stops the work at the next stage boundary instead of when the bundle is published.
         raise_if_interrupted()
         if not self.quiet:
-            self._console().print(f"[bold]{name:>10}[/bold] {escape(one_line(what))} ...")  # a path with a line break stays on the stage's line
+            # one line: a path with a line break stays on the stage's line, and a long one is not wrapped by rich
+            self._console().print(f"[bold]{name:>10}[/bold] {escape(one_line(what))} ...", soft_wrap=True)
         self.counts[name] = self.counts.get(name, 0) + 1
         start = time.perf_counter()
         self._nested.append(0.0)

@@ -22,6 +22,9 @@ def test_cli_build_summary_and_exit_code(tmp_path):
     assert "vitedge build" in stdout and "PASS" in stdout and "onnx" in stdout
     for stage in ("load", "export", "calibrate", "quantize", "build", "validate"):
         assert f"{stage} done in" in stderr
+    # a pipe is not a terminal: rich would wrap at 80 columns; each gate row stays one line (CI logs, grep)
+    [drop_line] = [ln for ln in stderr.splitlines() if "PASS top-1" in ln and "% vs FP32" in ln]
+    assert "interval" in drop_line and "exact paired test" in drop_line and len(drop_line) > 80, drop_line
     # A build that must fail its gate: no ViT runs a batch in 1 microsecond at p99.
     failing = spawn_vitedge("build", DIGITS, "--target", "onnx", "--calib", CALIB_DIR, "-o", tmp_path / "c", "--cache-dir",
                             tmp_path / "cache", "--max-p99-ms", "0.001", "-q")

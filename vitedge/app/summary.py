@@ -68,8 +68,8 @@ def print_build_summary(results: Sequence[TargetResult], timings: dict[str, floa
     console.print(table)
     for r in results:
         console.print("  " + literal(f"{r.profile.name}: {r.bundle}/ ({r.summary.get('artifact', '-')}"
-                                     f"{'' if r.built else ', engine to be built on the device'})"), highlight=False)
+                                     f"{'' if r.built else ', engine to be built on the device'})"), highlight=False, soft_wrap=True)
     for line in not_faster_lines(results):
         console.print(f"  {literal(line)}", highlight=False, soft_wrap=True)
     if timings:
-        console.print("  stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()), highlight=False)
+        console.print("  stages: " + ", ".join(f"{k} {v:.1f} s" for k, v in timings.items()), highlight=False, soft_wrap=True)
