@@ -105,6 +105,21 @@ def read_cpu(cpuinfo: str | Path = "/proc/cpuinfo", machine: str | None = None) 
     return CpuInfo(machine=machine, model=model, flags=frozenset(flags), known=bool(flags), isa_cap=cap or None)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, as a container or `taskset` limits it), else all of them."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def timing_identity(cpu: CpuInfo | None = None) -> dict[str, object]:
+    """The CPU a latency was timed on, as validation reports record it (``latency.cpu``): `vitedge compare` compares
+    two reports' milliseconds only when these agree."""
+    cpu = cpu or read_cpu()
+    return {"model": cpu.model or "unknown", "isa": cpu.isa, "cpus": usable_cpus()}
+
+
 def onednn_cap() -> str | None:
     """The oneDNN ISA cap in force (upper case, as oneDNN reads it case-blind), or None."""
     return os.environ.get(ONEDNN_CAP_ENV, "").strip().upper() or None

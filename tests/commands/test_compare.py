@@ -120,3 +120,52 @@ def test_allow_mismatch_and_data_warning(new_report, tmp_path, capsys):
 def test_missing_report_is_usage_error(new_report, tmp_path, capsys):
     code, _, err = run_cli(capsys, "compare", tmp_path / "nope.json", new_report)
     assert code == 2 and "does not exist" in err
+
+
+def test_the_report_records_the_cpu_that_timed_it(new_report):
+    from vitedge.cpu import read_cpu, usable_cpus
+
+    cpu = json.loads(new_report.read_text())["latency"]["cpu"]
+    assert cpu == {"model": read_cpu().model or "unknown", "isa": read_cpu().isa, "cpus": usable_cpus()}
+
+
+def _timed_elsewhere(d, factor):
+    """OLD timed on another CPU: every figure (FP32 and INT8) `factor` times the new one's."""
+    d["latency"]["cpu"] = {"model": "Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz", "isa": "avx512-vnni", "cpus": 2}
+    for side in ("fp32", "int8"):
+        for stats in d["latency"][side].values():
+            for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms"):
+                stats[k] *= factor
+
+
+def test_reports_timed_on_other_cpus_compare_the_int8_fp32_ratio(new_report, tmp_path, capsys):
+    """The same build timed on a CPU half as fast is not a regression: its INT8/FP32 ratio did not move; p50 would
+    have said +100 %. A slower INT8 relative to its own FP32 still fails."""
+    old = _old(new_report, tmp_path, lambda d: _timed_elsewhere(d, 0.5))
+    code, out, err = run_cli(capsys, "compare", old, new_report, "--report-dir", tmp_path / "r")
+    assert code == 0, err
+    assert "different CPUs" in err and "Xeon" in err and "INT8 p50 is not compared" in err
+    doc = json.loads((tmp_path / "r" / "compare.json").read_text())
+    rows = {r["name"]: r for r in doc["gate"]}
+    assert not any(n.startswith("p50_regression") for n in rows)
+    assert rows["int8_fp32_ratio_regression_b1"]["status"] == "pass"
+    assert rows["int8_fp32_ratio_regression_b1"]["value"] == pytest.approx(0.0, abs=1e-9)
+
+    def int8_worse(d):
+        _timed_elsewhere(d, 0.5)
+        _scale_latency(d, 1 / 1.5)  # OLD's INT8 was 1.5x faster against its own FP32 than NEW's
+    old = _old(new_report, tmp_path, int8_worse)
+    code, _, err = run_cli(capsys, "compare", old, new_report, "--report-dir", tmp_path / "r2")
+    assert code == 1, err
+    line = err.strip().splitlines()[-1]
+    assert "INT8/FP32 time at batch 1" in line and "+50.0%" in line and "different CPUs" in line
+    assert "INT8/FP32" in (tmp_path / "r2" / "compare.md").read_text()
+
+
+def test_report_without_a_cpu_is_compared_by_p50_with_a_warning(new_report, tmp_path, capsys):
+    old = _old(new_report, tmp_path, lambda d: d["latency"].pop("cpu"))
+    code, _, err = run_cli(capsys, "compare", old, new_report, "--report-dir", tmp_path / "r")
+    assert code == 0, err
+    assert "does not record the CPU" in err
+    rows = {r["name"] for r in json.loads((tmp_path / "r" / "compare.json").read_text())["gate"]}
+    assert "p50_regression_b1" in rows

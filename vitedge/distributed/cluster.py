@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from vitedge.cpu import timing_identity
 from vitedge.errors import (
     EnvironmentFault,
     MissingDependencyError,
@@ -116,7 +117,9 @@ def _with_node(fn: Callable[[Any], Any], payload: Any) -> tuple[Any, dict[str, s
 
     import ray
 
-    return fn(payload), {"host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(), "pid": str(os.getpid())}
+    cpu = timing_identity()
+    return fn(payload), {"host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(), "pid": str(os.getpid()),
+                         "cpu_model": str(cpu["model"]), "cpu_isa": str(cpu["isa"]), "cpus": str(cpu["cpus"])}
 
 
 def run_tasks(fn: Callable[[Any], Any], payloads: Sequence[Any], *, num_cpus: int = 1,

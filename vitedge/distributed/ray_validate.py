@@ -118,6 +118,8 @@ class ShardedValidator:
         node = self.record.get("latency_node")
         if node and report.latency.measured:
             report.latency.measured_on = f"{node['host']} (Ray node {node['node_id'][:12]})"
+            if "cpu_isa" in node:  # the timing worker's CPU, not the driver's
+                report.latency.cpu = {"model": node["cpu_model"], "isa": node["cpu_isa"], "cpus": int(node["cpus"])}
 
 
 def _raise_failures(outcomes, names: list[str]) -> None:

@@ -25,6 +25,7 @@ from vitedge import __version__
 from vitedge.backends import get_backend
 from vitedge.backends.base import Backend
 from vitedge.bundle_trust import locked_thresholds
+from vitedge.cpu import timing_identity
 from vitedge.datasources._common import CalibrationSource
 from vitedge.errors import BundleError, VitedgeError
 from vitedge.manifest import Manifest
@@ -258,7 +259,8 @@ def _latency_section(result: ValidationResult) -> LatencySection:
         return dict(sorted(result.latency.get(side, {}).items(), key=lambda kv: int(kv[0])))
 
     return LatencySection(settings is not None, settings.describe() if settings else None, settings.to_dict() if settings else None,
-                          by_batch("fp32"), by_batch("int8"), result.speedups())
+                          by_batch("fp32"), by_batch("int8"), result.speedups(),
+                          cpu=timing_identity() if settings is not None else None)  # a sharded run: replaced by the timing worker's
 
 
 def _model_section(manifest) -> ModelSection:

@@ -4,6 +4,10 @@ Rows (each a JUnit test case):
   top1_regression        INT8 top-1 lost since OLD, in points (labelled data only)
   agreement_regression   top-1 (or nearest-neighbour) agreement with FP32 lost, in points
   p50_regression_bN      INT8 median latency growth at batch N, as a fraction (+0.1 = 10% slower)
+  int8_fp32_ratio_regression_bN
+                         instead of p50 when the reports were timed on different CPUs (model, ISA or CPU count,
+                         ``latency.cpu``) or thread settings: the growth of INT8's time over FP32's at batch N, each
+                         pair timed interleaved in its own run; milliseconds of two machines compare the machines
 
 Both reports must be ``vitedge.validation/1`` documents of the same model (file name,
 architecture, input size, classes) on the same target; otherwise compare refuses (exit 2)
@@ -131,7 +135,9 @@ def _fmt(row: dict[str, Any], key: str) -> str:
     v = row.get(key)
     if v is None:
         return "–"
-    return f"{v:.3f} ms" if row["name"].startswith("p50") else f"{100 * v:.2f}%"
+    if row["name"].startswith("p50"):
+        return f"{v:.3f} ms"
+    return f"{v:.3f}" if row["name"].startswith("int8_fp32_ratio") else f"{100 * v:.2f}%"
 
 
 def _row(name: str, old: float | None, new: float | None, change: float | None, limit: float, unit: str,
@@ -156,7 +162,7 @@ def compare_reports(old: ValidationReport, new: ValidationReport, *, old_path: s
                     "not checked: a report has no labelled top-1", skip_values=True),
         _points_row("agreement_regression", "agreement with FP32", old.accuracy.top1_agreement, new.accuracy.top1_agreement,
                     lim, "not checked: a report has no agreement", skip_values=False),
-        *_latency_rows(old.latency, new.latency, llim, old_path, new_path),
+        *_latency_rows(old, new, llim, old_path, new_path, warnings),
     ]
     doc = {
         "schema": rpt.COMPARE_SCHEMA,
@@ -209,15 +215,38 @@ def _points_row(name: str, what: str, old: float | None, new: float | None, lim:
                 f"(limit {lim:g})" + ("" if ok else f", over by {drop - lim:.3f} points"))
 
 
-def _latency_rows(lo: LatencySection, ln: LatencySection, llim: float, old_path: str,
-                  new_path: str) -> list[tuple[GateRow, dict[str, Any]]]:
-    """INT8 median latency growth per batch size both reports measured."""
+def timed_apart(old: ValidationReport, new: ValidationReport) -> str | None:
+    """Why the two reports' milliseconds cannot be compared (timed on other CPUs or thread settings), or None."""
+    co, cn = old.latency.cpu, new.latency.cpu
+    if co and cn and co != cn:
+        def label(c: dict[str, Any]) -> str:
+            return f"{c.get('model')}, {c.get('isa')}, {c.get('cpus')} CPU(s)"
+        return f"timed on different CPUs ({label(co)} vs {label(cn)})"
+    if old.runtime.threads != new.runtime.threads:
+        return f"timed with different thread settings ({old.runtime.threads} vs {new.runtime.threads})"
+    return None
+
+
+def _latency_rows(old: ValidationReport, new: ValidationReport, llim: float, old_path: str, new_path: str,
+                  warnings: list[str]) -> list[tuple[GateRow, dict[str, Any]]]:
+    """INT8 median latency growth per batch size both reports measured; INT8/FP32 time growth when they were timed
+    apart (``timed_apart``); a warning when a report does not say which CPU timed it."""
+    lo, ln = old.latency, new.latency
     if not (lo.measured and ln.measured):
         which = "either report" if not lo.measured and not ln.measured else (old_path if not lo.measured else new_path)
         return [_row("p50_regression", None, None, None, 100 * llim, "%", True, f"not checked: latency not measured in {which}", SKIP)]
     common = sorted(set(lo.int8) & set(ln.int8), key=int)
     if not common:
         return [_row("p50_regression", None, None, None, llim, "%", True, "not checked: no batch size in common", SKIP)]
+    apart = timed_apart(old, new)
+    if apart is not None:
+        warnings.append(f"latency was {apart}: INT8 p50 is not compared; the INT8/FP32 time ratio is, each timed "
+                        "interleaved in its own run")
+        return [_ratio_row(b, lo, ln, llim, apart) for b in common]
+    unknown = [p for p, sec in ((old_path, lo), (new_path, ln)) if not sec.cpu]
+    if unknown:
+        warnings.append(f"{' and '.join(unknown)} does not record the CPU its latency was timed on (a report from before "
+                        "vitedge recorded it): INT8 p50 compared as measured; if the CPUs differ, that compares the machines")
     rows = []
     for b in common:
         po, pn = lo.int8[b].p50_ms, ln.int8[b].p50_ms
@@ -227,6 +256,27 @@ def _latency_rows(lo: LatencySection, ln: LatencySection, llim: float, old_path:
                          f"INT8 p50 at batch {b} {po:.3f} -> {pn:.3f} ms ({100 * change:+.1f}%, limit +{100 * llim:g}%)"
                          + ("" if ok else f", over by {100 * (change - llim):.1f} points")))
     return rows
+
+
+def _ratio_row(b: str, lo: LatencySection, ln: LatencySection, llim: float, apart: str) -> tuple[GateRow, dict[str, Any]]:
+    """INT8's time over FP32's at batch ``b`` in each report, and its growth."""
+    name = f"int8_fp32_ratio_regression_b{b}"
+    ro, rn = _time_ratio(lo, b), _time_ratio(ln, b)
+    if ro is None or rn is None:
+        return _row(name, ro, rn, None, 100 * llim, "%", True,
+                    f"not checked: {apart}, and a report has no FP32 time at batch {b} to compare ratios", SKIP)
+    change = rn / ro - 1.0
+    ok = change <= llim + 1e-12
+    return _row(name, ro, rn, 100 * change, 100 * llim, "%", ok,
+                f"INT8/FP32 time at batch {b} {ro:.3f} -> {rn:.3f} ({100 * change:+.1f}%, limit +{100 * llim:g}%; {apart})"
+                + ("" if ok else f", over by {100 * (change - llim):.1f} points"))
+
+
+def _time_ratio(section: LatencySection, b: str) -> float | None:
+    fp32, int8 = section.fp32.get(b), section.int8.get(b)
+    if fp32 is None or int8 is None or fp32.p50_ms <= 0:
+        return None
+    return int8.p50_ms / fp32.p50_ms
 
 
 def _side(report: ValidationReport, path: str) -> dict[str, Any]:

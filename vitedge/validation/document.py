@@ -226,6 +226,7 @@ class LatencySection:
     int8: dict[str, LatencyStats] = field(default_factory=dict)
     speedup: dict[str, float] = field(default_factory=dict)
     measured_on: str | None = None  # a sharded run: the node one worker timed alone on
+    cpu: JsonDict | None = None  # the CPU the timing ran on (cpu.timing_identity); absent in reports before it
 
     def section_json(self) -> JsonDict:
         out: JsonDict = {"measured": self.measured}
@@ -238,13 +239,16 @@ class LatencySection:
         out["speedup"] = self.speedup
         if self.measured_on is not None:
             out["measured_on"] = self.measured_on
+        if self.cpu is not None:
+            out["cpu"] = self.cpu
         return out
 
     @classmethod
     def section_from(cls, data: JsonDict | None) -> LatencySection:
         data = _obj(data)
         return cls(bool(data.get("measured")), data.get("method"), data.get("settings"), _stats(data.get("fp32")),
-                   _stats(data.get("int8")), _obj(data.get("speedup")), data.get("measured_on"))
+                   _stats(data.get("int8")), _obj(data.get("speedup")), data.get("measured_on"),
+                   data.get("cpu") if isinstance(data.get("cpu"), dict) else None)
 
     def p50_ms(self, side: str, batch: str = "1") -> float | None:
         stats = getattr(self, side).get(batch)
