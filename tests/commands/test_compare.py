@@ -32,6 +32,7 @@ def new_report(built_bundle, tmp_path_factory) -> Path:
 
 
 def _old(new_report: Path, tmp_path: Path, edit) -> Path:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     doc = json.loads(new_report.read_text())
     old = copy.deepcopy(doc)
     old["created"] = "2026-01-01T00:00:00+00:00"
@@ -125,13 +126,14 @@ def test_missing_report_is_usage_error(new_report, tmp_path, capsys):
 def test_the_report_records_the_cpu_that_timed_it(new_report):
     from vitedge.cpu import read_cpu, usable_cpus
 
-    cpu = json.loads(new_report.read_text())["latency"]["cpu"]
-    assert cpu == {"model": read_cpu().model or "unknown", "isa": read_cpu().isa, "cpus": usable_cpus()}
+    device = json.loads(new_report.read_text())["latency"]["device"]
+    assert device == {"kind": "cpu", "model": read_cpu().model or "unknown", "isa": read_cpu().isa, "cpus": usable_cpus()}
+    assert f"Timed on {device['model']} ({device['isa']}, {device['cpus']} CPU(s))." in (new_report.parent / "summary.md").read_text()
 
 
 def _timed_elsewhere(d, factor):
     """OLD timed on another CPU: every figure (FP32 and INT8) `factor` times the new one's."""
-    d["latency"]["cpu"] = {"model": "Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz", "isa": "avx512-vnni", "cpus": 2}
+    d["latency"]["device"] = {"kind": "cpu", "model": "Intel(R) Xeon(R) Platinum 8370C CPU @ 2.80GHz", "isa": "avx512-vnni", "cpus": 2}
     for side in ("fp32", "int8"):
         for stats in d["latency"][side].values():
             for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms"):
@@ -162,10 +164,22 @@ def test_reports_timed_on_other_cpus_compare_the_int8_fp32_ratio(new_report, tmp
     assert "INT8/FP32" in (tmp_path / "r2" / "compare.md").read_text()
 
 
-def test_report_without_a_cpu_is_compared_by_p50_with_a_warning(new_report, tmp_path, capsys):
-    old = _old(new_report, tmp_path, lambda d: d["latency"].pop("cpu"))
+def test_report_without_a_device_is_compared_by_p50_with_a_warning(new_report, tmp_path, capsys):
+    old = _old(new_report, tmp_path, lambda d: d["latency"].pop("device"))
     code, _, err = run_cli(capsys, "compare", old, new_report, "--report-dir", tmp_path / "r")
     assert code == 0, err
-    assert "does not record the CPU" in err
+    assert "does not record the device" in err
     rows = {r["name"] for r in json.loads((tmp_path / "r" / "compare.json").read_text())["gate"]}
     assert "p50_regression_b1" in rows
+
+
+def test_two_jetsons_are_told_apart_by_their_modules(new_report, tmp_path, capsys):
+    def on(module, gpu="Orin"):
+        return {"kind": "gpu", "model": module, "gpu": gpu, "compute_capability": "8.7"}
+    new = _old(new_report, tmp_path / "n", lambda d: d["latency"].update(device=on("NVIDIA Jetson Orin NX 16GB")))
+    old = _old(new_report, tmp_path, lambda d: d["latency"].update(device=on("NVIDIA Jetson Orin Nano 8GB")))
+    code, _, err = run_cli(capsys, "compare", old, new)
+    assert code == 0 and "different GPUs" in err and "Orin Nano 8GB" in err and "Orin NX 16GB" in err, err
+    same = _old(new_report, tmp_path / "s", lambda d: d["latency"].update(device=on("NVIDIA Jetson Orin NX 16GB")))
+    code, out, err = run_cli(capsys, "compare", same, new)
+    assert code == 0 and "different" not in err and "p50_regression_b1" in out, err

@@ -29,6 +29,7 @@ from typing import Any, ClassVar, Iterable, Iterator
 
 import numpy as np
 
+from vitedge.cpu import timing_identity
 from vitedge.errors import UsageError
 from vitedge.onnxutil import FLOAT_NCHW, UINT8_NHWC_RGB
 
@@ -179,6 +180,11 @@ class Backend(ABC):
 
     def versions(self) -> dict[str, str]:
         return {}
+
+    def timing_device(self) -> dict[str, Any]:
+        """What this backend's latency is timed on, as validation reports record it (``latency.device``):
+        `vitedge compare` compares two reports' milliseconds only when these agree. Default: this CPU."""
+        return {"kind": "cpu", **timing_identity()}
 
     def report_lines(self, backend_info: dict[str, Any]) -> list[str]:
         """Markdown lines about the built artifact for report.md (none by default)."""

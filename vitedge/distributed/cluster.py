@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from vitedge.cpu import timing_identity
 from vitedge.errors import (
     EnvironmentFault,
     MissingDependencyError,
@@ -117,9 +116,7 @@ def _with_node(fn: Callable[[Any], Any], payload: Any) -> tuple[Any, dict[str, s
 
     import ray
 
-    cpu = timing_identity()
-    return fn(payload), {"host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(), "pid": str(os.getpid()),
-                         "cpu_model": str(cpu["model"]), "cpu_isa": str(cpu["isa"]), "cpus": str(cpu["cpus"])}
+    return fn(payload), {"host": socket.gethostname(), "node_id": ray.get_runtime_context().get_node_id(), "pid": str(os.getpid())}
 
 
 def run_tasks(fn: Callable[[Any], Any], payloads: Sequence[Any], *, num_cpus: int = 1,

@@ -59,6 +59,7 @@ class ShardedValidator:
     data: DataAddress
     shards: int
     record: dict[str, Any] = field(default_factory=dict)  # what ran where, for the report
+    timing_device: dict[str, Any] | None = None  # what the latency task timed on (Backend.timing_device)
 
     def __call__(self, backend, options, model_path: Path, reference_path: Path, source, spec, thresholds,
                  batch_sizes: tuple[int, ...] = (1,), *, measure_speed: bool = True, threads: int | None = None,
@@ -94,6 +95,7 @@ class ShardedValidator:
             (lat,) = run_tasks(run_latency, [task], num_cpus=cpus, max_retries=self.cluster.max_retries)
             _raise_failures([lat], ["the latency task"])
             stats, speedup, memory, lat_node = lat.value.stats, lat.value.speedup, dict(lat.value.memory), lat.node
+            self.timing_device = lat.value.device
         self.record = {
             "engine": "ray",
             "cluster": self.cluster.address or f"local ({self.cluster.workers} worker(s))",
@@ -118,8 +120,7 @@ class ShardedValidator:
         node = self.record.get("latency_node")
         if node and report.latency.measured:
             report.latency.measured_on = f"{node['host']} (Ray node {node['node_id'][:12]})"
-            if "cpu_isa" in node:  # the timing worker's CPU, not the driver's
-                report.latency.cpu = {"model": node["cpu_model"], "isa": node["cpu_isa"], "cpus": int(node["cpus"])}
+            report.latency.device = self.timing_device  # the timing worker's, not the driver's
 
 
 def _raise_failures(outcomes, names: list[str]) -> None:

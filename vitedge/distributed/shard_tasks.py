@@ -69,6 +69,7 @@ class LatencyOutputs:
     speedup: float
     memory: dict[str, Any] = field(default_factory=dict)
     host: str = ""
+    device: dict[str, Any] | None = None  # what the timing ran on (Backend.timing_device), this worker's
 
 
 def _backend_for(manifest, bundle: Path):
@@ -124,4 +125,4 @@ def run_latency(task: LatencyTask) -> LatencyOutputs:
         memory["fp32_load_rss_bytes"] = max(0, rss1 - rss0)
         memory["int8_load_rss_bytes"] = max(0, rss2 - rss1)
     memory["peak_rss_bytes"] = peak_rss()
-    return LatencyOutputs(stats, speedup, memory, host())
+    return LatencyOutputs(stats, speedup, memory, host(), backend.timing_device())

@@ -25,7 +25,6 @@ from vitedge import __version__
 from vitedge.backends import get_backend
 from vitedge.backends.base import Backend
 from vitedge.bundle_trust import locked_thresholds
-from vitedge.cpu import timing_identity
 from vitedge.datasources._common import CalibrationSource
 from vitedge.errors import BundleError, VitedgeError
 from vitedge.manifest import Manifest
@@ -243,7 +242,7 @@ def _report(bundle: Path, manifest, profile: TargetProfile, thresholds: Threshol
         data=DataSection.section_from(dict(result.data, role=options.data_role) if options.data_role else result.data),
         thresholds=ThresholdsSection(thresholds.to_dict(), overridden),
         accuracy=AccuracySection(result.accuracy),
-        latency=_latency_section(result),
+        latency=_latency_section(result, backend),
         speedup=result.speedup,
         memory=MemorySection(dict(result.memory), MEMORY_METHOD),
         gate=list(result.gate),
@@ -252,7 +251,7 @@ def _report(bundle: Path, manifest, profile: TargetProfile, thresholds: Threshol
     )
 
 
-def _latency_section(result: ValidationResult) -> LatencySection:
+def _latency_section(result: ValidationResult, backend: Backend) -> LatencySection:
     settings = result.latency_settings
 
     def by_batch(side: str) -> dict[str, LatencyStats]:
@@ -260,7 +259,7 @@ def _latency_section(result: ValidationResult) -> LatencySection:
 
     return LatencySection(settings is not None, settings.describe() if settings else None, settings.to_dict() if settings else None,
                           by_batch("fp32"), by_batch("int8"), result.speedups(),
-                          cpu=timing_identity() if settings is not None else None)  # a sharded run: replaced by the timing worker's
+                          device=backend.timing_device() if settings is not None else None)  # sharded: the timing worker's
 
 
 def _model_section(manifest) -> ModelSection:

@@ -5,9 +5,10 @@ Rows (each a JUnit test case):
   agreement_regression   top-1 (or nearest-neighbour) agreement with FP32 lost, in points
   p50_regression_bN      INT8 median latency growth at batch N, as a fraction (+0.1 = 10% slower)
   int8_fp32_ratio_regression_bN
-                         instead of p50 when the reports were timed on different CPUs (model, ISA or CPU count,
-                         ``latency.cpu``) or thread settings: the growth of INT8's time over FP32's at batch N, each
-                         pair timed interleaved in its own run; milliseconds of two machines compare the machines
+                         instead of p50 when the reports were timed on different devices (``latency.device``: a CPU's
+                         model, ISA and CPU count, or a GPU and its module) or thread settings: the growth of INT8's
+                         time over FP32's at batch N, each pair timed interleaved in its own run; milliseconds of two
+                         machines compare the machines
 
 Both reports must be ``vitedge.validation/1`` documents of the same model (file name,
 architecture, input size, classes) on the same target; otherwise compare refuses (exit 2)
@@ -216,15 +217,21 @@ def _points_row(name: str, what: str, old: float | None, new: float | None, lim:
 
 
 def timed_apart(old: ValidationReport, new: ValidationReport) -> str | None:
-    """Why the two reports' milliseconds cannot be compared (timed on other CPUs or thread settings), or None."""
-    co, cn = old.latency.cpu, new.latency.cpu
-    if co and cn and co != cn:
-        def label(c: dict[str, Any]) -> str:
-            return f"{c.get('model')}, {c.get('isa')}, {c.get('cpus')} CPU(s)"
-        return f"timed on different CPUs ({label(co)} vs {label(cn)})"
+    """Why the two reports' milliseconds cannot be compared (timed on other devices or thread settings), or None."""
+    do, dn = old.latency.device, new.latency.device
+    if do and dn and do != dn:
+        kinds = {do.get("kind"), dn.get("kind")}
+        what = "CPUs" if kinds == {"cpu"} else "GPUs" if kinds == {"gpu"} else "devices"
+        return f"timed on different {what} ({_device_label(do)} vs {_device_label(dn)})"
     if old.runtime.threads != new.runtime.threads:
         return f"timed with different thread settings ({old.runtime.threads} vs {new.runtime.threads})"
     return None
+
+
+def _device_label(d: dict[str, Any]) -> str:
+    if d.get("kind") == "gpu":
+        return f"{d.get('model')}, GPU {d.get('gpu')}, compute {d.get('compute_capability')}"
+    return f"{d.get('model')}, {d.get('isa')}, {d.get('cpus')} CPU(s)"
 
 
 def _latency_rows(old: ValidationReport, new: ValidationReport, llim: float, old_path: str, new_path: str,
@@ -243,10 +250,10 @@ def _latency_rows(old: ValidationReport, new: ValidationReport, llim: float, old
         warnings.append(f"latency was {apart}: INT8 p50 is not compared; the INT8/FP32 time ratio is, each timed "
                         "interleaved in its own run")
         return [_ratio_row(b, lo, ln, llim, apart) for b in common]
-    unknown = [p for p, sec in ((old_path, lo), (new_path, ln)) if not sec.cpu]
+    unknown = [p for p, sec in ((old_path, lo), (new_path, ln)) if not sec.device]
     if unknown:
-        warnings.append(f"{' and '.join(unknown)} does not record the CPU its latency was timed on (a report from before "
-                        "vitedge recorded it): INT8 p50 compared as measured; if the CPUs differ, that compares the machines")
+        warnings.append(f"{' and '.join(unknown)} does not record the device its latency was timed on (a report from before "
+                        "vitedge recorded it): INT8 p50 compared as measured; if the machines differ, that compares the machines")
     rows = []
     for b in common:
         po, pn = lo.int8[b].p50_ms, ln.int8[b].p50_ms

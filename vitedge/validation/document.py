@@ -226,7 +226,7 @@ class LatencySection:
     int8: dict[str, LatencyStats] = field(default_factory=dict)
     speedup: dict[str, float] = field(default_factory=dict)
     measured_on: str | None = None  # a sharded run: the node one worker timed alone on
-    cpu: JsonDict | None = None  # the CPU the timing ran on (cpu.timing_identity); absent in reports before it
+    device: JsonDict | None = None  # what the timing ran on (Backend.timing_device); absent in reports before it
 
     def section_json(self) -> JsonDict:
         out: JsonDict = {"measured": self.measured}
@@ -239,8 +239,8 @@ class LatencySection:
         out["speedup"] = self.speedup
         if self.measured_on is not None:
             out["measured_on"] = self.measured_on
-        if self.cpu is not None:
-            out["cpu"] = self.cpu
+        if self.device is not None:
+            out["device"] = self.device
         return out
 
     @classmethod
@@ -248,7 +248,7 @@ class LatencySection:
         data = _obj(data)
         return cls(bool(data.get("measured")), data.get("method"), data.get("settings"), _stats(data.get("fp32")),
                    _stats(data.get("int8")), _obj(data.get("speedup")), data.get("measured_on"),
-                   data.get("cpu") if isinstance(data.get("cpu"), dict) else None)
+                   data.get("device") if isinstance(data.get("device"), dict) else None)
 
     def p50_ms(self, side: str, batch: str = "1") -> float | None:
         stats = getattr(self, side).get(batch)

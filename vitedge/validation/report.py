@@ -324,6 +324,11 @@ def _md_latency(lat: LatencySection, heading: str) -> list[str]:
         lines.append(f"| {b} | {_num(f.p50_ms if f else None)} | {_num(s.p50_ms)} | {_num(s.p90_ms)} | {_num(s.p99_ms)} | "
                      f"{_num(s.throughput, '.1f')} | {_num(lat.speedup.get(b), '.2f')}x | {s.iterations} | {stable} |")
     lines += ["", f"<sub>{lat.method}</sub>"]
+    if lat.device:  # what `vitedge compare` checks before it compares milliseconds
+        d = lat.device
+        where = (f"GPU {d.get('gpu')} (compute {d.get('compute_capability')}), {d.get('model')}" if d.get("kind") == "gpu"
+                 else f"{d.get('model')} ({d.get('isa')}, {d.get('cpus')} CPU(s))")
+        lines += ["", f"Timed on {where}."]
     if lat.measured_on:  # a sharded run (vitedge.distributed): one worker timed alone
         lines += ["", f"Measured on {lat.measured_on}, alone (no other shard running)."]
     return lines

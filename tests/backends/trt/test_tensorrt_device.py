@@ -199,3 +199,18 @@ def test_the_tensorrt_extra_pins_the_cuda_python_range_the_runner_handles():
     for pyproject in (root / "pyproject.toml", root / "packaging" / "runtime" / "pyproject.toml"):
         extra = tomllib.loads(pyproject.read_text())["project"]["optional-dependencies"]["tensorrt"]
         assert f"cuda-python{CUDA_PYTHON_RANGE}" in extra, pyproject
+
+
+def test_tensorrt_latency_is_recorded_as_timed_on_the_gpu_and_its_module():
+    """`latency.device` of a TensorRT validation names the GPU (and the Jetson module), not the host CPU: two Jetsons
+    with other GPUs (an Orin Nano, an Orin NX) are then compared by INT8/FP32 ratio, never by milliseconds."""
+    from vitedge.backends.tensorrt.backend import BoundTensorRtBackend
+    from vitedge.backends.tensorrt.device import DeviceFacts
+
+    cudart = make_fake_cudart()
+    nano = DeviceFacts(tensorrt="10.3.0", gpu_name="Orin", compute_capability="8.7",
+                       module="NVIDIA Jetson Orin Nano Engineering Reference Developer Kit Super", machine="aarch64")
+    device = BoundTensorRtBackend(make_fake_trt("10.3.0", cudart=cudart), cudart, nano).timing_device()
+    assert device == {"kind": "gpu", "model": nano.module, "gpu": "Orin", "compute_capability": "8.7"}
+    desktop = DeviceFacts(tensorrt="10.3.0", gpu_name="NVIDIA GeForce RTX 4090", compute_capability="8.9")
+    assert BoundTensorRtBackend(make_fake_trt("10.3.0", cudart=cudart), cudart, desktop).timing_device()["model"] == desktop.gpu_name

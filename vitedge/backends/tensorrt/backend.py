@@ -93,6 +93,13 @@ class TensorRtBackend(Backend):
             return {}
         return {"tensorrt": str(getattr(trt, "__version__", "?"))}
 
+    def timing_device(self) -> dict[str, Any]:
+        try:
+            import tensorrt as trt
+        except ImportError:
+            trt = None
+        return read_device_facts(trt).timing_device()
+
     def report_lines(self, backend_info: dict[str, Any]) -> list[str]:
 
         return report_lines(backend_info)
@@ -151,6 +158,10 @@ class BoundTensorRtBackend(TensorRtBackend):
 
     def versions(self) -> dict[str, str]:
         return {"tensorrt": str(getattr(self.trt, "__version__", "?"))}
+
+    def timing_device(self) -> dict[str, Any]:
+        facts = self.device_facts if self.device_facts is not None else read_device_facts(self.trt, self.cudart)
+        return facts.timing_device()
 
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
 

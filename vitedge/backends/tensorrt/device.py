@@ -49,6 +49,13 @@ class DeviceFacts:
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
 
+    def timing_device(self) -> dict[str, Any]:
+        """What a TensorRT latency is timed on (``latency.device`` of a validation report): the GPU and the module it
+        sits in. Not the TensorRT version: a new TensorRT timing slower on the same GPU is what `vitedge compare` is
+        for."""
+        return {"kind": "gpu", "model": self.module or self.gpu_name or "unknown", "gpu": self.gpu_name,
+                "compute_capability": self.compute_capability}
+
     def describe(self) -> str:
         parts = [f"GPU {self.gpu_name or '?'} (compute {self.compute_capability or '?'})", f"TensorRT {self.tensorrt or '?'}",
                  f"CUDA {self.cuda_runtime or '?'}"]
