@@ -230,7 +230,8 @@ def timed_apart(old: ValidationReport, new: ValidationReport) -> str | None:
 
 def _device_label(d: dict[str, Any]) -> str:
     if d.get("kind") == "gpu":
-        return f"{d.get('model')}, GPU {d.get('gpu')}, compute {d.get('compute_capability')}"
+        mode = f", power mode {d['power_mode']}" if d.get("power_mode") else ""
+        return f"{d.get('model')}, GPU {d.get('gpu')}, compute {d.get('compute_capability')}{mode}"
     return f"{d.get('model')}, {d.get('isa')}, {d.get('cpus')} CPU(s)"
 
 

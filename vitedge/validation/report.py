@@ -326,7 +326,8 @@ def _md_latency(lat: LatencySection, heading: str) -> list[str]:
     lines += ["", f"<sub>{lat.method}</sub>"]
     if lat.device:  # what `vitedge compare` checks before it compares milliseconds
         d = lat.device
-        where = (f"GPU {d.get('gpu')} (compute {d.get('compute_capability')}), {d.get('model')}" if d.get("kind") == "gpu"
+        mode = f", power mode {d['power_mode']}" if d.get("power_mode") else ""
+        where = (f"GPU {d.get('gpu')} (compute {d.get('compute_capability')}), {d.get('model')}{mode}" if d.get("kind") == "gpu"
                  else f"{d.get('model')} ({d.get('isa')}, {d.get('cpus')} CPU(s))")
         lines += ["", f"Timed on {where}."]
     if lat.measured_on:  # a sharded run (vitedge.distributed): one worker timed alone

@@ -214,3 +214,27 @@ def test_tensorrt_latency_is_recorded_as_timed_on_the_gpu_and_its_module():
     assert device == {"kind": "gpu", "model": nano.module, "gpu": "Orin", "compute_capability": "8.7"}
     desktop = DeviceFacts(tensorrt="10.3.0", gpu_name="NVIDIA GeForce RTX 4090", compute_capability="8.9")
     assert BoundTensorRtBackend(make_fake_trt("10.3.0", cudart=cudart), cudart, desktop).timing_device()["model"] == desktop.gpu_name
+
+
+@pytest.mark.parametrize("text, mode", [
+    ("NV Fan Mode:cool\nNV Power Mode: MODE_30W_4CORE\n5\n", "MODE_30W_4CORE"),  # recorded on a Xavier (JetPack 4)
+    ("NV Power Mode: MAXN\n0\n", "MAXN"),
+    ("NV Power Mode: 15W\n1\n", "15W"),
+    ("nvpmodel: command failed\n", None),
+    ("", None),
+])
+def test_nvpmodel_power_mode_is_read_from_its_query(text, mode):
+    from vitedge.backends.tensorrt.device import parse_nvpmodel_query
+
+    assert parse_nvpmodel_query(text) == mode
+
+
+def test_power_mode_is_part_of_the_timing_device_but_not_of_engine_compatibility():
+    from vitedge.backends.tensorrt.device import DeviceFacts, compare_facts
+
+    full = DeviceFacts(tensorrt="10.3.0", gpu_name="Orin", compute_capability="8.7", module="Orin Nano", machine="aarch64",
+                       power_mode="MAXN_SUPER")
+    low = DeviceFacts(**{**full.to_dict(), "power_mode": "7W"})
+    assert full.timing_device()["power_mode"] == "MAXN_SUPER" and full.timing_device() != low.timing_device()
+    assert compare_facts(full, low) == ([], [])  # an engine built at MAXN loads at 7W
+    assert DeviceFacts.from_dict({k: v for k, v in full.to_dict().items() if k != "power_mode"}).power_mode is None

@@ -16,6 +16,7 @@ import dataclasses
 import json
 import platform
 import re
+import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +41,9 @@ class DeviceFacts:
     module: str | None = None  # device-tree model, "NVIDIA Jetson AGX Orin Developer Kit"
     compatible: str | None = None  # device-tree compatible, "nvidia,p3737-0000+p3701-0005 nvidia,tegra234"
     machine: str = dataclasses.field(default_factory=platform.machine)
+    # a Jetson's nvpmodel power mode ("MAXN", "15W", ...): it moves latency by 2x or more and does not change what
+    # an engine is compatible with, so compare_facts ignores it; timing_device records it
+    power_mode: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -53,8 +57,11 @@ class DeviceFacts:
         """What a TensorRT latency is timed on (``latency.device`` of a validation report): the GPU and the module it
         sits in. Not the TensorRT version: a new TensorRT timing slower on the same GPU is what `vitedge compare` is
         for."""
-        return {"kind": "gpu", "model": self.module or self.gpu_name or "unknown", "gpu": self.gpu_name,
-                "compute_capability": self.compute_capability}
+        out: dict[str, Any] = {"kind": "gpu", "model": self.module or self.gpu_name or "unknown", "gpu": self.gpu_name,
+                               "compute_capability": self.compute_capability}
+        if self.power_mode is not None:
+            out["power_mode"] = self.power_mode
+        return out
 
     def describe(self) -> str:
         parts = [f"GPU {self.gpu_name or '?'} (compute {self.compute_capability or '?'})", f"TensorRT {self.tensorrt or '?'}",
@@ -95,6 +102,25 @@ def read_jetson_release() -> tuple[str | None, str | None]:
         except (OSError, subprocess.SubprocessError):
             jetpack = None
     return l4t, jetpack
+
+
+def parse_nvpmodel_query(text: str) -> str | None:
+    """`nvpmodel -q` output ('NV Fan Mode:cool\\nNV Power Mode: MAXN\\n0') -> 'MAXN'."""
+    m = re.search(r"NV Power Mode:\s*(\S[^\n]*)", text or "")
+    return m.group(1).strip() if m else None
+
+
+def read_power_mode() -> str | None:
+    """A Jetson's power mode from `nvpmodel -q`; None where there is no nvpmodel or it does not answer (it may need root
+    on some releases). Parsed from recorded outputs of JetPack 4-6 devices; not run on a Jetson by vitedge's tests."""
+    exe = shutil.which("nvpmodel")
+    if exe is None:
+        return None
+    try:
+        out = subprocess.run([exe, "-q"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_nvpmodel_query(out.stdout) if out.returncode == 0 else None
 
 
 def read_device_tree(root: Path = DEVICE_TREE) -> tuple[str | None, str | None]:
@@ -166,7 +192,8 @@ def read_device_facts(trt: Any = None, cudart: Any = None, *, device: int = 0) -
     module, compatible = read_device_tree()
     version = getattr(trt, "__version__", None) if trt is not None else None
     return DeviceFacts(tensorrt=version, gpu_name=gpu, compute_capability=cc, cuda_runtime=runtime, cuda_driver=driver,
-                       l4t=l4t, jetpack=jetpack, module=module, compatible=compatible)
+                       l4t=l4t, jetpack=jetpack, module=module, compatible=compatible,
+                       power_mode=read_power_mode() if l4t is not None else None)
 
 
 def _version_tuple(text: str | None) -> tuple[int, ...]:
