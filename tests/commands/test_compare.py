@@ -12,6 +12,7 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import VAL_DIR
 from helpers.cli import run_cli
@@ -183,3 +184,67 @@ def test_two_jetsons_are_told_apart_by_their_modules(new_report, tmp_path, capsy
     same = _old(new_report, tmp_path / "s", lambda d: d["latency"].update(device=on("NVIDIA Jetson Orin NX 16GB")))
     code, out, err = run_cli(capsys, "compare", same, new)
     assert code == 0 and "different" not in err and "p50_regression_b1" in out, err
+
+
+def _with_images_lost(d, k, key="int8_correct", figure="int8_top1"):
+    """The report with ``k`` more images wrong (the first ``k`` it got right), its bits and its figure agreeing."""
+    from vitedge.validation import per_sample
+
+    acc = d["accuracy"]
+    bits = per_sample.bits(acc["per_sample"], key)
+    right = np.flatnonzero(bits)[:k]
+    assert len(right) == k
+    bits[right] = False
+    acc["per_sample"][key] = per_sample.pack(bits)
+    acc[figure] = float(bits.mean())
+
+
+def _labelled_report(new_report, tmp_path, edit=lambda d: None) -> Path:
+    path = _old(new_report, tmp_path, edit)
+    assert json.loads(path.read_text())["accuracy"]["per_sample"]["items"] == 32
+    return path
+
+
+def test_one_image_is_noise_and_ten_are_a_real_loss_when_paired(new_report, tmp_path, capsys):
+    """Same data, per-image bits in both: one image flipped (3.1 points on 32 images, far over the 0.2 limit) is not
+    shown to be a loss; ten are. Without the pairing the one image fails, as the point figure says."""
+    base = _labelled_report(new_report, tmp_path / "old")
+    one = _labelled_report(new_report, tmp_path / "one", lambda d: _with_images_lost(d, 1))
+    code, out, err = run_cli(capsys, "compare", base, one, "--report-dir", tmp_path / "r1", "--max-latency-regression", "1000%")
+    assert code == 0, err
+    row = {r["name"]: r for r in json.loads((tmp_path / "r1" / "compare.json").read_text())["gate"]}["top1_regression"]
+    assert row["status"] == "pass" and "within noise" in row["detail"] and "1 lost, 0 gained" in row["detail"]
+
+    ten = _labelled_report(new_report, tmp_path / "ten", lambda d: _with_images_lost(d, 10))
+    code, _, err = run_cli(capsys, "compare", base, ten, "--max-latency-regression", "1000%")
+    assert code == 1 and "a real loss" in err and "10 lost, 0 gained" in err, err
+
+    def other_data(d):
+        _with_images_lost(d, 1)
+        d["data"]["data_hash"] = "f" * 64
+    elsewhere = _labelled_report(new_report, tmp_path / "else", other_data)
+    code, _, err = run_cli(capsys, "compare", base, elsewhere, "--max-latency-regression", "1000%")
+    assert code == 1 and "the figures decide" in err and "different data" in err, err
+
+
+def test_agreement_is_paired_too_and_drop_confidence_0_turns_pairing_off(new_report, tmp_path, capsys):
+    base = _labelled_report(new_report, tmp_path / "old")
+    flipped = _labelled_report(new_report, tmp_path / "one",
+                               lambda d: _with_images_lost(d, 1, key="int8_agrees", figure="top1_agreement"))
+    code, out, err = run_cli(capsys, "compare", base, flipped, "--max-latency-regression", "1000%")
+    assert code == 0 and "within noise" in out, out + err
+
+    def strict(d):
+        _with_images_lost(d, 1, key="int8_agrees", figure="top1_agreement")
+        d["thresholds"]["drop_confidence"] = 0.0  # the target asked for point figures
+    code, _, err = run_cli(capsys, "compare", base, _labelled_report(new_report, tmp_path / "strict", strict),
+                           "--max-latency-regression", "1000%")
+    assert code == 1 and "agreement with FP32" in err and "the figures decide" in err, err
+
+
+def test_bits_that_do_not_add_up_to_the_figure_are_not_paired(new_report, tmp_path, capsys):
+    def edited(d):
+        d["accuracy"]["int8_top1"] -= 0.1  # the figure edited, the bits not
+    code, _, err = run_cli(capsys, "compare", _labelled_report(new_report, tmp_path / "old"),
+                           _labelled_report(new_report, tmp_path / "new", edited), "--max-latency-regression", "1000%")
+    assert code == 1 and "the figures decide" in err, err

@@ -3,6 +3,9 @@
 Rows (each a JUnit test case):
   top1_regression        INT8 top-1 lost since OLD, in points (labelled data only)
   agreement_regression   top-1 (or nearest-neighbour) agreement with FP32 lost, in points
+                         Both fail only when the loss is real: on one data set with the per-image bits of both
+                         reports (``accuracy.per_sample``), when the exact paired interval lies wholly above the
+                         limit (at the new report's ``drop_confidence``; 0: the point figure decides, as without them)
   p50_regression_bN      INT8 median latency growth at batch N, as a fraction (+0.1 = 10% slower)
   int8_fp32_ratio_regression_bN
                          instead of p50 when the reports were timed on different devices (``latency.device``: a CPU's
@@ -24,8 +27,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from vitedge import __version__
 from vitedge.errors import DataError, UsageError
+from vitedge.profiles import DEFAULT_DROP_CONFIDENCE
+from vitedge.validation import per_sample
 from vitedge.validation import report as rpt
 from vitedge.validation.defaults import (
     DEFAULT_MAX_ACCURACY_REGRESSION,
@@ -33,6 +40,7 @@ from vitedge.validation.defaults import (
 )
 from vitedge.validation.document import LatencySection, ValidationReport
 from vitedge.validation.gate import FAIL, PASS, SKIP, GateRow
+from vitedge.validation.noise import discordant_interval
 
 
 def parse_fraction(text: str | float, flag: str = "--max-latency-regression") -> float:
@@ -158,11 +166,14 @@ def compare_reports(old: ValidationReport, new: ValidationReport, *, old_path: s
         raise UsageError(f"--max-accuracy-regression must be 0 or more points, got {max_accuracy_regression}")
     warnings = _mismatches(old, new, old_path, new_path, allow_mismatch)
     lim, llim = max_accuracy_regression, max_latency_regression
+    pairing = _Pairing.of(old, new)
     rows = [
         _points_row("top1_regression", "INT8 top-1", old.accuracy.int8_top1, new.accuracy.int8_top1, lim,
-                    "not checked: a report has no labelled top-1", skip_values=True),
+                    "not checked: a report has no labelled top-1", skip_values=True,
+                    paired=pairing.of_key("int8_correct", old.accuracy.int8_top1, new.accuracy.int8_top1)),
         _points_row("agreement_regression", "agreement with FP32", old.accuracy.top1_agreement, new.accuracy.top1_agreement,
-                    lim, "not checked: a report has no agreement", skip_values=False),
+                    lim, "not checked: a report has no agreement", skip_values=False,
+                    paired=pairing.of_key("int8_agrees", old.accuracy.top1_agreement, new.accuracy.top1_agreement)),
         *_latency_rows(old, new, llim, old_path, new_path, warnings),
     ]
     doc = {
@@ -204,16 +215,58 @@ def _mismatches(old: ValidationReport, new: ValidationReport, old_path: str, new
     return warnings
 
 
+@dataclass
+class _Pairing:
+    """The per-image bits of both reports (``accuracy.per_sample``), when they are of one data set, and the confidence
+    of the paired test (the new report's ``drop_confidence``: 0 turns it off, as in the gate)."""
+
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+    confidence: float
+
+    @classmethod
+    def of(cls, old: ValidationReport, new: ValidationReport) -> _Pairing:
+        confidence = new.thresholds.limits.get("drop_confidence")
+        confidence = float(confidence) if isinstance(confidence, (int, float)) else DEFAULT_DROP_CONFIDENCE
+        same_data = old.data.data_hash is not None and old.data.data_hash == new.data.data_hash
+        if not same_data or confidence <= 0:
+            return cls(None, None, confidence)
+        return cls(old.accuracy.per_sample, new.accuracy.per_sample, confidence)
+
+    def of_key(self, key: str, old_value: float | None, new_value: float | None) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """(old bits, new bits, confidence) of ``key``, or None when they cannot be paired: absent, of other lengths, or
+        not adding up to the report's own figure (``old_value``, ``new_value``: an edited or damaged report)."""
+        a, b = per_sample.bits(self.old, key), per_sample.bits(self.new, key)
+        if a is None or b is None or len(a) != len(b) or not len(a) or old_value is None or new_value is None:
+            return None
+        if abs(a.mean() - old_value) > 1e-9 or abs(b.mean() - new_value) > 1e-9:
+            return None
+        return a, b, self.confidence
+
+
 def _points_row(name: str, what: str, old: float | None, new: float | None, lim: float, skip: str, *,
-                skip_values: bool) -> tuple[GateRow, dict[str, Any]]:
-    """A fraction lost since OLD, in points (``skip_values``: a skipped row still shows the values it has)."""
+                skip_values: bool, paired: tuple[np.ndarray, np.ndarray, float] | None = None) -> tuple[GateRow, dict[str, Any]]:
+    """A fraction lost since OLD, in points (``skip_values``: a skipped row still shows the values it has). With the
+    per-image bits of both (``paired``), the loss fails only when its exact paired interval lies wholly above the limit:
+    the images one report got and the other missed decide, and a flip or two of near-ties is not shown to be a loss."""
     if old is None or new is None:
         return _row(name, old if skip_values else None, new if skip_values else None, None, lim, "points", True, skip, SKIP)
     drop = 100.0 * (old - new)
-    ok = drop <= lim + 1e-9
-    return _row(name, old, new, drop, lim, "points", ok,
-                f"{what} {100 * old:.2f}% -> {100 * new:.2f}%: {'lost' if drop > 0 else 'gained'} {abs(drop):.3f} points "
-                f"(limit {lim:g})" + ("" if ok else f", over by {drop - lim:.3f} points"))
+    text = f"{what} {100 * old:.2f}% -> {100 * new:.2f}%: {'lost' if drop > 0 else 'gained'} {abs(drop):.3f} points (limit {lim:g})"
+    if drop <= lim + 1e-9:
+        return _row(name, old, new, drop, lim, "points", True, text)
+    if paired is not None:
+        before, after, confidence = paired
+        lost, gained = int(np.sum(before & ~after)), int(np.sum(~before & after))
+        (low, high), _ = discordant_interval(lost, gained, len(before), confidence)
+        images = f"paired on {len(before)} images: {lost} lost, {gained} gained"
+        interval = f"{100 * confidence:g}% interval [{low:.2f}, {high:.2f}] points"
+        if low <= lim + 1e-9:
+            return _row(name, old, new, drop, lim, "points", True, f"{text}: within noise, {interval} reaches the limit ({images})")
+        return _row(name, old, new, drop, lim, "points", False,
+                    f"{text}, over by {drop - lim:.3f} points; {interval} lies above the limit: a real loss ({images})")
+    return _row(name, old, new, drop, lim, "points", False, f"{text}, over by {drop - lim:.3f} points (the figures decide: the two "
+                "reports do not hold per-image results of one data set to pair)")
 
 
 def timed_apart(old: ValidationReport, new: ValidationReport) -> str | None:

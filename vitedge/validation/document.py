@@ -205,6 +205,7 @@ class AccuracySection(_Values):
     embedding_cosine_worst1pct = _value("embedding_cosine_worst1pct")
     embedding_cosine_low = _value("embedding_cosine_low")
     nn_agreement = _value("nn_agreement")
+    per_sample = _value("per_sample")  # per-image bits for `vitedge compare` (validation.per_sample)
 
     @property
     def is_embedding(self) -> bool:

@@ -108,16 +108,24 @@ def paired_drop(ref_pred: np.ndarray, got_pred: np.ndarray, labels: np.ndarray, 
     right_ref, right_got = ref_pred == labels, got_pred == labels
     b = int(np.sum(right_ref & ~right_got))
     c = int(np.sum(~right_ref & right_got))
-    total = len(labels)
-    n = b + c
-    lo_pi, hi_pi = clopper_pearson(b, n, confidence)
-    scale = 100.0 * n / max(total, 1)
+    ci, p_value = discordant_interval(b, c, len(labels), confidence)
     return {
         "top1_discordant": {"fp32_only": b, "int8_only": c},
-        "top1_drop_ci_points": [scale * (2.0 * lo_pi - 1.0), scale * (2.0 * hi_pi - 1.0)] if n else [0.0, 0.0],
+        "top1_drop_ci_points": ci,
         "top1_drop_confidence": float(confidence),
-        "top1_loss_p_value": binom_sf(b, n, 0.5) if n else 1.0,
+        "top1_loss_p_value": p_value,
     }
+
+
+def discordant_interval(lost: int, gained: int, total: int, confidence: float) -> tuple[list[float], float]:
+    """The exact confidence interval (points) of a paired drop ``(lost - gained) / total`` and the one-sided p-value of
+    "no loss": ``lost`` items right before and wrong after, ``gained`` the reverse (McNemar's exact test)."""
+    n = lost + gained
+    if not n:
+        return [0.0, 0.0], 1.0
+    lo_pi, hi_pi = clopper_pearson(lost, n, confidence)
+    scale = 100.0 * n / max(total, 1)
+    return [scale * (2.0 * lo_pi - 1.0), scale * (2.0 * hi_pi - 1.0)], binom_sf(lost, n, 0.5)
 
 
 def near_ties(ref: np.ndarray, got: np.ndarray, margin: float) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from vitedge.validation.accuracy import (
 from vitedge.validation.embedding_gate import agreement_skip_row, embedding_rows
 from vitedge.validation.gate import FAIL, PASS, SKIP, GateRow  # noqa: F401 - re-exported: callers read the verdicts from run
 from vitedge.validation.inputs import feed_for
-from vitedge.validation import passes
+from vitedge.validation import passes, per_sample
 from vitedge.validation.noise import (
     MIN_DECISIVE,
     agreement_is_near_tie_noise,
@@ -391,6 +391,9 @@ def accuracy_of(ref, got, kind: str, thresholds: Thresholds, data_path: str, inf
         check_labels(ref.labels, int(ref.values.shape[1]), data_path)
         accuracy = compare_logits(ref.values, got.values, ref.labels, near_tie_margin=thresholds.near_tie_margin,
                                   drop_confidence=thresholds.drop_confidence)
+        kept = per_sample.record(ref.values, got.values, ref.labels)
+        if kept is not None:  # for `vitedge compare`'s paired test
+            accuracy["per_sample"] = kept
         warnings = fp32_warnings(accuracy, int(ref.values.shape[1]), len(ref.values))
         if warnings:
             accuracy["warnings"] = warnings
