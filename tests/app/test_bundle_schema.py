@@ -155,7 +155,9 @@ ADDED_SINCE_V1 = ("quantization.config.", "calibration.config.", "validation.qua
                   "validation.accuracy.expected_drop_points", "validation.accuracy.fp32_margin_median",
                   "validation.accuracy.top1_discordant", "validation.accuracy.top1_drop_ci_points",
                   "validation.accuracy.top1_drop_confidence", "validation.accuracy.top1_loss_p_value",
-                  "validation.accuracy.fp32_preprocessing_probe", "validation.accuracy.fp32_at_chance")
+                  "validation.accuracy.fp32_preprocessing_probe", "validation.accuracy.fp32_at_chance",
+                  # what vitedge compare reads: per-image bits (its paired test) and where latency was timed
+                  "validation.accuracy.per_sample", "validation.latency.device")
 
 
 def test_the_typed_manifest_writes_the_v1_schema_of_the_committed_bundle(built):
