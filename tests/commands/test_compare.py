@@ -224,7 +224,7 @@ def test_one_image_is_noise_and_ten_are_a_real_loss_when_paired(new_report, tmp_
         d["data"]["data_hash"] = "f" * 64
     elsewhere = _labelled_report(new_report, tmp_path / "else", other_data)
     code, _, err = run_cli(capsys, "compare", base, elsewhere, "--max-latency-regression", "1000%")
-    assert code == 1 and "the figures decide" in err and "different data" in err, err
+    assert code == 1 and "unpaired: the reports are of different data" in err, err
 
 
 def test_agreement_is_paired_too_and_drop_confidence_0_turns_pairing_off(new_report, tmp_path, capsys):
@@ -239,7 +239,7 @@ def test_agreement_is_paired_too_and_drop_confidence_0_turns_pairing_off(new_rep
         d["thresholds"]["drop_confidence"] = 0.0  # the target asked for point figures
     code, _, err = run_cli(capsys, "compare", base, _labelled_report(new_report, tmp_path / "strict", strict),
                            "--max-latency-regression", "1000%")
-    assert code == 1 and "agreement with FP32" in err and "the figures decide" in err, err
+    assert code == 1 and "agreement with FP32" in err and "unpaired: the new report's drop_confidence is 0" in err, err
 
 
 def test_bits_that_do_not_add_up_to_the_figure_are_not_paired(new_report, tmp_path, capsys):
@@ -247,4 +247,4 @@ def test_bits_that_do_not_add_up_to_the_figure_are_not_paired(new_report, tmp_pa
         d["accuracy"]["int8_top1"] -= 0.1  # the figure edited, the bits not
     code, _, err = run_cli(capsys, "compare", _labelled_report(new_report, tmp_path / "old"),
                            _labelled_report(new_report, tmp_path / "new", edited), "--max-latency-regression", "1000%")
-    assert code == 1 and "the figures decide" in err, err
+    assert code == 1 and "do not add up to the reports' figures" in err, err

@@ -223,29 +223,35 @@ class _Pairing:
     old: dict[str, Any] | None
     new: dict[str, Any] | None
     confidence: float
+    why_not: str | None = None  # why the rows cannot be paired, when they cannot
 
     @classmethod
     def of(cls, old: ValidationReport, new: ValidationReport) -> _Pairing:
         confidence = new.thresholds.limits.get("drop_confidence")
         confidence = float(confidence) if isinstance(confidence, (int, float)) else DEFAULT_DROP_CONFIDENCE
-        same_data = old.data.data_hash is not None and old.data.data_hash == new.data.data_hash
-        if not same_data or confidence <= 0:
-            return cls(None, None, confidence)
+        if confidence <= 0:
+            return cls(None, None, confidence, "the new report's drop_confidence is 0")
+        if old.data.data_hash is None or old.data.data_hash != new.data.data_hash:
+            return cls(None, None, confidence, "the reports are of different data")
         return cls(old.accuracy.per_sample, new.accuracy.per_sample, confidence)
 
-    def of_key(self, key: str, old_value: float | None, new_value: float | None) -> tuple[np.ndarray, np.ndarray, float] | None:
-        """(old bits, new bits, confidence) of ``key``, or None when they cannot be paired: absent, of other lengths, or
-        not adding up to the report's own figure (``old_value``, ``new_value``: an edited or damaged report)."""
+    def of_key(self, key: str, old_value: float | None, new_value: float | None) -> tuple[np.ndarray, np.ndarray, float] | str:
+        """(old bits, new bits, confidence) of ``key``, or why they cannot be paired: absent, of other lengths, or not
+        adding up to the report's own figure (``old_value``, ``new_value``: an edited or damaged report)."""
+        if self.why_not is not None:
+            return self.why_not
         a, b = per_sample.bits(self.old, key), per_sample.bits(self.new, key)
-        if a is None or b is None or len(a) != len(b) or not len(a) or old_value is None or new_value is None:
-            return None
+        if a is None or b is None:
+            return "a report holds no per-image results (written before vitedge kept them, or over its size limit)"
+        if len(a) != len(b) or not len(a) or old_value is None or new_value is None:
+            return "the per-image results are of different lengths"
         if abs(a.mean() - old_value) > 1e-9 or abs(b.mean() - new_value) > 1e-9:
-            return None
+            return "the per-image results do not add up to the reports' figures (an edited or damaged report)"
         return a, b, self.confidence
 
 
 def _points_row(name: str, what: str, old: float | None, new: float | None, lim: float, skip: str, *,
-                skip_values: bool, paired: tuple[np.ndarray, np.ndarray, float] | None = None) -> tuple[GateRow, dict[str, Any]]:
+                skip_values: bool, paired: tuple[np.ndarray, np.ndarray, float] | str = "") -> tuple[GateRow, dict[str, Any]]:
     """A fraction lost since OLD, in points (``skip_values``: a skipped row still shows the values it has). With the
     per-image bits of both (``paired``), the loss fails only when its exact paired interval lies wholly above the limit:
     the images one report got and the other missed decide, and a flip or two of near-ties is not shown to be a loss."""
@@ -255,7 +261,7 @@ def _points_row(name: str, what: str, old: float | None, new: float | None, lim:
     text = f"{what} {100 * old:.2f}% -> {100 * new:.2f}%: {'lost' if drop > 0 else 'gained'} {abs(drop):.3f} points (limit {lim:g})"
     if drop <= lim + 1e-9:
         return _row(name, old, new, drop, lim, "points", True, text)
-    if paired is not None:
+    if not isinstance(paired, str):
         before, after, confidence = paired
         lost, gained = int(np.sum(before & ~after)), int(np.sum(~before & after))
         (low, high), _ = discordant_interval(lost, gained, len(before), confidence)
@@ -265,8 +271,8 @@ def _points_row(name: str, what: str, old: float | None, new: float | None, lim:
             return _row(name, old, new, drop, lim, "points", True, f"{text}: within noise, {interval} reaches the limit ({images})")
         return _row(name, old, new, drop, lim, "points", False,
                     f"{text}, over by {drop - lim:.3f} points; {interval} lies above the limit: a real loss ({images})")
-    return _row(name, old, new, drop, lim, "points", False, f"{text}, over by {drop - lim:.3f} points (the figures decide: the two "
-                "reports do not hold per-image results of one data set to pair)")
+    why = f" (the figures decide, unpaired: {paired})" if paired else ""
+    return _row(name, old, new, drop, lim, "points", False, f"{text}, over by {drop - lim:.3f} points{why}")
 
 
 def timed_apart(old: ValidationReport, new: ValidationReport) -> str | None:
@@ -291,7 +297,7 @@ def _device_label(d: dict[str, Any]) -> str:
 def _latency_rows(old: ValidationReport, new: ValidationReport, llim: float, old_path: str, new_path: str,
                   warnings: list[str]) -> list[tuple[GateRow, dict[str, Any]]]:
     """INT8 median latency growth per batch size both reports measured; INT8/FP32 time growth when they were timed
-    apart (``timed_apart``); a warning when a report does not say which CPU timed it."""
+    apart (``timed_apart``); a warning when a report does not say what timed it."""
     lo, ln = old.latency, new.latency
     if not (lo.measured and ln.measured):
         which = "either report" if not lo.measured and not ln.measured else (old_path if not lo.measured else new_path)
