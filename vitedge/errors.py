@@ -14,6 +14,13 @@ from __future__ import annotations
 import re
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_CONTROL_BUT_LAYOUT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # tab and line feed print as themselves
+
+
+def shown_controls(text: str, *, keep_layout: bool = False) -> str:
+    """``text`` with its control characters shown as ``\\xNN`` (``keep_layout``: tab and line feed kept)."""
+    pattern = _CONTROL_BUT_LAYOUT if keep_layout else _CONTROL
+    return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def one_line(text: object) -> str:
@@ -21,7 +28,7 @@ def one_line(text: object) -> str:
     character is shown as ``\\xNN``. Error lines name paths, class names and values that came from files and flags; a
     file name holding an escape sequence would otherwise reach the terminal that prints the error (recolour it,
     retitle it, write to its clipboard)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", " ".join(str(text).split()))
+    return shown_controls(" ".join(str(text).split()))
 
 
 class VitedgeError(Exception):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 import time
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ from dataclasses import dataclass, field
 from rich.console import Console
 from rich.markup import escape
 
-from vitedge.errors import one_line
+from vitedge.errors import one_line, shown_controls
 from vitedge.signals import raise_if_interrupted
 
 
@@ -62,15 +61,12 @@ class StageLog:
             self._console().print(f"{'':>10} {name} done in {seconds:.1f} s{inside}")
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # tab and line feed print as themselves
-
-
 def literal(text: object) -> str:
     """``text`` as rich prints it literally: paths, class names and other strings that came from files or flags may
     hold ``[...]``, which rich would read as markup (``[/]`` raised MarkupError, exit 3; ``[red]`` vanished), and
     control characters, which would reach the terminal as escape sequences (a model's class names could recolour,
     retitle or write to the clipboard of the terminal that inspects it): these are shown as ``\\xNN``."""
-    return escape(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text)))
+    return escape(shown_controls(str(text), keep_layout=True))
 
 
 def eprint(message: str) -> None:
