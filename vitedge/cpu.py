@@ -114,7 +114,7 @@ def usable_cpus() -> int:
 
 
 def timing_identity(cpu: CpuInfo | None = None) -> dict[str, object]:
-    """The CPU a latency was timed on, as validation reports record it (``latency.cpu``): `vitedge compare` compares
+    """The CPU a latency was timed on, as validation reports record it (``latency.device``): `vitedge compare` compares
     two reports' milliseconds only when these agree."""
     cpu = cpu or read_cpu()
     return {"model": cpu.model or "unknown", "isa": cpu.isa, "cpus": usable_cpus()}
