@@ -248,3 +248,21 @@ def test_bits_that_do_not_add_up_to_the_figure_are_not_paired(new_report, tmp_pa
     code, _, err = run_cli(capsys, "compare", _labelled_report(new_report, tmp_path / "old"),
                            _labelled_report(new_report, tmp_path / "new", edited), "--max-latency-regression", "1000%")
     assert code == 1 and "do not add up to the reports' figures" in err, err
+
+
+@pytest.mark.parametrize("kind", ["fifo", "too-large", "folder"])
+def test_a_report_that_is_not_a_bounded_regular_file_is_refused_without_reading_it(new_report, tmp_path, capsys, kind):
+    """A report may come from another job's artifacts: a FIFO would block compare forever, a huge file fill memory."""
+    import os
+
+    bad = tmp_path / "old.json"
+    if kind == "fifo":
+        os.mkfifo(bad)
+    elif kind == "too-large":
+        with open(bad, "wb") as f:
+            f.truncate(65 << 20)  # sparse: 65 MB of nothing, over the bound
+    else:
+        bad.mkdir()
+    code, _, err = run_cli(capsys, "compare", bad, new_report)
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert {"fifo": "FIFO", "too-large": "MB bound", "folder": "a folder"}[kind] in err, err

@@ -32,6 +32,7 @@ import numpy as np
 from vitedge import __version__
 from vitedge.errors import DataError, UsageError
 from vitedge.profiles import DEFAULT_DROP_CONFIDENCE
+from vitedge.safefile import FileTooLarge, NotRegularFile, read_bounded
 from vitedge.validation import per_sample
 from vitedge.validation import report as rpt
 from vitedge.validation.defaults import (
@@ -41,6 +42,10 @@ from vitedge.validation.defaults import (
 from vitedge.validation.document import LatencySection, ValidationReport
 from vitedge.validation.gate import FAIL, PASS, SKIP, GateRow
 from vitedge.validation.noise import discordant_interval
+
+
+# validation.json: a few kB, up to ~1 MB with per-layer sensitivity and the per-image bits of 2,000,000 images
+MAX_REPORT_BYTES = 64 << 20
 
 
 def parse_fraction(text: str | float, flag: str = "--max-latency-regression") -> float:
@@ -63,10 +68,12 @@ def parse_fraction(text: str | float, flag: str = "--max-latency-regression") ->
 def load_report(path: Path) -> ValidationReport:
     """A validation report, checked to be ``vitedge.validation/1`` with the keys compare reads."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise UsageError(f"{path} does not exist: pass a validation.json written by `vitedge validate` or `vitedge build`")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+    try:  # a report may come from another job's artifacts: a FIFO would block, a huge file fill memory
+        doc = json.loads(read_bounded(path, MAX_REPORT_BYTES).decode("utf-8"))
+    except (NotRegularFile, FileTooLarge) as err:
+        raise DataError(f"{err}: pass a validation.json written by `vitedge validate` or `vitedge build`") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DataError(f"{path} is not valid JSON ({err})") from None
     if not isinstance(doc, dict):

@@ -25,6 +25,8 @@ def pack(mask: np.ndarray) -> str:
 
 def unpack(text: str, items: int) -> np.ndarray | None:
     """The bits of ``pack``, or None when ``text`` is not a packing of ``items`` bits (a damaged or edited report)."""
+    if not isinstance(text, str) or len(text) != 4 * (((items + 7) // 8 + 2) // 3):
+        return None  # checked before decoding: a hostile report cannot make us decode megabytes
     try:
         raw = base64.b64decode(text.encode("ascii"), validate=True)
     except (ValueError, UnicodeEncodeError, AttributeError):
