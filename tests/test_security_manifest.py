@@ -127,3 +127,12 @@ def test_signing_key_refuses_an_edited_or_unsigned_manifest(bundle, monkeypatch)
     monkeypatch.setenv("VITEDGE_SIGNING_KEY", "s3cret")
     with pytest.raises(BundleError, match="does not match"):
         verify_bundle(bundle)
+
+
+def test_a_manifest_over_its_bound_is_refused_without_reading_it(bundle):
+    """A bundle from elsewhere is data: a manifest.json of 65 MB (sparse here) is refused in one line, not parsed."""
+    manifest = bundle / "manifest.json"
+    with open(manifest, "r+b") as f:
+        f.truncate(65 << 20)
+    with pytest.raises(BundleError, match="MB bound: not a vitedge manifest"):
+        read_manifest(bundle)

@@ -19,6 +19,7 @@ from vitedge.errors import BundleError
 from vitedge.fsutil import atomic_write_path, sha256_file
 from vitedge.manifest_sections import Section
 from vitedge.manifest_types import check_field_types
+from vitedge.safefile import FileTooLarge, read_bounded
 from vitedge.spec import ModelSpec
 from vitedge.swap import recover_swap
 
@@ -109,6 +110,9 @@ class Manifest:
         return path
 
 
+MAX_MANIFEST_BYTES = 64 << 20  # a manifest is kB to a few MB (validation's per-image bits of 2,000,000 images: ~0.7 MB)
+
+
 def read_manifest(bundle: Path) -> Manifest:
     bundle = Path(bundle)
     recover_swap(bundle)  # a --force rebuild killed mid-swap: finish or roll back first
@@ -118,7 +122,9 @@ def read_manifest(bundle: Path) -> Manifest:
     if not path.is_file():
         raise BundleError(f"{bundle} has no manifest.json: not a complete vitedge bundle (an interrupted build leaves none)")
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_bounded(path, MAX_MANIFEST_BYTES).decode("utf-8"))
+    except FileTooLarge as err:  # a bundle from elsewhere: its manifest is data, and a few MB at most
+        raise BundleError(f"{err}: not a vitedge manifest") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise BundleError(f"{path} is not valid JSON ({err})") from None
     if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("vitedge.manifest/"):
