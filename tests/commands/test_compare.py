@@ -162,7 +162,9 @@ def test_reports_timed_on_other_cpus_compare_the_int8_fp32_ratio(new_report, tmp
     assert code == 1, err
     line = err.strip().splitlines()[-1]
     assert "INT8/FP32 time at batch 1" in line and "+50.0%" in line and "different CPUs" in line
-    assert "INT8/FP32" in (tmp_path / "r2" / "compare.md").read_text()
+    md = (tmp_path / "r2" / "compare.md").read_text()
+    assert "INT8/FP32" in md and "old timed on Intel(R) Xeon(R) Platinum 8370C" in md and "new timed on " in md
+    assert json.loads((tmp_path / "r2" / "compare.json").read_text())["old"]["timed_on"]["isa"] == "avx512-vnni"
 
 
 def test_report_without_a_device_is_compared_by_p50_with_a_warning(new_report, tmp_path, capsys):

@@ -123,6 +123,9 @@ class Comparison:
                  f"new: `{d['new']['path']}` ({d['new']['created']}, vitedge {d['new']['vitedge_version']}). "
                  f"Limits: latency +{100 * d['limits']['max_latency_regression']:g}%, accuracy "
                  f"{d['limits']['max_accuracy_regression']:g} points.", ""]
+        timed = [f"{side} timed on {_device_label(d[side]['timed_on'])}" for side in ("old", "new") if d[side].get("timed_on")]
+        if timed:
+            lines += ["; ".join(timed) + ".", ""]
         if d["warnings"]:
             lines += ["> " + w for w in d["warnings"]] + [""]
         if not d["passed"]:
@@ -355,4 +358,4 @@ def _time_ratio(section: LatencySection, b: str) -> float | None:
 
 def _side(report: ValidationReport, path: str) -> dict[str, Any]:
     return {"path": path, "schema": report.schema, "created": report.created, "vitedge_version": report.vitedge_version,
-            "data_hash": report.data.data_hash, "passed": report.passed}
+            "data_hash": report.data.data_hash, "passed": report.passed, "timed_on": report.latency.device}
