@@ -238,3 +238,12 @@ def test_power_mode_is_part_of_the_timing_device_but_not_of_engine_compatibility
     assert full.timing_device()["power_mode"] == "MAXN_SUPER" and full.timing_device() != low.timing_device()
     assert compare_facts(full, low) == ([], [])  # an engine built at MAXN loads at 7W
     assert DeviceFacts.from_dict({k: v for k, v in full.to_dict().items() if k != "power_mode"}).power_mode is None
+
+
+def test_report_names_the_power_mode_the_engine_was_built_at():
+    from vitedge.backends.tensorrt.report import report_lines
+
+    device = {"tensorrt": "10.3.0", "gpu_name": "Orin", "compute_capability": "8.7"}
+    built = report_lines({"engine_built": True, "device": dict(device, power_mode="15W")})
+    assert "- built with TensorRT 10.3.0 on Orin (compute 8.7, power mode 15W)" in built
+    assert "- built with TensorRT 10.3.0 on Orin (compute 8.7)" in report_lines({"engine_built": True, "device": device})

@@ -22,8 +22,9 @@ def report_lines(info: dict[str, Any]) -> list[str]:
         lines += [f"- engine: not built here; planned for TensorRT {info.get('planned_for_tensorrt', '?')}", ""]
         return lines
     device = info.get("device") or {}
+    mode = f", power mode {device['power_mode']}" if device.get("power_mode") else ""  # a Jetson's nvpmodel mode
     lines.append(f"- built with TensorRT {device.get('tensorrt', '?')} on {device.get('gpu_name', '?')} "
-                 f"(compute {device.get('compute_capability', '?')})")
+                 f"(compute {device.get('compute_capability', '?')}{mode})")
     timing = info.get("timing_cache")
     if timing:
         lines.append(f"- timing cache: {'reused' if timing.get('reused') else 'fresh'} ({timing.get('source', '')}); "
