@@ -20,10 +20,11 @@ from vitedge.validation.defaults import (
 @click.argument("old", type=CheckedPath(path_type=Path))
 @click.argument("new", type=CheckedPath(path_type=Path))
 @click.option("--max-latency-regression", default=f"{100 * DEFAULT_MAX_LATENCY_REGRESSION:g}%", show_default=True, metavar="PCT",
-              help="Most INT8 median latency growth per batch size: 10% or 0.1. Reports timed on different CPUs "
+              help="Most INT8 median latency growth per batch size: 10% or 0.1. Reports timed on different devices "
                    "compare INT8/FP32 time ratios instead of milliseconds.")
 @click.option("--max-accuracy-regression", type=bounded_float(0.0, 100.0), default=DEFAULT_MAX_ACCURACY_REGRESSION, show_default=True, metavar="POINTS",
-              help="Most INT8 top-1 (and agreement with FP32) lost, in percentage points.")
+              help="Most INT8 top-1 (and agreement with FP32) lost, in percentage points. On one data set the images are "
+                   "paired: a loss over it fails only when its confidence interval lies above it (docs/reports.md).")
 @click.option("--allow-mismatch", is_flag=True, help="Compare reports of different models or targets anyway (a warning instead of exit 2).")
 @click.option("--report-dir", type=CheckedPath(path_type=Path), default=None,
               help="Write compare.json, compare.md and compare-junit.xml there.")
