@@ -268,3 +268,13 @@ def test_a_report_that_is_not_a_bounded_regular_file_is_refused_without_reading_
     code, _, err = run_cli(capsys, "compare", bad, new_report)
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert {"fifo": "FIFO", "too-large": "MB bound", "folder": "a folder"}[kind] in err, err
+
+
+def test_a_row_whose_median_never_settled_says_so(new_report, tmp_path, capsys):
+    def busy(d):
+        _scale_latency(d, 0.5)  # NEW twice as slow: fails
+        d["latency"]["int8"]["1"]["stable"] = False
+    code, _, err = run_cli(capsys, "compare", _old(new_report, tmp_path, busy), new_report)
+    line = err.strip().splitlines()[-1]
+    assert code == 1 and "INT8 p50 at batch 1" in line and "did not settle in" in line and "old.json" in line, line
+    assert line.count("did not settle") == 1  # batch 8 settled

@@ -319,7 +319,7 @@ def _latency_rows(old: ValidationReport, new: ValidationReport, llim: float, old
     if apart is not None:
         warnings.append(f"latency was {apart}: INT8 p50 is not compared; the INT8/FP32 time ratio is, each timed "
                         "interleaved in its own run")
-        return [_ratio_row(b, lo, ln, llim, apart) for b in common]
+        return [_ratio_row(b, lo, ln, llim, apart, old_path, new_path) for b in common]
     unknown = [p for p, sec in ((old_path, lo), (new_path, ln)) if not sec.device]
     if unknown:
         warnings.append(f"{' and '.join(unknown)} does not record the device its latency was timed on (a report from before "
@@ -331,11 +331,19 @@ def _latency_rows(old: ValidationReport, new: ValidationReport, llim: float, old
         ok = change <= llim + 1e-12
         rows.append(_row(f"p50_regression_b{b}", po, pn, 100 * change, 100 * llim, "%", ok,
                          f"INT8 p50 at batch {b} {po:.3f} -> {pn:.3f} ms ({100 * change:+.1f}%, limit +{100 * llim:g}%)"
-                         + ("" if ok else f", over by {100 * (change - llim):.1f} points")))
+                         + ("" if ok else f", over by {100 * (change - llim):.1f} points") + _unsteady(b, lo, ln, old_path, new_path)))
     return rows
 
 
-def _ratio_row(b: str, lo: LatencySection, ln: LatencySection, llim: float, apart: str) -> tuple[GateRow, dict[str, Any]]:
+def _unsteady(b: str, lo: LatencySection, ln: LatencySection, old_path: str, new_path: str) -> str:
+    """A note when a report's medians at batch ``b`` never settled (``stable`` false: the machine was busy)."""
+    which = [p for p, sec in ((old_path, lo), (new_path, ln))
+             if any(s is not None and not s.stable for s in (sec.int8.get(b), sec.fp32.get(b)))]
+    return f"; the median did not settle in {' and '.join(which)} (a busy machine): re-run it before trusting this row" if which else ""
+
+
+def _ratio_row(b: str, lo: LatencySection, ln: LatencySection, llim: float, apart: str, old_path: str,
+               new_path: str) -> tuple[GateRow, dict[str, Any]]:
     """INT8's time over FP32's at batch ``b`` in each report, and its growth."""
     name = f"int8_fp32_ratio_regression_b{b}"
     ro, rn = _time_ratio(lo, b), _time_ratio(ln, b)
@@ -346,7 +354,7 @@ def _ratio_row(b: str, lo: LatencySection, ln: LatencySection, llim: float, apar
     ok = change <= llim + 1e-12
     return _row(name, ro, rn, 100 * change, 100 * llim, "%", ok,
                 f"INT8/FP32 time at batch {b} {ro:.3f} -> {rn:.3f} ({100 * change:+.1f}%, limit +{100 * llim:g}%; {apart})"
-                + ("" if ok else f", over by {100 * (change - llim):.1f} points"))
+                + ("" if ok else f", over by {100 * (change - llim):.1f} points") + _unsteady(b, lo, ln, old_path, new_path))
 
 
 def _time_ratio(section: LatencySection, b: str) -> float | None:
