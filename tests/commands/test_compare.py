@@ -278,3 +278,10 @@ def test_a_row_whose_median_never_settled_says_so(new_report, tmp_path, capsys):
     line = err.strip().splitlines()[-1]
     assert code == 1 and "INT8 p50 at batch 1" in line and "did not settle in" in line and "old.json" in line, line
     assert line.count("did not settle") == 1  # batch 8 settled
+
+
+def test_a_bundle_folder_stands_for_its_report(new_report, tmp_path, capsys):
+    bundle = new_report.parent.parent  # BUNDLE/report/validation.json
+    code, out, err = run_cli(capsys, "compare", bundle, new_report, "--report-dir", tmp_path / "r")
+    assert code == 0, err
+    assert json.loads((tmp_path / "r" / "compare.json").read_text())["old"]["path"] == str(bundle / "report" / "validation.json")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from vitedge.validation.compare import Comparison, compare_reports, load_report
+from vitedge.validation.compare import Comparison, compare_reports, load_report, report_path
 from vitedge.validation.defaults import DEFAULT_MAX_ACCURACY_REGRESSION, DEFAULT_MAX_LATENCY_REGRESSION
 from vitedge.validation.report import append_step_summary, check_report_dir
 
@@ -34,7 +34,7 @@ class CompareOutcome:
 def run_compare(request: CompareRequest) -> CompareOutcome:
     check_report_dir(request.report_dir)
     old, new = load_report(request.old), load_report(request.new)
-    comparison = compare_reports(old, new, old_path=str(request.old), new_path=str(request.new),
+    comparison = compare_reports(old, new, old_path=str(report_path(request.old)), new_path=str(report_path(request.new)),
                                  max_latency_regression=request.max_latency_regression,
                                  max_accuracy_regression=request.max_accuracy_regression, allow_mismatch=request.allow_mismatch)
     written = comparison.write(request.report_dir) if request.report_dir is not None else []

@@ -32,7 +32,8 @@ from vitedge.validation.defaults import (
 def command(old, new, max_latency_regression, max_accuracy_regression, allow_mismatch, report_dir, quiet) -> None:
     """Gate a regression between two validation reports (validation.json) of one model and target.
 
-    OLD is the accepted baseline (e.g. from the main branch), NEW the candidate.
+    OLD is the accepted baseline (e.g. from the main branch), NEW the candidate; a bundle folder
+    stands for its build's report (BUNDLE/report/validation.json).
     Exit code 0 when nothing regressed past the limits, 1 when something did, 2 for bad input."""
 
     outcome = run_compare(CompareRequest(old, new, parse_fraction(max_latency_regression), max_accuracy_regression,

@@ -65,9 +65,15 @@ def parse_fraction(text: str | float, flag: str = "--max-latency-regression") ->
     return value
 
 
-def load_report(path: Path) -> ValidationReport:
-    """A validation report, checked to be ``vitedge.validation/1`` with the keys compare reads."""
+def report_path(path: Path) -> Path:
+    """``path``, or for a bundle folder its build's report (``report/validation.json``)."""
     path = Path(path)
+    return path / "report" / "validation.json" if path.is_dir() and (path / "report" / "validation.json").is_file() else path
+
+
+def load_report(path: Path) -> ValidationReport:
+    """A validation report (``report_path``), checked to be ``vitedge.validation/1`` with the keys compare reads."""
+    path = report_path(path)
     if not path.exists():
         raise UsageError(f"{path} does not exist: pass a validation.json written by `vitedge validate` or `vitedge build`")
     try:  # a report may come from another job's artifacts: a FIFO would block, a huge file fill memory
