@@ -285,3 +285,12 @@ def test_a_bundle_folder_stands_for_its_report(new_report, tmp_path, capsys):
     code, out, err = run_cli(capsys, "compare", bundle, new_report, "--report-dir", tmp_path / "r")
     assert code == 0, err
     assert json.loads((tmp_path / "r" / "compare.json").read_text())["old"]["path"] == str(bundle / "report" / "validation.json")
+
+
+def test_an_unsettled_fp32_median_does_not_taint_the_p50_row(new_report, tmp_path, capsys):
+    """The p50 row reads INT8 only: FP32's median that did not settle is no reason to doubt it."""
+    def busy_fp32(d):
+        _scale_latency(d, 0.5)
+        d["latency"]["fp32"]["1"]["stable"] = False
+    code, _, err = run_cli(capsys, "compare", _old(new_report, tmp_path, busy_fp32), new_report)
+    assert code == 1 and "did not settle" not in err, err

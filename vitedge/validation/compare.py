@@ -341,10 +341,12 @@ def _latency_rows(old: ValidationReport, new: ValidationReport, llim: float, old
     return rows
 
 
-def _unsteady(b: str, lo: LatencySection, ln: LatencySection, old_path: str, new_path: str) -> str:
-    """A note when a report's medians at batch ``b`` never settled (``stable`` false: the machine was busy)."""
+def _unsteady(b: str, lo: LatencySection, ln: LatencySection, old_path: str, new_path: str,
+              sides: tuple[str, ...] = ("int8",)) -> str:
+    """A note when a median the row reads (``sides``) at batch ``b`` never settled in a report (``stable`` false: the
+    machine was busy)."""
     which = [p for p, sec in ((old_path, lo), (new_path, ln))
-             if any(s is not None and not s.stable for s in (sec.int8.get(b), sec.fp32.get(b)))]
+             if any(s is not None and not s.stable for s in (getattr(sec, side).get(b) for side in sides))]
     return f"; the median did not settle in {' and '.join(which)} (a busy machine): re-run it before trusting this row" if which else ""
 
 
@@ -360,7 +362,7 @@ def _ratio_row(b: str, lo: LatencySection, ln: LatencySection, llim: float, apar
     ok = change <= llim + 1e-12
     return _row(name, ro, rn, 100 * change, 100 * llim, "%", ok,
                 f"INT8/FP32 time at batch {b} {ro:.3f} -> {rn:.3f} ({100 * change:+.1f}%, limit +{100 * llim:g}%; {apart})"
-                + ("" if ok else f", over by {100 * (change - llim):.1f} points") + _unsteady(b, lo, ln, old_path, new_path))
+                + ("" if ok else f", over by {100 * (change - llim):.1f} points") + _unsteady(b, lo, ln, old_path, new_path, ("int8", "fp32")))
 
 
 def _time_ratio(section: LatencySection, b: str) -> float | None:
