@@ -29,7 +29,27 @@ def new_report(built_bundle, tmp_path_factory) -> Path:
         main(["validate", str(bundle), "--data", str(VAL_DIR), "--data-size", "32", "--no-sensitivity", "--latency-seconds", "0.05",
               "--max-top1-drop", "100", "--min-agreement", "0", "--min-speedup", "0", "-q"])
     assert exc.value.code in (0, None)
-    return bundle / "report" / "validation.json"
+    report = bundle / "report" / "validation.json"
+    doc = json.loads(report.read_text())
+    _settle(doc)
+    report.write_text(json.dumps(doc))
+    return report
+
+
+# Milliseconds per batch size and side that stand for a quiet machine. The validate run above really timed the
+# bundle, but for 0.05 s: whether its medians settled, and what they were, depends on the machine's load and CPU
+# kind. Every test here reads timings and "stable" flags through this fixed form, and a test that wants an
+# unsettled or slower median edits it in, so no machine can change a verdict.
+SETTLED_MS = {"int8": {"1": 3.0, "8": 20.0}, "fp32": {"1": 6.0, "8": 45.0}}
+
+
+def _settle(doc) -> None:
+    for side, per_batch in SETTLED_MS.items():
+        for b, stats in doc["latency"][side].items():
+            p50 = per_batch[b]
+            stats.update(p50_ms=p50, p90_ms=1.1 * p50, p99_ms=1.2 * p50, mean_ms=1.05 * p50,
+                         throughput=int(b) * 1000.0 / p50, stable=True)
+    doc["latency"]["speedup"] = {b: SETTLED_MS["fp32"][b] / SETTLED_MS["int8"][b] for b in doc["latency"]["speedup"]}
 
 
 def _old(new_report: Path, tmp_path: Path, edit) -> Path:
