@@ -45,6 +45,14 @@ def _nvinfer_input(props: dict[str, str], frame: np.ndarray) -> np.ndarray:
     return scale * (frame.astype(np.float32).transpose(2, 0, 1) - offsets)
 
 
+def _nvinfer_own_build(props: dict[str, str]) -> str:
+    """The file nvinfer saves its own build under: nvdsinfer_model_builder.cpp builds the name from the ONNX file's path,
+    "_b" + batch-size, "_gpu" + gpu-id (or "_dla" + use-dla-core with enable-dla) and "_" + the network mode's name."""
+    device = f"dla{props['use-dla-core']}" if props.get("enable-dla") == "1" else f"gpu{props.get('gpu-id', '0')}"
+    mode = {"0": "fp32", "1": "int8", "2": "fp16"}[props["network-mode"]]
+    return f"{props['onnx-file']}_b{props['batch-size']}_{device}_{mode}.engine"
+
+
 def _with_manifest(src, dst, **changes):
     shutil.copytree(src, dst)
     path = dst / "manifest.json"
@@ -69,7 +77,8 @@ def test_deepstream_config_arithmetic_matches_vitedge_preprocessing(bundles, tmp
     assert (tmp_path / "ds" / "labels.txt").read_text().strip() == ";".join(manifest.output["class_names"])
     assert props["onnx-file"] == BAKED_GRAPH and props["output-blob-names"] == "probabilities"  # the graph ends in a Softmax
     assert props["classifier-threshold"] == "0" and props["maintain-aspect-ratio"] == "1" and props["symmetric-padding"] == "1"
-    assert "model-engine-file" not in props  # an onnx bundle has no engine: nvinfer builds one, INT8 through the flag file
+    # an onnx bundle has no engine: nvinfer builds one (INT8 through the flag file) and loads it from the second start on
+    assert props["model-engine-file"] == _nvinfer_own_build(props)
     assert props["int8-calib-file"] == CALIB_FILE and (tmp_path / "ds" / CALIB_FILE).read_bytes() == b""
     for frame in _frames(h, w):
         np.testing.assert_allclose(_nvinfer_input(props, frame), normalize(frame, pre), atol=1e-5, rtol=0)
@@ -164,7 +173,8 @@ def test_jetson_bundle_carries_camera_configs_and_the_engine_deepstream_runs(bun
     shutil.copytree(bundles / "jetson", bundle)
     ds = bundle / "camera" / "deepstream"
     props = read_config(ds / "config_infer.txt")
-    assert "model-engine-file" not in props and props["int8-calib-file"] == CALIB_FILE and (ds / CALIB_FILE).is_file()
+    assert props["model-engine-file"] == _nvinfer_own_build(props)  # no engine yet: nvinfer's own, saved at the first start
+    assert props["int8-calib-file"] == CALIB_FILE and (ds / CALIB_FILE).is_file()
     assert "Trying FP16 mode" in (ds / "config_infer.txt").read_text()  # says what nvinfer would do without the file
     [folder] = list((bundle / "camera" / "triton").iterdir())  # the repository from the build on
     cfg = _model_config(folder / "config.pbtxt")
@@ -185,6 +195,8 @@ def test_jetson_bundle_carries_camera_configs_and_the_engine_deepstream_runs(bun
     text = (ds / "config_infer.txt").read_text()
     props = read_config(ds / "config_infer.txt")
     assert props["model-engine-file"] == f"../../{ENGINE_FILE}" and props["batch-size"] == "1"  # jetson-orin-nano's opt batch
+    # when that engine does not load, nvinfer rebuilds at every start; the config names the file to point at instead
+    assert f"set model-engine-file={_nvinfer_own_build(props)}" in text and "rebuilds at every start" in text
     assert f"TensorRT {ORIN_NANO.tensorrt}" in text and ds_info["precision"] in text
     [folder] = list((bundle / "camera" / "triton").iterdir())
     assert f"camera/triton/{folder.name}/config.pbtxt" in manifest.files
