@@ -315,3 +315,20 @@ def test_class_names_with_separators_keep_one_label_per_class(bundles, tmp_path)
     lines = labels_file.read_text().splitlines()
     assert len(lines) == len(names) and lines[1:4] == ["one; uno", "two zwei", names[3]]
     assert read_manifest(bundle).output["class_names"] == names  # the manifest keeps them as the model gave them
+
+
+def test_triton_repository_in_the_bundle_has_labels_for_a_model_without_class_names(bundles, tmp_path):
+    """config.pbtxt names labels.txt for every classifier, and Triton's label provider fails the model's load when the
+    file is missing: a model without class names (a timm state_dict) gets its class indices, one per line."""
+    from vitedge.backends import backend_facts
+    from vitedge.camera_apps.exports import write_bundle_exports
+
+    bundle = _with_manifest(bundles / "jetson", tmp_path / "nameless", output__class_names=None)
+    manifest = read_manifest(bundle)
+    written = write_bundle_exports(bundle, manifest, backend_facts("tensorrt"))
+    [folder] = list((bundle / "camera" / "triton").iterdir())
+    cfg = _model_config(folder / "config.pbtxt")
+    assert cfg.output[0].label_filename == "labels.txt"
+    classes = cfg.output[0].dims[-1]
+    assert (folder / "labels.txt").read_text().splitlines() == [str(i) for i in range(classes)]
+    assert f"camera/triton/{folder.name}/labels.txt" in written

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.camera_apps.deepstream import nvinfer_can_feed, write_deepstream
-from vitedge.camera_apps.labels import triton_labels
 from vitedge.camera_apps.serving import ServedBy, tensorrt_engine
-from vitedge.camera_apps.triton import config_text, model_name, triton_backend, write_triton
+from vitedge.camera_apps.triton import config_text, model_name, triton_backend, write_labels, write_triton
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_output_dir
 from vitedge.manifest import verify_bundle
@@ -67,7 +66,6 @@ def write_bundle_exports(bundle: Path, manifest: Any, served: ServedBy) -> list[
         link = folder / "1" / triton_backend(served, str(manifest.target.get("backend"))).files[0][1]
         link.symlink_to(os.path.join("..", "..", "..", "..", manifest.artifacts["model"]))
         written.append(f"{CAMERA_DIR}/triton/{name}/1/{link.name}")
-    if manifest.output.get("kind") != "embedding" and manifest.output.get("class_names"):
-        (folder / "labels.txt").write_text(triton_labels(manifest.output["class_names"]))
+    if write_labels(bundle, manifest, folder):  # config.pbtxt names it: Triton fails the load without it
         written.append(f"{CAMERA_DIR}/triton/{name}/labels.txt")
     return written

@@ -31,6 +31,7 @@ MODEL_FILES: dict[str, tuple[tuple[str, str], ...]] = {
     "openvino": (("model", "model.xml"), ("model.bin", "model.bin")),
 }
 MAX_QUEUE_DELAY_US = 100
+LABELS_FILE = "labels.txt"  # a classifier's class names, one per line (its indices when the model has none)
 
 
 def triton_backend(served: ServedBy, backend: str) -> TritonBackend:
@@ -95,7 +96,7 @@ def config_text(manifest: Any, bundle: Path, name: str, served: ServedBy) -> str
              f"    dims: [ {', '.join(map(str, in_dims))} ]", "  }", "]",
              "output [", "  {", f'    name: "{out_name}"', f"    data_type: {out_type}", f"    dims: [ {', '.join(map(str, out_dims))} ]"]
     if labels:
-        lines.append('    label_filename: "labels.txt"')
+        lines.append(f'    label_filename: "{LABELS_FILE}"')
     lines += ["  }", "]", "dynamic_batching {"]
     if len(sizes) > 1:
         lines.append(f"  preferred_batch_size: [ {', '.join(map(str, sizes))} ]")
@@ -123,10 +124,19 @@ def write_triton(bundle: Path, manifest: Any, out: Path, served: ServedBy) -> li
         written.append(f"{name}/1/{dst}")
     (folder / "config.pbtxt").write_text(text)
     written.append(f"{name}/config.pbtxt")
-    if manifest.output.get("kind") != "embedding":
-        classes = manifest.output.get("class_names") or []
-        if not classes:
-            classes = [str(i) for i in range(_tensor_facts(bundle / manifest.artifacts["qdq"])[1][2][-1])]
-        (folder / "labels.txt").write_text(triton_labels(classes))
+    if write_labels(bundle, manifest, folder):
         written.append(f"{name}/labels.txt")
     return written
+
+
+def write_labels(bundle: Path, manifest: Any, folder: Path) -> bool:
+    """labels.txt beside a classifier's config.pbtxt, which names it (``label_filename``): Triton's
+    label provider fails the model's load when the file is missing. A model without class names
+    (a timm state_dict) gets its class indices, one per line. False for an embedding model."""
+    if manifest.output.get("kind") == "embedding":
+        return False
+    classes = manifest.output.get("class_names") or []
+    if not classes:
+        classes = [str(i) for i in range(_tensor_facts(bundle / manifest.artifacts["qdq"])[1][2][-1])]
+    (folder / LABELS_FILE).write_text(triton_labels(classes))
+    return True
