@@ -332,3 +332,43 @@ def test_triton_repository_in_the_bundle_has_labels_for_a_model_without_class_na
     classes = cfg.output[0].dims[-1]
     assert (folder / "labels.txt").read_text().splitlines() == [str(i) for i in range(classes)]
     assert f"camera/triton/{folder.name}/labels.txt" in written
+
+
+def _as_member(manifest, member: str, **options):
+    """``manifest`` as a bundle of family member ``member`` with ``options`` over its backend options (the target a
+    member's own build, or `vitedge engine` on that module, records)."""
+    profile = json.loads(json.dumps(manifest.target["profile"]["backend_options"]["members"][member]))
+    profile["backend_options"].update(options)
+    manifest.target = dict(manifest.target, name=member, profile=profile)
+    return manifest
+
+
+def test_dla_engine_is_served_on_its_core_at_its_static_batch(bundles, tmp_path):
+    """A DLA engine is static at one batch (the opt batch): Triton's TensorRT backend refuses a config whose
+    max_batch_size exceeds the engine's, and runs the instance on the DLA only through an NVDLA secondary device;
+    nvinfer builds on the GPU unless enable-dla and use-dla-core say otherwise, and names that build ..._dla<core>_..."""
+    pytest.importorskip("tritonclient.grpc.model_config_pb2")
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from vitedge.backends import backend_facts
+    from vitedge.camera_apps.deepstream import write_deepstream
+    from vitedge.camera_apps.triton import config_text
+
+    bundle, served = bundles / "jetson", backend_facts("tensorrt")
+    manifest = _as_member(read_manifest(bundle), "jetson-orin", dla_core=1)
+    path = tmp_path / "config.pbtxt"
+    path.write_text(config_text(manifest, bundle, "m", served))
+    cfg = _model_config(path)
+    assert cfg.max_batch_size == 4 and list(cfg.dynamic_batching.preferred_batch_size) == [4]
+    [group] = cfg.instance_group
+    assert group.kind == mc.ModelInstanceGroup.KIND_GPU
+    assert [(d.kind, d.device_id) for d in group.secondary_devices] == [(mc.ModelInstanceGroup.SecondaryDevice.KIND_NVDLA, 1)]
+    (tmp_path / "ds").mkdir()
+    write_deepstream(bundle, manifest, tmp_path / "ds", rel=str(bundle), served=served)
+    props = read_config(tmp_path / "ds" / "config_infer.txt")
+    assert props["enable-dla"] == "1" and props["use-dla-core"] == "1" and props["batch-size"] == "4"
+    assert props["model-engine-file"] == _nvinfer_own_build(props) and props["model-engine-file"].endswith("_b4_dla1_int8.engine")
+    gpu = _as_member(read_manifest(bundle), "jetson-orin")  # no DLA: the profile's batches, no secondary device
+    path.write_text(config_text(gpu, bundle, "m", served))
+    cfg = _model_config(path)
+    assert cfg.max_batch_size == 8 and not cfg.instance_group[0].secondary_devices

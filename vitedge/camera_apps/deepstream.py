@@ -39,7 +39,7 @@ import numpy as np
 
 from vitedge.camera_apps.labels import nvinfer_labels, nvinfer_rewritten
 from vitedge.camera_apps.nvinfer_rules import nvinfer_engine_name
-from vitedge.camera_apps.serving import ServedBy, tensorrt_engine
+from vitedge.camera_apps.serving import ServedBy, dla_core_of, tensorrt_engine
 from vitedge.errors import BundleError
 from vitedge.onnxutil import graph_inputs, save_onnx
 
@@ -233,13 +233,6 @@ def _loadable_engine(manifest: Any, graph: DeepStreamGraph, tensorrt: bool) -> t
             return None, version, None
         return manifest.artifacts["model"], version, _precision(info.get("plan") or {})
     return None, None, None
-
-
-def dla_core_of(manifest: Any) -> int | None:
-    """The DLA core the bundle's engine runs on (its profile's ``dla_core`` >= 0), else None."""
-    options = (manifest.target.get("profile") or {}).get("backend_options") or {}
-    core = options.get("dla_core")
-    return int(core) if core is not None and int(core) >= 0 else None
 
 
 def _dla_lines(dla_core: int | None) -> list[str]:

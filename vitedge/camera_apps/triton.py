@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.camera_apps.labels import triton_labels
-from vitedge.camera_apps.serving import TENSORRT_PLAN, ServedBy, tensorrt_engine
+from vitedge.camera_apps.serving import TENSORRT_PLAN, ServedBy, dla_core_of, dla_static_batch, tensorrt_engine
 from vitedge.errors import BundleError
 from vitedge.onnxutil import graph_inputs
 
@@ -80,17 +80,35 @@ def _tensorrt_notes(manifest: Any, served: ServedBy) -> list[str]:
     return lines
 
 
+def _secondary_devices(dla: int | None) -> str:
+    """The NVDLA core of the instance (model_config.proto ``ModelInstanceGroup.secondary_devices``; the TensorRT
+    backend takes one, of kind KIND_NVDLA, and deserializes the engine on that core)."""
+    return "" if dla is None else f", secondary_devices [ {{ kind: KIND_NVDLA, device_id: {dla} }} ]"
+
+
+def _dla_notes(dla: int | None, batch: int) -> list[str]:
+    if dla is None:
+        return []
+    return [f"# The engine runs on DLA core {dla} (secondary_devices below) and is static at batch {batch}: max_batch_size",
+            f"# is {batch}, and the TensorRT backend refuses at execution a request batch other than {batch} (its profile's",
+            f"# min = max = {batch}); Triton pads no batch, so send batches of {batch}."]
+
+
 def config_text(manifest: Any, bundle: Path, name: str, served: ServedBy) -> str:
     """config.pbtxt for the bundle; ``served``: its backend's facts (vitedge.backends.backend_facts)."""
     spec = triton_backend(served, str(manifest.target.get("backend")))
     profile = manifest.target.get("profile") or {}
     sizes = sorted(int(b) for b in profile.get("batch_sizes") or [1])
+    dla = dla_core_of(manifest) if tensorrt_engine(served) else None
+    if dla is not None:  # a DLA engine is static at one batch: the TensorRT backend refuses a larger max_batch_size
+        sizes = [dla_static_batch(manifest)]
     (in_name, in_type, in_dims), (out_name, out_type, out_dims) = _tensor_facts(bundle / manifest.artifacts["qdq"])
     fmt = "FORMAT_NHWC" if manifest.input.get("preprocess_baked") else "FORMAT_NCHW"
     labels = manifest.output.get("kind") != "embedding"
     lines = [f"# Triton model configuration written by vitedge for {manifest.target.get('name')} "
              f"({manifest.model.get('source')}); not run on a server by vitedge (docs/camera-apps.md).",
              *_tensorrt_notes(manifest, served),
+             *_dla_notes(dla, sizes[-1]),
              f'name: "{name}"', *spec.config_lines, f"max_batch_size: {sizes[-1]}",
              "input [", "  {", f'    name: "{in_name}"', f"    data_type: {in_type}", f"    format: {fmt}",
              f"    dims: [ {', '.join(map(str, in_dims))} ]", "  }", "]",
@@ -98,10 +116,10 @@ def config_text(manifest: Any, bundle: Path, name: str, served: ServedBy) -> str
     if labels:
         lines.append(f'    label_filename: "{LABELS_FILE}"')
     lines += ["  }", "]", "dynamic_batching {"]
-    if len(sizes) > 1:
+    if len(sizes) > 1 or dla is not None:  # a DLA engine: the batcher aims at its one batch
         lines.append(f"  preferred_batch_size: [ {', '.join(map(str, sizes))} ]")
     lines += [f"  max_queue_delay_microseconds: {MAX_QUEUE_DELAY_US}", "}",
-              f"instance_group [ {{ count: 1, kind: {spec.instance_kind} }} ]"]
+              f"instance_group [ {{ count: 1, kind: {spec.instance_kind}{_secondary_devices(dla)} }} ]"]
     return "\n".join(lines) + "\n"
 
 
