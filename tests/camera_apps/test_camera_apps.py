@@ -372,3 +372,30 @@ def test_dla_engine_is_served_on_its_core_at_its_static_batch(bundles, tmp_path)
     path.write_text(config_text(gpu, bundle, "m", served))
     cfg = _model_config(path)
     assert cfg.max_batch_size == 8 and not cfg.instance_group[0].secondary_devices
+
+
+@pytest.mark.parametrize("kind", ["classifier", "embedding"])
+def test_version_compatible_bundle_gives_deepstream_an_engine_nvinfer_can_load(bundles, tmp_path, monkeypatch, kind):
+    """nvinfer deserializes without allowing engine host code, so a version-compatible engine never loads there:
+    `vitedge engine` builds DeepStream's engine without VERSION_COMPATIBLE (from the bundle's own graph too, when
+    nvinfer runs that one), and the config points at it, never at the version-compatible one."""
+    monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "cache"))
+    bundle = tmp_path / "vc"
+    shutil.copytree(bundles / "jetson", bundle)
+    path = bundle / "manifest.json"
+    doc = json.loads(path.read_text())
+    for member in doc["target"]["profile"]["backend_options"]["members"].values():
+        member["backend_options"]["version_compatible"] = True
+    if kind == "embedding":
+        doc["output"]["kind"] = "embedding"
+    path.write_text(json.dumps(doc))
+    result = complete_with_standin(bundle, ORIN_NANO)
+    info = result.manifest.backend_info
+    assert info["version_compatible"] and "VERSION_COMPATIBLE" in info["plan"]["builder_flags"]
+    ds_info = info["deepstream_engine"]
+    assert "VERSION_COMPATIBLE" not in ds_info["builder_flags"] and (bundle / ENGINE_FILE).stat().st_size
+    assert ds_info["graph"] == (f"camera/deepstream/{BAKED_GRAPH}" if kind == "classifier" else "model.int8.onnx")
+    props = read_config(bundle / "camera" / "deepstream" / "config_infer.txt")
+    assert props["model-engine-file"] == f"../../{ENGINE_FILE}"
+    assert "version-compatible, which nvinfer cannot load" in (bundle / "camera" / "deepstream" / "config_infer.txt").read_text()
+    verify_bundle(bundle)

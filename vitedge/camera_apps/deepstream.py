@@ -196,6 +196,8 @@ def _engine_lines(manifest: Any, graph: DeepStreamGraph, rel: str, tensorrt: boo
     if engine:
         return [f"# {engine}: built by `vitedge engine` with TensorRT {version} on {(info.get('device') or {}).get('gpu_name', 'the device')}.",
                 f"# Precision: {precision}.",
+                *(["# The bundle's own engine is version-compatible, which nvinfer cannot load (it never allows engine host",
+                   "# code): this one was built without it, so it loads with exactly this TensorRT."] if info.get("version_compatible") else []),
                 f"# nvinfer loads only model-engine-file. This one loads only with TensorRT {version} (the same JetPack /",
                 "# container) on this GPU model; with another, nvinfer logs \"deserialize backend context from engine from file",
                 "# ... failed, try rebuild\", builds from onnx-file (minutes for a ViT on a Jetson) and saves its build as",
