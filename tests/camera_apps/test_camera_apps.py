@@ -203,6 +203,11 @@ def test_jetson_bundle_carries_camera_configs_and_the_engine_deepstream_runs(bun
     cfg = _model_config(folder / "config.pbtxt")
     assert cfg.max_batch_size == 4 and list(cfg.dynamic_batching.preferred_batch_size) == [1, 4]
     assert (folder / "1" / "model.plan").read_bytes() == (bundle / "model.engine").read_bytes()
+    # a Triton container that mounts only camera/triton sees the plan itself, not a link out of the mount
+    assert not (folder / "1" / "model.plan").is_symlink() and f"camera/triton/{folder.name}/1/model.plan" in manifest.files
+    mounted = tmp_path / "mount"
+    shutil.copytree(bundle / "camera" / "triton", mounted, symlinks=True)
+    assert (mounted / folder.name / "1" / "model.plan").read_bytes() == (bundle / "model.engine").read_bytes()
 
 
 def test_triton_config_says_what_a_version_compatible_engine_needs(bundles):
