@@ -159,10 +159,12 @@ def _attention_graph(tokens: int, heads: int, head_size: int, quantized: bool):
             names[t] = src
     qk = helper.make_node("MatMul", [names["q"], names["kt"]], ["scores"], name="/blocks.0/attn/MatMul")
     sm = helper.make_node("Softmax", ["scores"], ["probs"], name="/blocks.0/attn/Softmax", axis=-1)
-    pv = helper.make_node("MatMul", [names["p"], names["v"]], ["o"], name="/blocks.0/attn/MatMul_1")
+    pv = helper.make_node("MatMul", [names["p"], names["v"]], ["pv" if quantized else "o"], name="/blocks.0/attn/MatMul_1")
     p_nodes = [n for n in nodes if n.input[0] == "probs" or n.input[0] == "p_q"]
     other = [n for n in nodes if n not in p_nodes]
-    graph = helper.make_graph(other + [qk, sm] + p_nodes + [pv], "attn", [q, kt, v], [out], inits)
+    after = ([helper.make_node("QuantizeLinear", ["pv", "s", "z"], ["pv_q"]), helper.make_node("DequantizeLinear", ["pv_q", "s", "z"], ["o"])]
+             if quantized else [])  # the Q/DQ after P.V, the third place of TensorRT's rule
+    graph = helper.make_graph(other + [qk, sm] + p_nodes + [pv] + after, "attn", [q, kt, v], [out], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
