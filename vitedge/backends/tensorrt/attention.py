@@ -9,7 +9,8 @@ output; a head size of 16, 32 or 64, and at most 512 tokens (NVIDIA/TensorRT #32
 its output ("direct") or behind shape-only layers (Transpose, Reshape: "after_shape_ops"), where
 vitedge's graph has it, on the input of the output projection. The second counts as placed only
 if TensorRT's Q/DQ propagation moves the Q back across those layers, which no GPU has shown here:
-the table and the warnings say so for each block.
+the table and the warnings say so for each block. NVIDIA's ModelOpt (0.47.0) places that Q/DQ in the
+same spot on the same graph (benchmarks/modelopt_placement.py).
 ``attention_blocks`` reads those facts from the graph (ONNX shape inference with data
 propagation, batch fixed to 1) and ``fusion_warnings`` says, before any build, which blocks
 cannot become INT8 fused MHA and why. After the build, engine_inspect checks what happened.

@@ -9,8 +9,9 @@ built with ``ProfilingVerbosity.DETAILED`` (TensorRT docs, "Engine Inspector"), 
   I/O tensor names;
 * 11.x: "Bindings" became "I/O Tensors", a list of objects with "Name", "IOMode", "DataType",
   "ProfileInfo" (TensorRT 11 IEngineInspector migration guide), and a layer tensor's format and
-  data type are separate fields: "Format" and "Datatype" (lower-case t, as NVIDIA's Polygraphy and
-  TensorRT's JSON schemas read the 11.x records, issue #44; issue #29 had read "DataType"). Both
+  data type are separate fields: "Format" and "Datatype" (lower-case t: "TensorRT 11 split the combined
+  "Format/Datatype" field into separate "Datatype" and "Format" keys", Polygraphy 0.53.6,
+  ``polygraphy/tools/inspect/subtool/model/extractors/_trt.py``:243-249; issue #29 had read "DataType"). Both
   spellings are read, for the layers' tensors and for "I/O Tensors". No 11.x record from a GPU was
   read here.
 
