@@ -16,6 +16,30 @@ venv under the temp folder that sees this environment's packages (--system-site-
 builds are those recorded in tools/trt_surface.py. The outcome per version goes to
 benchmarks/results/tensorrt_device.json, written only when something ran.
 
+Then, per TensorRT version, the models (``--models``; default ViT-B/16 and the first two corpus models of
+benchmarks/corpus/manifest.toml), each through ``vitedge build --target nvidia-gpu`` (``jetson`` on a Jetson)
+with the engine built there, and per model:
+
+* the engine's INT8 layer count (of all layers) and, per attention block, whether MHA fused, from the engine
+  inspector the build recorded;
+* latency at batch 1 of the INT8 engine against an FP16 engine of the FP32 graph built here (TensorRT 11 has
+  no weakly typed FP16 flag: the row says so), and the INT8 engine's agreement with its FP32 reference engine
+  on the validation images (the build's own validation);
+* nvinfer-equivalent preprocessing of a 1280x720 camera frame (the bundle's config_infer.txt: src-crop, aspect-
+  preserving scale, net-scale-factor/offsets, tests/helpers/nvinfer_sim.py) through the DeepStream engine,
+  against ``vitedge.runtime`` on the same frame;
+* a check against what the bundle promised: the validation gate passed, every attention block the plan
+  said may fuse (Q/DQ in all three places, allowed head size and tokens) fused, the DeepStream engine's top-1
+  is the runtime's where the runtime's top two are more than 0.12 apart. Any mismatch makes the exit code 1.
+
+ViT-B/16 needs ImageNet-style folders (``--imagenet DIR`` with ``calib/`` and ``val/``) and its timm weights
+(``--vit-b16 FILE``, else timm's pretrained download); the corpus models need the corpus cache
+(benchmarks/corpus/fetch.md). A model whose inputs are missing is a row saying what to bring, and the run
+exits 1 as incomplete.
+
+This script has never run on a device: no GPU was available where it was written, and its device part
+(everything after the GPU check) is untested. No result file in this repository comes from it.
+
 Without an NVIDIA GPU (this repository's CI), it prints why and exits 0 having run and written nothing:
 no file here reports an engine build or a timing that did not happen.
 """
@@ -80,6 +104,19 @@ def interpreter_for(minor: str, work: Path) -> str:
     return python
 
 
+NEVER_RUN = "this device run has never been run on a device before; check its numbers by hand the first time"
+
+
+def run_models(python: str, args: argparse.Namespace, out: Path) -> dict:
+    """The model stage of this script in ``python`` (which holds the TensorRT version under test)."""
+    cmd = [python, str(Path(__file__).resolve()), "--stage", "models", "--stage-out", str(out), "--work", str(args.work),
+           "--models", *args.models]
+    cmd += ["--imagenet", str(args.imagenet)] if args.imagenet else []
+    cmd += ["--vit-b16", str(args.vit_b16)] if args.vit_b16 else []
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, text=True)
+    return json.loads(out.read_text()) if out.is_file() else {"error": f"the model stage exited {proc.returncode} and wrote nothing"}
+
+
 def run_tests(python: str, junit: Path) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     t0 = time.perf_counter()
@@ -95,7 +132,18 @@ def main(argv: list[str] | None = None) -> int:
                     help="TensorRT minors to test (each from PyPI in its own venv); default: the one installed here")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "vitedge-tensorrt-device")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--models", nargs="*", default=[],
+                    help="models to build (default: vit_base_patch16_224 and the first two corpus models)")
+    ap.add_argument("--imagenet", type=Path, help="ImageNet-style folder with calib/ and val/ (for ViT-B/16)")
+    ap.add_argument("--vit-b16", type=Path, help="timm vit_base_patch16_224 state_dict (else timm's pretrained download)")
+    ap.add_argument("--no-models", action="store_true", help="only the tests, no model builds")
+    ap.add_argument("--stage", choices=["models"], help=argparse.SUPPRESS)  # run inside the interpreter under test
+    ap.add_argument("--stage-out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.stage == "models":
+        from tensorrt_device_models import stage
+
+        return stage(args)
     ok, seen = gpu_status()
     if not ok:
         print(f"skipped: no NVIDIA GPU here ({seen}); nothing was built, run or written")
@@ -107,18 +155,23 @@ def main(argv: list[str] | None = None) -> int:
             print("error: TensorRT is not installed here; install it (pip install 'vitedge[tensorrt]' "
                   "--extra-index-url https://pypi.nvidia.com) or pass --versions 10.3 11.4 ...", file=sys.stderr)
             return 2
-        versions = [".".join(have.split(".")[:2])]
+        versions = [".".join(have.split(".")[:2])]  # the major present here; --versions adds the others
     unknown = [v for v in versions if v not in _supported()]
     if unknown:
         print(f"error: no recorded TensorRT {', '.join(unknown)}; known: {', '.join(_supported())}", file=sys.stderr)
         return 2
     args.work.mkdir(parents=True, exist_ok=True)
-    record = {"gpu": seen, "versions": {}}
+    print(NEVER_RUN)
+    record = {"gpu": seen, "versions": {}, "note": NEVER_RUN}
     for minor in versions:
         print(f"TensorRT {minor}: preparing ...", flush=True)
         python = interpreter_for(minor, args.work)
         result = run_tests(python, args.work / f"junit-{minor}.xml")
         result["tensorrt"] = installed_tensorrt(python)
+        if not args.no_models:
+            result["models"] = run_models(python, args, args.work / f"models-{minor}.json")
+            bad = not isinstance(result["models"], list) or any(r["mismatches"] or r["missing"] for r in result["models"])
+            result["exit_code"] = result["exit_code"] or int(bad)
         record["versions"][minor] = result
         print(f"TensorRT {result['tensorrt']}: exit {result['exit_code']} in {result['seconds']} s: {result['summary'][-1:]}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

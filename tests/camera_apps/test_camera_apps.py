@@ -45,6 +45,14 @@ def _nvinfer_input(props: dict[str, str], frame: np.ndarray) -> np.ndarray:
     return scale * (frame.astype(np.float32).transpose(2, 0, 1) - offsets)
 
 
+def _nvinfer_own_build(props: dict[str, str]) -> str:
+    """The file nvinfer saves its own build under: nvdsinfer_model_builder.cpp builds the name from the ONNX file's path,
+    "_b" + batch-size, "_gpu" + gpu-id (or "_dla" + use-dla-core with enable-dla) and "_" + the network mode's name."""
+    device = f"dla{props['use-dla-core']}" if props.get("enable-dla") == "1" else f"gpu{props.get('gpu-id', '0')}"
+    mode = {"0": "fp32", "1": "int8", "2": "fp16"}[props["network-mode"]]
+    return f"{props['onnx-file']}_b{props['batch-size']}_{device}_{mode}.engine"
+
+
 def _with_manifest(src, dst, **changes):
     shutil.copytree(src, dst)
     path = dst / "manifest.json"
@@ -69,7 +77,8 @@ def test_deepstream_config_arithmetic_matches_vitedge_preprocessing(bundles, tmp
     assert (tmp_path / "ds" / "labels.txt").read_text().strip() == ";".join(manifest.output["class_names"])
     assert props["onnx-file"] == BAKED_GRAPH and props["output-blob-names"] == "probabilities"  # the graph ends in a Softmax
     assert props["classifier-threshold"] == "0" and props["maintain-aspect-ratio"] == "1" and props["symmetric-padding"] == "1"
-    assert "model-engine-file" not in props  # an onnx bundle has no engine: nvinfer builds one, INT8 through the flag file
+    # an onnx bundle has no engine: nvinfer builds one (INT8 through the flag file) and loads it from the second start on
+    assert props["model-engine-file"] == _nvinfer_own_build(props)
     assert props["int8-calib-file"] == CALIB_FILE and (tmp_path / "ds" / CALIB_FILE).read_bytes() == b""
     for frame in _frames(h, w):
         np.testing.assert_allclose(_nvinfer_input(props, frame), normalize(frame, pre), atol=1e-5, rtol=0)
@@ -164,7 +173,8 @@ def test_jetson_bundle_carries_camera_configs_and_the_engine_deepstream_runs(bun
     shutil.copytree(bundles / "jetson", bundle)
     ds = bundle / "camera" / "deepstream"
     props = read_config(ds / "config_infer.txt")
-    assert "model-engine-file" not in props and props["int8-calib-file"] == CALIB_FILE and (ds / CALIB_FILE).is_file()
+    assert props["model-engine-file"] == _nvinfer_own_build(props)  # no engine yet: nvinfer's own, saved at the first start
+    assert props["int8-calib-file"] == CALIB_FILE and (ds / CALIB_FILE).is_file()
     assert "Trying FP16 mode" in (ds / "config_infer.txt").read_text()  # says what nvinfer would do without the file
     [folder] = list((bundle / "camera" / "triton").iterdir())  # the repository from the build on
     cfg = _model_config(folder / "config.pbtxt")
@@ -185,12 +195,19 @@ def test_jetson_bundle_carries_camera_configs_and_the_engine_deepstream_runs(bun
     text = (ds / "config_infer.txt").read_text()
     props = read_config(ds / "config_infer.txt")
     assert props["model-engine-file"] == f"../../{ENGINE_FILE}" and props["batch-size"] == "1"  # jetson-orin-nano's opt batch
+    # when that engine does not load, nvinfer rebuilds at every start; the config names the file to point at instead
+    assert f"set model-engine-file={_nvinfer_own_build(props)}" in text and "rebuilds at every start" in text
     assert f"TensorRT {ORIN_NANO.tensorrt}" in text and ds_info["precision"] in text
     [folder] = list((bundle / "camera" / "triton").iterdir())
     assert f"camera/triton/{folder.name}/config.pbtxt" in manifest.files
     cfg = _model_config(folder / "config.pbtxt")
     assert cfg.max_batch_size == 4 and list(cfg.dynamic_batching.preferred_batch_size) == [1, 4]
     assert (folder / "1" / "model.plan").read_bytes() == (bundle / "model.engine").read_bytes()
+    # a Triton container that mounts only camera/triton sees the plan itself, not a link out of the mount
+    assert not (folder / "1" / "model.plan").is_symlink() and f"camera/triton/{folder.name}/1/model.plan" in manifest.files
+    mounted = tmp_path / "mount"
+    shutil.copytree(bundle / "camera" / "triton", mounted, symlinks=True)
+    assert (mounted / folder.name / "1" / "model.plan").read_bytes() == (bundle / "model.engine").read_bytes()
 
 
 def test_triton_config_says_what_a_version_compatible_engine_needs(bundles):
@@ -303,3 +320,87 @@ def test_class_names_with_separators_keep_one_label_per_class(bundles, tmp_path)
     lines = labels_file.read_text().splitlines()
     assert len(lines) == len(names) and lines[1:4] == ["one; uno", "two zwei", names[3]]
     assert read_manifest(bundle).output["class_names"] == names  # the manifest keeps them as the model gave them
+
+
+def test_triton_repository_in_the_bundle_has_labels_for_a_model_without_class_names(bundles, tmp_path):
+    """config.pbtxt names labels.txt for every classifier, and Triton's label provider fails the model's load when the
+    file is missing: a model without class names (a timm state_dict) gets its class indices, one per line."""
+    from vitedge.backends import backend_facts
+    from vitedge.camera_apps.exports import write_bundle_exports
+
+    bundle = _with_manifest(bundles / "jetson", tmp_path / "nameless", output__class_names=None)
+    manifest = read_manifest(bundle)
+    written = write_bundle_exports(bundle, manifest, backend_facts("tensorrt"))
+    [folder] = list((bundle / "camera" / "triton").iterdir())
+    cfg = _model_config(folder / "config.pbtxt")
+    assert cfg.output[0].label_filename == "labels.txt"
+    classes = cfg.output[0].dims[-1]
+    assert (folder / "labels.txt").read_text().splitlines() == [str(i) for i in range(classes)]
+    assert f"camera/triton/{folder.name}/labels.txt" in written
+
+
+def _as_member(manifest, member: str, **options):
+    """``manifest`` as a bundle of family member ``member`` with ``options`` over its backend options (the target a
+    member's own build, or `vitedge engine` on that module, records)."""
+    profile = json.loads(json.dumps(manifest.target["profile"]["backend_options"]["members"][member]))
+    profile["backend_options"].update(options)
+    manifest.target = dict(manifest.target, name=member, profile=profile)
+    return manifest
+
+
+def test_dla_engine_is_served_on_its_core_at_its_static_batch(bundles, tmp_path):
+    """A DLA engine is static at one batch (the opt batch): Triton's TensorRT backend refuses a config whose
+    max_batch_size exceeds the engine's, and runs the instance on the DLA only through an NVDLA secondary device;
+    nvinfer builds on the GPU unless enable-dla and use-dla-core say otherwise, and names that build ..._dla<core>_..."""
+    pytest.importorskip("tritonclient.grpc.model_config_pb2")
+    from tritonclient.grpc import model_config_pb2 as mc
+
+    from vitedge.backends import backend_facts
+    from vitedge.camera_apps.deepstream import write_deepstream
+    from vitedge.camera_apps.triton import config_text
+
+    bundle, served = bundles / "jetson", backend_facts("tensorrt")
+    manifest = _as_member(read_manifest(bundle), "jetson-orin", dla_core=1)
+    path = tmp_path / "config.pbtxt"
+    path.write_text(config_text(manifest, bundle, "m", served))
+    cfg = _model_config(path)
+    assert cfg.max_batch_size == 4 and list(cfg.dynamic_batching.preferred_batch_size) == [4]
+    [group] = cfg.instance_group
+    assert group.kind == mc.ModelInstanceGroup.KIND_GPU
+    assert [(d.kind, d.device_id) for d in group.secondary_devices] == [(mc.ModelInstanceGroup.SecondaryDevice.KIND_NVDLA, 1)]
+    (tmp_path / "ds").mkdir()
+    write_deepstream(bundle, manifest, tmp_path / "ds", rel=str(bundle), served=served)
+    props = read_config(tmp_path / "ds" / "config_infer.txt")
+    assert props["enable-dla"] == "1" and props["use-dla-core"] == "1" and props["batch-size"] == "4"
+    assert props["model-engine-file"] == _nvinfer_own_build(props) and props["model-engine-file"].endswith("_b4_dla1_int8.engine")
+    gpu = _as_member(read_manifest(bundle), "jetson-orin")  # no DLA: the profile's batches, no secondary device
+    path.write_text(config_text(gpu, bundle, "m", served))
+    cfg = _model_config(path)
+    assert cfg.max_batch_size == 8 and not cfg.instance_group[0].secondary_devices
+
+
+@pytest.mark.parametrize("kind", ["classifier", "embedding"])
+def test_version_compatible_bundle_gives_deepstream_an_engine_nvinfer_can_load(bundles, tmp_path, monkeypatch, kind):
+    """nvinfer deserializes without allowing engine host code, so a version-compatible engine never loads there:
+    `vitedge engine` builds DeepStream's engine without VERSION_COMPATIBLE (from the bundle's own graph too, when
+    nvinfer runs that one), and the config points at it, never at the version-compatible one."""
+    monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "cache"))
+    bundle = tmp_path / "vc"
+    shutil.copytree(bundles / "jetson", bundle)
+    path = bundle / "manifest.json"
+    doc = json.loads(path.read_text())
+    for member in doc["target"]["profile"]["backend_options"]["members"].values():
+        member["backend_options"]["version_compatible"] = True
+    if kind == "embedding":
+        doc["output"]["kind"] = "embedding"
+    path.write_text(json.dumps(doc))
+    result = complete_with_standin(bundle, ORIN_NANO)
+    info = result.manifest.backend_info
+    assert info["version_compatible"] and "VERSION_COMPATIBLE" in info["plan"]["builder_flags"]
+    ds_info = info["deepstream_engine"]
+    assert "VERSION_COMPATIBLE" not in ds_info["builder_flags"] and (bundle / ENGINE_FILE).stat().st_size
+    assert ds_info["graph"] == (f"camera/deepstream/{BAKED_GRAPH}" if kind == "classifier" else "model.int8.onnx")
+    props = read_config(bundle / "camera" / "deepstream" / "config_infer.txt")
+    assert props["model-engine-file"] == f"../../{ENGINE_FILE}"
+    assert "version-compatible, which nvinfer cannot load" in (bundle / "camera" / "deepstream" / "config_infer.txt").read_text()
+    verify_bundle(bundle)

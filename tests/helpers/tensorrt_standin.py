@@ -24,8 +24,9 @@ Behaviour it emulates, from TensorRT's Python API docs and the migration guides:
 * the engine inspector reports, like the real one, "N/A due to dynamic shapes" for every tensor
   format of an engine with a dynamic profile unless an execution context with its input shape set
   is bound (``inspector.execution_context = context``); 10.x writes "Bindings" (names) and
-  "Format/Datatype", 11.x writes "I/O Tensors" (objects) and separate "Format" and "DataType"
-  (TensorRT 11 IEngineInspector migration guide).
+  "Format/Datatype", 11.x writes "I/O Tensors" (objects, "DataType", TensorRT 11 IEngineInspector
+  migration guide) and, per layer tensor, a "Format" without the type and a separate "Datatype"
+  (the spelling NVIDIA's own readers of 11.x records use, issue #44).
 
 Failure is reported the way TensorRT reports it, never by raising: OnnxParser.parse_from_file
 returns False and leaves ParserError objects (the bindings' name) behind ``num_errors`` / ``get_error(i)`` (for a
@@ -462,8 +463,8 @@ def make_fake_trt(version: str = "10.3.0", *, dla_cores: int = 0, cudart=None, s
             def tensor(name, dtype):
                 if major >= 11:
                     return {"Name": name, "Location": "Device", "Dimensions": dims,
-                            "Format": f"Row major linear {dtype} format" if shape else "N/A due to dynamic shapes",
-                            "DataType": _NAMES_11[dtype] if shape else "N/A due to dynamic shapes"}
+                            "Format": "Row major linear format" if shape else "N/A due to dynamic shapes",
+                            "Datatype": _NAMES_11[dtype] if shape else "N/A due to dynamic shapes"}
                 return {"Name": name, "Location": "Device", "Dimensions": dims,
                         "Format/Datatype": f"Row major linear {dtype}" if shape else "N/A due to dynamic shapes"}
 

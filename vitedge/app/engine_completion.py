@@ -8,6 +8,7 @@ when labelled data is given, and write the bundle through the same report and ma
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -125,20 +126,28 @@ def _complete(req: EngineRequest, say: Callable[[str], None], trt: Any, cudart: 
 def _build_deepstream_engine(tmp: Path, manifest: Manifest, trt: Any, options: TensorRtOptions,
                              batch_sizes: tuple[int, ...], say: Callable[[str], None]) -> None:
     """The engine of the graph the bundle's nvinfer config runs, when that is not the bundle's own
-    (normalisation baked in front, a Softmax behind): built here with the same plan, so nvinfer
-    loads an INT8 engine instead of building its own."""
+    (normalisation baked in front, a Softmax behind) or when the bundle's own is version-compatible:
+    built here with the same plan, so nvinfer loads an INT8 engine instead of building its own.
+    nvinfer never allows engine host code (vitedge.camera_apps.nvinfer_rules), so it cannot load a
+    version-compatible engine: DeepStream's is built without VERSION_COMPATIBLE, for this TensorRT only."""
     written = write_bundle_exports(tmp, manifest, TensorRtBackend.facts)  # camera/deepstream/ holds that graph now
     graph = f"{CAMERA_DIR}/deepstream/{DEEPSTREAM_GRAPH}"
-    if graph not in written:
-        if f"{CAMERA_DIR}/deepstream/{DEEPSTREAM_CONFIG}" in written:
-            say(f"DeepStream: {CAMERA_DIR}/deepstream/{DEEPSTREAM_CONFIG} runs the bundle's graph and {ENGINE}")
+    if f"{CAMERA_DIR}/deepstream/{DEEPSTREAM_CONFIG}" not in written:
         return
-    ds = build_graph_engine(trt, tmp, graph, DEEPSTREAM_ENGINE, options, batch_sizes, log=say)
+    if graph not in written:
+        if not options.version_compatible:
+            say(f"DeepStream: {CAMERA_DIR}/deepstream/{DEEPSTREAM_CONFIG} runs the bundle's graph and {ENGINE}")
+            return
+        graph = manifest.artifacts["qdq"]  # the bundle's own graph, its engine again without VERSION_COMPATIBLE
+    ds_options = dataclasses.replace(options, version_compatible=False)
+    ds = build_graph_engine(trt, tmp, graph, DEEPSTREAM_ENGINE, ds_options, batch_sizes, log=say)
     manifest.backend_info = dict(manifest.backend_info or {}, deepstream_engine=ds)
     manifest.artifacts = dict(manifest.artifacts, extra=sorted(set(manifest.artifacts.get("extra") or ()) | {DEEPSTREAM_ENGINE}))
+    compat = (" It is not version-compatible (nvinfer cannot load such an engine): it loads with this TensorRT only."
+              if options.version_compatible else "")
     say(f"DeepStream: {CAMERA_DIR}/deepstream/{DEEPSTREAM_CONFIG} points at {DEEPSTREAM_ENGINE} ({ds['precision']}; "
-        f"TensorRT {ds['tensorrt']}). nvinfer builds its own from {DEEPSTREAM_GRAPH} only if it cannot load that engine "
-        f"(another TensorRT or GPU): INT8 then too, through the empty int8-calib-file the config names")
+        f"TensorRT {ds['tensorrt']}).{compat} nvinfer builds its own from the config's onnx-file only if it cannot load "
+        f"that engine (another TensorRT or GPU): INT8 then too, through the empty int8-calib-file the config names")
 
 
 def _device_tensorrt() -> Any:

@@ -22,8 +22,10 @@ What nvinfer does, read from its sources (DeepStream's `gstnvinfer_property_pars
 * With ``network-mode=1`` it sets TensorRT's INT8 flag only when ``int8-calib-file`` names a
   readable file; otherwise it logs "INT8 calibration file not specified. Trying FP16 mode." and
   builds FP16. TensorRT does not use a calibrator for a graph with Q/DQ nodes (explicit
-  quantization), so an empty file is what makes nvinfer's own build INT8. The config points at
-  the engine `vitedge engine` built (``model-engine-file``); nvinfer builds only when it is missing.
+  quantization), so an empty file is what makes nvinfer's own build INT8.
+* It loads only ``model-engine-file``, and saves its own build under a name of its own
+  (vitedge.camera_apps.nvinfer_rules). The config points at the engine `vitedge engine` built, or,
+  before that, at the name nvinfer saves its own build under, so it builds once, not at every start.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ from typing import Any
 import numpy as np
 
 from vitedge.camera_apps.labels import nvinfer_labels, nvinfer_rewritten
-from vitedge.camera_apps.serving import ServedBy, tensorrt_engine
+from vitedge.camera_apps.nvinfer_rules import nvinfer_engine_name
+from vitedge.camera_apps.serving import ServedBy, dla_core_of, tensorrt_engine
 from vitedge.errors import BundleError
 from vitedge.onnxutil import graph_inputs, save_onnx
 
@@ -163,36 +166,85 @@ def _fmt(v: float) -> str:
     return f"{v:.9g}"
 
 
-def _engine_lines(manifest: Any, graph: DeepStreamGraph, rel: str, tensorrt: bool) -> list[str]:
-    """model-engine-file (with its precision and TensorRT version) where an engine exists, and
-    int8-calib-file, with what nvinfer builds when it has no engine it can load. ``tensorrt``: the
-    bundle's artifact is a TensorRT engine."""
+@dataclass(frozen=True)
+class NvinferEngine:
+    """Where nvinfer's engine comes from: the graph it builds from, its batch and device."""
+
+    onnx_file: str  # as the config writes it (relative to the config's folder)
+    batch: int
+    dla_core: int | None  # the DLA core the engine runs on, None for the GPU
+
+    @property
+    def own_build(self) -> str:
+        """The name nvinfer saves its own build under (vitedge.camera_apps.nvinfer_rules)."""
+        return nvinfer_engine_name(self.onnx_file, self.batch, dla_core=self.dla_core)
+
+
+def _engine_lines(manifest: Any, graph: DeepStreamGraph, rel: str, tensorrt: bool, target: NvinferEngine) -> list[str]:
+    """model-engine-file (with its precision and TensorRT version) where an engine exists, else the name
+    nvinfer saves its own build under, and int8-calib-file, with what nvinfer does at each start.
+    ``tensorrt``: the bundle's artifact is a TensorRT engine."""
     info = manifest.backend_info or {}
-    ds = info.get("deepstream_engine") or {}
-    engine = None
-    if graph.own_graph and ds.get("engine"):
-        engine, version, precision = ds["engine"], ds.get("tensorrt"), ds.get("precision")
-    elif not graph.own_graph and tensorrt and manifest.artifacts.get("built"):
-        engine, version = manifest.artifacts["model"], (info.get("device") or {}).get("tensorrt")
-        precision = _precision(info.get("plan") or {})
+    engine, version, precision = _loadable_engine(manifest, graph, tensorrt)
     nvinfer_builds = [
         f"# network-mode=1 makes nvinfer set TensorRT's INT8 flag only when int8-calib-file exists ({CALIB_FILE}, empty:",
         "# a Q/DQ graph carries its own INT8 scales and TensorRT uses no calibrator for it); without the file it logs",
         "# \"INT8 calibration file not specified. Trying FP16 mode.\" and builds FP16. Its INT8 build runs the layers",
         "# outside Q/DQ in FP32 (nvinfer sets FP16 only in FP16 mode).",
         f"int8-calib-file={CALIB_FILE}"]
+    own = target.own_build
     if engine:
         return [f"# {engine}: built by `vitedge engine` with TensorRT {version} on {(info.get('device') or {}).get('gpu_name', 'the device')}.",
                 f"# Precision: {precision}.",
-                f"# It loads only with TensorRT {version} (the same JetPack / container) on this GPU model; with another,",
-                "# nvinfer builds its own engine from onnx-file on first run:",
+                *(["# The bundle's own engine is version-compatible, which nvinfer cannot load (it never allows engine host",
+                   "# code): this one was built without it, so it loads with exactly this TensorRT."] if info.get("version_compatible") else []),
+                f"# nvinfer loads only model-engine-file. This one loads only with TensorRT {version} (the same JetPack /",
+                "# container) on this GPU model; with another, nvinfer logs \"deserialize backend context from engine from file",
+                "# ... failed, try rebuild\", builds from onnx-file (minutes for a ViT on a Jetson) and saves its build as",
+                f"# {own}, but keeps reading this line, so it rebuilds at every start.",
+                f"# Then set model-engine-file={own} (its own build, loaded from the next start on),",
+                "# or run `vitedge engine BUNDLE --force` on this device.",
                 f"model-engine-file={rel}/{engine}", *nvinfer_builds]
     planned = info.get("planned_for_tensorrt") or next((m.get("planned_for_tensorrt") for m in
                                                         ((info.get("family") or {}).get("members") or {}).values()), None)
     where = (f"`vitedge engine BUNDLE` on the device builds it with the TensorRT found there (planned for {planned or '?'})"
              " and this config then points at it" if tensorrt
              else "a TensorRT bundle of this model (vitedge build --target jetson) ships one built by `vitedge engine`")
-    return [f"# No engine yet: {where}.", "# Until then nvinfer builds one from onnx-file on first run:", *nvinfer_builds]
+    if engine is None and version:  # a version-compatible engine: nvinfer cannot load it (nvinfer_rules)
+        where = (f"the bundle's {manifest.artifacts.get('model')} is version-compatible, which nvinfer cannot load (it never "
+                 "allows engine host code); `vitedge engine` builds a DeepStream engine without it, absent here")
+    return [f"# No engine vitedge built for nvinfer yet: {where}.",
+            "# nvinfer loads only model-engine-file. At the first start this file does not exist: nvinfer logs",
+            "# \"deserialize engine from file ... failed\", builds from onnx-file (minutes for a ViT on a Jetson) and saves",
+            "# its build under exactly this name (<onnx-file>_b<batch-size>_<gpu<gpu-id>|dla<use-dla-core>>_int8.engine,",
+            "# nvdsinfer_model_builder.cpp), beside onnx-file; every later start loads it. If nvinfer cannot write",
+            "# there, it warns \"Serialize engine failed\" and builds again at every start.",
+            f"model-engine-file={own}", *nvinfer_builds]
+
+
+def _loadable_engine(manifest: Any, graph: DeepStreamGraph, tensorrt: bool) -> tuple[str | None, str | None, str | None]:
+    """(engine, TensorRT version, precision) of the engine vitedge built that nvinfer can load, or
+    (None, version, None) when the only one is version-compatible, (None, None, None) when there is none."""
+    info = manifest.backend_info or {}
+    ds = info.get("deepstream_engine") or {}
+    if ds.get("engine"):
+        return ds["engine"], ds.get("tensorrt"), ds.get("precision")
+    if not graph.own_graph and tensorrt and manifest.artifacts.get("built"):
+        version = (info.get("device") or {}).get("tensorrt")
+        if info.get("version_compatible"):
+            return None, version, None
+        return manifest.artifacts["model"], version, _precision(info.get("plan") or {})
+    return None, None, None
+
+
+def _dla_lines(dla_core: int | None) -> list[str]:
+    """enable-dla / use-dla-core: without them nvinfer builds (and runs) on the GPU, whatever the engine."""
+    if dla_core is None:
+        return []
+    return [f"# The profile runs on DLA core {dla_core} (GPU fallback for the layers the DLA cannot run): nvinfer's own",
+            "# build then targets that core too, and names its engine ..._dla<core>_int8.engine. The DLA takes one",
+            "# static batch: batch-size is that batch.",
+            "enable-dla=1", f"use-dla-core={dla_core}"]
 
 
 def _precision(plan: dict[str, Any]) -> str:
@@ -226,6 +278,7 @@ def write_deepstream(bundle: Path, manifest: Any, out: Path, *, rel: str, served
     profile = manifest.target.get("profile") or {}
     options = profile.get("backend_options") or {}
     batch = int(options.get("opt_batch") or max(profile.get("batch_sizes") or [1])) if "members" not in options else 1
+    dla_core = dla_core_of(manifest)
     arith, arts = graph.arith, manifest.artifacts
     interpolation = pre.get("interpolation", "bilinear")
     files: list[str] = []
@@ -254,7 +307,9 @@ def write_deepstream(bundle: Path, manifest: Any, out: Path, *, rel: str, served
         lines.append("# net-scale-factor = 1/(255*std), offsets = 255*mean: exactly (x/255 - mean)/std, as vitedge computes it.")
     (out / CALIB_FILE).write_bytes(b"")
     files.append(CALIB_FILE)
-    lines += ["", "[property]", "gpu-id=0", f"onnx-file={onnx_file}", *_engine_lines(manifest, graph, rel, tensorrt_engine(served))]
+    target = NvinferEngine(onnx_file, batch, dla_core)
+    lines += ["", "[property]", "gpu-id=0", f"onnx-file={onnx_file}", *_engine_lines(manifest, graph, rel, tensorrt_engine(served), target),
+              *_dla_lines(dla_core)]
     grey = channels == 1
     lines += [
         f"infer-dims={channels};{h};{w}",

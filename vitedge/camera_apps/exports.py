@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.camera_apps.deepstream import nvinfer_can_feed, write_deepstream
-from vitedge.camera_apps.labels import triton_labels
 from vitedge.camera_apps.serving import ServedBy, tensorrt_engine
-from vitedge.camera_apps.triton import config_text, model_name, triton_backend, write_triton
+from vitedge.camera_apps.triton import config_text, model_name, triton_backend, write_labels, write_triton
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_output_dir
 from vitedge.manifest import verify_bundle
@@ -44,10 +43,20 @@ def export_config(kind: str, bundle: Path, out: Path, *, facts_of: Callable[[str
         return WRITERS[kind](bundle, manifest, tmp, final, served)
 
 
+def _same_bytes(src: Path, dst: Path) -> None:
+    """``dst`` holds ``src``'s bytes on its own: a hard link where both sit on one file system, else a copy.
+    Never a symbolic link: a Triton container that mounts only camera/triton would see it dangle."""
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copyfile(src, dst)
+
+
 def write_bundle_exports(bundle: Path, manifest: Any, served: ServedBy) -> list[str]:
     """camera/deepstream/ and camera/triton/<name>/ in an NVIDIA bundle (one whose artifact is a TensorRT
     engine: ``served``, its backend's facts, say so); once its engine exists the repository's
-    1/model.plan is a relative link to it. Paths relative to the bundle."""
+    1/model.plan is that engine (a hard link or a copy, hashed in the manifest with the rest), so
+    camera/triton is a whole model repository on its own. Paths relative to the bundle."""
     if not tensorrt_engine(served):
         return []
     root = bundle / CAMERA_DIR
@@ -64,10 +73,9 @@ def write_bundle_exports(bundle: Path, manifest: Any, served: ServedBy) -> list[
     (folder / "config.pbtxt").write_text(config_text(manifest, bundle, name, served))
     written.append(f"{CAMERA_DIR}/triton/{name}/config.pbtxt")
     if manifest.artifacts.get("built"):
-        link = folder / "1" / triton_backend(served, str(manifest.target.get("backend"))).files[0][1]
-        link.symlink_to(os.path.join("..", "..", "..", "..", manifest.artifacts["model"]))
-        written.append(f"{CAMERA_DIR}/triton/{name}/1/{link.name}")
-    if manifest.output.get("kind") != "embedding" and manifest.output.get("class_names"):
-        (folder / "labels.txt").write_text(triton_labels(manifest.output["class_names"]))
+        plan = folder / "1" / triton_backend(served, str(manifest.target.get("backend"))).files[0][1]
+        _same_bytes(bundle / manifest.artifacts["model"], plan)
+        written.append(f"{CAMERA_DIR}/triton/{name}/1/{plan.name}")
+    if write_labels(bundle, manifest, folder):  # config.pbtxt names it: Triton fails the load without it
         written.append(f"{CAMERA_DIR}/triton/{name}/labels.txt")
     return written

@@ -7,7 +7,7 @@ has these fields), and the functions here read only what Triton and DeepStream n
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 # Triton's platform for TensorRT engines: the artifact is an engine nvinfer and Triton load as such.
 TENSORRT_PLAN = "tensorrt_plan"
@@ -29,3 +29,18 @@ class ServedBy(Protocol):
 def tensorrt_engine(served: ServedBy) -> bool:
     """Is the bundle's artifact a TensorRT engine (so nvinfer can load it, and NVIDIA bundles carry camera/)?"""
     return served.triton_platform == TENSORRT_PLAN
+
+
+def dla_core_of(manifest: Any) -> int | None:
+    """The DLA core the bundle's engine runs on (its profile's ``dla_core`` >= 0), else None."""
+    options = (manifest.target.get("profile") or {}).get("backend_options") or {}
+    core = options.get("dla_core")
+    return int(core) if core is not None and int(core) >= 0 else None
+
+
+def dla_static_batch(manifest: Any) -> int:
+    """The one batch a DLA engine takes: the DLA needs static shapes, so the plan builds for the
+    profile's opt batch, else its largest (vitedge.backends.tensorrt.plan, ``_dla``)."""
+    profile = manifest.target.get("profile") or {}
+    options = profile.get("backend_options") or {}
+    return int(options.get("opt_batch") or max(int(b) for b in profile.get("batch_sizes") or [1]))

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.camera_apps.labels import triton_labels
-from vitedge.camera_apps.serving import TENSORRT_PLAN, ServedBy, tensorrt_engine
+from vitedge.camera_apps.serving import TENSORRT_PLAN, ServedBy, dla_core_of, dla_static_batch, tensorrt_engine
 from vitedge.errors import BundleError
 from vitedge.onnxutil import graph_inputs
 
@@ -31,6 +31,7 @@ MODEL_FILES: dict[str, tuple[tuple[str, str], ...]] = {
     "openvino": (("model", "model.xml"), ("model.bin", "model.bin")),
 }
 MAX_QUEUE_DELAY_US = 100
+LABELS_FILE = "labels.txt"  # a classifier's class names, one per line (its indices when the model has none)
 
 
 def triton_backend(served: ServedBy, backend: str) -> TritonBackend:
@@ -79,28 +80,46 @@ def _tensorrt_notes(manifest: Any, served: ServedBy) -> list[str]:
     return lines
 
 
+def _secondary_devices(dla: int | None) -> str:
+    """The NVDLA core of the instance (model_config.proto ``ModelInstanceGroup.secondary_devices``; the TensorRT
+    backend takes one, of kind KIND_NVDLA, and deserializes the engine on that core)."""
+    return "" if dla is None else f", secondary_devices [ {{ kind: KIND_NVDLA, device_id: {dla} }} ]"
+
+
+def _dla_notes(dla: int | None, batch: int) -> list[str]:
+    if dla is None:
+        return []
+    return [f"# The engine runs on DLA core {dla} (secondary_devices below) and is static at batch {batch}: max_batch_size",
+            f"# is {batch}, and the TensorRT backend refuses at execution a request batch other than {batch} (its profile's",
+            f"# min = max = {batch}); Triton pads no batch, so send batches of {batch}."]
+
+
 def config_text(manifest: Any, bundle: Path, name: str, served: ServedBy) -> str:
     """config.pbtxt for the bundle; ``served``: its backend's facts (vitedge.backends.backend_facts)."""
     spec = triton_backend(served, str(manifest.target.get("backend")))
     profile = manifest.target.get("profile") or {}
     sizes = sorted(int(b) for b in profile.get("batch_sizes") or [1])
+    dla = dla_core_of(manifest) if tensorrt_engine(served) else None
+    if dla is not None:  # a DLA engine is static at one batch: the TensorRT backend refuses a larger max_batch_size
+        sizes = [dla_static_batch(manifest)]
     (in_name, in_type, in_dims), (out_name, out_type, out_dims) = _tensor_facts(bundle / manifest.artifacts["qdq"])
     fmt = "FORMAT_NHWC" if manifest.input.get("preprocess_baked") else "FORMAT_NCHW"
     labels = manifest.output.get("kind") != "embedding"
     lines = [f"# Triton model configuration written by vitedge for {manifest.target.get('name')} "
              f"({manifest.model.get('source')}); not run on a server by vitedge (docs/camera-apps.md).",
              *_tensorrt_notes(manifest, served),
+             *_dla_notes(dla, sizes[-1]),
              f'name: "{name}"', *spec.config_lines, f"max_batch_size: {sizes[-1]}",
              "input [", "  {", f'    name: "{in_name}"', f"    data_type: {in_type}", f"    format: {fmt}",
              f"    dims: [ {', '.join(map(str, in_dims))} ]", "  }", "]",
              "output [", "  {", f'    name: "{out_name}"', f"    data_type: {out_type}", f"    dims: [ {', '.join(map(str, out_dims))} ]"]
     if labels:
-        lines.append('    label_filename: "labels.txt"')
+        lines.append(f'    label_filename: "{LABELS_FILE}"')
     lines += ["  }", "]", "dynamic_batching {"]
-    if len(sizes) > 1:
+    if len(sizes) > 1 or dla is not None:  # a DLA engine: the batcher aims at its one batch
         lines.append(f"  preferred_batch_size: [ {', '.join(map(str, sizes))} ]")
     lines += [f"  max_queue_delay_microseconds: {MAX_QUEUE_DELAY_US}", "}",
-              f"instance_group [ {{ count: 1, kind: {spec.instance_kind} }} ]"]
+              f"instance_group [ {{ count: 1, kind: {spec.instance_kind}{_secondary_devices(dla)} }} ]"]
     return "\n".join(lines) + "\n"
 
 
@@ -123,10 +142,19 @@ def write_triton(bundle: Path, manifest: Any, out: Path, served: ServedBy) -> li
         written.append(f"{name}/1/{dst}")
     (folder / "config.pbtxt").write_text(text)
     written.append(f"{name}/config.pbtxt")
-    if manifest.output.get("kind") != "embedding":
-        classes = manifest.output.get("class_names") or []
-        if not classes:
-            classes = [str(i) for i in range(_tensor_facts(bundle / manifest.artifacts["qdq"])[1][2][-1])]
-        (folder / "labels.txt").write_text(triton_labels(classes))
+    if write_labels(bundle, manifest, folder):
         written.append(f"{name}/labels.txt")
     return written
+
+
+def write_labels(bundle: Path, manifest: Any, folder: Path) -> bool:
+    """labels.txt beside a classifier's config.pbtxt, which names it (``label_filename``): Triton's
+    label provider fails the model's load when the file is missing. A model without class names
+    (a timm state_dict) gets its class indices, one per line. False for an embedding model."""
+    if manifest.output.get("kind") == "embedding":
+        return False
+    classes = manifest.output.get("class_names") or []
+    if not classes:
+        classes = [str(i) for i in range(_tensor_facts(bundle / manifest.artifacts["qdq"])[1][2][-1])]
+    (folder / LABELS_FILE).write_text(triton_labels(classes))
+    return True

@@ -89,8 +89,8 @@ def test_a_dynamic_profile_reports_na_without_a_context_as_the_real_inspector_do
     info = json.loads(engine.create_engine_inspector().get_engine_information(trt.LayerInformationFormat.JSON))
     tensors = [t for layer in info["Layers"] for t in layer["Inputs"] + layer["Outputs"]]
     assert tensors and all(t["Dimensions"][0] == -1 for t in tensors)
-    key = "Format" if version.startswith("11") else "Format/Datatype"
-    assert all(t[key] == "N/A due to dynamic shapes" for t in tensors)
+    keys = ("Format", "Datatype") if version.startswith("11") else ("Format/Datatype",)
+    assert all(t[key] == "N/A due to dynamic shapes" for t in tensors for key in keys)
     s = summarize_layers(info)
     assert s["layer_precision"] == {} and s["precision_unknown"] == s["count"] == 7
     assert "7 not reported (N/A due to dynamic shapes)" in one_line(s)
@@ -109,23 +109,26 @@ def test_the_build_inspects_with_a_context_at_the_opt_shape(tiny, version, schem
         assert layers["io_tensors"][0] == {"name": "input", "mode": "input", "dtype": "Float"}
 
 
-def test_both_inspector_schemas_read_the_same():
-    """The 10.x record ("Format/Datatype", "Bindings") and the 11.x one ("DataType"/"Format", "I/O Tensors",
-    TensorRT 11 IEngineInspector migration guide) of the same layers give the same summary."""
+@pytest.mark.parametrize("key", ["Datatype", "DataType"])
+def test_both_inspector_schemas_read_the_same(key):
+    """The 10.x record ("Format/Datatype", "Bindings") and the 11.x one ("Datatype" or "DataType" beside "Format",
+    "I/O Tensors", TensorRT 11 IEngineInspector migration guide) of the same layers give the same summary. 11.x
+    spells the layers' type "Datatype"; a reader of "DataType" only lost every layer's precision there."""
     def layer(name, din, dout, eleven):
         def t(dtype):
             if eleven:
-                return {"Name": "t", "Dimensions": [4, 8], "Format": "Row major linear", "DataType": dtype}
+                return {"Name": "t", "Dimensions": [4, 8], "Format": "Row major linear", key: dtype}
             return {"Name": "t", "Dimensions": [4, 8], "Format/Datatype": f"Row major linear {dtype}"}
         return {"Name": name, "LayerType": "X", "Inputs": [t(din)], "Outputs": [t(dout)]}
 
     spec = [("a", "Float", "Int8"), ("b", "Int8", "Half"), ("c", "Half", "Half"), ("d", "Float", "Float")]
     ten = summarize_layers({"Layers": [layer(*x, False) for x in spec], "Bindings": ["input", "logits"]})
     eleven = summarize_layers({"Layers": [layer(*x, True) for x in spec], "I/O Tensors": [
-        {"Name": "input", "IOMode": "Input", "DataType": "Float"}, {"Name": "logits", "IOMode": "Output", "DataType": "Float"}]})
+        {"Name": "input", "IOMode": "Input", key: "Float"}, {"Name": "logits", "IOMode": "Output", key: "Float"}]})
     assert ten["layer_precision"] == eleven["layer_precision"] == {"a": "int8", "b": "int8", "c": "fp16", "d": "fp32"}
     assert [t["name"] for t in ten["io_tensors"]] == [t["name"] for t in eleven["io_tensors"]] == ["input", "logits"]
     assert (ten["schema"], eleven["schema"]) == ("8.6-10.x", "11.x")
+    assert [t["dtype"] for t in eleven["io_tensors"]] == ["Float", "Float"]
 
 
 def test_na_tensors_fall_back_to_weights_and_tactic_names():
@@ -156,10 +159,12 @@ def _attention_graph(tokens: int, heads: int, head_size: int, quantized: bool):
             names[t] = src
     qk = helper.make_node("MatMul", [names["q"], names["kt"]], ["scores"], name="/blocks.0/attn/MatMul")
     sm = helper.make_node("Softmax", ["scores"], ["probs"], name="/blocks.0/attn/Softmax", axis=-1)
-    pv = helper.make_node("MatMul", [names["p"], names["v"]], ["o"], name="/blocks.0/attn/MatMul_1")
+    pv = helper.make_node("MatMul", [names["p"], names["v"]], ["pv" if quantized else "o"], name="/blocks.0/attn/MatMul_1")
     p_nodes = [n for n in nodes if n.input[0] == "probs" or n.input[0] == "p_q"]
     other = [n for n in nodes if n not in p_nodes]
-    graph = helper.make_graph(other + [qk, sm] + p_nodes + [pv], "attn", [q, kt, v], [out], inits)
+    after = ([helper.make_node("QuantizeLinear", ["pv", "s", "z"], ["pv_q"]), helper.make_node("DequantizeLinear", ["pv_q", "s", "z"], ["o"])]
+             if quantized else [])  # the Q/DQ after P.V, the third place of TensorRT's rule
+    graph = helper.make_graph(other + [qk, sm] + p_nodes + [pv] + after, "attn", [q, kt, v], [out], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 

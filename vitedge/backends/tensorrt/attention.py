@@ -2,8 +2,15 @@
 
 INT8 is often no faster than FP16 on TensorRT because multi-head attention was not fused
 (field notes, "What users of the anchors struggle with"): TensorRT's INT8 fused MHA needs
-Q/DQ before both batched GEMMs (Q.K^T and P.V), a head size of 16, 32 or 64, and at most
-512 tokens (NVIDIA/TensorRT #3243, #2981, #4167, #3724; ViT-B/16 at 384 px has 577 tokens).
+Q/DQ in three places: before both inputs of the first batched GEMM (Q.K^T), after the softmax
+(the P input of the second, P.V, whose V input is quantized too) and after the second GEMM's
+output; a head size of 16, 32 or 64, and at most 512 tokens (NVIDIA/TensorRT #3243, #2981,
+#4167, #3724; ViT-B/16 at 384 px has 577 tokens). The Q/DQ after P.V is recognised directly on
+its output ("direct") or behind shape-only layers (Transpose, Reshape: "after_shape_ops"), where
+vitedge's graph has it, on the input of the output projection. The second counts as placed only
+if TensorRT's Q/DQ propagation moves the Q back across those layers, which no GPU has shown here:
+the table and the warnings say so for each block. NVIDIA's ModelOpt (0.47.0) places that Q/DQ in the
+same spot on the same graph (benchmarks/modelopt_placement.py).
 ``attention_blocks`` reads those facts from the graph (ONNX shape inference with data
 propagation, batch fixed to 1) and ``fusion_warnings`` says, before any build, which blocks
 cannot become INT8 fused MHA and why. After the build, engine_inspect checks what happened.
@@ -32,12 +39,17 @@ class AttentionBlock:
     head_size: int | None
     qk_quantized: bool  # both inputs of Q.K^T come from DequantizeLinear
     pv_quantized: bool
+    # the Q/DQ after P.V: "direct" on its output, "after_shape_ops" behind Transpose/Reshape only, "none",
+    # or "unknown" (a record written before this was checked)
+    pv_output_qdq: str = "unknown"
 
     def int8_mha_blockers(self) -> list[str]:
         """Why TensorRT cannot fuse this block into an INT8 MHA kernel (empty: it may)."""
         out = []
         if not (self.qk_quantized and self.pv_quantized):
             out.append("its attention matmuls have no Q/DQ on both inputs (they run in float)")
+        elif self.pv_output_qdq == "none":
+            out.append("no Q/DQ after its P.V matmul (TensorRT needs one after the second batched GEMM too)")
         if self.head_size is not None and self.head_size not in MHA_HEAD_SIZES:
             out.append(f"head size {self.head_size} is not 16, 32 or 64")
         if self.tokens is not None and self.tokens > MHA_MAX_TOKENS:
@@ -64,6 +76,24 @@ def _matmul_after(tensor: str, index: NodeIndex) -> Any:
                     if found is not None:
                         return found
     return None
+
+
+_PV_OUTPUT = {"direct": "on its output", "after_shape_ops": "after Transpose+Reshape", "none": "no", "unknown": "?"}
+SHAPE_OPS = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
+
+
+def pv_output_qdq(pv: Any, index: NodeIndex) -> str:
+    """Where the Q/DQ after the P.V matmul sits: "direct" (a QuantizeLinear reads its output), "after_shape_ops"
+    (one is reached through shape-only layers alone), else "none"."""
+    frontier, hops = [pv.output[0]], 0
+    while frontier and hops <= 4:
+        readers = [c for t in frontier for c in index.readers(t)]
+        if readers and all(c.op_type == "QuantizeLinear" for c in readers):
+            return "direct" if hops == 0 else "after_shape_ops"
+        if not readers or not all(c.op_type in SHAPE_OPS for c in readers):
+            return "none"
+        frontier, hops = [c.output[0] for c in readers], hops + 1
+    return "none"
 
 
 def attention_blocks(model: Any) -> list[AttentionBlock]:
@@ -117,6 +147,7 @@ def attention_blocks(model: Any) -> list[AttentionBlock]:
             pv_matmul=(pv.name or pv.output[0]) if pv is not None else None, heads=heads, tokens=tokens, head_size=head_size,
             qk_quantized=all(from_dq(i) for i in qk.input[:2]),
             pv_quantized=pv is not None and all(from_dq(i) for i in pv.input[:2]),
+            pv_output_qdq=pv_output_qdq(pv, index) if pv is not None else "none",
         ))
     return blocks
 
@@ -129,9 +160,19 @@ def fusion_warnings(blocks: list[AttentionBlock] | list[dict[str, Any]]) -> list
         for reason in block.int8_mha_blockers():
             by_reason[reason] = by_reason.get(reason, 0) + 1
     total = len(blocks)
-    return [f"INT8 fused attention cannot happen in {n} of {total} attention block(s): {reason} "
-            f"(TensorRT fuses INT8 MHA only with Q/DQ before both batched GEMMs, head size 16/32/64 and <= 512 tokens; {SOURCE})"
-            for reason, n in by_reason.items()]
+    lines = [f"INT8 fused attention cannot happen in {n} of {total} attention block(s): {reason} "
+             f"(TensorRT fuses INT8 MHA only with Q/DQ before both batched GEMMs and after the second, head size 16/32/64 "
+             f"and <= 512 tokens; {SOURCE})" for reason, n in by_reason.items()]
+    moved = sum(1 for b in blocks if _relies_on_propagation(b if isinstance(b, AttentionBlock) else AttentionBlock(**b)))
+    if moved:
+        lines.append(f"INT8 fused attention in {moved} of {total} attention block(s) relies on TensorRT moving the Q/DQ after "
+                     "P.V back across Transpose+Reshape (it sits on the output projection's input, not on P.V's output): "
+                     "not shown on a GPU here; the engine inspector says whether MHA fused")
+    return lines
+
+
+def _relies_on_propagation(block: AttentionBlock) -> bool:
+    return block.qk_quantized and block.pv_quantized and block.pv_output_qdq == "after_shape_ops" and not block.int8_mha_blockers()
 
 
 def fusion_table(blocks: list[AttentionBlock] | list[dict[str, Any]]) -> list[str]:
@@ -140,18 +181,23 @@ def fusion_table(blocks: list[AttentionBlock] | list[dict[str, Any]]) -> list[st
     (and if not, why). Empty when the graph has no attention block."""
     if not blocks:
         return []
-    lines = ["| attention block | heads | tokens | head size | Q.K^T Q/DQ | P.V Q/DQ | INT8 fused MHA |", "|---|---|---|---|---|---|---|"]
+    lines = ["| attention block | heads | tokens | head size | Q.K^T Q/DQ | P.V Q/DQ | Q/DQ after P.V | INT8 fused MHA |",
+             "|---|---|---|---|---|---|---|---|"]
     for b in blocks:
         block = b if isinstance(b, AttentionBlock) else AttentionBlock(**b)
         why = block.int8_mha_blockers()
         unknown = [what for what, v in (("head size", block.head_size), ("token count", block.tokens)) if v is None]
         if why:
             verdict = "no: " + "; ".join(why)
+        elif _relies_on_propagation(block):
+            verdict = ("only if TensorRT moves the Q/DQ after P.V back across Transpose+Reshape onto P.V's output "
+                       "(not shown on a GPU; the engine inspector tells on the device)")
         elif unknown:
             verdict = f"allowed as far as the graph shows ({' and '.join(unknown)} not inferred; the engine inspector tells on the device)"
         else:
             verdict = "allowed by the rules (the engine inspector confirms it on the device)"
         lines.append(f"| `{block.scope}` | {block.heads if block.heads is not None else '?'} | "
                      f"{block.tokens if block.tokens is not None else '?'} | {block.head_size if block.head_size is not None else '?'} | "
-                     f"{'yes' if block.qk_quantized else 'no'} | {'yes' if block.pv_quantized else 'no'} | {verdict} |")
+                     f"{'yes' if block.qk_quantized else 'no'} | {'yes' if block.pv_quantized else 'no'} | "
+                     f"{_PV_OUTPUT[block.pv_output_qdq]} | {verdict} |")
     return lines

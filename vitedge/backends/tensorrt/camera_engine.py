@@ -47,7 +47,7 @@ def build_graph_engine(trt: Any, bundle_dir: Path, graph_rel: str, engine_rel: s
     onnx_path, typed_path = source, None
     if plan.typed_graph is not None:  # TensorRT 11: the strongly typed cast graph, as for the bundle's engine
         typed, _report = make_strongly_typed(model, **plan.typed_graph)
-        typed_path = source.with_name(source.stem + ".typed.onnx")
+        typed_path = source.with_name(Path(engine_rel).stem + ".typed.onnx")  # never the bundle's own typed graph
         save_onnx(typed, typed_path)
         onnx_path = typed_path
     plan = dataclasses.replace(plan, graph=graph_rel, engine=engine_rel)

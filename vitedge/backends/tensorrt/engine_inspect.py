@@ -8,9 +8,12 @@ built with ``ProfilingVerbosity.DETAILED`` (TensorRT docs, "Engine Inspector"), 
   "Format/Datatype" text such as "Row major linear Int8") and "TacticName"; "Bindings" lists the
   I/O tensor names;
 * 11.x: "Bindings" became "I/O Tensors", a list of objects with "Name", "IOMode", "DataType",
-  "ProfileInfo" (TensorRT 11 IEngineInspector migration guide), and a tensor's format and data
-  type are separate fields, "Format" and "DataType". That split of the per-layer fields is taken
-  from the project's issue #29; the migration page shown here states it for "I/O Tensors" only.
+  "ProfileInfo" (TensorRT 11 IEngineInspector migration guide), and a layer tensor's format and
+  data type are separate fields: "Format" and "Datatype" (lower-case t: "TensorRT 11 split the combined
+  "Format/Datatype" field into separate "Datatype" and "Format" keys", Polygraphy 0.53.6,
+  ``polygraphy/tools/inspect/subtool/model/extractors/_trt.py``:243-249; issue #29 had read "DataType"). Both
+  spellings are read, for the layers' tensors and for "I/O Tensors". No 11.x record from a GPU was
+  read here.
 
 An engine with a dynamic profile reports "N/A due to dynamic shapes" for its tensors unless the
 inspector has an execution context whose input shapes are set (``inspector.execution_context``);
@@ -44,11 +47,19 @@ _TACTIC = (("int8", r"(?i)(^|[_x])i8(i8|f16|f32)?($|_)|int8"), ("fp16", r"(?i)(^
            ("fp32", r"(?i)(^|_)(f32f32|sgemm|fp32)(_|$)"))
 
 
+# The 11.x data-type field: "Datatype" in the layers' tensors, "DataType" as the migration guide spells "I/O Tensors".
+DATATYPE_KEYS = ("Datatype", "DataType")
+
+
+def _datatype(t: dict[str, Any]) -> Any:
+    return next((t[k] for k in DATATYPE_KEYS if t.get(k) is not None), None)
+
+
 def tensor_type(t: Any) -> str | None:
     """One tensor's type text from a 10.x ("Format/Datatype") or 11.x ("DataType", "Format") record;
     None when the inspector could not say (dynamic shapes without a bound context)."""
-    if isinstance(t, dict) and ("DataType" in t or "Format" in t):
-        parts = [str(t.get(k, "")) for k in ("DataType", "Format")]
+    if isinstance(t, dict) and any(k in t for k in (*DATATYPE_KEYS, "Format")):
+        parts = [str(_datatype(t) or ""), str(t.get("Format", ""))]
         text = " ".join(x for x in parts if x.strip() and NOT_AVAILABLE not in x)
     else:
         text = str(t.get("Format/Datatype", "")) if isinstance(t, dict) else str(t)
@@ -108,7 +119,7 @@ def io_tensors(info: Any) -> list[dict[str, Any]]:
         return []
     if isinstance(info.get("I/O Tensors"), list):
         return [{"name": str(t.get("Name", "?")), "mode": str(t.get("IOMode", "")).lower() or None,
-                 "dtype": (str(t["DataType"]) if t.get("DataType") and NOT_AVAILABLE not in str(t["DataType"]) else None)}
+                 "dtype": (str(_datatype(t)) if _datatype(t) and NOT_AVAILABLE not in str(_datatype(t)) else None)}
                 for t in info["I/O Tensors"] if isinstance(t, dict)]
     return [{"name": str(n), "mode": None, "dtype": None} for n in info.get("Bindings") or []]
 
