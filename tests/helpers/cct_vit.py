@@ -12,11 +12,13 @@ from torch import nn
 
 class CCT(nn.Module):
     def __init__(self, dim: int = 32, depth: int = 2, heads: int = 2, classes: int = 10, channels: int = 3, image: int = 32,
-                 pool: str = "max") -> None:
+                 pool: str = "max", padding: int = 1, kernel: int = 3) -> None:
         super().__init__()
         pooling = nn.MaxPool2d(3, 2, 1) if pool == "max" else nn.AvgPool2d(2, 2)
-        self.tokenizer = nn.Sequential(nn.Conv2d(channels, dim, 3, 2, 1, bias=False), nn.ReLU(), pooling)
-        self.positional_emb = nn.Parameter(torch.randn(1, (image // 4) ** 2, dim) * 0.02)
+        self.tokenizer = nn.Sequential(nn.Conv2d(channels, dim, kernel, 2, padding, bias=False), nn.ReLU(), pooling)
+        with torch.no_grad():  # the token count the stem makes at this image size
+            tokens = self.tokenizer(torch.zeros(1, channels, image, image)).flatten(2).shape[-1]
+        self.positional_emb = nn.Parameter(torch.randn(1, tokens, dim) * 0.02)
         layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(dim)
