@@ -20,6 +20,7 @@ from vitedge.target_table import (
     targets_to_try,
 )
 from vitedge.validation.document import ValidationReport
+from vitedge.validation.normalisation import notice_text
 from vitedge.validation.report import SCHEMA, gate_table, validation_markdown
 
 
@@ -46,6 +47,10 @@ def build_report_markdown(manifest) -> str:
     if m.quantization.get("weight_range"):
         lines.append(f"- INT8 weight range: {m.quantization['weight_range']} (correct on: "
                      f"{'every CPU' if m.quantization.get('cpu_requirement') == 'any-x86' else 'x86 CPUs with VNNI/AMX, Arm, GPUs'})")
+    pre = spec.get("preprocess") or {}
+    guessed = notice_text((spec.get("sources") or {}).get("preprocess"), pre.get("mean", ()), pre.get("std", ()), pre.get("channels"))
+    if guessed:
+        lines.append(f"- **{guessed[0].upper() + guessed[1:]}**")
     backend_name = str(m.target.get("backend", ""))
     speedup = (m.validation or {}).get("speedup")
     # one bundle's report: no other target's timing is at hand, so it names what to try, claiming nothing
