@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from vitedge.errors import UsageError
+from vitedge.onnxutil import graph_inputs, ort_session
 from vitedge.spec import IMAGENET_MEAN, IMAGENET_STD, SOURCE_DEFAULT, ModelSpec, default_stats
 from vitedge.validation.noise import PROBE_MAX_P, PROBE_MIN_GAIN_POINTS, binom_sf
 from vitedge.validation.sanity import fp32_at_chance
@@ -159,8 +160,6 @@ def question_normalisation(fp32: Path, spec: ModelSpec, calib: Any, val: Any, in
     if got is None:
         return None
     batches, labels = got
-    from vitedge.onnxutil import graph_inputs, ort_session
-
     import onnx
 
     session = ort_session(str(fp32), threads=2)
