@@ -245,3 +245,15 @@ def test_zero_and_denormal_channels_get_a_valid_scale(rule):
     q, scale = quantize_weight(w, 1, "MatMul", rule)
     assert scale[1] == 1.0 and scale[2] == np.float32(MIN_SCALE), scale
     assert np.all(scale >= np.float32(MIN_SCALE)) and not np.any(q[:, 1:3]), (scale, q)
+
+
+def test_gptq_with_a_hessian_past_float32_rounds_plainly():
+    """A 1e30 activation makes X^T X inf in float32; GPTQ then rounds to nearest instead of writing NaN as int8."""
+    from vitedge.quantize.gptq import gptq_quantize
+
+    w = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+    h = np.eye(8)
+    h[2, 2] = np.inf
+    q, scale = gptq_quantize(w, h, "pairwise")
+    assert np.array_equal(q, quantize_weight(w, 1, "MatMul", "pairwise")[0]), q
+    assert np.array_equal(scale, quantize_weight(w, 1, "MatMul", "pairwise")[1])
