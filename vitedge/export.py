@@ -352,7 +352,36 @@ def _reference(loaded: LoadedModel, input_format: str, options: ExportOptions) -
     with torch.no_grad():
         ref = module(torch.from_numpy(x))
     ref = (ref[0] if isinstance(ref, (tuple, list)) else ref).numpy()
+    if not np.all(np.isfinite(ref)):
+        raise ExportError(f"the model's output is not finite (inf/NaN) on a probe input{_first_non_finite(module, x)}: "
+                          "a weight or activation overflows float32; check the checkpoint (an earlier one, or the right --model-class)")
     return _Probe(feed, ref)
+
+
+def _first_non_finite(module, x: np.ndarray) -> str:
+    """", first in module 'NAME' (Class)": the first submodule, in the order they ran, whose output held inf or NaN
+    on ``x``; "" when none can be told (the output of a functional op, or a module that is not an nn.Module)."""
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        return ""
+    found: list[str] = []
+
+    def hook(name):
+        def check(_mod, _inputs, out):
+            t = out[0] if isinstance(out, (tuple, list)) and out else out
+            if not found and isinstance(t, torch.Tensor) and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+                found.append(f", first in module '{name}' ({type(_mod).__name__})")
+        return check
+
+    handles = [m.register_forward_hook(hook(n)) for n, m in module.named_modules() if n]
+    try:
+        with torch.no_grad():
+            module(torch.from_numpy(x))
+    finally:
+        for h in handles:
+            h.remove()
+    return found[0] if found else ""
 
 
 def _check_parity(path: Path, input_name: str, probe: _Probe, large: bool, options: ExportOptions) -> tuple[float, float]:

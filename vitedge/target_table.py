@@ -13,6 +13,7 @@ from vitedge.cpu import CpuInfo, read_cpu
 from vitedge.errors import VitedgeError
 from vitedge.target_families import list_families
 from vitedge.profiles import family_profile, list_profiles, load_profile
+from vitedge.quantize.config import CPU_REQUIREMENT
 
 WIDTH = 80
 NOT_FASTER = "INT8 is not faster than FP32 on this CPU"
@@ -81,37 +82,78 @@ def _cpu_label(cpu: CpuInfo) -> str:
     return f"{cpu.model or cpu.machine}, {cpu.isa}" + (", no VNNI/AMX" if no_vnni and "no vnni" not in cpu.isa else "")
 
 
-def faster_cpu_target(slow_backend: str, gates: dict[str, dict[str, Any]]) -> str | None:
-    """The profile to use instead on a CPU where ``slow_backend``'s INT8 is slower than FP32: one on
-    another CPU runtime whose gate asks for an INT8 speedup >= 1x on every CPU (``gates``: profile
-    name -> [thresholds] as a dict, with "backend" added)."""
+@dataclass(frozen=True)
+class MeasuredSpeed:
+    """One target's speed as this run measured it: INT8/FP32 ``speedup`` at batch 1 (FP32 latency over INT8
+    latency on its own runtime) and its INT8 batch-1 latency in ms (None when not timed)."""
+
+    target: str
+    backend: str
+    speedup: float | None
+    int8_ms: float | None = None
+
+
+def measured_faster(this: MeasuredSpeed, others: list[MeasuredSpeed]) -> MeasuredSpeed | None:
+    """The target of this run, on another CPU runtime, whose INT8 measured faster than ``this``'s: a higher speedup
+    over its FP32 and, where both INT8 latencies were timed (same CPU, same run), a lower one; the fastest of them.
+    None when no target of this run measured so: a hint then claims nothing."""
+    if this.speedup is None:
+        return None
+    better = [o for o in others if o.target != this.target and o.backend != this.backend and _on_cpu(o.backend)
+              and o.speedup is not None and o.speedup > this.speedup
+              and (o.int8_ms is None or this.int8_ms is None or o.int8_ms < this.int8_ms)]
+    return max(better, key=lambda o: o.speedup or 0.0, default=None)
+
+
+def targets_to_try(slow_backend: str, gates: dict[str, dict[str, Any]], cpu: CpuInfo | None = None,
+                   exclude: tuple[str, ...] = ()) -> list[str]:
+    """Profiles on another CPU runtime a user could try instead of ``slow_backend`` on this CPU (nothing measured
+    them): their gate asks an INT8 speedup >= 1x on this kind of CPU (none that admits less without VNNI on a CPU
+    without it) and their INT8 weights are correct here (no VNNI-only weight range on a CPU without VNNI/AMX).
+    ``gates``: profile name -> its thresholds as a dict, with "backend" and "cpu_requirement" added."""
+    cpu = cpu or read_cpu()
+    no_vnni = cpu.is_x86 and cpu.int8_dot_product is False
+    names = []
     for name, gate in sorted(gates.items()):
-        if _on_cpu(gate.get("backend")) and gate.get("backend") != slow_backend \
-                and gate.get("min_speedup_without_vnni") is None and (gate.get("min_speedup") or 0) >= 1:
-            return name
-    return None
+        if name in exclude or not _on_cpu(gate.get("backend")) or gate.get("backend") == slow_backend:
+            continue
+        if (gate.get("min_speedup") or 0) < 1 or (no_vnni and (gate.get("min_speedup_without_vnni") is not None
+                                                              or gate.get("cpu_requirement") == "vnni")):
+            continue
+        names.append(name)
+    return names
 
 
 def cpu_profile_gates() -> dict[str, dict[str, Any]]:
-    """Every valid profile's thresholds and backend, for faster_cpu_target."""
+    """Every valid profile's thresholds, backend and CPU requirement, for targets_to_try."""
     gates = {}
     for path in list_profiles():
         try:
             prof = load_profile(str(path))
         except VitedgeError:
             continue
-        gates[prof.name] = dict(prof.thresholds.to_dict(), backend=prof.backend)
+        weight_range = prof.quantization.get("weight_range", "pairwise")
+        gates[prof.name] = dict(prof.thresholds.to_dict(), backend=prof.backend,
+                                cpu_requirement=CPU_REQUIREMENT.get(str(weight_range), "any-x86"))
     return gates
 
 
 def int8_not_faster_sentence(target: str, backend: str, speedup: float | None, cpu: CpuInfo | None = None,
-                             faster: str | None = None) -> str | None:
-    """The plain sentence for a CPU target whose INT8 ran slower than its FP32 here (measured
-    ``speedup`` = FP32 / INT8 latency at batch 1 below 1), naming the ``faster`` target; None otherwise."""
+                             faster: MeasuredSpeed | None = None, to_try: list[str] | tuple[str, ...] = ()) -> str | None:
+    """The plain sentence for a CPU target whose INT8 ran slower than its FP32 here (measured ``speedup`` = FP32 /
+    INT8 latency at batch 1 below 1). It names a target as faster only when this run measured it so (``faster``,
+    from measured_faster); otherwise it says to use FP32 and names what could be tried (``to_try``), claiming
+    nothing of it. None when INT8 was not slower."""
     if not _on_cpu(backend) or speedup is None or speedup >= 1:
         return None
     text = f"{target}: {NOT_FASTER} ({_cpu_label(cpu or read_cpu())}): INT8 ran at {speedup:.2f}x FP32 speed at batch 1"
-    return text + (f"; the {faster} target is faster here" if faster else "; use the FP32 model on this CPU")
+    if faster is not None and faster.speedup is not None and faster.speedup >= 1:
+        return text + f"; the {faster.target} target is faster here (its INT8 at {faster.speedup:.2f}x its FP32 in this run)"
+    if faster is not None and faster.speedup is not None:
+        text += (f"; the {faster.target} target's INT8 ran faster in this run ({faster.speedup:.2f}x its FP32) "
+                 "but no faster than FP32 either")
+    text += "; use the FP32 model on this CPU"
+    return text + (f", or try the {' or '.join(to_try[:2])} target (not measured in this run)" if to_try else "")
 
 
 def _slow_without_vnni_note(prof, cpu: CpuInfo, gates: dict[str, dict[str, Any]]) -> str | None:
@@ -120,9 +162,9 @@ def _slow_without_vnni_note(prof, cpu: CpuInfo, gates: dict[str, dict[str, Any]]
     floor = prof.thresholds.min_speedup_without_vnni
     if floor is None or floor >= 1 or not _on_cpu(prof.backend) or not (cpu.is_x86 and cpu.int8_dot_product is False):
         return None
-    faster = faster_cpu_target(prof.backend, gates)
+    to_try = targets_to_try(prof.backend, gates, cpu)
     return (f"{prof.name}: {NOT_FASTER} ({_cpu_label(cpu)}); its gate accepts {floor:g}x here"
-            + (f"; the {faster} target is faster here" if faster else "") + " (docs/cpu-targets.md)")
+            + (f"; try the {' or '.join(to_try[:2])} target" if to_try else "") + " (docs/cpu-targets.md)")
 
 
 def collect(cpu: CpuInfo | None = None) -> TargetListing:

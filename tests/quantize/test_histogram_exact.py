@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vitedge.quantize.histogram import COUNT_BLOCK_CHANNELS, MOMENT_CHUNK_CHANNELS, QMIN, ChannelHistogram
-from vitedge.quantize.stats import QMAX
+from vitedge.quantize.stats import MIN_SCALE, QMAX
 
 
 def _round_integral_ref(z, cap):
@@ -20,10 +20,10 @@ def _round_integral_ref(z, cap):
 
 
 def _mean_fake_quant_ref(h: ChannelHistogram, threshold: float, scale=None) -> np.ndarray:
-    """mean_fake_quant as it was before the blockwise / shared-levels version."""
+    """mean_fake_quant as it was before the blockwise / shared-levels version (steps below MIN_SCALE: MIN_SCALE)."""
     step = threshold / QMAX
-    if not (np.isfinite(step) and step > 0):
-        step = 1e-8
+    if not (np.isfinite(step) and step >= MIN_SCALE):
+        step = MIN_SCALE
     s = np.ones(h.channels) if scale is None else np.asarray(scale, dtype=np.float64).reshape(-1)
     width = h.top / h.bins / s
     lo = np.arange(h.bins, dtype=np.float64)[None, :] * width[:, None] / step
@@ -95,3 +95,32 @@ def test_every_value_is_counted_in_its_own_channels_bin(channels, signed):
         else:
             np.add.at(want[c, 0], j, 1)
     assert np.array_equal(h.counts.astype(np.int64), want if signed else want[:, :1, :])
+
+
+@pytest.mark.parametrize("signed", [False, True])
+def test_denormal_zero_and_huge_channels_count_and_threshold(signed):
+    """Float32 denormals (~1e-41) made bins / top overflow to inf and bincount refuse negative indices (a crash of
+    the build); zero and 1e30 channels sit beside them. Every value is counted, and every threshold is usable."""
+    from vitedge.quantize.stats import MIN_THRESHOLD, safe_scale, threshold
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((64, 4)).astype(np.float32)
+    x[:, 0] = np.float32(1e-41) * np.sign(x[:, 0])
+    x[:, 1] = 0.0
+    x[:, 2] *= np.float32(1e30)
+    h = ChannelHistogram(4, 256, signed=signed)
+    with np.errstate(all="raise"):  # no overflow, no invalid value on the way
+        h.add(x)
+        h.add(x * np.float32(0.5))
+    assert h.counts.sum(axis=(1, 2)).tolist() == [128] * 4
+    assert np.all(np.isfinite(h.top)) and np.all(h._scale < np.inf)
+    for c in range(4):
+        whole = ChannelHistogram(1, 2048)
+        whole.add(x[:, c])
+        amax = float(np.abs(x[:, c]).max())
+        for method in ("entropy", "percentile", "mse", "minmax"):
+            t = threshold(method, amax, whole.histogram(amax, 256))
+            assert np.isfinite(t) and t >= MIN_THRESHOLD, (c, method, t)
+            assert safe_scale(t) >= np.float32(MIN_THRESHOLD / QMAX)
+    if signed:
+        assert np.all(np.isfinite(h.mean_fake_quant(1e-41)))

@@ -231,3 +231,29 @@ def test_openvino_forced_isa_paths(isa):
             # is expected to saturate the same way (VPMADDUBSW) but is only printed here
             assert err > 0.05, f"{case} at {isa} did not saturate ({err:.4f}, {kernels})"
         print(f"{isa} {case}: relative error {err:.4f} {kernels}")
+
+
+@pytest.mark.parametrize("rule", ["pairwise", "full", "7bit"])
+def test_zero_and_denormal_channels_get_a_valid_scale(rule):
+    """A scale of 0 or a float32 denormal is invalid in ONNX QuantizeLinear: an all-zero output channel gets 1, a
+    denormal one (~1e-41) the smallest scale, and both quantise to zeros."""
+    from vitedge.quantize.stats import MIN_SCALE
+
+    w = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
+    w[:, 1] = 0.0
+    w[:, 2] = np.float32(1e-41)
+    q, scale = quantize_weight(w, 1, "MatMul", rule)
+    assert scale[1] == 1.0 and scale[2] == np.float32(MIN_SCALE), scale
+    assert np.all(scale >= np.float32(MIN_SCALE)) and not np.any(q[:, 1:3]), (scale, q)
+
+
+def test_gptq_with_a_hessian_past_float32_rounds_plainly():
+    """A 1e30 activation makes X^T X inf in float32; GPTQ then rounds to nearest instead of writing NaN as int8."""
+    from vitedge.quantize.gptq import gptq_quantize
+
+    w = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+    h = np.eye(8)
+    h[2, 2] = np.inf
+    q, scale = gptq_quantize(w, h, "pairwise")
+    assert np.array_equal(q, quantize_weight(w, 1, "MatMul", "pairwise")[0]), q
+    assert np.array_equal(scale, quantize_weight(w, 1, "MatMul", "pairwise")[1])

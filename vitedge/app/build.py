@@ -56,6 +56,7 @@ from vitedge.ui import StageLog
 from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.data_record import DataRecord
 from vitedge.validation.document import ValidationReport
+from vitedge.validation.normalisation import guess_notice, question_normalisation
 from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 
@@ -155,6 +156,7 @@ def _build_locked(req: BuildRequest, log: StageLog, profiles: list[TargetProfile
         work = Path(work_str)
         loaded, fp32 = _load_and_export(req, log, work)
         data = _open_data(req, loaded.spec, log)
+        question_normalisation(fp32, loaded.spec, data.calib, data.val, log.info)  # a guessed mean/std: exit 2 if another is clearly better
         budget_job = partial(BudgetJob, fp32=fp32, validation=data.val, spec=loaded.spec, backends=backends, thresholds=thresholds,
                              keep_float=req.keep_float, cache=req.cache)
         shared: dict[QuantConfigKey, SharedGraph] = {}
@@ -343,6 +345,9 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
     summary = _summary(bundle_dir, artifact, report)
     summary["budget"] = describe_record(manifest.quantization["budget"])
     summary["budget_float"] = list(t.shared.budget.returned)
+    guessed = guess_notice(t.loaded.spec)
+    if guessed:
+        summary["warnings"] = [guessed, *summary.get("warnings", ())]
     if budget_failure:
         summary.setdefault("failures", []).append(budget_failure)
     return TargetResult(profile, bundle_dir, artifact.built, passed, summary)

@@ -16,10 +16,11 @@ from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_write_path
 from vitedge.target_table import (
     cpu_profile_gates,
-    faster_cpu_target,
     int8_not_faster_sentence,
+    targets_to_try,
 )
 from vitedge.validation.document import ValidationReport
+from vitedge.validation.normalisation import notice_text
 from vitedge.validation.report import SCHEMA, gate_table, validation_markdown
 
 
@@ -46,10 +47,15 @@ def build_report_markdown(manifest) -> str:
     if m.quantization.get("weight_range"):
         lines.append(f"- INT8 weight range: {m.quantization['weight_range']} (correct on: "
                      f"{'every CPU' if m.quantization.get('cpu_requirement') == 'any-x86' else 'x86 CPUs with VNNI/AMX, Arm, GPUs'})")
+    pre = spec.get("preprocess") or {}
+    guessed = notice_text((spec.get("sources") or {}).get("preprocess"), pre.get("mean", ()), pre.get("std", ()), pre.get("channels"))
+    if guessed:
+        lines.append(f"- **{guessed[0].upper() + guessed[1:]}**")
     backend_name = str(m.target.get("backend", ""))
     speedup = (m.validation or {}).get("speedup")
+    # one bundle's report: no other target's timing is at hand, so it names what to try, claiming nothing
     not_faster = int8_not_faster_sentence(m.target["name"], backend_name, speedup if isinstance(speedup, (int, float)) else None,
-                                          faster=faster_cpu_target(backend_name, cpu_profile_gates()))
+                                          to_try=targets_to_try(backend_name, cpu_profile_gates(), exclude=(m.target["name"],)))
     if not_faster:
         lines.append(f"- {not_faster}")
     lines.append("")

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
+from vitedge.cpu import CpuInfo
 from vitedge.target_table import (
+    MeasuredSpeed,
     cpu_profile_gates,
-    faster_cpu_target,
     int8_not_faster_sentence,
+    measured_faster,
+    targets_to_try,
 )
 from vitedge.ui import literal
 
@@ -40,19 +43,28 @@ def summary_rows(results: Sequence[TargetResult]) -> list[tuple[str, ...]]:
     return rows
 
 
-def not_faster_lines(results: Sequence[TargetResult]) -> list[str]:
-    """One plain line per CPU target whose INT8 measured slower than its FP32 here, naming a target of
-    this build that measured faster (else the profile meant for such CPUs)."""
-    measured = {r.profile.name: (r.profile.backend, r.summary.get("speedup")) for r in results}
-    faster_here = [name for name, (backend, speedup) in measured.items() if speedup and speedup >= 1]
+def not_faster_lines(results: Sequence[TargetResult], cpu: CpuInfo | None = None,
+                     gates: dict[str, dict[str, Any]] | None = None) -> list[str]:
+    """One plain line per CPU target whose INT8 measured slower than its FP32 here. It names another target
+    as faster only when this build measured that one faster (target_table.measured_faster); otherwise
+    it names profiles to try, outside this build, saying that nothing measured them."""
+    measured = [MeasuredSpeed(r.profile.name, r.profile.backend, _number(r.summary.get("speedup")),
+                              _number(r.summary.get("int8_ms"))) for r in results]
     lines = []
-    for name, (backend, speedup) in measured.items():
-        others = [n for n in faster_here if measured[n][0] != backend]
-        faster = others[0] if others else faster_cpu_target(backend, cpu_profile_gates())
-        line = int8_not_faster_sentence(name, backend, speedup, faster=faster)
+    for m in measured:
+        if m.speedup is None or m.speedup >= 1:
+            continue
+        faster = measured_faster(m, measured)
+        to_try = () if faster is not None and (faster.speedup or 0) >= 1 else targets_to_try(
+            m.backend, cpu_profile_gates() if gates is None else gates, cpu, exclude=tuple(x.target for x in measured))
+        line = int8_not_faster_sentence(m.target, m.backend, m.speedup, cpu, faster=faster, to_try=to_try)
         if line:
             lines.append(line)
     return lines
+
+
+def _number(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def print_build_summary(results: Sequence[TargetResult], timings: dict[str, float]) -> None:

@@ -26,6 +26,7 @@ from vitedge.models.presets import (
     get_preset,
     match_preset,
 )
+from vitedge.models.stem import candidates_text, stem_input_size, stem_layers
 from vitedge.models.timm_arch import load_timm_arch
 from vitedge.onnxutil import check_external_data, graph_inputs
 from vitedge.spec import (
@@ -419,7 +420,7 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
     checks.check_heads_agree(opt.num_heads, facts.get("num_heads"), f"the attention layers of {where} have")
     cfg = getattr(module, "pretrained_cfg", None) or getattr(module, "default_cfg", None) or {}
     sources: dict[str, str] = {}
-    image_size = _module_image_size(opt, sd, layout, facts, cfg, kwargs, example_shape, where, family, sources)
+    image_size = _module_image_size(opt, sd, layout, facts, cfg, kwargs, example_shape, where, family, sources, module)
     channels, _ = chan.module_channels(module, sd, cfg, kwargs, example_shape)
     output, channels = _probe_output(module, image_size, where, channels)
     # a class that keeps no num_heads and no position table (attention written by hand, positions added
@@ -448,8 +449,28 @@ def _weights_and_layout(module, where: str) -> tuple[dict[str, Any], Layout | No
         return sd, None
 
 
+def _size_from_stem(module, sd: dict[str, Any], facts: dict[str, Any], where: str, sources: dict[str, str]) -> tuple[int, int] | None:
+    """The input size a convolutional stem with strides and pooling (a CCT's tokenizer) makes the position
+    embedding's token count from (models/stem); None when the stem is one patch convolution or cannot tell.
+    Several sizes fit and none is the stride's multiple: refused, listing them."""
+    pos = [v for k, v in sd.items() if "pos" in k.lower() and getattr(v, "ndim", 0) == 3 and int(v.shape[0]) == 1]
+    if not pos:
+        return None
+    prefix = facts.get("num_prefix_tokens")
+    size = stem_input_size(stem_layers(module), int(pos[0].shape[1]), ((prefix,) if prefix is not None else ()) + (1, 0, 2, 5))
+    if size is None:
+        return None
+    if size.side is None:
+        raise ModelLoadError(f"{where}: cannot tell the input size: its convolutional stem (total stride {size.stride}) makes the "
+                             f"{size.grid}x{size.grid} tokens of its position embedding from inputs of {candidates_text(size)} "
+                             f"pixels a side; pass --input-size H W (e.g. --input-size {size.candidates[0]} {size.candidates[0]})")
+    sources["image_size"] = f"{SOURCE_FILE} (position-embedding grid x the stem's total stride {size.stride})"
+    return (size.side, size.side)
+
+
 def _module_image_size(opt: IntakeOptions, sd: dict[str, Any], layout: Layout | None, facts: dict[str, Any], cfg,
-                       kwargs: dict, example_shape, where: str, family: str, sources: dict[str, str]) -> tuple[int, int]:
+                       kwargs: dict, example_shape, where: str, family: str, sources: dict[str, str],
+                       module=None) -> tuple[int, int]:
     """The input size, from the first that says it: the file's example input, the layout, the class's
     config or constructor arguments, the weights (patch side x position grid); --input-size must agree
     with what the file fixes. Records its source in ``sources``."""
@@ -465,6 +486,8 @@ def _module_image_size(opt: IntakeOptions, sd: dict[str, Any], layout: Layout | 
         if key is not None:
             v = kwargs[key]
             image_size, sources["image_size"] = ((int(v), int(v)) if isinstance(v, int) else tuple(int(x) for x in v[-2:])), SOURCE_FILE
+    if image_size is None and opt.input_size is None:
+        image_size = _size_from_stem(module, sd, facts, where, sources)
     if image_size is None and opt.input_size is None:
         image_size = chan.input_size_from_weights(sd, facts.get("num_prefix_tokens"))
         if image_size is not None:

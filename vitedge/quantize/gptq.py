@@ -35,6 +35,8 @@ def gptq_quantize(w_kn: np.ndarray, hessian: np.ndarray, rule: str) -> tuple[np.
     scale = weight_scales(w.astype(np.float32), 1, "MatMul", rule).astype(np.float64)
     limit = SEVEN_BIT if rule == "7bit" else QMAX
     h = np.array(hessian, dtype=np.float64, copy=True)
+    if not np.all(np.isfinite(h)):  # X^T X past float32 (an activation near 1e19 or more): plain rounding, never NaN weights
+        h = np.eye(k)
     dead = np.diag(h) <= 0
     h[dead, dead] = 1.0
     wt = w.T.copy()  # [N, K]: a column per input channel, as in the paper

@@ -3,7 +3,8 @@
 Calibration makes one pass over the data, so the range of a histogram cannot come from an
 earlier pass. ``ChannelHistogram`` keeps, per channel (the last axis; one channel for a
 whole tensor), counts of ``|x|`` in ``bins`` equal bins over ``[0, top]``, where ``top``
-starts at the first non-zero batch's max ``|x|`` and doubles whenever a later batch goes
+starts at the first non-zero batch's max ``|x|`` (never below ``MIN_TOP``: a float32 denormal
+top, ~1e-41, made ``bins / top`` overflow to inf) and doubles whenever a later batch goes
 past it: the counts of bin pairs are then added (exact: a bin of the doubled grid is the
 union of two bins of the old one). Memory is fixed by ``channels x bins``, whatever the
 number of images. With ``signed`` the counts of negative values are kept apart (what the
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vitedge.quantize.stats import QMAX
+from vitedge.quantize.stats import MIN_SCALE, QMAX
 
 QMIN = -128  # what QuantizeLinear saturates to below
 # Channels per block in mean_fake_quant (128 x 256 bins x 8 bytes: 256 KB per temporary).
@@ -39,6 +40,9 @@ COUNT_BLOCK_CHANNELS = 128
 # (scale, floor, clip, to integers) finds them still in the cache (one-channel histograms of 2.4 M values: ~25 %
 # faster in 256 K pieces than in one). Counts are integers: the same whatever the pieces.
 COUNT_CHUNK_VALUES = 1 << 18
+# The smallest top of a grid: ``bins / top`` (float32) and every ``|x| * bins / top`` stay finite for any bins we use.
+# Far below stats.MIN_THRESHOLD, the clipping threshold of a tensor that small, so no threshold reads a grid this fine.
+MIN_TOP = 2.0 ** -100
 
 
 class ChannelHistogram:
@@ -116,7 +120,7 @@ class ChannelHistogram:
     def _grow(self, cmax: np.ndarray) -> None:
         start = (self.top == 0) & (cmax > 0)
         if start.any():  # the counts so far are all zeros, in bin 0 of any grid
-            self.top[start] = cmax[start]
+            self.top[start] = np.maximum(cmax[start], MIN_TOP)
         over = (self.top > 0) & (cmax > self.top)
         if over.any():
             k = np.ceil(np.log2(cmax[over] / self.top[over])).astype(np.int64)
@@ -173,8 +177,8 @@ class ChannelHistogram:
         if not self.signed:
             raise ValueError("mean_fake_quant needs a signed histogram")
         step = threshold / QMAX
-        if not (np.isfinite(step) and step > 0):
-            step = 1e-8
+        if not (np.isfinite(step) and step >= MIN_SCALE):  # the scale the Q/DQ pair gets (stats.safe_scale)
+            step = MIN_SCALE
         s = np.ones(self.channels) if scale is None else np.asarray(scale, dtype=np.float64).reshape(-1)
         width = self.top / self.bins / s  # a bin's width in units of x / s
         if self._counts_f64 is None:  # method select reads every candidate's means from the same counts

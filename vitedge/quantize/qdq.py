@@ -37,7 +37,7 @@ from vitedge.quantize.config import (
 )
 from vitedge.quantize.graph import GraphIndex, QuantLayer
 from vitedge.quantize.record import Calibration
-from vitedge.quantize.stats import QMAX
+from vitedge.quantize.stats import QMAX, safe_scale
 from vitedge.quantize.weight_range import quantize_weight
 
 METADATA_KEY = "vitedge.quantization"
@@ -140,9 +140,7 @@ class _QdqWriter:
         if tensor in self.act_dq:
             return self.act_dq[tensor]
         names = self.names
-        scale = np.float32(self.calibration.thresholds[tensor] / QMAX)
-        if not (np.isfinite(scale) and scale > 0):
-            scale = np.float32(1e-8)
+        scale = safe_scale(self.calibration.thresholds[tensor])
         s_name, z_name = names(f"{tensor}_scale"), names(f"{tensor}_zero_point")
         q_out, dq_out = names(f"{tensor}_quantized"), names(f"{tensor}_dequantized")
         self.new_inits.append(numpy_helper.from_array(np.array(scale, dtype=np.float32), s_name))

@@ -32,6 +32,7 @@ import numpy as np
 
 from vitedge.quantize.gptq import gptq_quantize
 from vitedge.quantize.graph import GraphIndex, QuantLayer, attr
+from vitedge.quantize.stats import safe_scale
 from vitedge.quantize.weight_range import quantize_weight
 
 HESSIAN_BUDGET_BYTES = 512 * 2**20  # float64 Hessians accumulated in one pass
@@ -119,9 +120,7 @@ def find_bias(gi: GraphIndex, layer: QuantLayer) -> tuple[str, int] | None:
 
 def fake_quant(x: np.ndarray, threshold: float) -> np.ndarray:
     """What a QuantizeLinear -> DequantizeLinear pair with scale ``threshold / 127`` outputs."""
-    s = np.float32(threshold / 127.0)
-    if not (np.isfinite(s) and s > 0):
-        s = np.float32(1e-8)
+    s = safe_scale(threshold)
     return np.clip(np.rint(x / s), -128, 127) * s
 
 

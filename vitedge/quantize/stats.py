@@ -20,8 +20,19 @@ from __future__ import annotations
 import numpy as np
 
 QMAX = 127  # symmetric INT8: [-127, 127] * scale covers [-t, t]
-_TINY = 1e-12
+# The smallest clipping threshold, and so the smallest scale (MIN_SCALE ~ 7.9e-15) any Q/DQ pair gets. A tensor whose
+# every |x| is below it (all zeros, float32 denormals ~1e-41) quantises to zero. A scale of 0 or a denormal one is
+# invalid in QuantizeLinear (x / scale is inf or NaN); this one is a normal float32 whose inverse is finite too.
+MIN_THRESHOLD = 1e-12
+MIN_SCALE = MIN_THRESHOLD / QMAX
+_TINY = MIN_THRESHOLD
 _EPS = 1e-10  # KL: an empty q bin under a non-empty p bin counts as holding this much
+
+
+def safe_scale(threshold: float) -> np.float32:
+    """The float32 Q/DQ scale of a clipping threshold: ``threshold / 127``, never below ``MIN_SCALE`` (nor NaN)."""
+    scale = np.float32(threshold / QMAX)
+    return scale if np.isfinite(scale) and scale >= MIN_SCALE else np.float32(MIN_SCALE)
 
 
 def absmax(x: np.ndarray) -> float:
@@ -43,9 +54,9 @@ def histogram(x: np.ndarray, top: float, num_bins: int) -> np.ndarray:
 
 
 def threshold(method: str, amax: float, hist: np.ndarray | None, *, percentile: float = 99.99) -> float:
-    """The clipping threshold for one tensor (always > 0)."""
-    if amax <= 0.0:
-        return _TINY
+    """The clipping threshold for one tensor (always >= MIN_THRESHOLD)."""
+    if not amax > MIN_THRESHOLD:  # zero, denormal or tiny everywhere: quantised to zero
+        return MIN_THRESHOLD
     if method == "auto":  # placeholder until the refinement pass chooses: entropy
         method = "entropy"
     if method == "minmax" or hist is None or hist.sum() == 0:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from vitedge.quantize.config import CPU_REQUIREMENT, WEIGHT_RANGES  # noqa: F401 - the rules' names live with the settings
+from vitedge.quantize.stats import MIN_SCALE
 
 QMAX = 127
 PAIR_LIMIT = 128  # 255 * 128 = 32640 <= 32767
@@ -58,7 +59,8 @@ def weight_scales(w: np.ndarray, axis: int, op_type: str, rule: str) -> np.ndarr
         # the pair bound holds after rounding too: |rint(a)| + |rint(b)| <= PAIR_LIMIT when
         # a + b <= PAIR_LIMIT - 1 (each rint adds at most 0.5)
         scale = np.maximum(amax / QMAX, _max_pairs(np.abs(w).astype(np.float64), axis) / (PAIR_LIMIT - 1))
-    return np.where(amax > 0, scale, 1.0).astype(np.float32)
+    # an all-zero channel: 1; a denormal or tiny one: MIN_SCALE (a scale of 0 or a denormal is invalid in ONNX)
+    return np.where(amax > 0, np.maximum(scale, MIN_SCALE), 1.0).astype(np.float32)
 
 
 def quantize_weight(w: np.ndarray, axis: int, op_type: str, rule: str) -> tuple[np.ndarray, np.ndarray]:
