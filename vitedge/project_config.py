@@ -21,7 +21,6 @@ import dataclasses
 import functools
 import json
 import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,7 @@ from click.core import ParameterSource
 from vitedge.app.build import BuildRequest, bundle_dirs
 from vitedge.errors import UsageError
 from vitedge.profiles import Thresholds, load_profile
+from vitedge.safefile import ownership_reason
 
 CONFIG_NAME = "vitedge.toml"
 PYPROJECT = "pyproject.toml"
@@ -165,18 +165,13 @@ def find_config(start: Path | None = None) -> Path | None:
 
 def untrusted_reason(path: Path) -> str | None:
     """Why a config found upward may not be read (None when it may): it must be owned by the user running
-    vitedge and writable by no one else, so nobody but the user can have put a key in it."""
+    vitedge and writable by no one else, and so must everything that decides what it holds: a link is judged by
+    who owns the link itself, not its target, and every folder on the way must be the user's or root's and not
+    writable by others (``safefile.ownership_reason``), so nobody but the user can have put a key in it."""
     try:
-        st = os.stat(path)
+        return ownership_reason(path)
     except OSError as err:
         return f"it cannot be examined ({err.strerror or err})"
-    uid = os.getuid() if hasattr(os, "getuid") else None
-    if uid is not None and st.st_uid != uid:
-        return f"it is owned by uid {st.st_uid}, not by you (uid {uid})"
-    if st.st_mode & 0o022:
-        who = " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if st.st_mode & bit)
-        return f"{who} can write it (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
 
 
 @dataclass(frozen=True)

@@ -51,3 +51,75 @@ def read_bounded(path: Path, limit: int) -> bytes:
     if len(data) > limit:
         raise FileTooLarge(f"{path} is over the {limit >> 20} MB bound")
     return data
+
+
+# ---- who could have written a file: the file, every link and every folder on the way ----------
+
+MAX_LINK_HOPS = 40  # as the kernel's own bound on links followed in one lookup
+
+
+def _uid() -> int | None:
+    return os.getuid() if hasattr(os, "getuid") else None
+
+
+def _writers(mode: int) -> str:
+    return " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if mode & bit)
+
+
+def _folder_reason(folder: Path, st: os.stat_result, uid: int | None) -> str | None:
+    """A folder on the way is safe when the user or root owns it and no one else can replace what is in it
+    (not writable by group or others, unless sticky: then only an entry's owner can rename it)."""
+    if uid is not None and st.st_uid not in (uid, 0):
+        return f"the folder {folder} on its way is owned by uid {st.st_uid}, not by you (uid {uid}) or root"
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return f"{_writers(st.st_mode)} can write the folder {folder} on its way (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def _file_reason(path: Path, st: os.stat_result, uid: int | None) -> str | None:
+    if not stat.S_ISREG(st.st_mode):
+        return f"it is {kind_of(st.st_mode)}, not a regular file"
+    if uid is not None and st.st_uid != uid:
+        return f"it is owned by uid {st.st_uid}, not by you (uid {uid})"
+    if st.st_mode & 0o022:
+        return f"{_writers(st.st_mode)} can write it (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+def ownership_reason(path: Path) -> str | None:
+    """Why someone other than the user (or root) could have chosen what ``path`` holds; None when no one could.
+
+    Judged with ``lstat`` along the way, never through a link: the file itself must be the user's and writable by
+    no one else; every link followed to reach it must be owned by the user or root (a link planted by another user
+    decides what is read whatever its target is); and every folder on the way, from ``/`` down, links' targets'
+    folders included, must be owned by the user or root and not writable by others (sticky folders such as /tmp
+    excepted). Where there are no user ids (Windows) only the mode bits are judged."""
+    uid = _uid()
+    first = Path(os.path.abspath(path))
+    todo = list(first.parts)
+    current = Path(todo.pop(0))
+    hops = 0
+    reason = _folder_reason(current, os.lstat(current), uid)
+    while todo and reason is None:
+        part = todo.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent
+            continue
+        entry = current / part
+        st = os.lstat(entry)
+        if stat.S_ISLNK(st.st_mode):
+            hops += 1
+            if uid is not None and st.st_uid not in (uid, 0):
+                return f"{'it' if entry == first else entry} is a link owned by uid {st.st_uid}, not by you (uid {uid}) or root"
+            if hops > MAX_LINK_HOPS:
+                return f"it is reached through more than {MAX_LINK_HOPS} links"
+            target = Path(os.readlink(entry))
+            todo = list(target.parts) + todo
+            if target.is_absolute():
+                current = Path(todo.pop(0))
+            continue
+        reason = _folder_reason(entry, st, uid) if todo else _file_reason(entry, st, uid)
+        current = entry
+    return reason
