@@ -17,7 +17,6 @@ before any work, under the output's lock (vitedge/outlock.py):
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import tempfile
@@ -26,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitedge.errors import Interrupted, UsageError
+from vitedge.safefile import read_json
 from vitedge.signals import exit_for
 from vitedge.swap import _WORK, clean_debris, recover_swap
 from vitedge.swap import work_prefix  # noqa: F401  (re-exported: the commands name their work folders through it)
@@ -41,10 +41,10 @@ def is_bundle(path: Path) -> bool:
     if not manifest.is_file():
         return False
     try:
-        data = json.loads(manifest.read_text())
+        data = read_json(manifest)
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and str(data.get("schema", "")).startswith("vitedge.manifest/")
+    return str(data.get("schema", "")).startswith("vitedge.manifest/")
 
 
 def _bundles_in(path: Path) -> list[str]:
@@ -138,7 +138,7 @@ def _is_report_dir(path: Path) -> bool:
     if path.name == "report" and is_bundle(path.parent):
         return True  # a bundle's own report/ (not hashed in its manifest)
     try:
-        doc = json.loads((path / "validation.json").read_text())
+        doc = read_json(path / "validation.json")
     except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and str(doc.get("schema", "")).startswith("vitedge.validation/")
@@ -174,7 +174,7 @@ def _is_matrix_dir(path: Path) -> bool:
     if not any(os.path.lexists(path / name) for name in MATRIX_FILES):
         return True
     try:
-        doc = json.loads((path / "matrix.json").read_text())
+        doc = read_json(path / "matrix.json")
     except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and str(doc.get("schema", "")).startswith("vitedge.matrix/") and all(

@@ -29,7 +29,6 @@ settings the data is read, decoded and run through the FP32 graph once.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -38,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.datasources._common import CalibrationSource, SourceSummary
+from vitedge.datasources._common import CalibrationSource, SourceSummary, check_inputs_vary
 from vitedge.errors import QuantizationError, UsageError
 from vitedge.fsutil import sha256_bytes
 from vitedge.onnxutil import (
@@ -72,6 +71,7 @@ from vitedge.quantize.graph import (
 )
 from vitedge.quantize.qdq import QuantizedGraph, build_qdq
 from vitedge.quantize.record import Calibration, Selection, Variant
+from vitedge.safefile import parse_json
 from vitedge.quantize.refine import Refinement, correct_biases, refinable, refine
 from vitedge.quantize.select import SELECT_CONTEND_RATIO, SELECT_FIRST_LOOK, SELECT_MIN_RATIO, SELECT_MIN_T, choose
 from vitedge.quantize.smooth_search import choose_alphas
@@ -146,6 +146,7 @@ def calibrate(
     entry = cache.load(key)
     st = _restore(entry, plan) if entry is not None else None
     if st is None:
+        check_inputs_vary(source, graph.preprocess)  # a --std of 1e30: every image one value, FP32 one answer
         t0 = time.perf_counter()
         st = _measure(plan, graph.meta, source, config, progress)
         timings["statistics"] = time.perf_counter() - t0
@@ -193,7 +194,7 @@ def _load_fp32(path: Path) -> _Fp32Graph:
     preprocess = None
     if SPEC_KEY in meta:
         try:
-            preprocess = json.loads(meta[SPEC_KEY]).get("preprocess")
+            preprocess = parse_json(meta[SPEC_KEY], f"{path} metadata").get("preprocess")
         except (ValueError, AttributeError):
             preprocess = None
     return _Fp32Graph(path, model, sha, meta, preprocess)
