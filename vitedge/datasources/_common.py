@@ -206,21 +206,20 @@ class CalibrationSource:
 SPREAD_FLOOR = 1e-4  # relative: normalized images spread over ~1, and float32 still tells 1 part in 10**7 apart
 
 
-def check_inputs_vary(source: CalibrationSource, preprocess: dict[str, Any] | None = None) -> None:
+def check_inputs_vary(images: np.ndarray, preprocess: dict[str, Any] | None = None) -> None:
     """Refuse data that preprocessing made (nearly) one value: a --std of 1e30 turns every image into zeros, a --mean
     of 1e6 into one number float32 cannot tell apart, and FP32 then answers every image alike; calibrating on that and
-    gating INT8 against it proves nothing. Checked on the first batch (up to 16 items) before any statistics."""
-    batch = next(source.batches(min(max(len(source), 1), 16)), None)
-    if batch is None:
+    gating INT8 against it proves nothing. The calibration pass checks its first batch (``images``) as it reads it."""
+    if not len(images):
         return
-    x = np.asarray(batch.images, dtype=np.float64)
+    x = np.asarray(images, dtype=np.float64)
     spread, centre = float(x.max() - x.min()), float(np.abs(x).mean())
     if np.isfinite(spread) and spread > SPREAD_FLOOR * (1.0 + centre):
         return
     pre = preprocess or {}
     stats = f" (mean {pre.get('mean')}, std {pre.get('std')})" if pre.get("std") is not None else ""
     raise UsageError(f"the model's inputs are all one value after preprocessing (spread {spread:.3g} around {centre:.3g} on "
-                     f"{len(batch.ids)} images): --mean/--std{stats} erase the images, or the images are blank; pass the "
+                     f"{len(x)} images): --mean/--std{stats} erase the images, or the images are blank; pass the "
                      "--mean/--std the model was trained with")
 
 
