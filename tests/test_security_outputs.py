@@ -55,7 +55,8 @@ def test_force_refuses_what_vitedge_did_not_write(tmp_path):
     check_replaceable(_bundle(tmp_path / "b", "old"))  # a bundle: fine
     tree = tmp_path / "tree"
     _bundle(tree / "onnx", "a"), _bundle(tree / "intel-cpu", "b")
-    check_replaceable(tree)  # a folder of bundles vitedge wrote: fine
+    with pytest.raises(UsageError, match="holds the bundles of 2 builds"):
+        check_replaceable(tree)  # a folder of bundles: a one-bundle output would delete them all
     (tmp_path / "empty").mkdir()
     check_replaceable(tmp_path / "empty")
     fake = tmp_path / "fake"

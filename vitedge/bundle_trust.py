@@ -22,8 +22,10 @@ from typing import Any
 
 from vitedge.errors import BundleError
 from vitedge.fsutil import atomic_write_path
+from vitedge.safefile import MAX_DOCUMENT_BYTES, read_bounded
 
 SIGNATURE = "manifest.sig"
+SIGNATURE_BYTES = 4096  # 64 hex digits and a newline
 KEY_ENV = "VITEDGE_SIGNING_KEY"
 # every gate field the build recorded: validate gates with the build's own (the near-tie gate's two included)
 _GATE_KEYS = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms", "near_tie_margin", "drop_confidence")
@@ -84,11 +86,16 @@ def check_signature(bundle: Path) -> None:
     if key is None:
         return
     sig = Path(bundle) / SIGNATURE
-    if not sig.is_file():
+    if not os.path.lexists(sig):
         raise BundleError(f"{bundle} has no {SIGNATURE} and {KEY_ENV} is set: a bundle built without the key, or its signature "
                           "was removed; rebuild it with the key")
-    expected = signature_of((Path(bundle) / "manifest.json").read_bytes(), key)
-    if not hmac.compare_digest(sig.read_text().strip(), expected):
+    try:  # a FIFO, /dev/zero or a huge file where the signature belongs: refused, never read (a hang, memory)
+        given = read_bounded(sig, SIGNATURE_BYTES)
+        manifest = read_bounded(Path(bundle) / "manifest.json", MAX_DOCUMENT_BYTES)
+    except OSError as err:
+        raise BundleError(f"{err}: not a signature vitedge wrote; rebuild the bundle with the key") from None
+    expected = signature_of(manifest, key)
+    if not hmac.compare_digest(given.decode("ascii", "replace").strip(), expected):
         raise BundleError(f"{bundle}: manifest.json does not match {SIGNATURE} (edited after the build, or signed with another "
                           f"key); rebuild the bundle")
 

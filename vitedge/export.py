@@ -34,6 +34,7 @@ from vitedge.onnxutil import (
     get_metadata,
     graph_inputs,
     has_external_tensors,
+    inline_attribute_tensors,
     is_large,
     lean_settings,
     opset_version,
@@ -104,6 +105,7 @@ def export_onnx(loaded: LoadedModel, out_path: str | Path, options: ExportOption
         if loaded.is_onnx:
             model = onnx.load(str(loaded.onnx_path), load_external_data=False)  # weights, if external, stay in their files
             base_dir = Path(loaded.onnx_path).parent
+            inline_attribute_tensors(model, base_dir, str(loaded.path))  # the folder rule for Constants' values too
             if get_metadata(model).get(INPUT_FORMAT_KEY) == UINT8_NHWC_RGB:
                 if not options.bake_preprocess:
                     raise UsageError(f"{loaded.path} already takes uint8 frames (preprocessing baked in); pass --bake-preprocess to keep it")

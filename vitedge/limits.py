@@ -42,6 +42,9 @@ MAX_P99_MS = 3_600_000.0  # one hour per batch-1 inference
 MAX_TOP1_DROP = 100.0  # percentage points
 MAX_WORKSPACE_MB = 1 << 20  # TensorRT builder workspace: 1 TiB
 MAX_DLA_CORE = 15
+# the most classes a model may declare: a bundle's manifest names each class, and past this many it outgrows the
+# bound a manifest is read with (vitedge.manifest.MAX_MANIFEST_BYTES), so runtime.load would refuse the bundle
+MAX_CLASSES = 100_000
 # the decompression-bomb limit: an image whose header claims more pixels than this is refused before
 # it is decoded (PIL's own default warns at 89 M and refuses at 179 M pixels)
 MAX_IMAGE_PIXELS = 64 * 1024 * 1024

@@ -19,7 +19,7 @@ from vitedge.errors import BundleError
 from vitedge.fsutil import atomic_write_path, sha256_file
 from vitedge.manifest_sections import Section
 from vitedge.manifest_types import check_field_types
-from vitedge.safefile import FileTooLarge, read_bounded
+from vitedge.safefile import BadDocument, read_json
 from vitedge.spec import ModelSpec
 from vitedge.swap import recover_swap
 
@@ -122,12 +122,12 @@ def read_manifest(bundle: Path) -> Manifest:
     if not path.is_file():
         raise BundleError(f"{bundle} has no manifest.json: not a complete vitedge bundle (an interrupted build leaves none)")
     try:
-        data = json.loads(read_bounded(path, MAX_MANIFEST_BYTES).decode("utf-8"))
-    except FileTooLarge as err:  # a bundle from elsewhere: its manifest is data, and a few MB at most
+        data = read_json(path, what="vitedge manifest", limit=MAX_MANIFEST_BYTES)
+    except OSError as err:  # a bundle from elsewhere: its manifest is data, a regular file of a few MB at most
         raise BundleError(f"{err}: not a vitedge manifest") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise BundleError(f"{path} is not valid JSON ({err})") from None
-    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith("vitedge.manifest/"):
+    except BadDocument as err:
+        raise BundleError(f"{err}; rebuild the bundle") from None
+    if not str(data.get("schema", "")).startswith("vitedge.manifest/"):
         raise BundleError(f"{path} is not a vitedge manifest (no 'schema': '{SCHEMA}')")
     manifest = Manifest.from_dict(data)
     bundle_trust.check_contained(bundle, manifest)

@@ -34,7 +34,7 @@ def check_field_types(d: dict[str, Any], sections: tuple[str, ...]) -> None:
         raise bad("model.spec", spec, "an object")
     try:
         spec_obj = ModelSpec.from_dict(spec)
-        _check_spec_bounds(spec_obj)
+        check_spec_bounds(spec_obj)
     except BundleError:
         raise
     except Exception as err:  # noqa: BLE001 - any malformed field is the file's fault
@@ -42,8 +42,10 @@ def check_field_types(d: dict[str, Any], sections: tuple[str, ...]) -> None:
                           "the bundle is damaged or was edited by hand: rebuild it") from None
 
 
-def _check_spec_bounds(spec: ModelSpec) -> None:
-    """The numbers of the model's input a runtime will allocate for: finite and within vitedge.limits."""
+def check_spec_bounds(spec: ModelSpec, where: str = "manifest.json", error: type[Exception] = BundleError,
+                      fix: str = "the bundle is damaged or was edited by hand: rebuild it") -> None:
+    """The numbers of the model's input a runtime will allocate for: finite and within vitedge.limits. Checked where a
+    spec is read: from a manifest (``where`` manifest.json) and from a model file (its path, ``ModelLoadError``)."""
     pre = spec.preprocess
     checks = [(f"model.spec.image_size[{i}]", v, 1, limits.MAX_INPUT_SIDE, True) for i, v in enumerate(spec.image_size)]
     checks += [(f"model.spec.preprocess.crop_size[{i}]", v, 1, limits.MAX_INPUT_SIDE, True) for i, v in enumerate(pre.crop_size)]
@@ -53,12 +55,10 @@ def _check_spec_bounds(spec: ModelSpec) -> None:
     if spec.patch_size is not None:
         checks.append(("model.spec.patch_size", spec.patch_size, 1, limits.MAX_INPUT_SIDE, True))
     if spec.num_classes is not None:
-        checks.append(("model.spec.num_classes", spec.num_classes, 1, 10_000_000, True))
+        checks.append(("model.spec.num_classes", spec.num_classes, 1, limits.MAX_CLASSES, True))
     for name, value, lo, hi, integer in checks:
         if not limits.within(value, lo, hi, integer=integer, lo_open=name.startswith("model.spec.preprocess.std")):
-            raise BundleError(f"manifest.json: '{name}' is {value!r}, expected {limits.kind_text(integer)}"
-                              f"{limits.bounds_text(lo, hi, name.startswith('model.spec.preprocess.std'))}; "
-                              "the bundle is damaged or was edited by hand: rebuild it")
+            raise error(f"{where}: '{name}' is {value!r}, expected {limits.kind_text(integer)}"
+                        f"{limits.bounds_text(lo, hi, name.startswith('model.spec.preprocess.std'))}; {fix}")
     if not limits.within(pre.crop_pct, 0.0, 1.0, lo_open=True):
-        raise BundleError(f"manifest.json: 'model.spec.preprocess.crop_pct' is {pre.crop_pct!r}, expected a finite number in (0, 1]; "
-                          "the bundle is damaged or was edited by hand: rebuild it")
+        raise error(f"{where}: 'model.spec.preprocess.crop_pct' is {pre.crop_pct!r}, expected a finite number in (0, 1]; {fix}")

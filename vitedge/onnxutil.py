@@ -27,6 +27,7 @@ from typing import Any
 
 from vitedge.errors import ModelLoadError, UsageError
 from vitedge.fsutil import atomic_write_path, sha256_file
+from vitedge.safefile import check_regular
 from vitedge.swap import partial_prefix, work_prefix
 
 _TWO_GB = 2**31 - 1
@@ -195,27 +196,50 @@ def weightless_copy(model: Any) -> Any:
     return shell
 
 
+MAX_EXTERNAL_BYTES = 1 << 40  # an offset or length past 1 TiB is not a real model's
+
+
+def _external_info(tensor: Any, where: str) -> tuple[str, int, int | None]:
+    """``tensor``'s external location, offset and length (None: to the end), each checked: a number, not negative."""
+    fields = {entry.key: entry.value for entry in tensor.external_data}
+    numbers: dict[str, int | None] = {}
+    for key in ("offset", "length"):
+        raw = fields.get(key)
+        value = None
+        if raw not in (None, ""):
+            try:
+                value = int(raw)
+            except ValueError:
+                value = -1
+            if not 0 <= value <= MAX_EXTERNAL_BYTES:
+                raise ModelLoadError(f"{where}: tensor '{tensor.name}' gives its external data {key} as '{raw[:40]}', which is "
+                                     f"not a byte count (0 to {MAX_EXTERNAL_BYTES}); the graph is damaged: re-export it")
+        numbers[key] = value
+    return fields.get("location", ""), numbers["offset"] or 0, numbers["length"]
+
+
 def external_data_file(base_dir: Path, tensor: Any, where: str | None = None) -> Path:
     """The file that holds ``tensor``'s external data, checked: inside ``base_dir`` (the model's folder; an absolute
     location, ``..`` or a link that leads out of it is refused, as ONNX's own loader refuses it: a graph from someone
-    else must not copy a file of this machine, a key say, into the bundle's weights), present, and long enough for the
-    tensor's offset and length. A ModelLoadError naming ``where`` (default: the folder) otherwise."""
-    from onnx.external_data_helper import ExternalDataInfo
-
-    info = ExternalDataInfo(tensor)
+    else must not copy a file of this machine, a key say, into the bundle's weights), a regular file, present, and long
+    enough for the tensor's offset and length. A ModelLoadError naming ``where`` (default: the folder) otherwise.
+    This is the folder rule: it holds for every tensor a graph holds (``all_tensors``), not only initializers."""
     where = where or str(base_dir)
-    location = info.location
+    location, offset, length = _external_info(tensor, where)
     target = _inside(Path(base_dir), location)
     if target is None:
         raise ModelLoadError(f"{where}: tensor '{tensor.name}' names external data '{location}', which is not a file inside the "
                              "model's folder; vitedge reads weights only from files beside the model (as ONNX's loader does)")
-    if not target.is_file():
+    if not os.path.lexists(target) and not target.exists():
         raise ModelLoadError(f"{where}: tensor '{tensor.name}' keeps its weights in '{location}', which is missing from "
                              f"{os.path.abspath(base_dir)}: copy the data file beside the model")
-    end = (info.offset or 0) + (info.length or 0)
-    size = target.stat().st_size
-    if end > size or (info.offset or 0) > size:
-        raise ModelLoadError(f"{where}: tensor '{tensor.name}' needs bytes {info.offset or 0}..{end} of '{location}', which has "
+    try:
+        size = check_regular(target).st_size
+    except OSError as err:
+        raise ModelLoadError(f"{where}: tensor '{tensor.name}' keeps its weights in '{location}': {err}") from None
+    end = offset + (length or 0)
+    if end > size or offset > size:
+        raise ModelLoadError(f"{where}: tensor '{tensor.name}' needs bytes {offset}..{end} of '{location}', which has "
                              f"{size}: the data file is truncated or belongs to another model")
     return target
 
@@ -223,33 +247,85 @@ def external_data_file(base_dir: Path, tensor: Any, where: str | None = None) ->
 def _inside(base_dir: Path, location: str) -> Path | None:
     """``base_dir / location`` with links resolved, or None when that leaves ``base_dir`` (absolute, ``..``, a link out)."""
     base = Path(os.path.realpath(base_dir))
-    if not location or Path(location).is_absolute() or ".." in Path(location).parts:
+    if not location or "\0" in location or Path(location).is_absolute() or ".." in Path(location).parts:
         return None
     target = Path(os.path.realpath(base / location))
     return target if base in target.parents else None
 
 
-def check_external_data(model: Any, base_dir: Path, where: str) -> None:
-    """Every external-data initializer of ``model`` readable from ``base_dir`` (see ``external_data_file``)."""
-    import onnx
+def _graph_tensors(graph: Any, initializers: bool = True) -> Iterable[Any]:
+    if initializers:
+        yield from graph.initializer
+    for sparse in graph.sparse_initializer:
+        yield from (sparse.values, sparse.indices)
+    for node in graph.node:
+        yield from _node_tensors(node)
 
-    for tensor in model.graph.initializer:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+
+def _node_tensors(node: Any) -> Iterable[Any]:
+    for attr in node.attribute:
+        if attr.HasField("t"):
+            yield attr.t
+        yield from attr.tensors
+        sparse = ([attr.sparse_tensor] if attr.HasField("sparse_tensor") else []) + list(attr.sparse_tensors)
+        for tensor in sparse:
+            yield from (tensor.values, tensor.indices)
+        if attr.HasField("g"):
+            yield from _graph_tensors(attr.g)
+        for sub in attr.graphs:
+            yield from _graph_tensors(sub)
+
+
+def all_tensors(model: Any, initializers: bool = True) -> Iterable[Any]:
+    """Every TensorProto ``model`` holds: initializers (``initializers=False``: all but the main graph's), sparse
+    initializers, node attributes (Constant's value, ``tensors``, sparse attributes), subgraphs (If, Loop, Scan) at any
+    depth, and the model's local functions."""
+    yield from _graph_tensors(model.graph, initializers)
+    for function in model.functions:
+        for node in function.node:
+            yield from _node_tensors(node)
+
+
+def _is_external(tensor: Any) -> bool:
+    return tensor.data_location == 1 or any(entry.key == "location" for entry in tensor.external_data)  # 1: EXTERNAL
+
+
+def check_external_data(model: Any, base_dir: Path, where: str) -> None:
+    """Every external-data tensor of ``model``, wherever it sits (``all_tensors``), readable from ``base_dir``
+    (see ``external_data_file``)."""
+    for tensor in all_tensors(model):
+        if _is_external(tensor):
             external_data_file(base_dir, tensor, where)
+
+
+def inline_attribute_tensors(model: Any, base_dir: Path, where: str) -> None:
+    """Read every external tensor of ``model`` that is not a top-level initializer (a Constant's value, an attribute,
+    a subgraph's or a sparse tensor) from ``base_dir`` by the folder rule and keep it inline: written anywhere else,
+    a relative location would be read from wherever that graph is next opened (the working directory)."""
+    for tensor in all_tensors(model, initializers=False):
+        if not _is_external(tensor):
+            continue
+        blob = _read_external(tensor, Path(base_dir), where)
+        tensor.ClearField("external_data")
+        tensor.data_location = 0  # DEFAULT
+        tensor.raw_data = blob
+
+
+def _read_external(tensor: Any, base_dir: Path, where: str | None = None) -> bytes:
+    _, offset, length = _external_info(tensor, where or str(base_dir))
+    file = external_data_file(base_dir, tensor, where)
+    with open(file, "rb") as fh:
+        fh.seek(offset)
+        return fh.read(length) if length is not None else fh.read()
 
 
 def _external_bytes(tensor: Any, base_dir: Path | None) -> bytes | None:
     """The bytes of ``tensor`` that go to the data file; None: it stays inline."""
-    from onnx.external_data_helper import ExternalDataInfo, uses_external_data
-
-    if uses_external_data(tensor):
-        info = ExternalDataInfo(tensor)
+    if _is_external(tensor):
         if base_dir is None:
-            raise ModelLoadError(f"tensor '{tensor.name}' is in external file '{info.location}' and no folder was given to read it from")
-        file = external_data_file(Path(base_dir), tensor)
-        with open(file, "rb") as fh:
-            fh.seek(info.offset or 0)
-            return fh.read(info.length) if info.length else fh.read()
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            raise ModelLoadError(f"tensor '{tensor.name}' is in external file '{location}' and no folder was given to read it from")
+        return _read_external(tensor, Path(base_dir))
     if not tensor.HasField("raw_data") or _tensor_size(tensor) < EXTERNAL_MIN_BYTES:
         return None
     return tensor.raw_data
@@ -274,18 +350,14 @@ def _copy_fields(src: Any, dst: Any, *, skip: tuple[str, ...]) -> None:
 def external_data_files(path: Path) -> list[Path]:
     """The external data files an ONNX file on disk refers to (none for a self-contained graph)."""
     import onnx
-    from onnx.external_data_helper import (
-        ExternalDataInfo,
-        _get_all_tensors,
-        uses_external_data,
-    )
 
     path = Path(path)
     model = onnx.load(str(path), load_external_data=False)
     names: list[str] = []
-    for tensor in _get_all_tensors(model):
-        if uses_external_data(tensor):
-            location = ExternalDataInfo(tensor).location
+    for tensor in all_tensors(model):
+        if _is_external(tensor):
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            _external_info(tensor, str(path))
             if location not in names:
                 names.append(location)
     for name in names:  # a graph from elsewhere (a bundle's) must not make vitedge read, say, /dev/zero or a key
@@ -299,8 +371,6 @@ def copy_onnx(src: Path, dst: Path) -> list[Path]:
     """Copy an ONNX graph with its external data (renamed to ``<dst name>.data``); returns the
     files written. A self-contained graph is a plain file copy."""
     import onnx
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
-
     src, dst = Path(src), Path(dst)
     files = external_data_files(src)
     if not files:
@@ -313,8 +383,8 @@ def copy_onnx(src: Path, dst: Path) -> list[Path]:
         return [dst, dst.with_name(dst.name + DATA_SUFFIX)]
     data = dst.with_name(dst.name + DATA_SUFFIX)
     model = onnx.load(str(src), load_external_data=False)
-    for tensor in _get_all_tensors(model):
-        if uses_external_data(tensor):
+    for tensor in all_tensors(model):
+        if _is_external(tensor):
             for entry in tensor.external_data:
                 if entry.key == "location":
                     entry.value = data.name

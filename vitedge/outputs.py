@@ -9,14 +9,14 @@ before any work, under the output's lock (vitedge/outlock.py):
 2. an output that does not exist is written;
 3. an existing one needs ``--force`` (validate's report folder is replaced without it, as always);
 4. ``--force`` replaces only an output of the command's own kind that vitedge wrote (``OUTPUT_KINDS``):
-   a bundle (manifest.json with a vitedge schema), a folder of bundles, an ONNX graph carrying vitedge's
+   a bundle (manifest.json with a vitedge schema; never a folder of other bundles, which a one-target build's -o
+   would delete whole), an ONNX graph carrying vitedge's
    metadata, a config `vitedge init` wrote, a report folder (validation.json with vitedge's schema), a
    camera-app folder (its config's first line), or an empty folder. Anything else (the user's file or folder,
    pyproject.toml, the model) is refused, and nothing is deleted."""
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import tempfile
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitedge.errors import Interrupted, UsageError
+from vitedge.safefile import read_json
 from vitedge.signals import exit_for
 from vitedge.swap import _WORK, clean_debris, recover_swap
 from vitedge.swap import work_prefix  # noqa: F401  (re-exported: the commands name their work folders through it)
@@ -40,15 +41,39 @@ def is_bundle(path: Path) -> bool:
     if not manifest.is_file():
         return False
     try:
-        data = json.loads(manifest.read_text())
+        data = read_json(manifest)
     except (OSError, ValueError):
         return False
-    return isinstance(data, dict) and str(data.get("schema", "")).startswith("vitedge.manifest/")
+    return str(data.get("schema", "")).startswith("vitedge.manifest/")
 
 
-def is_bundle_tree(path: Path) -> bool:
-    children = [p for p in Path(path).iterdir() if not p.name.startswith(".")]
-    return bool(children) and all(p.is_dir() and not p.is_symlink() and is_bundle(p) for p in children)
+def _bundles_in(path: Path) -> list[str]:
+    """The names of the bundle folders directly inside ``path``."""
+    try:
+        return sorted(p.name for p in Path(path).iterdir() if p.is_dir() and not p.is_symlink() and is_bundle(p))
+    except OSError:
+        return []
+
+
+def _check_only_its_bundle(path: Path, where: str, flag: str) -> None:
+    """A run writes one bundle at ``path`` and deletes only what it wrote: never a folder of other bundles (OUT of a
+    several-target build, given to a one-target build: -o names the bundle itself), a bundle holding other bundles,
+    nor a place inside another bundle (a several-target build whose -o is a bundle)."""
+    if is_bundle(path.parent):
+        raise UsageError(f"{where} is inside the bundle {path.parent}; a bundle is never written into another: choose an -o "
+                         "that is not a bundle")
+    if not path.is_dir() or path.is_symlink():
+        return
+    inner = _bundles_in(path)
+    if not inner:
+        return
+    shown = ", ".join(inner[:6]) + (", ..." if len(inner) > 6 else "")
+    if is_bundle(path):
+        raise UsageError(f"{where} is a bundle that holds other bundles ({shown}); --force would delete them with it: "
+                         f"choose another {flag}, or move them away yourself")
+    raise UsageError(f"{where} holds the bundles of {len(inner)} build{'s' if len(inner) > 1 else ''} ({shown}); this run writes one "
+                     f"bundle, which {flag} names, so --force would delete them all: pass {flag} {path / inner[0]} to replace "
+                     f"that one, or choose a new {flag}")
 
 
 def check_replaceable(path: Path) -> None:
@@ -113,7 +138,7 @@ def _is_report_dir(path: Path) -> bool:
     if path.name == "report" and is_bundle(path.parent):
         return True  # a bundle's own report/ (not hashed in its manifest)
     try:
-        doc = json.loads((path / "validation.json").read_text())
+        doc = read_json(path / "validation.json")
     except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and str(doc.get("schema", "")).startswith("vitedge.validation/")
@@ -149,7 +174,7 @@ def _is_matrix_dir(path: Path) -> bool:
     if not any(os.path.lexists(path / name) for name in MATRIX_FILES):
         return True
     try:
-        doc = json.loads((path / "matrix.json").read_text())
+        doc = read_json(path / "matrix.json")
     except (OSError, ValueError):
         return False
     return isinstance(doc, dict) and str(doc.get("schema", "")).startswith("vitedge.matrix/") and all(
@@ -157,7 +182,7 @@ def _is_matrix_dir(path: Path) -> bool:
 
 
 OUTPUT_KINDS: dict[str, OutputKind] = {
-    "bundle": OutputKind("a bundle folder", True, lambda p: is_bundle(p) or is_bundle_tree(p)),
+    "bundle": OutputKind("a bundle folder", True, is_bundle),
     "fp32-onnx": OutputKind("an FP32 ONNX graph vitedge exported", False, _is_fp32_graph),
     "qdq-onnx": OutputKind("an INT8 Q/DQ graph vitedge wrote", False, _is_qdq_graph),
     "config": OutputKind("a config `vitedge init` wrote", False, _is_init_config),
@@ -180,6 +205,8 @@ def check_output(path: Path, kind: str, *, force: bool, inputs: Iterable[Path | 
     spec = OUTPUT_KINDS[kind]
     where = f"{flag} {path}"
     _check_not_an_input(path, where, spec, inputs, reads)
+    if kind == "bundle":
+        _check_only_its_bundle(path, where, flag)
     if not os.path.lexists(path):
         return
     if not spec.folder and path.is_dir():

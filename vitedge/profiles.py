@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
 
 from vitedge import limits
 from vitedge.backends import get_backend, list_backends
@@ -25,6 +24,7 @@ from vitedge.errors import ProfileError, UsageError
 from vitedge.target_families import is_family, list_families, load_family
 from vitedge.limits import check_number
 from vitedge.paths import find_target_file, target_files
+from vitedge.safefile import BadDocument, read_toml
 from vitedge.quantize.config import QuantConfig
 
 PRECISIONS = ("int8",)
@@ -177,11 +177,11 @@ def load_profile(name_or_path: str) -> TargetProfile:
         return family_profile(name_or_path)
     path = resolve_profile_path(name_or_path)
     try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ProfileError(f"{path}: not valid TOML ({err})") from None
-    except UnicodeDecodeError:
-        raise ProfileError(f"{path}: not a text file") from None
+        data = read_toml(path)
+    except BadDocument as err:
+        raise ProfileError(str(err)) from None
+    except OSError as err:
+        raise ProfileError(f"{path}: cannot be read as a profile ({err}); pass a target name or a profile .toml") from None
     return parse_profile(data, path)
 
 

@@ -21,19 +21,18 @@ import dataclasses
 import functools
 import json
 import os
-import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
-import tomllib
 from click.core import ParameterSource
 
 from vitedge.app.build import BuildRequest, bundle_dirs
 from vitedge.errors import UsageError
 from vitedge.profiles import Thresholds, load_profile
+from vitedge.safefile import BadDocument, FileTooLarge, NotRegularFile, ownership_reason, parse_toml, read_toml
 
 CONFIG_NAME = "vitedge.toml"
 PYPROJECT = "pyproject.toml"
@@ -165,18 +164,13 @@ def find_config(start: Path | None = None) -> Path | None:
 
 def untrusted_reason(path: Path) -> str | None:
     """Why a config found upward may not be read (None when it may): it must be owned by the user running
-    vitedge and writable by no one else, so nobody but the user can have put a key in it."""
+    vitedge and writable by no one else, and so must everything that decides what it holds: a link is judged by
+    who owns the link itself, not its target, and every folder on the way must be the user's or root's and not
+    writable by others (``safefile.ownership_reason``), so nobody but the user can have put a key in it."""
     try:
-        st = os.stat(path)
+        return ownership_reason(path)
     except OSError as err:
         return f"it cannot be examined ({err.strerror or err})"
-    uid = os.getuid() if hasattr(os, "getuid") else None
-    if uid is not None and st.st_uid != uid:
-        return f"it is owned by uid {st.st_uid}, not by you (uid {uid})"
-    if st.st_mode & 0o022:
-        who = " and ".join(w for w, bit in (("group", 0o020), ("others", 0o002)) if st.st_mode & bit)
-        return f"{who} can write it (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None
 
 
 @dataclass(frozen=True)
@@ -210,17 +204,19 @@ def ignored_warning(choice: ConfigChoice) -> str:
 
 def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        return tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise UsageError(f"{path}: not valid TOML ({err})") from None
-    except (OSError, UnicodeDecodeError) as err:
+        return read_toml(path)
+    except BadDocument as err:
+        raise UsageError(f"{err}; fix or remove it") from None
+    except (NotRegularFile, FileTooLarge) as err:
+        raise UsageError(f"{err}; a config is a small text file: fix or remove it") from None
+    except OSError as err:
         raise UsageError(f"{path}: cannot be read ({err.__class__.__name__}); fix or remove it") from None
 
 
 def _pyproject_table(path: Path) -> dict[str, Any] | None:
     try:
-        data = tomllib.loads(path.read_text())
-    except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError):
+        data = read_toml(path)
+    except (BadDocument, OSError):
         return None  # not ours to judge unless it holds [tool.vitedge]
     table = data.get("tool", {}).get("vitedge") if isinstance(data.get("tool"), dict) else None
     return table if isinstance(table, dict) else None
@@ -228,7 +224,7 @@ def _pyproject_table(path: Path) -> dict[str, Any] | None:
 
 def load_config(path: Path) -> ProjectConfig:
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise UsageError(f"config file {path} does not exist; pass an existing --config or drop the flag")
     if path.name == PYPROJECT:
         _read_toml(path)  # a syntax error is reported as such
@@ -242,9 +238,9 @@ def load_config(path: Path) -> ProjectConfig:
 def check_config_text(text: str, path: Path) -> ProjectConfig:
     """Parse ``text`` as the config file ``path`` would be (before it is written)."""
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as err:
-        raise UsageError(f"{path}: not valid TOML ({err})") from None
+        data = parse_toml(text, str(path))
+    except BadDocument as err:
+        raise UsageError(str(err)) from None
     return parse_config(data, path, None)
 
 

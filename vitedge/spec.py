@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from vitedge.safefile import BadDocument, parse_json
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "lanczos")
@@ -180,4 +182,11 @@ class ModelSpec:
 
     @classmethod
     def from_json(cls, text: str) -> "ModelSpec":
-        return cls.from_dict(json.loads(text))
+        """The spec in ``text`` (a model's metadata, a graph's): a BadDocument (ValueError) in one line when it is not
+        JSON, nests too deep, holds NaN, or lacks or mistypes a field, never KeyError or RecursionError."""
+        doc = parse_json(text, "the model spec", what="model spec")
+        try:
+            return cls.from_dict(doc)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
+            detail = f"lacks '{err.args[0]}'" if isinstance(err, KeyError) else f"is malformed ({type(err).__name__}: {str(err)[:80]})"
+            raise BadDocument(f"the model spec {detail}") from None

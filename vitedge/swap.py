@@ -29,12 +29,14 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from vitedge.safefile import read_json
 from vitedge.signals import at_emergency_exit
 
 # Called between the steps of a swap; tests replace it with a hook that kills the process there.
 between_steps: Callable[[str], None] = lambda step: None  # noqa: E731
 
 TOKEN = "vitedge"
+JOURNAL_BYTES = 64 << 10  # a journal is three short names and a PID
 PID_MAX = 2**31 - 1  # pid_t is a 32-bit int everywhere vitedge runs; a larger "PID" is not one
 _PID = r"(?P<pid>[1-9][0-9]{0,9})"
 _RANDOM = r"[a-z0-9_]{8}"  # what tempfile.mkstemp/mkdtemp put between prefix and suffix
@@ -151,15 +153,16 @@ def recover_swap(final: Path, say: Callable[[str], None] = notice) -> None:
     final = Path(final)
     journal = journal_path(final)
     try:
-        record = json.loads(journal.read_text())
+        record = read_json(journal, what="swap journal", limit=JOURNAL_BYTES)  # a FIFO or /dev/zero there: refused, not read
         pid, new, old = int(record["pid"]), final.with_name(record["new"]), final.with_name(record["old"])
         if not (new.name.startswith(f".{final.name}.{TOKEN}-{pid}-") and _PARTIAL.match(new.name) and old.name == old_name(final, pid)
                 and 0 < pid <= PID_MAX):
             raise ValueError("names vitedge did not write")
     except (FileNotFoundError, NotADirectoryError):  # no journal (or the parent is not a folder: no bundle either)
         return
-    except (ValueError, KeyError, TypeError, OverflowError, OSError):
-        say(f"ignoring unreadable swap journal {journal}; remove it")
+    except (ValueError, KeyError, TypeError, OverflowError, OSError) as err:
+        why = str(err) if isinstance(err, OSError) and str(err).startswith(str(journal)) else ""
+        say(f"ignoring unreadable swap journal {journal}{f' ({why})' if why else ''}; remove it")
         return
     if pid_alive(pid):
         return  # a live run is mid-swap
@@ -215,7 +218,7 @@ def clean_debris(folder: Path, patterns: tuple[re.Pattern, ...] = (_PARTIAL, _OL
 def _journal_names(folder: Path, name: str) -> bool:
     for journal in Path(folder).glob(f".*.{TOKEN}-swap.json"):
         with contextlib.suppress(OSError, ValueError, AttributeError, TypeError):
-            if name in json.loads(journal.read_text()).values():
+            if name in read_json(journal, what="swap journal", limit=JOURNAL_BYTES).values():
                 return True
     return False
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import tomllib
-
 from vitedge.backends.tensorrt.members import (  # noqa: F401 - the family types, re-exported
     FamilyOptions,
     MatchRule,
@@ -23,6 +21,7 @@ from vitedge.backends.tensorrt.members import (  # noqa: F401 - the family types
 )
 from vitedge.errors import ProfileError
 from vitedge.paths import find_target_file, target_files
+from vitedge.safefile import BadDocument, read_toml
 
 FAMILIES_DIR = "families"
 
@@ -41,7 +40,9 @@ def load_family(name: str) -> TargetFamily:
         known = ", ".join(p.stem for p in list_families())
         raise ProfileError(f"unknown target family '{name}'; known families: {known}")
     try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise ProfileError(f"{path}: not valid TOML ({err})") from None
+        data = read_toml(path)
+    except BadDocument as err:
+        raise ProfileError(str(err)) from None
+    except OSError as err:
+        raise ProfileError(f"{path}: cannot be read as a target family ({err})") from None
     return parse_family(data, path)

@@ -93,6 +93,20 @@ def open_source(
             f"or float32 model-ready inputs shaped (N, {c}, {h}, {w})"
         )
 
+    try:
+        return _open_kind(file, suffix, preprocess, request, class_names, video_frames)
+    except OSError as err:  # data is only read: an OSError here is about reading it, never about an output
+        if err.errno is None:
+            raise
+        what = f"{err.filename}" if getattr(err, "filename", None) else path_text
+        raise CalibrationError(f"{path_text}: cannot read {what} ({err.strerror or err}); vitedge only reads data: fix its "
+                               "permissions or pass data you can read") from None
+
+
+def _open_kind(file: Path, suffix: str, preprocess: Preprocess, request: SourceRequest, class_names: Sequence[str] | None,
+               video_frames: int) -> CalibrationSource:
+    """The opener for ``file``'s kind: a folder of images, an array file, a video."""
+    path_text = request.path_text
     if file.is_dir():
         if not os.access(file, os.R_OK | os.X_OK):
             raise CalibrationError(f"{path_text} cannot be read (permission denied): fix its permissions")

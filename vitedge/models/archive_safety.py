@@ -9,7 +9,6 @@ loaded. Each check here reads the archive's members without executing any of the
 from __future__ import annotations
 
 import io
-import json
 import pickle
 import pickletools
 import posixpath
@@ -18,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 from vitedge.errors import ModelLoadError, UnsafePickleError
+from vitedge.safefile import MAX_DOCUMENT_BYTES, parse_json
 
 _TRUST_HINT = "load it only if you trust its source, with --trust-pickle, or save the model.state_dict() instead"
 
@@ -103,7 +103,9 @@ def _pickled_members(zf: zipfile.ZipFile, names: list[str]):
             yield name, "sample inputs or state" if "sample_inputs" in parts else base
         elif base.endswith("_config.json") and ("weights" in parts or "constants" in parts):
             folder = posixpath.dirname(name)
-            config = json.loads(zf.read(name)).get("config", {})
+            if zf.getinfo(name).file_size > MAX_DOCUMENT_BYTES:
+                raise _Refuse(f"holds a {zf.getinfo(name).file_size}-byte {base}, over the {MAX_DOCUMENT_BYTES >> 20} MB bound")
+            config = parse_json(zf.read(name), name).get("config", {})
             for fqn, meta in config.items():
                 path_name = str(meta.get("path_name", ""))
                 if path_name.startswith(("custom_obj_", "opaque_obj_")):

@@ -87,6 +87,32 @@ def check_heads_agree(flag: int | None, recorded: int | None, what: str) -> None
                          "(a wrong head count silently changes what the model computes)")
 
 
+QUANTIZED_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul", "QLinearAdd",
+                 "QLinearMul", "MatMulInteger", "ConvInteger", "QGemm", "QAttention", "DynamicQuantizeMatMul"}
+
+
+def check_onnx_fp32(model, where: str) -> None:
+    """An ONNX file vitedge quantizes must be FP32: a graph already quantized (Q/DQ or integer ops, or vitedge's own
+    INT8 output) cannot be calibrated again, and ONNX Runtime's reference run of it fails deep inside."""
+    found = sorted({n.op_type for n in model.graph.node} & QUANTIZED_OPS)
+    meta = {p.key for p in model.metadata_props}
+    if found or "vitedge.quantization" in meta:
+        what = f"quantized ops ({', '.join(found[:4])})" if found else "vitedge's INT8 metadata"
+        raise ModelLoadError(f"{where} is already an INT8 graph ({what}); vitedge quantizes an FP32 model itself: pass the FP32 "
+                             "model it came from (`vitedge export` writes one)")
+
+
+def check_onnx_batch(graph, where: str) -> None:
+    """The image input's batch axis is dynamic: vitedge validates and serves batches of any size."""
+    inputs = graph_inputs(graph)
+    image = inputs[0] if inputs else None
+    dims = image.type.tensor_type.shape.dim if image is not None else []
+    if dims and dims[0].HasField("dim_value"):
+        raise ModelLoadError(f"{where}: the ONNX input has a fixed batch of {dims[0].dim_value}; vitedge validates and serves "
+                             "batches of any size: re-export with a dynamic batch axis "
+                             "(torch.onnx.export(..., dynamic_axes={'input': {0: 'batch'}}))")
+
+
 def check_onnx_is_vit(graph, where: str) -> None:
     """An ONNX file vitedge builds from: attention (a Softmax or a fused attention op), a fixed or dynamic
     batch axis the runtime can serve, and one (batch, classes|features) output."""
@@ -94,12 +120,7 @@ def check_onnx_is_vit(graph, where: str) -> None:
     if not ops & {"Softmax", "Attention", "MultiHeadAttention", "ScaledDotProductAttention"}:
         raise ModelLoadError(f"{where}: the ONNX graph has no attention (no Softmax or attention op), so it is not a Vision "
                              f"Transformer (ops: {', '.join(sorted(ops)[:8])}); vitedge builds ViTs only")
-    image = graph_inputs(graph)[0]
-    batch = image.type.tensor_type.shape.dim[0] if image.type.tensor_type.shape.dim else None
-    if batch is not None and batch.HasField("dim_value"):
-        raise ModelLoadError(f"{where}: the ONNX input has a fixed batch of {batch.dim_value}; vitedge validates and serves "
-                             "batches of any size: re-export with a dynamic batch axis "
-                             "(torch.onnx.export(..., dynamic_axes={'input': {0: 'batch'}}))")
+    check_onnx_batch(graph, where)
     if len(graph.output) < 1:
         raise ModelLoadError(f"{where}: the ONNX graph has no output")
     out = graph.output[0]

@@ -8,7 +8,6 @@ the user passes ``--trust-pickle``.
 
 from __future__ import annotations
 
-import json
 import pickle
 import warnings
 import zipfile
@@ -19,7 +18,7 @@ from typing import Any
 from vitedge.errors import MissingDependencyError, ModelLoadError, UnsafePickleError
 from vitedge.models import archive_safety
 from vitedge.models.checkpoint import META_KEY, STATE_DICT_KEYS
-from vitedge.safefile import check_regular
+from vitedge.safefile import check_regular, parse_json
 
 # Prefixes added by DataParallel / DDP and torch.compile.
 _STRIP_PREFIXES = ("module.", "_orig_mod.")
@@ -122,8 +121,8 @@ def _read_safetensors(path: Path) -> RawModel:
     meta: dict[str, Any] = {}
     if META_KEY in header:
         try:
-            meta = json.loads(header[META_KEY])
-        except json.JSONDecodeError:
+            meta = parse_json(header[META_KEY], f"{path} metadata")
+        except ValueError:
             meta = {}
     return RawModel(kind="state_dict", path=path, state_dict=_strip_prefixes(state_dict), meta=meta)
 

@@ -13,6 +13,7 @@ from vitedge.errors import (
     UsageError,
 )
 from vitedge.models.construct import resample_pos_embed
+from vitedge.safefile import read_json
 from vitedge.spec import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -49,7 +50,10 @@ def read_preprocess(folder: Path, image_size: tuple[int, int]) -> tuple[Preproce
     path = folder / "preprocessor_config.json"
     if not path.is_file():
         return Preprocess(crop_size=image_size, crop_pct=1.0, interpolation="bilinear", mean=IMAGENET_MEAN, std=IMAGENET_STD), SOURCE_DEFAULT
-    cfg = json.loads(path.read_text())
+    try:
+        cfg = read_json(path, what="preprocessor config")
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"{err}; fix or remove {path.name}") from None
     mean = tuple(cfg.get("image_mean", IMAGENET_MEAN))
     std = tuple(cfg.get("image_std", IMAGENET_STD))
     interp = _RESAMPLE.get(int(cfg.get("resample", 2)), "bilinear")

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.errors import ModelLoadError, UsageError
-from vitedge.limits import check_attention_fits
+from vitedge.limits import check_attention_fits, within
+from vitedge.manifest_types import check_spec_bounds
 from vitedge.models import architectures as families, checks, construct as build
 from vitedge.models import channels as chan
 from vitedge.models.formats import RawModel, read_model_file
@@ -29,6 +30,7 @@ from vitedge.models.presets import (
 from vitedge.models.stem import candidates_text, stem_input_size, stem_layers
 from vitedge.models.timm_arch import load_timm_arch
 from vitedge.onnxutil import check_external_data, graph_inputs
+from vitedge.safefile import BadDocument
 from vitedge.spec import (
     IMAGENET_MEAN,
     IMAGENET_STD,
@@ -101,6 +103,8 @@ def load_model(path: str | Path, options: IntakeOptions | None = None) -> Loaded
     loader = _LOADERS[raw.kind]
     loaded = loader(raw, options)
     spec = loaded.spec
+    # the bounds runtime.load holds a bundle's spec to (class count, sizes, mean/std), checked where the model is read
+    check_spec_bounds(spec, str(path), ModelLoadError, "vitedge builds only what a bundle can hold and runtime.load accepts")
     check_attention_fits(spec.num_tokens, spec.num_heads, spec.image_size)  # before any export allocates for it
     return loaded
 
@@ -332,6 +336,15 @@ def _fit_channels(pre: Preprocess, channels: int, source: str) -> Preprocess:
         raise UsageError(f"the model takes {channels} channel(s) but its {source} preprocessing does not fit: {err}; pass --mean/--std") from None
 
 
+def _check_stats_flag(name: str, values: tuple[float, ...]) -> None:
+    """--mean/--std within the bounds a bundle's manifest holds them to (runtime.load refuses others)."""
+    lo, hi, is_std = (0.0, 1e6, True) if name == "std" else (-1e6, 1e6, False)
+    for v in values:
+        if not within(v, lo, hi, lo_open=is_std):
+            raise UsageError(f"--{name} {v:g} is outside {'(' if is_std else '['}{lo:g}, {hi:g}]: it would make every image one "
+                             "input for the model; pass the --mean/--std the model was trained with")
+
+
 def _apply_preprocess_flags(pre: Preprocess, source: str, opt: IntakeOptions) -> tuple[Preprocess, str]:
 
     changes: dict[str, Any] = {}
@@ -342,6 +355,7 @@ def _apply_preprocess_flags(pre: Preprocess, source: str, opt: IntakeOptions) ->
                 changes[name] = fit_stats(tuple(value), pre.channels, f"--{name}")
             except ValueError as err:
                 raise UsageError(str(err)) from None
+            _check_stats_flag(name, changes[name])
         elif value is not None:
             changes[name] = tuple(value) if isinstance(value, (list, tuple)) else value
     if not changes:
@@ -698,9 +712,15 @@ def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     except Exception as err:
         raise ModelLoadError(f"{raw.path} is truncated or corrupt and cannot be read as ONNX ({str(err).splitlines()[0][:120]})") from err
     check_external_data(model, Path(raw.path).parent, str(raw.path))
+    checks.check_onnx_fp32(model, str(raw.path))
     props = {p.key: p.value for p in model.metadata_props}
     if ONNX_SPEC_KEY in props:
-        spec = ModelSpec.from_json(props[ONNX_SPEC_KEY])
+        checks.check_onnx_batch(model.graph, str(raw.path))
+        try:
+            spec = ModelSpec.from_json(props[ONNX_SPEC_KEY])
+        except BadDocument as err:
+            raise ModelLoadError(f"{raw.path}: its '{ONNX_SPEC_KEY}' metadata: {err}; re-export the model with `vitedge export`, "
+                                 "or remove that metadata") from None
         spec = spec.with_changes(sources={k: SOURCE_FILE for k in spec.sources} | {"preprocess": SOURCE_FILE})
         pre, pre_source = _apply_preprocess_flags(spec.preprocess, SOURCE_FILE, opt)
         spec = spec.with_changes(preprocess=pre, sources=dict(spec.sources, preprocess=pre_source))

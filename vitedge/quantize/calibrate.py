@@ -29,7 +29,6 @@ settings the data is read, decoded and run through the FP32 graph once.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -72,6 +71,7 @@ from vitedge.quantize.graph import (
 )
 from vitedge.quantize.qdq import QuantizedGraph, build_qdq
 from vitedge.quantize.record import Calibration, Selection, Variant
+from vitedge.safefile import parse_json
 from vitedge.quantize.refine import Refinement, correct_biases, refinable, refine
 from vitedge.quantize.select import SELECT_CONTEND_RATIO, SELECT_FIRST_LOOK, SELECT_MIN_RATIO, SELECT_MIN_T, choose
 from vitedge.quantize.smooth_search import choose_alphas
@@ -193,7 +193,7 @@ def _load_fp32(path: Path) -> _Fp32Graph:
     preprocess = None
     if SPEC_KEY in meta:
         try:
-            preprocess = json.loads(meta[SPEC_KEY]).get("preprocess")
+            preprocess = parse_json(meta[SPEC_KEY], f"{path} metadata").get("preprocess")
         except (ValueError, AttributeError):
             preprocess = None
     return _Fp32Graph(path, model, sha, meta, preprocess)

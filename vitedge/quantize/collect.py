@@ -29,7 +29,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from vitedge.datasources._common import CalibrationSource
+from vitedge.datasources._common import CalibrationSource, check_inputs_vary
 from vitedge.errors import CalibrationError, QuantizationError
 from vitedge.limits import usable_cpus
 from vitedge.onnxutil import (
@@ -45,6 +45,7 @@ from vitedge.onnxutil import (
 )
 from vitedge.quantize import stats
 from vitedge.quantize.histogram import ChannelHistogram
+from vitedge.safefile import parse_json
 from vitedge.spec import ModelSpec
 
 # Fixed so the statistics do not depend on the machine. (ONNX Runtime's CPU results were
@@ -223,6 +224,10 @@ class Runner:
         self.runs = 0
         self.uint8 = meta.get(INPUT_FORMAT_KEY, FLOAT_NCHW) == UINT8_NHWC_RGB
         self.preprocess = None
+        try:  # what the graph says its preprocessing is, to name in an error
+            self.stated = parse_json(meta[SPEC_KEY], "the graph's spec").get("preprocess") if SPEC_KEY in meta else None
+        except ValueError:
+            self.stated = None
         if self.uint8:
 
             try:
@@ -274,8 +279,10 @@ class Runner:
             bar.start()
             task = bar.add_task(description, total=total)
         try:
-            for batch in self.source.batches(self.batch):
+            for i, batch in enumerate(self.source.batches(self.batch)):
                 x = batch.images
+                if i == 0:
+                    check_inputs_vary(x, self.stated)  # a --std of 1e30: every image one value, FP32 one answer
                 if self.fixed_batch and x.shape[0] != self.fixed_batch:
                     raise QuantizationError(
                         f"the FP32 graph has a fixed batch of {self.fixed_batch} and {len(self.source)} calibration items do not fill "

@@ -21,7 +21,6 @@ the accuracy rows then compare different sets.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,7 +31,7 @@ import numpy as np
 from vitedge import __version__
 from vitedge.errors import DataError, UsageError
 from vitedge.profiles import DEFAULT_DROP_CONFIDENCE
-from vitedge.safefile import FileTooLarge, NotRegularFile, read_bounded
+from vitedge.safefile import BadDocument, read_json
 from vitedge.validation import per_sample
 from vitedge.validation import report as rpt
 from vitedge.validation.defaults import (
@@ -77,13 +76,11 @@ def load_report(path: Path) -> ValidationReport:
     if not path.exists():
         raise UsageError(f"{path} does not exist: pass a validation.json written by `vitedge validate` or `vitedge build`")
     try:  # a report may come from another job's artifacts: a FIFO would block, a huge file fill memory
-        doc = json.loads(read_bounded(path, MAX_REPORT_BYTES).decode("utf-8"))
-    except (NotRegularFile, FileTooLarge) as err:
+        doc = read_json(path, what="vitedge validation report", limit=MAX_REPORT_BYTES)
+    except OSError as err:
         raise DataError(f"{err}: pass a validation.json written by `vitedge validate` or `vitedge build`") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise DataError(f"{path} is not valid JSON ({err})") from None
-    if not isinstance(doc, dict):
-        raise DataError(f"{path} is not a vitedge validation report (not a JSON object)")
+    except BadDocument as err:
+        raise DataError(f"{err}: pass a validation.json written by `vitedge validate` or `vitedge build`") from None
     parsed = rpt.schema_major(doc.get("schema"))
     want = rpt.schema_major(rpt.SCHEMA)
     if parsed is None or parsed[0] != want[0]:

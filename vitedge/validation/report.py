@@ -96,6 +96,7 @@ def check_validation_document(doc: Any) -> list[str]:
         elif section in doc:
             problems += _missing(section, doc[section], keys)
     problems += _number_problems(doc)
+    problems += _range_problems(doc)
     problems += [f"{section} is not an object" for section in ("data", "target", "latency", "accuracy", "thresholds")
                  if section in doc and not isinstance(doc[section], dict)]
     problems += _conditional_problems(doc)
@@ -150,6 +151,38 @@ def _number_problems(doc: dict[str, Any]) -> list[str]:
                 problems += _not_numbers(f"latency.{name}.{b}", stats, LATENCY_STATS_KEYS[:-1])
         elif lat_side is not None:
             problems.append(f"latency.{name} is not an object")
+    return problems
+
+
+FRACTION_KEYS = ("fp32_top1", "int8_top1", "fp32_top5", "int8_top5", "top1_agreement")
+
+
+def _outside(where: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> list[str]:
+    """``where`` is a finite number in [lo, hi] ((lo, hi] with ``lo_open``), or says what it is instead."""
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return []  # absent, or not a number: said by _number_problems
+    inside = math.isfinite(value) and (value > lo if lo_open else value >= lo) and value <= hi
+    return [] if inside else [f"{where} is {value!r}, outside {'(' if lo_open else '['}{lo:g}, {hi:g}]"]
+
+
+def _range_problems(doc: dict[str, Any]) -> list[str]:
+    """Every figure a gate reads, in its range: a fraction in [0, 1], a time in milliseconds above 0 and finite, a batch
+    size a whole number (a report edited to say p50 0 ms, or -1, or 1e999, would pass any latency gate), the paired
+    test's confidence in [0, 1)."""
+    acc = doc.get("accuracy")
+    problems = [p for k in FRACTION_KEYS for p in _outside(f"accuracy.{k}", acc.get(k), 0.0, 1.0)] if isinstance(acc, dict) else []
+    lat = doc.get("latency")
+    for name in ("fp32", "int8"):
+        side = lat.get(name) if isinstance(lat, dict) else None
+        for b, stats in (side.items() if isinstance(side, dict) else ()):
+            if not (str(b).isdigit() and 1 <= int(b) <= 1 << 20):
+                problems.append(f"latency.{name} has batch {str(b)[:20]!r}, not a batch size")
+            elif isinstance(stats, dict):
+                problems += [p for k in ("p50_ms", "p90_ms", "p99_ms", "mean_ms")
+                             for p in _outside(f"latency.{name}.{b}.{k}", stats.get(k), 0.0, 3.6e6, lo_open=True)]
+    thresholds = doc.get("thresholds")
+    if isinstance(thresholds, dict):
+        problems += _outside("thresholds.drop_confidence", thresholds.get("drop_confidence"), 0.0, 0.999999)
     return problems
 
 

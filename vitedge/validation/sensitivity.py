@@ -27,7 +27,6 @@ Runtime's CPU provider whatever the bundle's target backend is.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -52,6 +51,7 @@ from vitedge.onnxutil import (
 )
 from vitedge.quantize.graph import GraphIndex, attr, find_layers, prepare
 from vitedge.quantize.qdq import METADATA_KEY
+from vitedge.safefile import parse_json
 from vitedge.spec import ModelSpec
 from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
 from vitedge.validation.inputs import to_uint8_frames
@@ -366,7 +366,7 @@ def quantization_metadata(qdq: Any) -> dict[str, Any]:
 
     raw = get_metadata(_load(qdq)).get(METADATA_KEY)
     try:
-        return json.loads(raw) if raw else {}
+        return parse_json(raw, "the graph's quantization metadata") if raw else {}
     except ValueError:
         return {}
 

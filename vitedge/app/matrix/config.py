@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
 
 from vitedge import limits
 from vitedge.app.overrides import ThresholdOverrides
 from vitedge.errors import ProfileError, UsageError
 from vitedge.limits import check_number
 from vitedge.profiles import Thresholds, load_profile
+from vitedge.safefile import BadDocument, read_toml
 from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 BUILD_KEYS = {"calib_size": int, "seed": int, "latency": bool, "max_top1_drop": (int, float), "min_agreement": (int, float),
@@ -139,12 +139,14 @@ def load_matrix(path: Path, out: Path | None = None) -> Matrix:
     """The matrix at ``path``, every row checked; ``out`` (the --out flag) overrides the file's."""
 
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise UsageError(f"{path} does not exist: pass a matrix.toml (see docs/scale.md)")
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise UsageError(f"{path} is not valid TOML ({err})") from None
+        data = read_toml(path)
+    except BadDocument as err:
+        raise UsageError(str(err)) from None
+    except OSError as err:
+        raise UsageError(f"{err}: pass a matrix.toml (see docs/scale.md)") from None
     base = path.resolve().parent
     _check_keys(path, "the top level", data, TOP_KEYS)
     settings = _build_settings(path, base, data.get("build", {}))
