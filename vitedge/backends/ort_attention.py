@@ -81,10 +81,20 @@ class _Core:
     nodes: list[Any]  # the data path up to P.V, removed when fused
     outputs: list[tuple[str, list[Any]]]  # candidate [B, S, E] tensors after P.V, nearest first, with their layout ops
     output: str = ""  # the one the numbers confirmed
+    concat: Any = None  # a per-head core: the Concat joining its P.V output with the other heads' (last axis)
+    pv: str = ""  # the P.V MatMul's output
+    parts: dict[str, list[str]] = field(default_factory=dict)  # a head group's q/k/v: name -> the heads' tensors
+    head_logits: tuple[str, ...] = ()  # a head group's logits: each head's
 
     def with_output(self, k: int) -> "_Core":
         out, path = self.outputs[k]
-        return _Core(self.softmax, self.logits, self.sources, self.nodes + path, self.outputs, out)
+        return _Core(self.softmax, self.logits, self.sources, self.nodes + path, self.outputs, out, self.concat, self.pv,
+                     self.parts, self.head_logits)
+
+    def probed(self) -> set[str]:
+        """The tensors the numbers are read from."""
+        real = {t for t in self.sources if t not in self.parts} | {t for ts in self.parts.values() for t in ts}
+        return real | set(self.head_logits or (self.logits,)) | {o for o, _ in self.outputs}
 
 
 class _Graph:
@@ -194,12 +204,68 @@ def _find_cores(gr: _Graph) -> tuple[list[_Core], list[str]]:
             out_path.append(nxt)
             out = nxt.output[0]
             candidates.append((out, list(out_path)))
-        if not candidates:
+        concat = _head_concat(gr, mm2.output[0]) if not candidates else None
+        if not candidates and concat is None:
             skipped.append(f"{s.name}: no layout ops after P.V to a [B, S, E] tensor")
             continue
         nodes = {id(n): n for n in [s, *cast_path, mm1, mm2, *scale_path, *q_path, *k_path, *v_path]}
-        cores.append(_Core(s, logits, sources, list(nodes.values()), candidates))
+        cores.append(_Core(s, logits, sources, list(nodes.values()), candidates, concat=concat, pv=mm2.output[0]))
     return cores, skipped
+
+
+def _head_concat(gr: _Graph, pv: str) -> Any | None:
+    """The Concat on the last axis that alone reads a per-head P.V output (heads as separate modules), else None."""
+    node = gr.only_consumer(pv)
+    if node is None or node.op_type != "Concat":
+        return None
+    axis = next((a.i for a in node.attribute if a.name == "axis"), None)
+    return node if axis in (-1, 2) else None
+
+
+def _group_heads(gr: _Graph, cores: list[_Core], skipped: list[str]) -> list[_Core]:
+    """Per-head cores joined by one Concat as one core over all heads: q, k and v one packed tensor (the heads' q/k/v
+    merged into one GEMM before quantization, vitedge.quantize.merge) or, per head, their own tensors (then
+    concatenated in head order). The numbers decide, as for any core; a Concat with anything but head outputs
+    leaves its heads as they were."""
+    whole = [c for c in cores if c.concat is None]
+    by_concat: dict[int, list[_Core]] = {}
+    for c in cores:
+        if c.concat is not None:
+            by_concat.setdefault(id(c.concat), []).append(c)
+    for heads in by_concat.values():
+        concat = heads[0].concat
+        pv = {c.pv: c for c in heads}
+        order = [pv.get(i) for i in concat.input]
+        name = heads[0].softmax.name
+        if any(c is None for c in order) or len(set(map(id, order))) != len(order):
+            skipped.extend(f"{c.softmax.name}: its P.V output is concatenated with tensors other than heads" for c in heads)
+            continue
+        if len({c.sources for c in order}) == 1 and len(order[0].sources) == 1:
+            sources, parts = order[0].sources, {}
+        elif all(len(c.sources) == 3 for c in order):
+            sources = tuple(f"{concat.output[0]}/heads_{r}" for r in "qkv")
+            parts = {sources[r]: [c.sources[r] for c in order] for r in range(3)}
+        else:
+            skipped.extend(f"{c.softmax.name}: the heads' q, k and v come from an unexpected mix of tensors" for c in heads)
+            continue
+        out, path, candidates = concat.output[0], [concat], [(concat.output[0], [concat])]
+        while (nxt := gr.only_consumer(out)) is not None and nxt.op_type in OUTPUT_LAYOUT_OPS:
+            path = [*path, nxt]
+            out = nxt.output[0]
+            candidates.append((out, path))
+        nodes = {id(n): n for c in order for n in c.nodes}
+        whole.append(_Core(order[0].softmax, f"{name}/heads_logits", sources, list(nodes.values()), candidates,
+                           parts=parts, head_logits=tuple(c.logits for c in order)))
+    return whole
+
+
+def _join_heads(core: _Core, values: dict[str, np.ndarray], batch: int) -> None:
+    """A head group's probed q/k/v and logits as one attention's: heads side by side (in place)."""
+    for name, heads in core.parts.items():
+        values[name] = np.concatenate([values[t] for t in heads], axis=-1)
+    if core.head_logits:
+        s = values[core.head_logits[0]].shape[-1]
+        values[core.logits] = np.concatenate([values[t].reshape(batch, -1, s, s) for t in core.head_logits], axis=1)
 
 
 def _private(gr: _Graph, core: _Core) -> bool:
@@ -211,7 +277,8 @@ def _private(gr: _Graph, core: _Core) -> bool:
     intermediate = {o for n in core.nodes for o in n.output if o and o != core.output}
     if intermediate & gr.outputs:
         return False
-    needed = set(gr.outputs) | set(core.sources) | {i for u in gr.index.readers(core.output) for i in u.input}
+    sources = set(core.sources) | {t for ts in core.parts.values() for t in ts}
+    needed = set(gr.outputs) | sources | {i for u in gr.index.readers(core.output) for i in u.input}
     live = [n for n in gr.model.graph.node if id(n) not in inside]
     while True:
         used = needed | {i for n in live for i in n.input if i}
@@ -355,6 +422,9 @@ def _rewrite(core: _Core, plan: _Plan, names: Any, inits: list[Any]) -> list[Any
         nodes.append(helper.make_node("Split", [sources[0], sizes], qkv, axis=-1, name=names(f"{base}/qkv_split")))
     else:
         qkv = sources
+    for name in qkv:  # a head group with each head's own q, k and v: side by side, in head order
+        if name in core.parts:
+            nodes.append(helper.make_node("Concat", core.parts[name], [name], axis=-1, name=names(f"{base}/join_heads")))
     out = core.output if plan.output_layout == "bse" else names(f"{base}/attention_bse")
     nodes.append(helper.make_node("MultiHeadAttention", qkv, [out], domain=MS_DOMAIN, num_heads=plan.heads,
                                   scale=float(plan.scale), name=names(f"{base}/MultiHeadAttention")))
@@ -374,14 +444,17 @@ def fuse_attention(model: Any) -> AttentionFusion:
 
     gr = _Graph(model)
     cores, skipped = _find_cores(gr)
+    cores = _group_heads(gr, cores, skipped)
     candidates = len(cores) + len(skipped)
     if not cores:
         return AttentionFusion(candidates, 0, (), tuple(skipped))
-    wanted = sorted({t for c in cores for t in (*c.sources, c.logits, *(o for o, _ in c.outputs))})
+    wanted = sorted(set().union(*(c.probed() for c in cores)))
     try:
         values, batch = _capture(model, wanted)
     except Exception as err:  # noqa: BLE001 - a graph ONNX Runtime cannot probe is left unfused
         return AttentionFusion(candidates, 0, (), tuple(skipped) + (f"probe run failed: {str(err).splitlines()[0][:120]}",))
+    for c in cores:
+        _join_heads(c, values, batch)
 
     names = NameScope(model)
     g = model.graph
