@@ -131,6 +131,11 @@ class EncoderViT(nn.Module):
         self.pos = nn.Parameter(torch.randn(1, (image // patch) ** 2 + 1, dim) * 0.02)
         layer = nn.TransformerEncoderLayer(dim, heads, mlp_ratio * dim, dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        for name, p in self.encoder.named_parameters():  # the encoder deep-copies one layer: give each its own weights
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+            elif "bias" in name and "norm" not in name:
+                nn.init.normal_(p, std=0.02)
         self.norm = nn.LayerNorm(dim)
         self.out = nn.Linear(dim, classes)
 

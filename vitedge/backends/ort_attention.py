@@ -163,12 +163,23 @@ def _is_float_cast(node: Any) -> bool:
     return node.op_type == "Cast" and any(a.name == "to" and a.i == 1 for a in node.attribute)  # TensorProto.FLOAT
 
 
+def _safe_softmax(gr: _Graph, probs: str) -> Any | None:
+    """``Where(all logits -inf, 0, probs)``: the guard PyTorch's decomposed scaled_dot_product_attention puts after
+    the Softmax (a torch.export / TorchScript fast-path export), a no-op without a mask. Its other reader of the
+    probabilities is a Shape (of the zeros); the numbers check that the guard changed nothing on the probe."""
+    readers = gr.index.readers(probs)
+    wheres = [n for n in readers if n.op_type == "Where" and len(n.input) == 3 and n.input[2] == probs and n.input[1] != probs]
+    if len(wheres) != 1 or probs in gr.outputs or any(n.op_type != "Shape" for n in readers if n is not wheres[0]):
+        return None
+    return wheres[0]
+
+
 def _find_cores(gr: _Graph) -> tuple[list[_Core], list[str]]:
     cores, skipped = [], []
     for s in [n for n in gr.model.graph.node if n.op_type == "Softmax"]:
         logits = s.input[0]
         t, scale_path = logits, []
-        while t in gr.producer and gr.producer[t].op_type in SCALE_OPS and gr.data_input(gr.producer[t]) is not None:
+        while t in gr.producer and gr.producer[t].op_type in SCALE_OPS | {"Reshape"} and gr.data_input(gr.producer[t]) is not None:
             scale_path.append(gr.producer[t])
             t = gr.data_input(gr.producer[t])
         mm1 = gr.producer.get(t)
@@ -176,7 +187,8 @@ def _find_cores(gr: _Graph) -> tuple[list[_Core], list[str]]:
         # them (or the probabilities being a graph output) is caught by _private, with that reason
         # Hugging Face exports put float -> float Casts between them (a dtype round trip)
         probs, cast_path = s.output[0], []
-        while (c := gr.only_consumer(probs)) is not None and _is_float_cast(c):
+        while (c := gr.only_consumer(probs) or _safe_softmax(gr, probs)) is not None and (
+                _is_float_cast(c) or c.op_type in ("Reshape", "Where")):
             cast_path.append(c)
             probs = c.output[0]
         pv = [n for n in gr.index.readers(probs) if n.op_type == "MatMul" and n.input[0] == probs]
