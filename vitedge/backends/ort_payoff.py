@@ -55,7 +55,7 @@ def _float_weights(model: Any) -> dict[str, str]:
     """int8 weight initializer -> the float op ONNX Runtime (this machine, this version) feeds it to dequantized."""
     import onnx
 
-    with tempfile.TemporaryDirectory(prefix=work_prefix("ort-payoff")) as tmp:
+    with tempfile.TemporaryDirectory(prefix=work_prefix("ort-opt")) as tmp:
         out = Path(tmp) / "optimized.onnx"
         ort_session(model.SerializeToString(), SessionSettings(optimization="all", optimized_model_path=out))
         opt = onnx.load(str(out), load_external_data=False)
