@@ -26,6 +26,7 @@ on runtimes that only know the standard ONNX domain; the `onnx` profile's
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -351,8 +352,9 @@ class _Plan:
     heads: int
     scale: float
     width: int  # E
-    source_seq_first: bool  # sources are [S, B, .] (PyTorch nn.MultiheadAttention) rather than [B, S, .]
+    source_layout: str  # "bse", "sbe" (PyTorch nn.MultiheadAttention), or flattened tokens "(bs)e" / "(sb)e"
     output_layout: str  # "bse", "sbe", "(sb)e" or "(bs)e"
+    tokens: int = 0  # S
 
 
 def _to_layout(o: np.ndarray, layout: str) -> np.ndarray:
@@ -368,17 +370,36 @@ def _check(core: _Core, values: dict[str, np.ndarray], batch: int) -> _Plan | st
     s = logits.shape[-1]
     b = batch
     src = [values[t] for t in core.sources]
-    if any(x.ndim != 3 for x in src):
-        return f"q/k/v source is {src[0].ndim}-D, not 3-D"
+    layouts = _source_layouts(src, b, s)
+    if isinstance(layouts, str):
+        return layouts
+    verdict = "no source layout"
+    for layout in layouts:  # a flattened [B*S, .] source may be either order of its tokens
+        verdict = _check_as(core, values, [_from_layout(x, layout, b, s) for x in src], b, s)
+        if not isinstance(verdict, str):
+            return dataclasses.replace(verdict, source_layout=layout, tokens=s)
+    return verdict
+
+
+def _source_layouts(src: list[np.ndarray], b: int, s: int) -> list[str] | str:
+    if any(x.ndim != src[0].ndim for x in src) or src[0].ndim not in (2, 3):
+        return f"q/k/v source is {src[0].ndim}-D, not 3-D nor flattened tokens"
+    if src[0].ndim == 2:
+        return ["(bs)e", "(sb)e"] if src[0].shape[0] == b * s else f"q/k/v source {src[0].shape} does not hold B x S = {b * s} rows"
     lead = src[0].shape[:2]
-    if lead == (b, s):
-        seq_first = False
-    elif lead == (s, b):
-        seq_first = True
-    else:
-        return f"q/k/v source {src[0].shape} is neither [B, S, .] nor [S, B, .] for B={b}, S={s}"
-    if seq_first:
-        src = [x.transpose(1, 0, 2) for x in src]
+    found = [layout for layout, want in (("bse", (b, s)), ("sbe", (s, b))) if lead == want]
+    return found or f"q/k/v source {src[0].shape} is neither [B, S, .] nor [S, B, .] for B={b}, S={s}"
+
+
+def _from_layout(x: np.ndarray, layout: str, b: int, s: int) -> np.ndarray:
+    """A source in ``layout`` as [B, S, .]."""
+    return {"bse": lambda: x, "sbe": lambda: x.transpose(1, 0, 2), "(bs)e": lambda: x.reshape(b, s, -1),
+            "(sb)e": lambda: x.reshape(s, b, -1).transpose(1, 0, 2)}[layout]()
+
+
+def _check_as(core: _Core, values: dict[str, np.ndarray], src: list[np.ndarray], b: int, s: int) -> _Plan | str:
+    """How MultiHeadAttention reproduces the core from [B, S, .] sources, else why it does not."""
+    y, logits = values[core.output], values[core.logits]
     if len(src) == 1:
         if src[0].shape[-1] % 3:
             return f"packed q/k/v width {src[0].shape[-1]} is not 3 x E"
@@ -411,7 +432,7 @@ def _check(core: _Core, values: dict[str, np.ndarray], batch: int) -> _Plan | st
     out = (_softmax(scale * raw) @ vh).transpose(0, 2, 1, 3).reshape(b, s, e)
     for layout in ("bse", "sbe", "(sb)e", "(bs)e"):
         if _close(_to_layout(out, layout), y.astype(np.float64)):
-            return _Plan(int(heads), scale, int(e), seq_first, layout)
+            return _Plan(int(heads), scale, int(e), "bse", layout)
     return f"the traced output {y.shape} is not softmax(q.k^T) v with contiguous heads"
 
 
@@ -423,7 +444,15 @@ def _rewrite(core: _Core, plan: _Plan, names: Any, inits: list[Any]) -> list[Any
     e = plan.width
     nodes: list[Any] = []
     sources = list(core.sources)
-    if plan.source_seq_first:
+    if plan.source_layout in ("(bs)e", "(sb)e"):  # flattened tokens: [B, S, .] or [S, B, .] again
+        shape = names(f"{base}/token_shape")
+        w = 3 * e if len(sources) == 1 else e
+        inits.append(numpy_helper.from_array(np.array([-1, plan.tokens, w] if plan.source_layout == "(bs)e" else [plan.tokens, -1, w],
+                                                      dtype=np.int64), shape))
+        for i, t in enumerate(sources):
+            sources[i] = names(f"{base}/tokens_{i}")
+            nodes.append(helper.make_node("Reshape", [t, shape], [sources[i]], name=names(f"{base}/unflatten_tokens")))
+    if plan.source_layout in ("sbe", "(sb)e"):
         for i, t in enumerate(sources):
             sources[i] = names(f"{base}/batch_first_{i}")
             nodes.append(helper.make_node("Transpose", [t], [sources[i]], perm=[1, 0, 2], name=names(f"{base}/to_batch_first")))

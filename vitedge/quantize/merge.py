@@ -66,19 +66,44 @@ class _Index:
         self.outputs = {o.name for o in model.graph.output}
         self.inits = {t.name: t for t in model.graph.initializer}
         self._array = numpy_helper.to_array
+        self._index: Any = None
 
     def const(self, name: str) -> np.ndarray | None:
-        for _ in range(4):
-            if name in self.inits:
-                return self._array(self.inits[name])
-            node = self.producer.get(name)
-            if node is None or node.op_type != "Identity":
-                return None
-            name = node.input[0]
+        """The value of a constant tensor (an initializer, or computed from initializers: a Gemm's weight
+        written as Transpose(Split(packed)) by the TorchScript exporter), else None."""
+        if name in self.inits:
+            return self._array(self.inits[name])
+        if self._index is None:
+            from vitedge.quantize.graph import GraphIndex  # here: graph.prepare imports this module
+
+            self._index = GraphIndex(self.model)
+        if not self._index.is_const(name):
+            return None
+        try:
+            return np.asarray(self._index.value(name))
+        except Exception:  # noqa: BLE001 - a constant that cannot be evaluated here is no weight to merge
+            return None
+
+
+def _gemm_linear(ix: _Index, gemm: Any, order: int) -> _Linear | None:
+    """A Gemm y = x W^T + b (or x W + b) with constant W and b, as the same MatMul + Add."""
+    a = {x.name: x for x in gemm.attribute}
+    if (a["transA"].i if "transA" in a else 0) or (a["alpha"].f if "alpha" in a else 1.0) != 1.0 or (
+            a["beta"].f if "beta" in a else 1.0) != 1.0 or len(gemm.input) < 2:
         return None
+    w = ix.const(gemm.input[1])
+    if w is None or w.ndim != 2 or w.dtype != np.float32 or gemm.output[0] in ix.outputs:
+        return None
+    w = w.T if (a["transB"].i if "transB" in a else 0) else w
+    b = ix.const(gemm.input[2]) if len(gemm.input) > 2 and gemm.input[2] else None
+    if b is not None and (b.dtype != np.float32 or b.size != w.shape[1]):
+        return None
+    return _Linear(gemm, w, None, None if b is None else b.reshape(-1), gemm.output[0], order)
 
 
 def _linear(ix: _Index, mm: Any, order: int) -> _Linear | None:
+    if mm.op_type == "Gemm" and mm.domain in ("", "ai.onnx"):
+        return _gemm_linear(ix, mm, order)
     if mm.op_type != "MatMul" or mm.domain not in ("", "ai.onnx") or len(mm.input) != 2:
         return None
     w = ix.const(mm.input[1])
