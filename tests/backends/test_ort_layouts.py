@@ -167,3 +167,40 @@ def test_conv_tokenizer_ort_runs_in_float_stays_float(graphs, tmp_path):
     x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
     ref = _run(str(fp32), x)
     assert np.abs(_run(str(tmp_path / "model.int8.onnx"), x) - ref).max() <= np.abs(_run(str(qdq), x) - ref).max()
+
+
+def test_build_records_the_keep_float_decision_in_manifest_and_report(tmp_path):
+    """`vitedge build --target onnx` of a small CCT: the manifest's quantization section names the layer kept float,
+    why, and the CPU kind whose ONNX Runtime decided; report.md says the same in one line."""
+    from vitedge.app.build import BuildRequest, run_build
+    from vitedge.budget import BudgetSettings
+    from vitedge.cpu import read_cpu
+    from vitedge.manifest import read_manifest
+    from vitedge.ui import StageLog
+    from vitedge.validation.reference_cache import ReferenceCacheSettings
+
+    pt, intake = _checkpoint("cct", tmp_path)
+    [result] = run_build(BuildRequest(model=pt, targets=("onnx",), calib=CALIB_DIR, calib_size=16, out=tmp_path / "out", intake=intake,
+                                      cache=ReferenceCacheSettings(root=tmp_path / "cache"), measure_speed=False,
+                                      budget=BudgetSettings(enabled=False)), StageLog(quiet=True))
+    manifest = read_manifest(result.bundle)
+    record = manifest.quantization["int8_payoff"]
+    assert record["cpu"] == read_cpu().isa and record["source"] == "onnxruntime optimized graph"
+    [kept] = record["kept_float"]
+    assert kept["op_type"] == "Conv" and "tokenizer" in kept["name"] and "runs it as a float" in kept["why"]
+    gemms = manifest.backend_info["gemm_bias_fusion"]
+    assert gemms["folded"] == gemms["gemms"] - 2 and all("qkv" in r for r in gemms["skipped"])  # CCT's q/k/v have no bias
+    report = (result.bundle / "report.md").read_text()
+    [line] = [l for l in report.splitlines() if "kept float where INT8 does not pay" in l]
+    assert kept["name"] in line and read_cpu().isa in line
+
+
+def test_a_bundle_still_slower_says_what_was_tried():
+    from vitedge.app.reporting import still_slower_line
+
+    info = {"attention_fusion": {"fused": 12, "candidates": 12}, "gemm_bias_fusion": {"folded": 48, "gemms": 48},
+            "int8_payoff": {"kept_float": [{"name": "conv"}]}}
+    line = still_slower_line(info, 0.8)
+    assert line.startswith("INT8 still ran slower than FP32 here (0.80x") and "attention fusion 12 of 12" in line
+    assert "GEMM bias folding 48 of 48" in line and "1 layer(s) kept float" in line
+    assert still_slower_line(info, 1.3) is None and still_slower_line(info, None) is None
