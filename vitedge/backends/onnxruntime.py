@@ -18,6 +18,7 @@ from vitedge.backends.ort_attention import AttentionFusion, fuse_attention
 from vitedge.backends.ort_gemm_bias import GemmBiasFusion, fuse_gemm_bias, unfold_gemm_bias
 from vitedge.backends.ort_patch_embed import PatchEmbedFusion, fuse_patch_embedding, unfold_patch_embedding
 from vitedge.backends.ort_payoff import Int8Payoff, keep_unpaid_float
+from vitedge.cpu import read_cpu
 from vitedge.errors import BundleError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number
 from vitedge.onnxutil import (
@@ -146,8 +147,6 @@ def _fuse_file(src: Path, dst: Path) -> tuple[AttentionFusion, GemmBiasFusion, P
     folded into MatMulIntegerToFloat and its INT8 patch embedding run as one, and the INT8 layers ONNX Runtime
     would still run as float kernels back in float (vitedge/backends/ort_payoff.py); returns the reports."""
     import onnx
-
-    from vitedge.cpu import read_cpu
 
     graph = onnx.load(str(src))
     report = fuse_attention(graph)

@@ -207,7 +207,8 @@ def prepare(model: Any) -> Any:
             name = f"{name}_{k}"
         node.name = name
         used.add(name)
-    merge_sibling_linears(m, check=not is_large(m))  # q/k/v layers reading one activation: one GEMM
+    gi = GraphIndex(m)  # q/k/v layers reading one activation: one GEMM (quantize/merge.py)
+    merge_sibling_linears(m, check=not is_large(m), constant=lambda name: gi.value(name) if gi.is_const(name) else None)
     try:
         if is_large(m):  # past 2 GB infer_shapes cannot serialize the graph: infer on it without its weights
             inferred = onnx.shape_inference.infer_shapes(weightless_copy(m), strict_mode=False)

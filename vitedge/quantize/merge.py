@@ -18,6 +18,7 @@ attention fusion turns into one MultiHeadAttention per block. Nothing here reads
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,7 +57,7 @@ class _Linear:
 
 
 class _Index:
-    def __init__(self, model: Any):
+    def __init__(self, model: Any, constant: Callable[[str], Any] | None):
         from onnx import numpy_helper
 
         self.model = model
@@ -66,23 +67,20 @@ class _Index:
         self.outputs = {o.name for o in model.graph.output}
         self.inits = {t.name: t for t in model.graph.initializer}
         self._array = numpy_helper.to_array
-        self._index: Any = None
+        self.constant = constant  # name -> the value of a computed constant, else None
 
     def const(self, name: str) -> np.ndarray | None:
         """The value of a constant tensor (an initializer, or computed from initializers: a Gemm's weight
         written as Transpose(Split(packed)) by the TorchScript exporter), else None."""
         if name in self.inits:
             return self._array(self.inits[name])
-        if self._index is None:
-            from vitedge.quantize.graph import GraphIndex  # here: graph.prepare imports this module
-
-            self._index = GraphIndex(self.model)
-        if not self._index.is_const(name):
+        if self.constant is None:
             return None
         try:
-            return np.asarray(self._index.value(name))
+            value = self.constant(name)
         except Exception:  # noqa: BLE001 - a constant that cannot be evaluated here is no weight to merge
             return None
+        return None if value is None else np.asarray(value)
 
 
 def _gemm_linear(ix: _Index, gemm: Any, order: int) -> _Linear | None:
@@ -208,13 +206,14 @@ def _same(before: list[np.ndarray], after: list[np.ndarray]) -> str | None:
     return None
 
 
-def merge_sibling_linears(model: Any, *, check: bool = True) -> LinearMerge:
-    """Merge every set of MatMuls with constant 2-D weights reading one activation into one MatMul (in place);
-    their bias Adds too when every one has one. ``check``: run the graph before and after on one random input and
-    keep the rewrite only when the outputs agree."""
+def merge_sibling_linears(model: Any, *, check: bool = True, constant: Callable[[str], Any] | None = None) -> LinearMerge:
+    """Merge every set of MatMuls (and Gemms) with constant 2-D weights reading one activation into one MatMul (in
+    place); their bias Adds too when every one has one. ``check``: run the graph before and after on one random
+    input and keep the rewrite only when the outputs agree. ``constant``: the value of a tensor computed from
+    constants (a weight behind Transpose / Split), or None; initializers are read without it."""
     import onnx
 
-    ix = _Index(model)
+    ix = _Index(model, constant)
     groups = _groups(ix)
     if not groups:
         return LinearMerge(0, 0, 0)
