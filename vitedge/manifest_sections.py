@@ -127,6 +127,7 @@ class QuantizationSection(Section):
     kept_float_detail: list[dict[str, Any]] = ABSENT  # with the accuracy budget: why each layer stayed float
     budget: dict[str, Any] = ABSENT  # the accuracy budget's record (vitedge.budget)
     qdq_sha256: str = ABSENT  # the shared Q/DQ graph every target of the build was made from
+    int8_payoff: dict[str, Any] = ABSENT  # onnx target: INT8 layers its runtime runs as float kernels, kept float (CPU kind)
 
 
 SECTIONS: tuple[type[Section], ...] = (TargetSection, ModelSection, InputSection, OutputSection, ArtifactsSection,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.app.overrides import QuantOverrides, ThresholdOverrides
-from vitedge.app.reporting import write_bundle_reports
+from vitedge.app.reporting import still_slower_line, write_bundle_reports
 from vitedge.backends import get_backend
 from vitedge.backends.base import Backend, BuildContext, BuiltArtifact
 from vitedge.budget import (
@@ -317,6 +317,8 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                 validation=None,
                 validation_data=val_record,
             )
+            if artifact.info.get("int8_payoff"):  # the target's own keep-float decision, for the CPU kind it was made on
+                manifest.quantization["int8_payoff"] = artifact.info["int8_payoff"]
             if artifact.built and env.can_run:  # the same validation, gate and reports as `vitedge validate`
                 with log.stage("validate", f"{profile.name}: INT8 vs FP32 on {len(t.val)} inputs, same runtime"):
                     checked = validate_bundle(tmp, manifest, t.val, ValidateOptions(
@@ -328,6 +330,9 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                     manifest.validation = checked.document  # the manifest's section is the document's JSON
                     for row in checked.result.gate:
                         log.info(row.status.upper() + " " + row.detail)
+            slower = still_slower_line(artifact.info, None if report is None else report.speedup)
+            if slower:
+                log.info(slower)
             budget_failure = record_speed_verdict(manifest, None if report is None else report.speedup, t.thresholds, profile, log)
             not_met = budget_not_met(t.shared.budget, t.loaded.spec.output_kind)
             if not_met:  # the closest INT8 graph the budget found: shipped for inspection, marked failed

@@ -9,6 +9,7 @@ The validation part is rendered by vitedge.validation.report, the same Markdown 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from vitedge.backends import get_backend
 from vitedge.budget import write_budget_report
@@ -58,6 +59,7 @@ def build_report_markdown(manifest) -> str:
                                           to_try=targets_to_try(backend_name, cpu_profile_gates(), exclude=(m.target["name"],)))
     if not_faster:
         lines.append(f"- {not_faster}")
+    lines += [f"- {line}" for line in (payoff_line(m.quantization), still_slower_line(m.backend_info, speedup)) if line]
     lines.append("")
     lines += _backend_lines(m)
     v = m.validation
@@ -93,6 +95,34 @@ def executed_int8_line(counts, backend: str) -> str | None:
     detail = ", ".join(f"{k} {v['count'] if isinstance(v, dict) else v}" for k, v in sorted(kinds.items()))
     return (f"INT8 layers executed by {backend} (its {counts.get('source', 'own account')}): {counts['int8']} of {total} "
             f"matrix layers" + (f" ({detail})" if detail else ""))
+
+
+def payoff_line(quantization: dict) -> str | None:
+    """The layers the target kept float because INT8 did not pay there, and why, in one line."""
+    rec = quantization.get("int8_payoff") or {}
+    kept = rec.get("kept_float") or []
+    if not kept:
+        return None
+    shown = "; ".join(f"`{k['name']}` ({k['why']})" for k in kept[:6]) + ("; ..." if len(kept) > 6 else "")
+    return f"kept float where INT8 does not pay (decided on {rec.get('cpu', 'this CPU')}): {shown}"
+
+
+def still_slower_line(info: dict, speedup: Any) -> str | None:
+    """For a bundle whose INT8 still ran slower than FP32: what the build tried to make it faster, in one line."""
+    if not isinstance(speedup, (int, float)) or speedup >= 1.0 or not info:
+        return None
+    tried = []
+    if info.get("attention_fusion"):
+        a = info["attention_fusion"]
+        tried.append(f"attention fusion {a.get('fused')} of {a.get('candidates')} cores")
+    if info.get("gemm_bias_fusion"):
+        g = info["gemm_bias_fusion"]
+        tried.append(f"GEMM bias folding {g.get('folded')} of {g.get('gemms')}")
+    kept = (info.get("int8_payoff") or {}).get("kept_float")
+    if info.get("int8_payoff") is not None:
+        tried.append(f"{len(kept or [])} layer(s) kept float where the runtime ran INT8 as float")
+    tried.append("sibling q/k/v layers merged into one GEMM (quantization)")
+    return f"INT8 still ran slower than FP32 here ({speedup:.2f}x FP32 speed at batch 1) after: " + ", ".join(tried)
 
 
 def write_build_report(bundle: Path, manifest) -> Path:

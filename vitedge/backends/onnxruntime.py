@@ -17,6 +17,8 @@ from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, Buil
 from vitedge.backends.ort_attention import AttentionFusion, fuse_attention
 from vitedge.backends.ort_gemm_bias import GemmBiasFusion, fuse_gemm_bias, unfold_gemm_bias
 from vitedge.backends.ort_patch_embed import PatchEmbedFusion, fuse_patch_embedding, unfold_patch_embedding
+from vitedge.backends.ort_payoff import Int8Payoff, keep_unpaid_float
+from vitedge.cpu import read_cpu
 from vitedge.errors import BundleError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number
 from vitedge.onnxutil import (
@@ -111,12 +113,13 @@ class OnnxRuntimeBackend(Backend):
         info: dict[str, Any] = {"execution_provider": "CPUExecutionProvider"}
         options = ctx.options or OnnxRuntimeOptions()
         if options.fuse_attention:
-            report, gemm_bias, patch = _fuse_file(ctx.qdq_path, model)
+            report, gemm_bias, patch, payoff = _fuse_file(ctx.qdq_path, model)
             if ctx.log:
-                ctx.log(report.one_line())
-                ctx.log(gemm_bias.one_line())
-                ctx.log(patch.one_line())
+                for line in (report.one_line(), gemm_bias.one_line(), patch.one_line(), payoff.one_line()):
+                    ctx.log(line)
             info["attention_fusion"] = report.to_dict()
+            info["gemm_bias_fusion"] = {"gemms": gemm_bias.gemms, "folded": gemm_bias.folded, "skipped": list(gemm_bias.skipped)}
+            info["int8_payoff"] = payoff.to_dict()
         elif ctx.qdq_path.resolve() != model.resolve():
             copy_onnx(ctx.qdq_path, model)
         reference = ctx.out_dir / "reference.fp32.onnx"
@@ -139,17 +142,19 @@ class OnnxRuntimeBackend(Backend):
         return OnnxRuntimeRunner(model_path, options or OnnxRuntimeOptions(), threads)
 
 
-def _fuse_file(src: Path, dst: Path) -> tuple[AttentionFusion, GemmBiasFusion, PatchEmbedFusion]:
+def _fuse_file(src: Path, dst: Path) -> tuple[AttentionFusion, GemmBiasFusion, PatchEmbedFusion, Int8Payoff]:
     """Write the Q/DQ graph ``src`` to ``dst`` with its float attention cores fused, its INT8 GEMMs' biases
-    folded into MatMulIntegerToFloat and its INT8 patch embedding run as one; returns the fusion reports."""
+    folded into MatMulIntegerToFloat and its INT8 patch embedding run as one, and the INT8 layers ONNX Runtime
+    would still run as float kernels back in float (vitedge/backends/ort_payoff.py); returns the reports."""
     import onnx
 
     graph = onnx.load(str(src))
     report = fuse_attention(graph)
     gemm_bias = fuse_gemm_bias(graph)
     patch = fuse_patch_embedding(graph)
+    payoff = keep_unpaid_float(graph, read_cpu().isa)
     save_onnx(graph, dst)
-    return report, gemm_bias, patch
+    return report, gemm_bias, patch, payoff
 
 
 

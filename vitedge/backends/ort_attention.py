@@ -26,6 +26,7 @@ on runtimes that only know the standard ONNX domain; the `onnx` profile's
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,10 +82,20 @@ class _Core:
     nodes: list[Any]  # the data path up to P.V, removed when fused
     outputs: list[tuple[str, list[Any]]]  # candidate [B, S, E] tensors after P.V, nearest first, with their layout ops
     output: str = ""  # the one the numbers confirmed
+    concat: Any = None  # a per-head core: the Concat joining its P.V output with the other heads' (last axis)
+    pv: str = ""  # the P.V MatMul's output
+    parts: dict[str, list[str]] = field(default_factory=dict)  # a head group's q/k/v: name -> the heads' tensors
+    head_logits: tuple[str, ...] = ()  # a head group's logits: each head's
 
     def with_output(self, k: int) -> "_Core":
         out, path = self.outputs[k]
-        return _Core(self.softmax, self.logits, self.sources, self.nodes + path, self.outputs, out)
+        return _Core(self.softmax, self.logits, self.sources, self.nodes + path, self.outputs, out, self.concat, self.pv,
+                     self.parts, self.head_logits)
+
+    def probed(self) -> set[str]:
+        """The tensors the numbers are read from."""
+        real = {t for t in self.sources if t not in self.parts} | {t for ts in self.parts.values() for t in ts}
+        return real | set(self.head_logits or (self.logits,)) | {o for o, _ in self.outputs}
 
 
 class _Graph:
@@ -153,12 +164,23 @@ def _is_float_cast(node: Any) -> bool:
     return node.op_type == "Cast" and any(a.name == "to" and a.i == 1 for a in node.attribute)  # TensorProto.FLOAT
 
 
+def _safe_softmax(gr: _Graph, probs: str) -> Any | None:
+    """``Where(all logits -inf, 0, probs)``: the guard PyTorch's decomposed scaled_dot_product_attention puts after
+    the Softmax (a torch.export / TorchScript fast-path export), a no-op without a mask. Its other reader of the
+    probabilities is a Shape (of the zeros); the numbers check that the guard changed nothing on the probe."""
+    readers = gr.index.readers(probs)
+    wheres = [n for n in readers if n.op_type == "Where" and len(n.input) == 3 and n.input[2] == probs and n.input[1] != probs]
+    if len(wheres) != 1 or probs in gr.outputs or any(n.op_type != "Shape" for n in readers if n is not wheres[0]):
+        return None
+    return wheres[0]
+
+
 def _find_cores(gr: _Graph) -> tuple[list[_Core], list[str]]:
     cores, skipped = [], []
     for s in [n for n in gr.model.graph.node if n.op_type == "Softmax"]:
         logits = s.input[0]
         t, scale_path = logits, []
-        while t in gr.producer and gr.producer[t].op_type in SCALE_OPS and gr.data_input(gr.producer[t]) is not None:
+        while t in gr.producer and gr.producer[t].op_type in SCALE_OPS | {"Reshape"} and gr.data_input(gr.producer[t]) is not None:
             scale_path.append(gr.producer[t])
             t = gr.data_input(gr.producer[t])
         mm1 = gr.producer.get(t)
@@ -166,7 +188,8 @@ def _find_cores(gr: _Graph) -> tuple[list[_Core], list[str]]:
         # them (or the probabilities being a graph output) is caught by _private, with that reason
         # Hugging Face exports put float -> float Casts between them (a dtype round trip)
         probs, cast_path = s.output[0], []
-        while (c := gr.only_consumer(probs)) is not None and _is_float_cast(c):
+        while (c := gr.only_consumer(probs) or _safe_softmax(gr, probs)) is not None and (
+                _is_float_cast(c) or c.op_type in ("Reshape", "Where")):
             cast_path.append(c)
             probs = c.output[0]
         pv = [n for n in gr.index.readers(probs) if n.op_type == "MatMul" and n.input[0] == probs]
@@ -194,12 +217,68 @@ def _find_cores(gr: _Graph) -> tuple[list[_Core], list[str]]:
             out_path.append(nxt)
             out = nxt.output[0]
             candidates.append((out, list(out_path)))
-        if not candidates:
+        concat = _head_concat(gr, mm2.output[0]) if not candidates else None
+        if not candidates and concat is None:
             skipped.append(f"{s.name}: no layout ops after P.V to a [B, S, E] tensor")
             continue
         nodes = {id(n): n for n in [s, *cast_path, mm1, mm2, *scale_path, *q_path, *k_path, *v_path]}
-        cores.append(_Core(s, logits, sources, list(nodes.values()), candidates))
+        cores.append(_Core(s, logits, sources, list(nodes.values()), candidates, concat=concat, pv=mm2.output[0]))
     return cores, skipped
+
+
+def _head_concat(gr: _Graph, pv: str) -> Any | None:
+    """The Concat on the last axis that alone reads a per-head P.V output (heads as separate modules), else None."""
+    node = gr.only_consumer(pv)
+    if node is None or node.op_type != "Concat":
+        return None
+    axis = next((a.i for a in node.attribute if a.name == "axis"), None)
+    return node if axis in (-1, 2) else None
+
+
+def _group_heads(gr: _Graph, cores: list[_Core], skipped: list[str]) -> list[_Core]:
+    """Per-head cores joined by one Concat as one core over all heads: q, k and v one packed tensor (the heads' q/k/v
+    merged into one GEMM before quantization, vitedge.quantize.merge) or, per head, their own tensors (then
+    concatenated in head order). The numbers decide, as for any core; a Concat with anything but head outputs
+    leaves its heads as they were."""
+    whole = [c for c in cores if c.concat is None]
+    by_concat: dict[int, list[_Core]] = {}
+    for c in cores:
+        if c.concat is not None:
+            by_concat.setdefault(id(c.concat), []).append(c)
+    for heads in by_concat.values():
+        concat = heads[0].concat
+        pv = {c.pv: c for c in heads}
+        order = [pv.get(i) for i in concat.input]
+        name = heads[0].softmax.name
+        if any(c is None for c in order) or len(set(map(id, order))) != len(order):
+            skipped.extend(f"{c.softmax.name}: its P.V output is concatenated with tensors other than heads" for c in heads)
+            continue
+        if len({c.sources for c in order}) == 1 and len(order[0].sources) == 1:
+            sources, parts = order[0].sources, {}
+        elif all(len(c.sources) == 3 for c in order):
+            sources = tuple(f"{concat.output[0]}/heads_{r}" for r in "qkv")
+            parts = {sources[r]: [c.sources[r] for c in order] for r in range(3)}
+        else:
+            skipped.extend(f"{c.softmax.name}: the heads' q, k and v come from an unexpected mix of tensors" for c in heads)
+            continue
+        out, path, candidates = concat.output[0], [concat], [(concat.output[0], [concat])]
+        while (nxt := gr.only_consumer(out)) is not None and nxt.op_type in OUTPUT_LAYOUT_OPS:
+            path = [*path, nxt]
+            out = nxt.output[0]
+            candidates.append((out, path))
+        nodes = {id(n): n for c in order for n in c.nodes}
+        whole.append(_Core(order[0].softmax, f"{name}/heads_logits", sources, list(nodes.values()), candidates,
+                           parts=parts, head_logits=tuple(c.logits for c in order)))
+    return whole
+
+
+def _join_heads(core: _Core, values: dict[str, np.ndarray], batch: int) -> None:
+    """A head group's probed q/k/v and logits as one attention's: heads side by side (in place)."""
+    for name, heads in core.parts.items():
+        values[name] = np.concatenate([values[t] for t in heads], axis=-1)
+    if core.head_logits:
+        s = values[core.head_logits[0]].shape[-1]
+        values[core.logits] = np.concatenate([values[t].reshape(batch, -1, s, s) for t in core.head_logits], axis=1)
 
 
 def _private(gr: _Graph, core: _Core) -> bool:
@@ -211,7 +290,8 @@ def _private(gr: _Graph, core: _Core) -> bool:
     intermediate = {o for n in core.nodes for o in n.output if o and o != core.output}
     if intermediate & gr.outputs:
         return False
-    needed = set(gr.outputs) | set(core.sources) | {i for u in gr.index.readers(core.output) for i in u.input}
+    sources = set(core.sources) | {t for ts in core.parts.values() for t in ts}
+    needed = set(gr.outputs) | sources | {i for u in gr.index.readers(core.output) for i in u.input}
     live = [n for n in gr.model.graph.node if id(n) not in inside]
     while True:
         used = needed | {i for n in live for i in n.input if i}
@@ -272,8 +352,9 @@ class _Plan:
     heads: int
     scale: float
     width: int  # E
-    source_seq_first: bool  # sources are [S, B, .] (PyTorch nn.MultiheadAttention) rather than [B, S, .]
+    source_layout: str  # "bse", "sbe" (PyTorch nn.MultiheadAttention), or flattened tokens "(bs)e" / "(sb)e"
     output_layout: str  # "bse", "sbe", "(sb)e" or "(bs)e"
+    tokens: int = 0  # S
 
 
 def _to_layout(o: np.ndarray, layout: str) -> np.ndarray:
@@ -289,17 +370,36 @@ def _check(core: _Core, values: dict[str, np.ndarray], batch: int) -> _Plan | st
     s = logits.shape[-1]
     b = batch
     src = [values[t] for t in core.sources]
-    if any(x.ndim != 3 for x in src):
-        return f"q/k/v source is {src[0].ndim}-D, not 3-D"
+    layouts = _source_layouts(src, b, s)
+    if isinstance(layouts, str):
+        return layouts
+    verdict = "no source layout"
+    for layout in layouts:  # a flattened [B*S, .] source may be either order of its tokens
+        verdict = _check_as(core, values, [_from_layout(x, layout, b, s) for x in src], b, s)
+        if not isinstance(verdict, str):
+            return dataclasses.replace(verdict, source_layout=layout, tokens=s)
+    return verdict
+
+
+def _source_layouts(src: list[np.ndarray], b: int, s: int) -> list[str] | str:
+    if any(x.ndim != src[0].ndim for x in src) or src[0].ndim not in (2, 3):
+        return f"q/k/v source is {src[0].ndim}-D, not 3-D nor flattened tokens"
+    if src[0].ndim == 2:
+        return ["(bs)e", "(sb)e"] if src[0].shape[0] == b * s else f"q/k/v source {src[0].shape} does not hold B x S = {b * s} rows"
     lead = src[0].shape[:2]
-    if lead == (b, s):
-        seq_first = False
-    elif lead == (s, b):
-        seq_first = True
-    else:
-        return f"q/k/v source {src[0].shape} is neither [B, S, .] nor [S, B, .] for B={b}, S={s}"
-    if seq_first:
-        src = [x.transpose(1, 0, 2) for x in src]
+    found = [layout for layout, want in (("bse", (b, s)), ("sbe", (s, b))) if lead == want]
+    return found or f"q/k/v source {src[0].shape} is neither [B, S, .] nor [S, B, .] for B={b}, S={s}"
+
+
+def _from_layout(x: np.ndarray, layout: str, b: int, s: int) -> np.ndarray:
+    """A source in ``layout`` as [B, S, .]."""
+    return {"bse": lambda: x, "sbe": lambda: x.transpose(1, 0, 2), "(bs)e": lambda: x.reshape(b, s, -1),
+            "(sb)e": lambda: x.reshape(s, b, -1).transpose(1, 0, 2)}[layout]()
+
+
+def _check_as(core: _Core, values: dict[str, np.ndarray], src: list[np.ndarray], b: int, s: int) -> _Plan | str:
+    """How MultiHeadAttention reproduces the core from [B, S, .] sources, else why it does not."""
+    y, logits = values[core.output], values[core.logits]
     if len(src) == 1:
         if src[0].shape[-1] % 3:
             return f"packed q/k/v width {src[0].shape[-1]} is not 3 x E"
@@ -332,7 +432,7 @@ def _check(core: _Core, values: dict[str, np.ndarray], batch: int) -> _Plan | st
     out = (_softmax(scale * raw) @ vh).transpose(0, 2, 1, 3).reshape(b, s, e)
     for layout in ("bse", "sbe", "(sb)e", "(bs)e"):
         if _close(_to_layout(out, layout), y.astype(np.float64)):
-            return _Plan(int(heads), scale, int(e), seq_first, layout)
+            return _Plan(int(heads), scale, int(e), "bse", layout)
     return f"the traced output {y.shape} is not softmax(q.k^T) v with contiguous heads"
 
 
@@ -344,7 +444,15 @@ def _rewrite(core: _Core, plan: _Plan, names: Any, inits: list[Any]) -> list[Any
     e = plan.width
     nodes: list[Any] = []
     sources = list(core.sources)
-    if plan.source_seq_first:
+    if plan.source_layout in ("(bs)e", "(sb)e"):  # flattened tokens: [B, S, .] or [S, B, .] again
+        shape = names(f"{base}/token_shape")
+        w = 3 * e if len(sources) == 1 else e
+        inits.append(numpy_helper.from_array(np.array([-1, plan.tokens, w] if plan.source_layout == "(bs)e" else [plan.tokens, -1, w],
+                                                      dtype=np.int64), shape))
+        for i, t in enumerate(sources):
+            sources[i] = names(f"{base}/tokens_{i}")
+            nodes.append(helper.make_node("Reshape", [t, shape], [sources[i]], name=names(f"{base}/unflatten_tokens")))
+    if plan.source_layout in ("sbe", "(sb)e"):
         for i, t in enumerate(sources):
             sources[i] = names(f"{base}/batch_first_{i}")
             nodes.append(helper.make_node("Transpose", [t], [sources[i]], perm=[1, 0, 2], name=names(f"{base}/to_batch_first")))
@@ -355,6 +463,9 @@ def _rewrite(core: _Core, plan: _Plan, names: Any, inits: list[Any]) -> list[Any
         nodes.append(helper.make_node("Split", [sources[0], sizes], qkv, axis=-1, name=names(f"{base}/qkv_split")))
     else:
         qkv = sources
+    for name in qkv:  # a head group with each head's own q, k and v: side by side, in head order
+        if name in core.parts:
+            nodes.append(helper.make_node("Concat", core.parts[name], [name], axis=-1, name=names(f"{base}/join_heads")))
     out = core.output if plan.output_layout == "bse" else names(f"{base}/attention_bse")
     nodes.append(helper.make_node("MultiHeadAttention", qkv, [out], domain=MS_DOMAIN, num_heads=plan.heads,
                                   scale=float(plan.scale), name=names(f"{base}/MultiHeadAttention")))
@@ -374,14 +485,17 @@ def fuse_attention(model: Any) -> AttentionFusion:
 
     gr = _Graph(model)
     cores, skipped = _find_cores(gr)
+    cores = _group_heads(gr, cores, skipped)
     candidates = len(cores) + len(skipped)
     if not cores:
         return AttentionFusion(candidates, 0, (), tuple(skipped))
-    wanted = sorted({t for c in cores for t in (*c.sources, c.logits, *(o for o, _ in c.outputs))})
+    wanted = sorted(set().union(*(c.probed() for c in cores)))
     try:
         values, batch = _capture(model, wanted)
     except Exception as err:  # noqa: BLE001 - a graph ONNX Runtime cannot probe is left unfused
         return AttentionFusion(candidates, 0, (), tuple(skipped) + (f"probe run failed: {str(err).splitlines()[0][:120]}",))
+    for c in cores:
+        _join_heads(c, values, batch)
 
     names = NameScope(model)
     g = model.graph

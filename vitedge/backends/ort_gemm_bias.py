@@ -41,6 +41,7 @@ from vitedge.onnxutil import NameScope, cleanup, node_index, require_opset_impor
 MS_DOMAIN = "com.microsoft"
 _UINT8, _INT8, _FLOAT = 2, 3, 1  # TensorProto element types
 FUSED_SUFFIX = "/with_bias"  # a folded GEMM's node name: the MatMul's name and this
+FUSED_GEMM_SUFFIX = "/gemm_with_bias"  # a folded Gemm's: its name and this (and "_t" when it had transB=1)
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,40 @@ def quantized_inputs(node: Any, gr: Any, consts: _Constants, subject: str) -> st
     return x, w
 
 
-def _why_not(mm: Any, gr: Any, consts: _Constants, outputs: set[str], before_gelu: bool) -> str | tuple[list[str], Any]:
-    """The MatMulIntegerToFloat inputs and the Add it replaces, or why this GEMM stays as it is."""
+@dataclass
+class _Fold:
+    """One GEMM to fold: MatMulIntegerToFloat's inputs and the nodes it replaces."""
+
+    inputs: list[str]
+    replaced: list[Any]  # the MatMul / Gemm, then any Reshape and the bias Add
+    output: str  # the tensor the folded GEMM (or the Reshape after it) writes
+    reshape: Any = None  # MatMul -> Reshape (last axis kept) -> Add(bias): the Reshape, moved after the fold
+    transpose_weight: bool = False  # a Gemm with transB=1: the int8 weight is stored transposed [K, N]
+
+
+def _bias(add: Any, read: str, consts: _Constants, n: int) -> str | None:
+    bias = add.input[1] if add.input[0] == read else add.input[0]
+    bdims = consts.dims(bias)
+    if bias == read or consts.dtype(bias) != _FLOAT or not bdims or bdims[-1] != n or any(d != 1 for d in bdims[:-1]):
+        return None
+    return bias
+
+
+def _keeps_last_axis(reshape: Any, consts: _Constants, n: int) -> bool:
+    from onnx import numpy_helper
+
+    p = consts.proto(reshape.input[1]) if len(reshape.input) > 1 else None
+    return p is not None and p.dims and int(numpy_helper.to_array(p).reshape(-1)[-1]) == n
+
+
+def _gemm_attrs_plain(node: Any) -> bool:
+    a = {x.name: x for x in node.attribute}
+    return (a["transA"].i == 0 if "transA" in a else True) and (a["alpha"].f == 1.0 if "alpha" in a else True) and (
+        a["beta"].f == 1.0 if "beta" in a else True)
+
+
+def _why_not(mm: Any, gr: Any, consts: _Constants, outputs: set[str], before_gelu: bool) -> str | _Fold:
+    """The MatMulIntegerToFloat inputs and the nodes it replaces, or why this GEMM stays as it is."""
     pair = quantized_inputs(mm, gr, consts, "activation")
     if isinstance(pair, str):
         return pair
@@ -127,20 +160,33 @@ def _why_not(mm: Any, gr: Any, consts: _Constants, outputs: set[str], before_gel
     wdims = consts.dims(w[0])
     if wdims is None or len(wdims) != 2 or consts.dtype(w[0]) not in (_INT8, _UINT8):
         return "weight is not a constant 2-D int8/uint8 tensor"
-    n = wdims[1]
+    gemm = mm.op_type == "Gemm"
+    trans_b = gemm and any(a.name == "transB" and a.i for a in mm.attribute)
+    n = wdims[0] if trans_b else wdims[1]
     if consts.dims(w[1]) not in ((), (1,), (n,)) or consts.dims(w[2]) != consts.dims(w[1]):
         return "weight scale is neither per-tensor nor per-column"
+    if gemm:
+        if not _gemm_attrs_plain(mm) or len(mm.input) < 3 or not mm.input[2]:
+            return "Gemm with transA, alpha or beta, or without a bias"
+        add_like = type("C", (), {"input": [mm.output[0], mm.input[2]]})
+        bias = _bias(add_like, mm.output[0], consts, n)
+        if bias is None:
+            return "the Gemm's bias is not a constant float vector of its width"
+        return _Fold([x[0], w[0], x[1], w[1], x[2], w[2], bias], [mm], mm.output[0], transpose_weight=trans_b)
     readers = gr.readers(mm.output[0])
+    reshape = None
+    if len(readers) == 1 and readers[0].op_type == "Reshape" and _keeps_last_axis(readers[0], consts, n) and readers[0].output[0] not in outputs:
+        reshape, readers = readers[0], gr.readers(readers[0].output[0])
+    read = (reshape or mm).output[0]
     if mm.output[0] in outputs or len(readers) != 1 or readers[0].op_type != "Add" or readers[0].domain not in ("", "ai.onnx"):
         return "the MatMul's output is not read by one Add alone"
     add = readers[0]
-    bias = add.input[1] if add.input[0] == mm.output[0] else add.input[0]
-    bdims = consts.dims(bias)
-    if bias == mm.output[0] or consts.dtype(bias) != _FLOAT or not bdims or bdims[-1] != n or any(d != 1 for d in bdims[:-1]):
+    bias = _bias(add, read, consts, n)
+    if bias is None:
         return "the Add's other input is not a constant float bias of the GEMM's width"
     if not before_gelu and any(r.op_type in ("Div", "Mul", "Gelu") for r in gr.readers(add.output[0])):
         return "bias left for ORT's BiasGelu"
-    return [x[0], w[0], x[1], w[1], x[2], w[2], bias], add
+    return _Fold([x[0], w[0], x[1], w[1], x[2], w[2], bias], [mm] + ([reshape] if reshape else []) + [add], add.output[0], reshape)
 
 
 def _as_uint8(x_q: str, scale: str, zp: str, gr: Any, consts: _Constants, names: NameScope,
@@ -165,6 +211,21 @@ def _as_uint8(x_q: str, scale: str, zp: str, gr: Any, consts: _Constants, names:
     return unsigned[x_q]
 
 
+def _attrs(node: Any) -> dict[str, Any]:
+    from onnx import helper
+
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _transposed(weight: str, consts: _Constants, names: NameScope, model: Any) -> str:
+    """A [K, N] copy of a Gemm's transB=1 int8 weight [N, K] (its per-row scale becomes per-column)."""
+    from onnx import numpy_helper
+
+    name = names(f"{weight}_t")
+    model.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(consts.proto(weight)).T), name))
+    return name
+
+
 def fuse_gemm_bias(model: Any, *, before_gelu: bool = True) -> GemmBiasFusion:
     """Replace each ``DQ(x), DQ(W) -> MatMul -> Add(bias)`` that qualifies with MatMulIntegerToFloat (in place).
 
@@ -178,7 +239,7 @@ def fuse_gemm_bias(model: Any, *, before_gelu: bool = True) -> GemmBiasFusion:
     names = NameScope(model)
     gemms, folded, added, drop, skipped = 0, 0, [], set(), []
     unsigned: dict[str, tuple[str, str]] = {}  # int8 activation tensor -> its uint8 twin and zero point
-    for mm in [n for n in nodes if n.op_type == "MatMul" and n.domain in ("", "ai.onnx")]:
+    for mm in [n for n in nodes if n.op_type in ("MatMul", "Gemm") and n.domain in ("", "ai.onnx") and len(n.input) >= 2]:
         if _dq_inputs(gr.producer.get(mm.input[0])) is None or _dq_inputs(gr.producer.get(mm.input[1])) is None:
             continue
         gemms += 1
@@ -186,12 +247,18 @@ def fuse_gemm_bias(model: Any, *, before_gelu: bool = True) -> GemmBiasFusion:
         if isinstance(verdict, str):
             skipped.append(f"{mm.name}: {verdict}")
             continue
-        inputs, add = verdict
+        inputs = verdict.inputs
         if consts.dtype(inputs[4]) == _INT8:  # int8 activations: ORT's own S8 -> U8 conversion, done here
             inputs[0], inputs[4] = _as_uint8(inputs[0], inputs[2], inputs[4], gr, consts, names, unsigned, added, model)
-        added.append(helper.make_node("MatMulIntegerToFloat", inputs, [add.output[0]], domain=MS_DOMAIN,
-                                      name=names(f"{mm.name or 'MatMul'}{FUSED_SUFFIX}")))
-        drop.update((id(mm), id(add)))
+        if verdict.transpose_weight:
+            inputs[1] = _transposed(inputs[1], consts, names, model)
+        suffix = FUSED_GEMM_SUFFIX + ("_t" if verdict.transpose_weight else "") if mm.op_type == "Gemm" else FUSED_SUFFIX
+        out = names(f"{mm.name}/folded") if verdict.reshape is not None else verdict.output
+        added.append(helper.make_node("MatMulIntegerToFloat", inputs, [out], domain=MS_DOMAIN, name=names(f"{mm.name or 'MatMul'}{suffix}")))
+        if verdict.reshape is not None:  # the bias added before the Reshape: it keeps the last axis, so the same sums
+            r = verdict.reshape
+            added.append(helper.make_node("Reshape", [out, *r.input[1:]], [verdict.output], name=r.name, **_attrs(r)))
+        drop.update(id(n) for n in verdict.replaced)
         folded += 1
     if added:
         splice_nodes(model, nodes, added, drop)
@@ -210,17 +277,28 @@ def unfold_gemm_bias(model: Any) -> int:
     names = NameScope(model)
     nodes = list(model.graph.node)  # held, so each node's id() stays its own
     added, drop = [], set()
+    consts = _Constants(model)
     for n in nodes:
-        if n.op_type != "MatMulIntegerToFloat" or n.domain != MS_DOMAIN or not n.name.endswith(FUSED_SUFFIX) or len(n.input) != 7:
+        if n.op_type != "MatMulIntegerToFloat" or n.domain != MS_DOMAIN or len(n.input) != 7:
             continue
-        base = n.name[: -len(FUSED_SUFFIX)]
+        suffix = next((x for x in (FUSED_SUFFIX, FUSED_GEMM_SUFFIX, FUSED_GEMM_SUFFIX + "_t") if n.name.endswith(x)), None)
+        if suffix is None:
+            continue
+        base = n.name[: -len(suffix)]
         x_q, w_q, x_s, w_s, x_z, w_z, bias = n.input
         x, w, mm = names(f"{base}/x_dq"), names(f"{base}/w_dq"), names(f"{base}/mm")
+        trans_b = suffix.endswith("_t")
+        if trans_b:
+            w_q = _transposed(w_q, consts, names, model)  # back to the Gemm's [N, K]
         added += [helper.make_node("DequantizeLinear", [x_q, x_s, x_z], [x], name=names(f"{base}/x_DequantizeLinear")),
-                  helper.make_node("DequantizeLinear", [w_q, w_s, w_z], [w], name=names(f"{base}/w_DequantizeLinear"), axis=1),
-                  helper.make_node("MatMul", [x, w], [mm], name=base),
-                  helper.make_node("Add", [bias, mm], [n.output[0]], name=names(f"{base}/bias_Add"))]
+                  helper.make_node("DequantizeLinear", [w_q, w_s, w_z], [w], name=names(f"{base}/w_DequantizeLinear"), axis=0 if trans_b else 1)]
+        if suffix == FUSED_SUFFIX:
+            added += [helper.make_node("MatMul", [x, w], [mm], name=base),
+                      helper.make_node("Add", [bias, mm], [n.output[0]], name=names(f"{base}/bias_Add"))]
+        else:
+            added.append(helper.make_node("Gemm", [x, w, bias], [n.output[0]], name=base, transB=int(trans_b)))
         drop.add(id(n))
     if added:
         splice_nodes(model, nodes, added, drop)
+        cleanup(model)  # a transposed weight's folded copy
     return len(drop)

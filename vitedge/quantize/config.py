@@ -20,7 +20,7 @@ CPU_REQUIREMENT = {
 
 # Bump when a change would make cached statistics or the Q/DQ graph differ for the same
 # inputs (placement, statistics, threshold search, SmoothQuant rewrite).
-QUANTIZER_VERSION = "6"  # 6: exact per-channel |x| bins without bias correction (5: select stores every candidate's thresholds)
+QUANTIZER_VERSION = "7"  # 7: sibling linear layers merged into one GEMM (quantize.merge); 6: exact per-channel |x| bins without bias correction (5: select stores every candidate's thresholds)
 
 METHODS = ("select", "minmax", "percentile", "entropy", "mse", "auto")
 HISTOGRAM_METHODS = ("select", "percentile", "entropy", "mse", "auto")

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from vitedge.errors import QuantizationError
+from vitedge.quantize.merge import merge_sibling_linears
 from vitedge.onnxutil import (
     graph_inputs,
     is_large,
@@ -206,6 +207,8 @@ def prepare(model: Any) -> Any:
             name = f"{name}_{k}"
         node.name = name
         used.add(name)
+    gi = GraphIndex(m)  # q/k/v layers reading one activation: one GEMM (quantize/merge.py)
+    merge_sibling_linears(m, check=not is_large(m), constant=lambda name: gi.value(name) if gi.is_const(name) else None)
     try:
         if is_large(m):  # past 2 GB infer_shapes cannot serialize the graph: infer on it without its weights
             inferred = onnx.shape_inference.infer_shapes(weightless_copy(m), strict_mode=False)
