@@ -1,7 +1,7 @@
 """Issue 30 item 2: every corpus model through the real CLI, in every format a user could save it in.
 
 The corpus (benchmarks/corpus/manifest.toml) is small ViTs that other people trained and published; it
-lives in a local cache that a session fills (benchmarks/corpus/fetch.md). This script checks every
+lives in a local cache that ``benchmarks/corpus/cache.py fill`` fills (benchmarks/corpus/fetch.md). This script checks every
 sha256 of the manifest first and stops, naming each missing file and how to bring it, when the cache
 is incomplete. Then, per model:
 
@@ -496,6 +496,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown format {unknown[0]}: choose from {', '.join(FORMATS)}", file=sys.stderr)
         return 2
+    found = cache.find_cache(manifest, ids)
+    if found is not None:
+        cache.use_cache(found)  # the builds' subprocesses and make_split read the same folder
     missing = cache.problems(manifest, ids)
     if missing:
         for line in missing:

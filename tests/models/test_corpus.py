@@ -1,12 +1,14 @@
 """The public corpus (benchmarks/corpus): ViTs other people trained, loaded strictly by our own classes.
 
 The checkpoints and test sets are not committed (they belong to their authors): these tests run where a
-session filled the cache (benchmarks/corpus/fetch.md) and skip, naming what is missing, everywhere else.
-What needs no cache (the manifest and the classes) is checked always."""
+corpus folder is found ($VITEDGE_CORPUS_CACHE, ~/.cache/vitedge/corpus, or shared/corpus next to the
+checkout: cache.find_cache) and skip, naming what is missing, everywhere else. What needs no corpus (the
+manifest, the classes, `fill` on git repositories made here) is checked always."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -46,22 +48,29 @@ def test_manifest_names_a_source_hash_licence_class_and_measurement_for_every_mo
 def test_a_missing_file_is_named_with_how_to_bring_it(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.ENV, str(tmp_path / "empty"))
     lines = cache.problems(MANIFEST, ["researchase-mnist"])
-    assert any("researchase-mnist" in ln and 'fetch("github:researchase/vit-mnist-explorations")' in ln for ln in lines)
+    assert any("researchase-mnist" in ln and "cache.py fill" in ln and "https://github.com/researchase/vit-mnist-explorations.git" in ln
+               for ln in lines)
     assert any("mnist-test" in ln and "lijie2020/vae" in ln for ln in lines)
 
 
-def _need(model_id: str):
-    missing = cache.problems(MANIFEST, [model_id])
-    if missing:
-        pytest.skip(f"corpus cache incomplete ({cache.cache_dir()}): {missing[0]}")
+def _need(monkeypatch, *model_ids: str) -> Path:
+    """The corpus folder holding these models and their test sets (cache.find_cache), made this test's
+    cache; skips naming the first missing file where there is none."""
+    folder = cache.find_cache(MANIFEST, list(model_ids))
+    if folder is None:
+        missing = cache.problems(MANIFEST, list(model_ids))
+        where = cache.cache_dir() if os.environ.get(cache.ENV) else f"{cache.DEFAULT_CACHE} or {cache.BESIDE_CHECKOUT}"
+        pytest.skip(f"no corpus folder with {', '.join(model_ids)} ({where}): {missing[0]}")
+    monkeypatch.setenv(cache.ENV, str(folder))
+    return folder
 
 
 @pytest.mark.parametrize("model_id", IDS)
-def test_corpus_model_loads_strictly_and_keeps_its_measured_accuracy(model_id):
+def test_corpus_model_loads_strictly_and_keeps_its_measured_accuracy(model_id, monkeypatch):
     """Our class loads the authors' state_dict with strict=True and, on 1,000 test images, scores within
     4 points of the FP32 top-1 the manifest records for the whole test set (binomial noise at ~55 % is
     +-3.1 points at 2 sigma): a wrong layout or preprocessing loses far more."""
-    _need(model_id)
+    _need(monkeypatch, model_id)
     m = MANIFEST.model(model_id)
     module = getattr(classes, m.model_class)()
     module.load_state_dict(torch.load(m.path, map_location="cpu", weights_only=True), strict=True)
@@ -95,3 +104,147 @@ def test_results_show_the_default_bundle_beside_each_anchor_per_model():
     assert "ORT quantize_static MinMax" in rows[1] and "| 89.90 |" in rows[1] and "none (full INT8)" in rows[1]
     assert "RuntimeError: refused" in rows[2] and "none (full INT8)" not in rows[2]
     assert "no VNNI" in text
+
+
+# ------------------------------------------------------------------ fill: real git repositories made here
+
+
+def _git(*args, cwd):
+    import subprocess
+
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.org", "-c", "init.defaultBranch=main", *args],
+                   cwd=cwd, check=True, capture_output=True)
+
+
+def _small_corpus(tmp_path: Path):
+    """Two public-repository stand-ins, as real git repositories: a/ckpt (the checkpoint, changed by a later
+    commit: the manifest pins the first) and b/data (a test set with a file and a folder). Returns the
+    folder of the work-tree repositories, the pinned commits, and a manifest of them."""
+    import hashlib
+    import subprocess
+
+    root = tmp_path / "repos"
+    a, b = root / "a" / "ckpt", root / "b" / "data"
+    for r in (a, b):
+        r.mkdir(parents=True)
+        _git("init", "-q", cwd=r)
+    (a / "w").mkdir()
+    (a / "w" / "model.pt").write_bytes(b"weights v1")
+    _git("add", ".", cwd=a)
+    _git("commit", "-qm", "v1", cwd=a)
+    commit_a = subprocess.run(["git", "rev-parse", "HEAD"], cwd=a, capture_output=True, text=True).stdout.strip()
+    (a / "w" / "model.pt").write_bytes(b"weights v2")
+    _git("commit", "-qam", "v2", cwd=a)
+    (b / "labels.gz").write_bytes(b"labels")
+    for cls in ("x", "y"):
+        (b / "test" / cls).mkdir(parents=True)
+        (b / "test" / cls / "0.jpg").write_bytes(cls.encode() * 3)
+    _git("add", ".", cwd=b)
+    _git("commit", "-qm", "data", cwd=b)
+    commit_b = subprocess.run(["git", "rev-parse", "HEAD"], cwd=b, capture_output=True, text=True).stdout.strip()
+    sha = lambda data: hashlib.sha256(data).hexdigest()  # noqa: E731
+    tree = "".join(f"{c}/0.jpg {sha(c.encode() * 3)}\n" for c in ("x", "y"))
+    text = f'''
+[[dataset]]
+id = "tiny"
+kind = "image-folders"
+repo = "b/data"
+commit = "{commit_b}"
+licence = "none"
+classes = ["x", "y"]
+  [[dataset.file]]
+  name = "labels.gz"
+  path = "labels.gz"
+  sha256 = "{sha(b'labels')}"
+  [[dataset.tree]]
+  name = "test"
+  path = "test"
+  count = 2
+  digest = "{hashlib.sha256(tree.encode()).hexdigest()}"
+
+[[model]]
+id = "m"
+repo = "a/ckpt"
+commit = "{commit_a}"
+path = "w/model.pt"
+sha256 = "{sha(b'weights v1')}"
+licence = "none"
+dataset = "tiny"
+model_class = "M"
+claimed_where = "nowhere"
+preprocess = {{ channels = 3, size = 32, mean = [0.5, 0.5, 0.5], std = [0.5, 0.5, 0.5] }}
+'''
+    (tmp_path / "manifest.toml").write_text(text)
+    return root, cache.load_manifest(tmp_path / "manifest.toml")
+
+
+def _filled(root: Path) -> bool:
+    return ((root / "models" / "m.pt").read_bytes() == b"weights v1"
+            and (root / "data" / "tiny" / "labels.gz").read_bytes() == b"labels"
+            and (root / "data" / "tiny" / "test" / "y" / "0.jpg").read_bytes() == b"yyy")
+
+
+def test_fill_fetches_each_file_at_its_pinned_commit_over_git(tmp_path, monkeypatch):
+    """The network path, with file:// URLs standing in for GitHub: a depth-1 fetch of the pinned commit (not the
+    branch tip, whose checkpoint differs), the file and the folder at that commit, every hash checked."""
+    repos, manifest = _small_corpus(tmp_path)
+    monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
+    assert cache.fill(manifest, url=f"file://{repos}/{{repo}}") == []
+    assert _filled(tmp_path / "cache")
+    assert cache.problems(manifest) == []
+
+
+def test_fill_reads_local_clones_bare_or_not_named_owner_plus_name_or_owner_slash_name(tmp_path, monkeypatch):
+    repos, manifest = _small_corpus(tmp_path)
+    clones = tmp_path / "clones"
+    clones.mkdir()
+    _git("clone", "-q", str(repos / "a" / "ckpt"), str(clones / "a+ckpt"), cwd=tmp_path)
+    _git("clone", "-q", "--bare", str(repos / "b" / "data"), str(clones / "b" / "data"), cwd=tmp_path)
+    monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
+    assert cache.fill(manifest, clones=clones) == []
+    assert _filled(tmp_path / "cache")
+
+
+def test_fill_names_what_it_could_not_bring_and_a_wrong_hash(tmp_path, monkeypatch):
+    repos, manifest = _small_corpus(tmp_path)
+    monkeypatch.setenv(cache.ENV, str(tmp_path / "cache"))
+    lines = cache.fill(manifest, clones=tmp_path / "nothing-here")
+    assert any("a/ckpt" in ln and "no git repository at" in ln and "a+ckpt" in ln for ln in lines)
+    (tmp_path / "cache" / "models").mkdir(parents=True)
+    (tmp_path / "cache" / "models" / "m.pt").write_bytes(b"tampered")
+    lines = cache.problems(manifest)
+    assert any("model m" in ln and "the manifest says" in ln for ln in lines)
+    lines = cache.fill(manifest, url=f"file://{tmp_path}/no-such/{{repo}}")
+    assert lines and all("git fetch" in ln or "missing" in ln or "the manifest says" in ln for ln in lines)
+    assert (tmp_path / "cache" / "models" / "m.pt").read_bytes() == b"tampered"  # nothing half-written replaced it
+
+
+def test_find_cache_prefers_the_variable_then_the_user_cache_then_a_folder_next_to_the_checkout(tmp_path, monkeypatch):
+    repos, manifest = _small_corpus(tmp_path)
+    monkeypatch.setenv(cache.ENV, str(tmp_path / "filled"))
+    assert cache.fill(manifest, url=f"file://{repos}/{{repo}}") == []
+    assert cache.find_cache(manifest) == tmp_path / "filled"
+    monkeypatch.delenv(cache.ENV)
+    monkeypatch.setattr(cache, "DEFAULT_CACHE", tmp_path / "home-cache")
+    monkeypatch.setattr(cache, "BESIDE_CHECKOUT", tmp_path / "filled")
+    assert cache.find_cache(manifest) == tmp_path / "filled"  # the user cache is empty
+    monkeypatch.setattr(cache, "DEFAULT_CACHE", tmp_path / "filled")
+    monkeypatch.setattr(cache, "BESIDE_CHECKOUT", tmp_path / "nowhere")
+    assert cache.find_cache(manifest) == tmp_path / "filled"
+    monkeypatch.setenv(cache.ENV, str(tmp_path / "empty"))
+    assert cache.find_cache(manifest) is None  # the variable, when set, is the only place looked at
+
+
+def test_splits_go_to_a_writable_place_when_the_corpus_folder_is_read_only(tmp_path, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    monkeypatch.setenv(cache.ENV, str(ro))
+    monkeypatch.delenv(cache.SPLITS_ENV, raising=False)
+    ro.chmod(0o555)
+    try:
+        assert not str(cache.splits_dir()).startswith(str(ro))  # also as root, whom the permissions do not stop
+    finally:
+        ro.chmod(0o755)
+    assert cache.splits_dir() == ro / "splits"
+    monkeypatch.setenv(cache.SPLITS_ENV, str(tmp_path / "s"))
+    assert cache.splits_dir() == tmp_path / "s"
