@@ -459,7 +459,7 @@ def markdown(res: dict[str, Any]) -> str:
         f"{(' ' + ' '.join(res['extra'])) if res['extra'] else ''}`; the gate is each target profile's (top-1 drop <= 0.2 "
         "points, agreement >= 99.5 %). Wall times are on 2 cores shared with other jobs: compare them within a run only.",
     ]
-    if res.get("latency"):
+    if res.get("latency") and res.get("builds"):
         loads = res.get("load_average") or []
         lines += ["", f"Times: INT8/FP32 p50 time ratios (below 1: INT8 is faster) on this CPU kind ({'VNNI' if isa['vnni'] else 'AVX2, no VNNI'}), "
                   "from each build's own latency (FP32 and INT8 interleaved on the bundle's runtime) and from the side-by-side "
