@@ -1,7 +1,7 @@
 """Issue 30 item 2: every corpus model through the real CLI, in every format a user could save it in.
 
 The corpus (benchmarks/corpus/manifest.toml) is small ViTs that other people trained and published; it
-lives in a local cache that a session fills (benchmarks/corpus/fetch.md). This script checks every
+lives in a local cache that ``benchmarks/corpus/cache.py fill`` fills (benchmarks/corpus/fetch.md). This script checks every
 sha256 of the manifest first and stops, naming each missing file and how to bring it, when the cache
 is incomplete. Then, per model:
 
@@ -12,11 +12,15 @@ is incomplete. Then, per model:
   batch); ONNX (opset 17, dynamic batch). A format a model cannot be saved in (torch.jit.script of a
   class it cannot compile) is a row saying so, not a vitedge failure;
 * ``vitedge build FILE --target onnx --target intel-cpu --calib CALIB --val VAL --mean .. --std ..
-  --crop-pct 1.0 --no-latency`` (plus ``--input-size`` for the one model whose weights do not fix it) as a
-  subprocess: exit code, wall time, and per target FP32 and INT8 top-1, drop, agreement and INT8
-  layers, read from each bundle's report/validation.json;
+  --crop-pct 1.0`` (plus ``--input-size`` for the one model whose weights do not fix it) as a
+  subprocess: exit code, wall time, and per target FP32 and INT8 top-1, drop, agreement, INT8
+  layers and the build's own INT8/FP32 p50 time at batch 1 and 8, read from each bundle's
+  report/validation.json (``--no-latency``: builds without timing);
 * with ``--anchors``, on the same splits: ONNX Runtime ``quantize_static`` MinMax, Entropy and
-  Percentile, NNCF default and ``model_type=TRANSFORMER`` (benchmarks/quant_methods.py's anchors).
+  Percentile, NNCF default and ``model_type=TRANSFORMER`` (benchmarks/quant_methods.py's anchors);
+* then, side by side in one process (``speed()``, ``--speed-rounds``), FP32, vitedge's INT8 bundle and
+  every anchor graph made for the runtime, on ONNX Runtime and OpenVINO, at batch 1 and 8: median ms
+  and INT8/FP32 over interleaved rounds. The results say the CPU kind (VNNI or not) and the load.
 
 ``--fp32-only`` measures each model's FP32 top-1 on its whole test set in PyTorch (the manifest's
 ``measured_fp32_top1``) and builds nothing. Writes benchmarks/results/corpus.md and corpus.json
@@ -183,9 +187,20 @@ class BuildRow:
     # a different quantized graph (calibration moved) from the same graph run by other kernels (JSON only)
     qdq_sha256: str | None = None
     calibration_chosen: str | None = None
+    # the build's own latency (report/validation.json: FP32 and INT8 interleaved on the bundle's runtime), p50 ms
+    fp32_ms_b1: float | None = None
+    int8_ms_b1: float | None = None
+    fp32_ms_b8: float | None = None
+    int8_ms_b8: float | None = None
+
+    def ratio(self, batch: int) -> float | None:
+        """INT8/FP32 p50 time at batch 1 or 8 (below 1: INT8 is faster)."""
+        f, i = getattr(self, f"fp32_ms_b{batch}"), getattr(self, f"int8_ms_b{batch}")
+        return None if not f or i is None else i / f
 
 
-def build(model, fmt: str, split: Path, work: Path, targets: list[str], extra: list[str], timeout: float) -> list[BuildRow]:
+def build(model, fmt: str, split: Path, work: Path, targets: list[str], extra: list[str], timeout: float,
+          latency: bool = True) -> list[BuildRow]:
     try:
         path, flags = FORMATS[fmt](model, work)
     except Exception as err:  # the model cannot be saved so: a fact about the model, not a vitedge result
@@ -195,8 +210,10 @@ def build(model, fmt: str, split: Path, work: Path, targets: list[str], extra: l
     cmd = [sys.executable, "-m", "vitedge", "build", str(path), *flags]
     for t in targets:
         cmd += ["--target", t]
-    cmd += ["--calib", str(split / "calib"), "--val", str(split / "val"), "-o", str(out), "--force", "--no-latency",
+    cmd += ["--calib", str(split / "calib"), "--val", str(split / "val"), "-o", str(out), "--force",
             "--mean", *map(str, model.mean), "--std", *map(str, model.std), "--crop-pct", "1.0"]
+    if not latency:
+        cmd.append("--no-latency")
     # --crop-pct 1.0: the authors feed the whole 28x28 / 32x32 image (no resize-and-centre-crop); the state_dict
     # form reads it from the class's pretrained_cfg, the other formats carry no preprocessing and need the flag
     if model.needs_input_size:
@@ -259,6 +276,11 @@ def _read_bundle(row: BuildRow, folder: Path, code: int | None, text: str) -> Bu
     row.int8_layers, row.layers_total = q.get("layers_int8"), q.get("layers_total")
     row.float_layers_returned = q.get("summary_line")
     row.passed = bool(v.get("passed"))
+    lat = v.get("latency") or {}
+    for side in ("fp32", "int8"):
+        for batch in (1, 8):
+            ms = ((lat.get(side) or {}).get(str(batch)) or {}).get("p50_ms")
+            setattr(row, f"{side}_ms_b{batch}", ms)
     manifest = folder / "manifest.json"
     if manifest.is_file():
         m = json.loads(manifest.read_text())
@@ -290,11 +312,13 @@ def fp32_top1(model) -> float:
     return float((pred == labels).mean() * 100)
 
 
-def anchors(model, split: Path, work: Path, ort_methods: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+def anchors(model, split: Path, work: Path, ort_methods: tuple[str, ...] | None = None,
+            graphs: dict[tuple[str, str], Path] | None = None) -> list[dict[str, Any]]:
     """The anchor tools on the same calibration and validation folders: ONNX Runtime quantize_static (QDQ,
     its defaults otherwise) with MinMax, Entropy and Percentile, run in ONNX Runtime and OpenVINO; NNCF
     default and model_type=TRANSFORMER, OpenVINO and ONNX backends. One row per (tool, runtime); a tool or
-    runtime that fails is a row with its error (OpenVINO refuses some of these graphs)."""
+    runtime that fails is a row with its error (OpenVINO refuses some of these graphs). ``graphs`` receives each
+    anchor graph's file per (runtime it is made for, method), for speed()."""
     import io
 
     sys.path.insert(0, str(REPO / "benchmarks"))
@@ -334,6 +358,8 @@ def anchors(model, split: Path, work: Path, ort_methods: tuple[str, ...] | None 
             continue
         for runtime, fn in runners:
             row(f"ORT quantize_static {method}", runtime, secs, lambda fn=fn, out=out: fn(out, x))
+        if graphs is not None:
+            graphs[("onnxruntime", f"ORT quantize_static {method}")] = Path(out)
     from vitedge.backends.openvino import block_vendor_telemetry
 
     block_vendor_telemetry()  # NNCF telemetry: a forked sender that hangs on a closed network
@@ -357,8 +383,57 @@ def anchors(model, split: Path, work: Path, ort_methods: tuple[str, ...] | None 
             secs = time.perf_counter() - t0
             if backend == "OpenVINO":
                 row(f"NNCF {label} (OpenVINO backend)", "openvino", secs, lambda q=q: qm.qa.ov_predict(q, x))
+                saved = work / f"{model.id}.nncf-{label}.xml"
+                ov.save_model(q, str(saved), compress_to_fp16=False)
+                if graphs is not None:
+                    graphs[("openvino", f"NNCF {label} (OpenVINO backend)")] = saved
             else:
                 row(f"NNCF {label} (ONNX backend)", "onnxruntime", secs, lambda q=q: qm.qa.ort_predict(q.SerializeToString(), x))
+                saved = work / f"{model.id}.nncf-{label}.onnx"
+                onnx.save(q, str(saved))
+                if graphs is not None:
+                    graphs[("onnxruntime", f"NNCF {label} (ONNX backend)")] = saved
+    return rows
+
+
+def speed(model, bundles: Path, graphs: dict[tuple[str, str], Path], rounds: int) -> list[dict[str, Any]]:
+    """INT8/FP32 time at batch 1 and 8, side by side in one process: per runtime its FP32 graph (the bundle's
+    reference), vitedge's INT8 bundle, and each anchor graph made for that runtime (``graphs``), in interleaved
+    rounds (benchmarks/timing.py: one settle run, then 3 timed runs per graph and round, at batch 8 2). A graph a
+    runtime refuses is a row with its error. Ratios are of medians over rounds, and the median of per-round ratios."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import build_speed as bs
+    import openvino as ov
+    from timing import TIMED_PER_ROUND, interleaved_rounds
+
+    threads, core = os.cpu_count() or 1, ov.Core()
+    sources = {("onnxruntime", "FP32"): bundles / "onnx" / "reference.fp32.onnx",
+               ("onnxruntime", "vitedge INT8"): bundles / "onnx" / "model.int8.onnx",
+               ("openvino", "FP32"): bundles / "intel-cpu" / "reference.fp32.xml",
+               ("openvino", "vitedge INT8"): bundles / "intel-cpu" / "model.xml", **graphs}
+    sources = {k: v for k, v in sources.items() if v.is_file()}
+    ov_used = bs.bundle_float_precision(bundles) if (bundles / "intel-cpu" / "manifest.json").is_file() else "f32"
+    rows: list[dict[str, Any]] = []
+    for batch, n, timed in ((1, rounds, TIMED_PER_ROUND), (8, max(2, rounds // 3), 2)):
+        x = np.random.default_rng(0).standard_normal((batch, model.channels, model.size, model.size)).astype(np.float32)
+        runs: dict[tuple[str, str], Callable[[], Any]] = {}
+        for (runtime, name), path in sources.items():
+            try:
+                run = (bs.ort_runner(path, x, threads) if runtime == "onnxruntime"
+                       else bs.ov_runner(core, path, x, ov_used if name == "vitedge INT8" else "f32"))
+                run()
+                runs[(runtime, name)] = run
+            except Exception as err:
+                rows.append({"model": model.id, "batch": batch, "runtime": runtime, "graph": name, "error": _one_line(err)})
+        log(f"   speed at batch {batch}: {len(runs)} graphs, {n} interleaved rounds")
+        times, _ = interleaved_rounds(runs, n, timed=timed)
+        for (runtime, name), ts in times.items():
+            base = np.asarray(times.get((runtime, "FP32"), [np.nan] * len(ts)))
+            arr = np.asarray(ts)
+            rows.append({"model": model.id, "batch": batch, "runtime": runtime, "graph": name, "rounds": n,
+                         "median_ms": float(np.median(arr)), "ratio": float(np.median(arr) / np.median(base)),
+                         "round_ratio_median": float(np.median(arr / base))})
+        del runs
     return rows
 
 
@@ -379,21 +454,29 @@ def markdown(res: dict[str, Any]) -> str:
         f"{isa['cores']} cores, ISA flags: {', '.join(isa['flags']) or 'none of avx2/avx512/vnni/amx'} "
         f"({'VNNI' if isa['vnni'] else 'no VNNI'}). Calibration: {res['calib_size']} images, validation: {res['val_size']} "
         "other images of each model's test set (seeded split, benchmarks/corpus/cache.py). Command: `vitedge build FILE "
-        f"{' '.join('--target ' + t for t in res['targets'])} --calib CALIB --val VAL --mean .. --std .. --crop-pct 1.0 --no-latency"
+        f"{' '.join('--target ' + t for t in res['targets'])} --calib CALIB --val VAL --mean .. --std .. --crop-pct 1.0"
+        f"{' --no-latency' if not res.get('latency', False) else ''}"
         f"{(' ' + ' '.join(res['extra'])) if res['extra'] else ''}`; the gate is each target profile's (top-1 drop <= 0.2 "
         "points, agreement >= 99.5 %). Wall times are on 2 cores shared with other jobs: compare them within a run only.",
     ]
+    if res.get("latency") and res.get("builds"):
+        loads = res.get("load_average") or []
+        lines += ["", f"Times: INT8/FP32 p50 time ratios (below 1: INT8 is faster) on this CPU kind ({'VNNI' if isa['vnni'] else 'AVX2, no VNNI'}), "
+                  "from each build's own latency (FP32 and INT8 interleaved on the bundle's runtime) and from the side-by-side "
+                  "timing below (vitedge's bundles and the anchors' graphs in one process). The machine was loaded by other jobs "
+                  f"(1-minute load average {', '.join(f'{v:.1f}' for v in loads) or 'not recorded'} on 2 cores at each model's start): "
+                  "ratios are measured side by side, absolute milliseconds are not comparable across runs."]
     lines += _side_by_side(res)
     if res["builds"]:
-        lines += ["", "## Every build", "", "| model | format | target | exit | build s | FP32 top-1 % | INT8 top-1 % | drop pts | agreement % | INT8 layers | gate | note |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += ["", "## Every build", "", "| model | format | target | exit | build s | FP32 top-1 % | INT8 top-1 % | drop pts | agreement % | INT8 layers | "
+                  "INT8/FP32 time b1 | b8 | gate | note |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["builds"]:
         layers = f"{r['int8_layers']}/{r['layers_total']}" if r["layers_total"] else ""
         lines.append(
             f"| {r['model']} | {r['format']} | {r['target']} | {'' if r['exit_code'] is None else r['exit_code']} | "
             f"{_f(r['seconds'], 0)} | {_f(r['fp32_top1'])} | {_f(r['int8_top1'])} | {_f(r['drop_points'])} | "
-            f"{_f(r['agreement'])} | {layers} | {'' if r['passed'] is None else ('pass' if r['passed'] else 'FAIL')} | "
-            f"{r['note']} |"
+            f"{_f(r['agreement'])} | {layers} | {_f(r.get('ratio_b1'))} | {_f(r.get('ratio_b8'))} | "
+            f"{'' if r['passed'] is None else ('pass' if r['passed'] else 'FAIL')} | {r['note']} |"
         )
     if res.get("exports"):
         lines += ["", "## Intake and FP32 export of every format (in process: `load_model` + `export_onnx` with its parity check)", "",
@@ -407,6 +490,7 @@ def markdown(res: dict[str, Any]) -> str:
         for a in res["anchors"]:
             lines.append(f"| {a['model']} | {a.get('method', '')} | {a.get('runtime', '')} | {_f(a.get('top1'))} | "
                          f"{_f(a.get('drop'))} | {_f(a.get('agreement'))} | {_f(a.get('seconds'), 1)} | {a.get('error', '')} |")
+    lines += _speed_table(res)
     if res.get("fp32"):
         lines += ["", "## FP32 top-1 on the whole test set (PyTorch), vs the authors' claim", "",
                   "| model | measured % | claimed % | where claimed |", "|---|---|---|---|"]
@@ -416,6 +500,26 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 _RUNTIME = {"onnx": "onnxruntime", "intel-cpu": "openvino"}
+
+
+def _speed_table(res: dict[str, Any]) -> list[str]:
+    """Per model and runtime: FP32, vitedge's INT8 bundle and each anchor's INT8 graph, median ms and INT8/FP32 at
+    batch 1 and 8 (speed())."""
+    rows = res.get("speed") or []
+    if not rows:
+        return []
+    kind = "VNNI" if res["cpu"]["vnni"] else "AVX2, no VNNI"
+    lines = ["", f"## INT8/FP32 time side by side, batch 1 and 8 ({kind}; interleaved rounds in one process)", "",
+             "| model | runtime | graph | b1 ms | b1 INT8/FP32 | b8 ms | b8 INT8/FP32 | error |", "|---|---|---|---|---|---|---|---|"]
+    keyed: dict[tuple[str, str, str], dict[int, dict]] = {}
+    for r in rows:
+        keyed.setdefault((r["model"], r.get("runtime", ""), r.get("graph", "")), {})[r.get("batch", 1)] = r
+    for (model, runtime, graph), by in keyed.items():
+        b1, b8 = by.get(1, {}), by.get(8, {})
+        err = b1.get("error") or b8.get("error") or ""
+        lines.append(f"| {model} | {runtime} | {'**' + graph + '**' if graph == 'vitedge INT8' else graph} | "
+                     f"{_f(b1.get('median_ms'))} | {_f(b1.get('ratio'))} | {_f(b8.get('median_ms'))} | {_f(b8.get('ratio'))} | {err[:80]} |")
+    return lines
 
 
 def _side_by_side(res: dict[str, Any]) -> list[str]:
@@ -463,24 +567,28 @@ def main(argv: list[str] | None = None) -> int:
                     help="per model and format, only vitedge's intake and FP32 ONNX export with its parity check (in this process)")
     ap.add_argument("--build-flag", action="append", default=[], metavar="FLAG",
                     help="extra flag for every vitedge build, e.g. --build-flag=--no-fallback (repeatable)")
+    ap.add_argument("--no-latency", action="store_true", help="builds without latency (and speed gate); no side-by-side timing")
+    ap.add_argument("--speed-rounds", type=int, default=10,
+                    help="interleaved rounds of the side-by-side timing at batch 1 (batch 8: a third); 0: none")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per build")
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a fresh temporary one)")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--name", default="corpus", help="results file stem: OUT/NAME.md and .json (default: %(default)s)")
     ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
                     help="combine the results of earlier runs (their corpus.json files) into --out; measure nothing")
     args = ap.parse_args(argv)
     if args.merge:
         parts = [json.loads(p.read_text()) for p in args.merge]
         res = {**parts[0], "argv": [a for p in parts for a in p["argv"] + [";"]][:-1]}
-        for key in ("builds", "exports", "anchors", "fp32"):
+        for key in ("builds", "exports", "anchors", "fp32", "speed"):
             res[key] = [row for p in parts for row in p.get(key, [])]
         for p in parts[1:]:  # a later run's own build flags go with its rows
             for row in p.get("builds", []):
                 if p.get("extra"):
                     row["note"] = " ".join(p["extra"]) + (f"; {row['note']}" if row["note"] else "")
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / "corpus.json").write_text(json.dumps(res, indent=1) + "\n")
-        (args.out / "corpus.md").write_text(markdown(res))
+        (args.out / f"{args.name}.json").write_text(json.dumps(res, indent=1) + "\n")
+        (args.out / f"{args.name}.md").write_text(markdown(res))
         print(markdown(res))
         return 0
 
@@ -496,6 +604,9 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown format {unknown[0]}: choose from {', '.join(FORMATS)}", file=sys.stderr)
         return 2
+    found = cache.find_cache(manifest, ids)
+    if found is not None:
+        cache.use_cache(found)  # the builds' subprocesses and make_split read the same folder
     missing = cache.problems(manifest, ids)
     if missing:
         for line in missing:
@@ -506,7 +617,8 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, Any] = {
         "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "argv": argv, "cpu": cpu_isa(),
         "calib_size": args.calib_size, "val_size": args.val_size, "targets": targets, "extra": args.build_flag,
-        "builds": [], "exports": [], "anchors": [], "fp32": [],
+        "builds": [], "exports": [], "anchors": [], "fp32": [], "speed": [], "latency": not args.no_latency,
+        "load_average": [],
     }
     import tempfile
 
@@ -527,25 +639,39 @@ def main(argv: list[str] | None = None) -> int:
                     res["exports"].append(asdict(row))
                 continue
             split = cache.make_split(manifest.datasets[model.dataset], args.calib_size, args.val_size, args.seed)
-            for fmt in formats:
-                for row in build(model, fmt, split, work, targets, args.build_flag, args.timeout):
-                    log(f"   {row.format:18s} {row.target:9s} exit {row.exit_code} {_f(row.seconds, 0)} s  "
-                        f"agreement {_f(row.agreement)}  INT8 layers {row.int8_layers}/{row.layers_total}  {row.note}")
-                    res["builds"].append(asdict(row))
-            if args.anchors:
-                try:
-                    methods = tuple(m for m in args.ort_methods.split(",") if m) or None
-                    res["anchors"] += anchors(model, split, work, methods)
-                except Exception as err:
-                    res["anchors"].append({"model": model.id, "error": f"{type(err).__name__}: {err}"[:200]})
+            _measure_model(model, split, work, formats, targets, args, res)
             _save(res, args)  # after every model: a run cut short keeps what finished
     print(_save(res, args))
     return 0
 
 
+def _measure_model(model, split: Path, work: Path, formats: list[str], targets: list[str], args, res: dict[str, Any]) -> None:
+    """Builds in each format, then (state_dict form) the anchors and the side-by-side timing."""
+    res["load_average"].append(round(os.getloadavg()[0], 2))
+    for fmt in formats:
+        for row in build(model, fmt, split, work, targets, args.build_flag, args.timeout, latency=not args.no_latency):
+            log(f"   {row.format:18s} {row.target:9s} exit {row.exit_code} {_f(row.seconds, 0)} s  "
+                f"agreement {_f(row.agreement)}  INT8 layers {row.int8_layers}/{row.layers_total}  "
+                f"INT8/FP32 time b1 {_f(row.ratio(1))} b8 {_f(row.ratio(8))}  {row.note}")
+            res["builds"].append({**asdict(row), "ratio_b1": row.ratio(1), "ratio_b8": row.ratio(8)})
+    graphs: dict[tuple[str, str], Path] = {}
+    if args.anchors:
+        try:
+            methods = tuple(m for m in args.ort_methods.split(",") if m) or None
+            res["anchors"] += anchors(model, split, work, methods, graphs)
+        except Exception as err:
+            res["anchors"].append({"model": model.id, "error": f"{type(err).__name__}: {err}"[:200]})
+    bundles = work / f"bundle-{model.id}-state_dict"
+    if args.speed_rounds and not args.no_latency and "state_dict" in formats and bundles.is_dir():
+        try:
+            res["speed"] += speed(model, bundles, graphs, args.speed_rounds)
+        except Exception as err:
+            res["speed"].append({"model": model.id, "error": _one_line(err)})
+
+
 def _save(res: dict[str, Any], args) -> str:
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = "corpus_fp32" if args.fp32_only else ("corpus_formats" if args.export_only else "corpus")
+    stem = f"{args.name}_fp32" if args.fp32_only else (f"{args.name}_formats" if args.export_only else args.name)
     (args.out / f"{stem}.json").write_text(json.dumps(res, indent=1) + "\n")
     text = markdown(res)
     (args.out / f"{stem}.md").write_text(text)

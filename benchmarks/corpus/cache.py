@@ -1,19 +1,22 @@
 """The corpus cache: checkpoints and test sets that other people published, kept out of git.
 
-Nothing here is committed: the files belong to their authors, and the workplace rule is that a
-snapshot's code, checkpoints and data are never committed. A session fills the cache from the
-repository snapshots the search tool's ``fetch`` brings to /work/.mirror (benchmarks/corpus/fetch.md
-lists the calls); CI and scripts cannot reach public repositories, so everything that uses the
-corpus skips, naming what is missing, when the cache is empty.
+Nothing here is committed: the files belong to their authors. ``fill`` gets every file of the manifest
+from its public repository at the pinned commit and checks its sha256; everything that uses the corpus
+checks the hashes first and skips or stops, naming what is missing, when a file is absent.
 
-    python benchmarks/corpus/cache.py fill [--mirror /work/.mirror]   copy from the snapshots, check hashes
-    python benchmarks/corpus/cache.py check                           say what is there and what is missing
+    python benchmarks/corpus/cache.py fill                      fetch each pinned commit from GitHub (git over https)
+    python benchmarks/corpus/cache.py fill --from-clones DIR    read the commits from local clones instead
+    python benchmarks/corpus/cache.py check                     say what is there and what is missing
 
-The cache is ``$VITEDGE_CORPUS_CACHE``, else ``~/.cache/vitedge/corpus``. Layout::
+``fill`` writes to ``$VITEDGE_CORPUS_CACHE``, else ``~/.cache/vitedge/corpus``. Readers (the tests, the
+benchmark) use the first complete folder of: ``$VITEDGE_CORPUS_CACHE``; ``~/.cache/vitedge/corpus``; a
+``shared/corpus`` folder next to the checkout (find_cache). Layout::
 
     models/<id><suffix>                  each checkpoint as its authors committed it
     data/<dataset>/...                   each test set as its source committed it
-    splits/<dataset>/{calib,val}/<label>/<n>.png|jpg   made by make_split(): image folders for vitedge
+
+Splits made from the test sets (make_split) go to ``$VITEDGE_CORPUS_SPLITS``, else ``splits/`` of the cache
+when it is writable, else a folder of the system's temporary directory: a corpus folder may be read-only.
 
 Only the standard library, numpy and Pillow are imported (no torch).
 """
@@ -21,6 +24,7 @@ Only the standard library, numpy and Pillow are imported (no torch).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gzip
 import hashlib
 import io
@@ -37,11 +41,57 @@ HERE = Path(__file__).resolve().parent
 MANIFEST = HERE / "manifest.toml"
 DEFAULT_CACHE = Path("~/.cache/vitedge/corpus")
 ENV = "VITEDGE_CORPUS_CACHE"
-DEFAULT_MIRROR = Path("/work/.mirror")
+SPLITS_ENV = "VITEDGE_CORPUS_SPLITS"
+# where `fill` fetches a repository from; {repo} is owner/name
+DEFAULT_GIT_URL = "https://github.com/{repo}.git"
+# a corpus folder next to the checkout (the checkout's parent holds shared/corpus)
+BESIDE_CHECKOUT = HERE.parents[2] / "shared" / "corpus"
 
 
 def cache_dir() -> Path:
+    """Where `fill` writes and what readers use: $VITEDGE_CORPUS_CACHE, else ~/.cache/vitedge/corpus."""
     return Path(os.environ.get(ENV) or DEFAULT_CACHE).expanduser()
+
+
+def find_cache(manifest: "Manifest", model_ids: list[str] | None = None) -> Path | None:
+    """The first folder holding every file the given models (default: all) and their test sets need:
+    $VITEDGE_CORPUS_CACHE when set (and only it), else ~/.cache/vitedge/corpus, else shared/corpus next to
+    the checkout. None when none is complete."""
+    if os.environ.get(ENV):
+        candidates = [Path(os.environ[ENV]).expanduser()]
+    else:
+        candidates = [DEFAULT_CACHE.expanduser(), BESIDE_CHECKOUT]
+    for folder in candidates:
+        if folder.is_dir() and not problems(manifest, model_ids, root=folder):
+            return folder
+    return None
+
+
+def use_cache(folder: Path) -> None:
+    """Make every reader of this process (and its subprocesses) use ``folder`` as the corpus."""
+    os.environ[ENV] = str(folder)
+
+
+def writable(folder: Path) -> bool:
+    """The folder is meant to be written: its owner write bit is set (a folder made read-only is left alone
+    even by a user, such as root, whom the permissions do not stop) and this user may write to it."""
+    try:
+        return folder.is_dir() and bool(folder.stat().st_mode & 0o200) and os.access(folder, os.W_OK)
+    except OSError:
+        return False
+
+
+def splits_dir() -> Path:
+    """Where make_split writes: $VITEDGE_CORPUS_SPLITS, else the cache's splits/ when the cache is writable,
+    else vitedge-corpus-splits in the system's temporary directory."""
+    if os.environ.get(SPLITS_ENV):
+        return Path(os.environ[SPLITS_ENV]).expanduser()
+    root = cache_dir()
+    if writable(root):
+        return root / "splits"
+    import tempfile
+
+    return Path(tempfile.gettempdir()) / f"vitedge-corpus-splits-{os.getuid() if hasattr(os, 'getuid') else 0}"
 
 
 @dataclass(frozen=True)
@@ -161,32 +211,30 @@ def tree_digest(root: Path) -> tuple[str, int]:
 # ------------------------------------------------------------------ what is missing, and how to bring it
 
 
-def _snapshot(mirror: Path, repo: str) -> Path:
-    return mirror / repo.replace("/", "+") / "repo"
-
-
 def how_to_bring(repo: str) -> str:
-    return (f"in a session with the search tool, call fetch(\"github:{repo}\"), then run "
-            f"`python benchmarks/corpus/cache.py fill` (benchmarks/corpus/fetch.md)")
+    return (f"`python benchmarks/corpus/cache.py fill` gets it from {DEFAULT_GIT_URL.format(repo=repo)} "
+            "(or --from-clones DIR; benchmarks/corpus/fetch.md)")
 
 
-def problems(manifest: Manifest, model_ids: list[str] | None = None) -> list[str]:
-    """One line per missing or altered file the given models (default: all) and their datasets need."""
+def problems(manifest: Manifest, model_ids: list[str] | None = None, root: Path | None = None) -> list[str]:
+    """One line per missing or altered file the given models (default: all) and their datasets need, in
+    ``root`` (default: cache_dir())."""
+    root = cache_dir() if root is None else root
     out: list[str] = []
     models = [manifest.model(i) for i in model_ids] if model_ids else list(manifest.models)
     for m in models:
-        out += _file_problem(m.file, f"model {m.id}")
+        out += _file_problem(m.file, f"model {m.id}", root)
     for ds_id in sorted({m.dataset for m in models}):
         ds = manifest.datasets[ds_id]
         for f in ds.files:
-            out += _file_problem(f, f"dataset {ds.id}")
+            out += _file_problem(f, f"dataset {ds.id}", root)
         for t in ds.trees:
-            out += _tree_problem(t, f"dataset {ds.id}")
+            out += _tree_problem(t, f"dataset {ds.id}", root)
     return out
 
 
-def _file_problem(f: FileEntry, what: str) -> list[str]:
-    p = cache_dir() / f.dest
+def _file_problem(f: FileEntry, what: str, root: Path) -> list[str]:
+    p = root / f.dest
     if not p.is_file():
         return [f"{what}: {p} is missing ({f.repo} {f.commit[:12]}:{f.path}); {how_to_bring(f.repo)}"]
     got = sha256_file(p)
@@ -195,8 +243,8 @@ def _file_problem(f: FileEntry, what: str) -> list[str]:
     return []
 
 
-def _tree_problem(t: TreeEntry, what: str) -> list[str]:
-    p = cache_dir() / t.dest
+def _tree_problem(t: TreeEntry, what: str, root: Path) -> list[str]:
+    p = root / t.dest
     stamp = p.parent / f".{p.name}.verified"
     if not p.is_dir():
         return [f"{what}: {p} is missing ({t.repo} {t.commit[:12]}:{t.path}/, {t.count} files); {how_to_bring(t.repo)}"]
@@ -205,56 +253,119 @@ def _tree_problem(t: TreeEntry, what: str) -> list[str]:
     digest, count = tree_digest(p)
     if digest != t.digest:
         return [f"{what}: {p} ({count} files) does not match the manifest's digest; delete it and {how_to_bring(t.repo)}"]
-    stamp.write_text(t.digest + "\n")
+    if writable(stamp.parent):  # a read-only corpus folder is hashed at every run instead
+        with contextlib.suppress(OSError):
+            stamp.write_text(t.digest + "\n")
     return []
 
 
-# ------------------------------------------------------------------ filling from the fetched snapshots
+# ------------------------------------------------------------------ filling from the public repositories
 
 
-def _git(git_dir: Path, *args: str) -> bytes:
-    return subprocess.run(["git", "--git-dir", str(git_dir), *args], check=True, capture_output=True).stdout
+class FillError(Exception):
+    """A file that could not be brought (one line)."""
 
 
-def fill(manifest: Manifest, mirror: Path = DEFAULT_MIRROR) -> list[str]:
-    """Copy every file of the manifest from the snapshots under ``mirror``; return what is still missing."""
+def _git(*args: str, cwd: Path | None = None) -> bytes:
+    proc = subprocess.run(["git", *args], capture_output=True, cwd=cwd, stdin=subprocess.DEVNULL,
+                          env={**os.environ, "GIT_TERMINAL_PROMPT": "0"})
+    if proc.returncode != 0:
+        lines = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise FillError(f"git {args[0]}: {lines[-1] if lines else f'exit {proc.returncode}'}")
+    return proc.stdout
+
+
+def clone_in(folder: Path, repo: str) -> Path | None:
+    """The git repository (bare or with a work tree) for owner/name in ``folder``: folder/owner+name or
+    folder/owner/name, None when neither is one."""
+    owner, name = repo.split("/", 1)
+    for cand in (folder / f"{owner}+{name}", folder / owner / name):
+        if (cand / ".git").exists() or ((cand / "HEAD").is_file() and (cand / "objects").is_dir()):
+            return cand
+    return None
+
+
+class GitSource:
+    """Pinned commits read from git repositories: local clones (``clones``) or, fetched once per repository
+    into a temporary bare repository, ``url`` (a template with {repo}, default GitHub over https)."""
+
+    def __init__(self, work: Path, clones: Path | None = None, url: str = DEFAULT_GIT_URL) -> None:
+        self.work, self.clones, self.url = work, clones, url
+        self._fetched: dict[tuple[str, str], Path | FillError] = {}
+
+    def repository(self, repo: str, commit: str) -> Path:
+        if self.clones is not None:
+            found = clone_in(self.clones, repo)
+            if found is None:
+                owner, name = repo.split("/", 1)
+                raise FillError(f"no git repository at {self.clones / (owner + '+' + name)} or {self.clones / owner / name}; "
+                                f"clone {DEFAULT_GIT_URL.format(repo=repo)} there")
+            return found
+        key = (repo, commit)
+        if key not in self._fetched:
+            bare = self.work / f"{repo.replace('/', '+')}-{commit[:12]}.git"
+            shutil.rmtree(bare, ignore_errors=True)
+            _git("init", "-q", "--bare", str(bare))
+            try:
+                _git("fetch", "-q", "--depth", "1", "--no-tags", self.url.format(repo=repo), commit, cwd=bare)
+            except FillError as err:
+                self._fetched[key] = err  # said once per repository and commit, not once per file
+                raise
+            self._fetched[key] = bare
+        got = self._fetched[key]
+        if isinstance(got, FillError):
+            raise got
+        return got
+
+    def read(self, repo: str, commit: str, path: str) -> bytes:
+        return _git("show", f"{commit}:{path}", cwd=self.repository(repo, commit))
+
+    def archive(self, repo: str, commit: str, path: str) -> bytes:
+        return _git("archive", "--format=tar", commit, path, cwd=self.repository(repo, commit))
+
+
+def fill(manifest: Manifest, clones: Path | None = None, url: str = DEFAULT_GIT_URL) -> list[str]:
+    """Bring every file of the manifest into cache_dir() at its pinned commit, from local clones or over
+    git from ``url``; check every sha256. Returns one line per file still missing or altered."""
+    import tempfile
+
     missing: list[str] = []
     entries: list[FileEntry | TreeEntry] = [m.file for m in manifest.models]
     for ds in manifest.datasets.values():
         entries += list(ds.files) + list(ds.trees)
-    for e in entries:
-        dest = cache_dir() / e.dest
-        if (dest.is_file() or dest.is_dir()) and not (_file_problem(e, "") if isinstance(e, FileEntry) else _tree_problem(e, "")):
-            continue
-        git_dir = _snapshot(mirror, e.repo)
-        if not git_dir.is_dir():
-            missing.append(f"{e.repo}: no snapshot at {git_dir}; {how_to_bring(e.repo)}")
-            continue
-        try:
-            if isinstance(e, FileEntry):
-                data = _git(git_dir, "show", f"{e.commit}:{e.path}")
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                tmp = dest.with_name(dest.name + ".part")
-                tmp.write_bytes(data)
-                tmp.replace(dest)
-            else:
-                _extract_tree(git_dir, e, dest)
-        except subprocess.CalledProcessError as err:
-            msg = err.stderr.decode(errors="replace").strip().splitlines()[:1]
-            missing.append(f"{e.repo}: {e.commit[:12]}:{e.path} is not in the snapshot ({' '.join(msg)}); "
-                           "the snapshot may be newer than the pinned commit or lack files of 4 MiB and more")
+    root = cache_dir()
+    with tempfile.TemporaryDirectory(prefix="vitedge-corpus-fill-") as tmp:
+        source = GitSource(Path(tmp), clones, url)
+        for e in entries:
+            dest = root / e.dest
+            if (dest.is_file() or dest.is_dir()) and not (
+                    _file_problem(e, "", root) if isinstance(e, FileEntry) else _tree_problem(e, "", root)):
+                continue
+            try:
+                if isinstance(e, FileEntry):
+                    _write_file(dest, source.read(e.repo, e.commit, e.path))
+                else:
+                    _extract_tree(source.archive(e.repo, e.commit, e.path), e, dest)
+            except FillError as err:
+                missing.append(f"{e.repo} {e.commit[:12]}:{e.path}: {err}")
     return missing + problems(manifest)
 
 
-def _extract_tree(git_dir: Path, t: TreeEntry, dest: Path) -> None:
-    data = _git(git_dir, "archive", "--format=tar", t.commit, t.path)
+def _write_file(dest: Path, data: bytes) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".part")
+    tmp.write_bytes(data)
+    tmp.replace(dest)
+
+
+def _extract_tree(data: bytes, t: TreeEntry, dest: Path) -> None:
     part = dest.with_name(dest.name + ".part")
     shutil.rmtree(part, ignore_errors=True)
     part.mkdir(parents=True)
     prefix = t.path.rstrip("/") + "/"
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         for member in tar.getmembers():
-            if not member.isfile() or not member.name.startswith(prefix) or ".." in member.name:
+            if not member.isfile() or not member.name.startswith(prefix) or ".." in member.name.split("/"):
                 continue
             out = part / member.name[len(prefix):]
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -331,18 +442,19 @@ def split_indices(n_total: int, n_calib: int, n_val: int, seed: int = 0) -> Spli
 
 
 def make_split(ds: Dataset, n_calib: int, n_val: int, seed: int = 0) -> Path:
-    """Write (once) splits/<dataset>-c<n>-v<n>-s<seed>/{calib,val}/<label>/ as image folders vitedge reads:
+    """Write (once) <splits_dir()>/<dataset>-c<n>-v<n>-s<seed>/{calib,val}/<label>/ as image folders vitedge reads:
     MNIST as lossless PNG, the JPEG files of CIFAR-10 as they are (byte for byte). Returns the folder."""
     import numpy as np
     from PIL import Image
 
-    out = cache_dir() / "splits" / f"{ds.id}-c{n_calib}-v{n_val}-s{seed}"
+    out = splits_dir() / f"{ds.id}-c{n_calib}-v{n_val}-s{seed}"
     if (out / ".complete").is_file():
         return out
     items, labels = load_images(ds)
     split = split_indices(len(items), n_calib, n_val, seed)
     part = out.with_name(out.name + ".part")
     shutil.rmtree(part, ignore_errors=True)
+    part.mkdir(parents=True)
     for sub, idx in (("calib", split.calib), ("val", split.val)):
         for i in idx:
             name, data = items[i]
@@ -361,12 +473,19 @@ def make_split(ds: Dataset, n_calib: int, n_val: int, seed: int = 0) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    f = sub.add_parser("fill", help="copy every corpus file from the fetched snapshots and check its hash")
-    f.add_argument("--mirror", type=Path, default=DEFAULT_MIRROR)
+    f = sub.add_parser("fill", help="get every corpus file at its pinned commit and check its sha256")
+    f.add_argument("--from-clones", type=Path, default=None, metavar="DIR",
+                   help="read the commits from git clones in DIR (DIR/OWNER+NAME or DIR/OWNER/NAME, bare or not) "
+                        "instead of fetching them")
+    f.add_argument("--git-url", default=DEFAULT_GIT_URL, metavar="TEMPLATE",
+                   help="where to fetch a repository from, {repo} standing for OWNER/NAME (default: %(default)s)")
     sub.add_parser("check", help="check the cache against the manifest's hashes")
     args = ap.parse_args(argv)
     manifest = load_manifest()
-    bad = fill(manifest, args.mirror) if args.cmd == "fill" else problems(manifest)
+    if args.cmd == "fill" and args.from_clones is not None and not args.from_clones.is_dir():
+        print(f"--from-clones {args.from_clones}: no such folder", file=sys.stderr)
+        return 2
+    bad = fill(manifest, args.from_clones, args.git_url) if args.cmd == "fill" else problems(manifest)
     for line in bad:
         print(line)
     if bad:

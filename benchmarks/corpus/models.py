@@ -25,12 +25,16 @@ import torch
 from torch import nn
 
 __all__ = [
+    "AdrienDeiT",
+    "AgentzzGapViT",
     "AshuConvEnrichedViT",
     "AshuViT",
     "GauravMnistViT",
     "KavishkaShallowViT",
+    "NikCCT",
     "ResearchaseMnistViT",
     "SmmkPostNormViT",
+    "SquarezhongPostNormViT",
     "TintnViT",
 ]
 
@@ -441,3 +445,224 @@ class TintnViT(nn.Module):
         for block in self.encoder.blocks:
             x = block(x)
         return self.classifier(x[:, 0])
+
+
+# ---------------------------------------------------------------- Nik212/Compact-Convolutional-Transformer
+
+
+class _NikAttention(nn.Module):
+    """One in_proj Linear to q, k, v, heads computed one by one on slices of the width, scaled by head_dim ** -0.5."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.in_proj = nn.Linear(dim, 3 * dim)
+        self.out_proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = (_split_heads(t, self.heads) for t in self.in_proj(x).chunk(3, dim=-1))
+        weights = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(q.shape[-1]), dim=-1)
+        return self.out_proj(_merge_heads(torch.matmul(weights, v)))
+
+
+class _NikBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, mlp: int) -> None:
+        super().__init__()
+        self.attention_pre_norm = nn.LayerNorm(dim)
+        self.attention = _NikAttention(dim, heads)
+        self.mlp_pre_norm = nn.LayerNorm(dim)
+        # indices 0 and 3 hold the weights: Linear, GELU, Dropout, Linear, Dropout
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp), nn.GELU(), nn.Dropout(0.0), nn.Linear(mlp, dim), nn.Dropout(0.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attention(self.attention_pre_norm(x))
+        return x + self.mlp(self.mlp_pre_norm(x))
+
+
+class NikCCT(nn.Module):
+    """CIFAR-10, 3 channels, 32x32: a Compact Convolutional Transformer (CCT-4/3x1). Tokenizer: one bias-free 3x3
+    convolution (stride 1) to width 128, ReLU, 3x3 max-pool of stride 2: 16x16 = 256 tokens, no class token; a
+    learned position table; 4 pre-norm blocks with 4 heads of 32 and a GELU MLP of 256; LayerNorm, sequence pooling
+    (softmax over the tokens of a Linear to 1, then the weighted sum) and a Linear head.
+    The source's block adds ``attention(y)[0]``: the first image's attention output, broadcast to every image of the
+    batch (it was trained and scored in batches of 50). This class adds each image's own attention output, which is
+    the source's computation at batch 1 and does not depend on the batch. Its trained q/k projections are tiny
+    (mean |w| 6e-5 in block 2): the attention contributes little.
+    Checkpoint: model_checkpoint84_59.pt of Nik212/Compact-Convolutional-Transformer (no licence stated)."""
+
+    def __init__(self, image_size: int = 32, dim: int = 128, depth: int = 4, heads: int = 4, mlp: int = 256,
+                 num_classes: int = 10) -> None:
+        super().__init__()
+        self.tokenizer = nn.Module()
+        self.tokenizer.tokenizer_layers = nn.Sequential(
+            nn.Conv2d(3, dim, kernel_size=3, stride=1, padding=1, bias=False), nn.ReLU(),
+            nn.MaxPool2d(kernel_size=3, stride=2, padding=1))
+        self.positional_embeddings = nn.Parameter(torch.zeros(1, (image_size // 2) ** 2, dim))
+        self.blocks = nn.Sequential(*(_NikBlock(dim, heads, mlp) for _ in range(depth)))
+        self.norm = nn.LayerNorm(dim)
+        self.pool = nn.Module()
+        self.pool.attention_pool = nn.Linear(dim, 1)
+        self.fc = nn.Linear(dim, num_classes)
+        self.pretrained_cfg = _cfg(3, image_size, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.tokenizer.tokenizer_layers(x).flatten(2).transpose(1, 2) + self.positional_embeddings
+        x = self.norm(self.blocks(x))
+        w = torch.softmax(self.pool.attention_pool(x), dim=1).transpose(1, 2)  # (B, 1, tokens)
+        return self.fc(torch.matmul(w, x).squeeze(1))
+
+
+# ---------------------------------------------------------------- adrienmanciet-sys/Vision_Transformers
+
+
+class _ByHeadAttention(nn.Module):
+    """Heads as separate modules, each with bias-free key/query/value Linears of width head_dim; the scores are
+    scaled by the model width ** -0.5 (the source reads the width off its input), then a Linear projection."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(_OneHead(dim, dim // heads) for _ in range(heads))
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(torch.cat([h(x) for h in self.heads], dim=-1))
+
+
+class _AdrienBlock(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.sa = _ByHeadAttention(dim, heads)
+        self.ffwd = nn.Module()
+        self.ffwd.net = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(0.0))
+        self.ln1 = nn.LayerNorm(dim)
+        self.ln2 = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.sa(self.ln1(x))
+        return x + self.ffwd.net(self.ln2(x))
+
+
+class AdrienDeiT(nn.Module):
+    """CIFAR-10, 3 channels, 32x32, normalised with mean = std = 0.5: a DeiT with a class token and a distillation
+    token. Linear patch embedding of 4x4 patches (each flattened channel, row, column), a position table as an
+    nn.Embedding of 66 rows, 4 pre-norm blocks of width 64 whose 4 heads of 16 each have their own key/query/value
+    Linears (no final LayerNorm), GELU MLP of 256; the prediction is the mean of the class head on the class token
+    and the distillation head on the distillation token (the source's evaluation output).
+    Checkpoint: deit2.pth of adrienmanciet-sys/Vision_Transformers (no licence stated)."""
+
+    def __init__(self, image_size: int = 32, patch_size: int = 4, dim: int = 64, depth: int = 4, heads: int = 4,
+                 num_classes: int = 10) -> None:
+        super().__init__()
+        self.patch_size = patch_size
+        self.proj_layer = nn.Linear(3 * patch_size * patch_size, dim)
+        self.pos_emb = nn.Embedding((image_size // patch_size) ** 2 + 2, dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.dist_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.blocks = nn.ModuleList(_AdrienBlock(dim, heads) for _ in range(depth))
+        self.head_cls = nn.Linear(dim, num_classes)
+        self.head_dist = nn.Linear(dim, num_classes)
+        self.pretrained_cfg = _cfg(3, image_size, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        p = self.patch_size
+        # unfold over H then W, each patch flattened (channel, row, column)
+        rows = x.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5).reshape(b, (h // p) * (w // p), c * p * p)
+        t = self.proj_layer(rows)
+        t = torch.cat([self.cls_token.expand(b, -1, -1), self.dist_token.expand(b, -1, -1), t], dim=1)
+        t = t + self.pos_emb.weight[: t.shape[1]]
+        for block in self.blocks:
+            t = block(t)
+        return (self.head_cls(t[:, 0]) + self.head_dist(t[:, 1])) / 2
+
+
+# ---------------------------------------------------------------- squarezhong/EE340-Project1-Vision-Transformer
+
+
+class _SquarezhongPostNormBlock(nn.Module):
+    """Post-norm: x + attention(x), LayerNorm, + GELU MLP, LayerNorm; nn.MultiheadAttention, batch first."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.attention = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+        self.norm1 = nn.LayerNorm(dim)
+        self.norm2 = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm1(x + self.attention(x, x, x, need_weights=False)[0])
+        return self.norm2(x + self.mlp(x))
+
+
+class SquarezhongPostNormViT(nn.Module):
+    """MNIST, 1 channel, 28x28, normalised with mean = std = 0.5: conv patch embedding (4x4), class token, 6
+    post-norm blocks of width 128 around nn.MultiheadAttention (4 heads of 32) and a GELU MLP of 256, a final
+    LayerNorm, then a head of Linear, tanh, Linear on the class token.
+    Checkpoint: vision_transformer.pth of squarezhong/EE340-Project1-Vision-Transformer (no licence stated)."""
+
+    def __init__(self, image_size: int = 28, patch_size: int = 4, dim: int = 128, depth: int = 6, heads: int = 4,
+                 num_classes: int = 10) -> None:
+        super().__init__()
+        self.embedding = nn.Module()
+        self.embedding.patch = nn.Conv2d(1, dim, kernel_size=patch_size, stride=patch_size)
+        self.embedding.cls = nn.Parameter(torch.zeros(1, 1, dim))
+        self.embedding.pos = nn.Parameter(torch.zeros(1, (image_size // patch_size) ** 2 + 1, dim))
+        self.encoder = nn.Sequential(*(_SquarezhongPostNormBlock(dim, heads) for _ in range(depth)), nn.LayerNorm(dim))
+        self.mlp = nn.Module()
+        self.mlp.fc1 = nn.Linear(dim, dim)
+        self.mlp.fc2 = nn.Linear(dim, num_classes)
+        self.pretrained_cfg = _cfg(1, image_size, (0.5,), (0.5,))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e = self.embedding
+        x = e.patch(x).flatten(2).transpose(1, 2)
+        x = torch.cat([e.cls.expand(x.shape[0], -1, -1), x], dim=1) + e.pos
+        x = self.encoder(x)[:, 0]
+        return self.mlp.fc2(torch.tanh(self.mlp.fc1(x)))
+
+
+# ---------------------------------------------------------------- agentzz1/transformer_poc
+
+
+class _AgentzzBlock(nn.Module):
+    """Post-norm: LayerNorm(x + attention(x)), LayerNorm(x + GELU feed-forward)."""
+
+    def __init__(self, dim: int, heads: int, hidden: int) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ffn = nn.Module()
+        self.ffn.fc1 = nn.Linear(dim, hidden)
+        self.ffn.fc2 = nn.Linear(hidden, dim)
+        self.norm1 = nn.LayerNorm(dim)
+        self.norm2 = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.norm1(x + self.attn(x, x, x, need_weights=False)[0])
+        return self.norm2(x + self.ffn.fc2(nn.functional.gelu(self.ffn.fc1(x))))
+
+
+class AgentzzGapViT(nn.Module):
+    """MNIST, 1 channel, 28x28: Linear patch embedding of 7x7 patches, no class token, a position table of 16,
+    one post-norm block of width 32 with a single-head nn.MultiheadAttention and a GELU feed-forward of 64, a final
+    LayerNorm, global average pooling over the tokens and a Linear head (the float model the repository trains
+    before its FPGA quantisation).
+    Checkpoint: mnist_vit.pth of agentzz1/transformer_poc (MIT)."""
+
+    def __init__(self, patch_size: int = 7, dim: int = 32, heads: int = 1, hidden: int = 64, depth: int = 1,
+                 num_classes: int = 10) -> None:
+        super().__init__()
+        self.patch_size = patch_size
+        self.patch_embed = nn.Module()
+        self.patch_embed.proj = nn.Linear(patch_size * patch_size, dim)
+        self.pos_embed = nn.Parameter(torch.zeros(1, (28 // patch_size) ** 2, dim))
+        self.encoder = nn.Sequential(*(_AgentzzBlock(dim, heads, hidden) for _ in range(depth)))
+        self.norm = nn.LayerNorm(dim)
+        self.classifier = nn.Linear(dim, num_classes)
+        self.pretrained_cfg = _cfg(1, 28, (0.1307,), (0.3081,))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, c, h, w = x.shape
+        p = self.patch_size
+        rows = x.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5).reshape(b, (h // p) * (w // p), c * p * p)
+        x = self.encoder(self.patch_embed.proj(rows) + self.pos_embed)
+        return self.classifier(self.norm(x).mean(dim=1))
