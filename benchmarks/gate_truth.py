@@ -31,6 +31,7 @@ Writes benchmarks/results/gate_truth_<isa>.md and .json.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -233,11 +234,13 @@ def rates(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[int]]]:
     return out
 
 
-def judge(work: Path, label: str) -> dict[str, Any]:
+def judge(work: Path, label: str, decisive_limit: float | None = None) -> dict[str, Any]:
     """Judge every stored model with this checkout's gate at the onnx profile's thresholds; ``<work>/judged_<label>.json``."""
     from vitedge.profiles import load_profile
 
     t = load_profile("onnx").thresholds
+    if decisive_limit is not None:
+        t = dataclasses.replace(t, min_decisive_agreement=decisive_limit)
     rows = []
     for path in sorted(work.glob("*.npz")):
         if not path.name.endswith(".tmp.npz"):
@@ -322,6 +325,7 @@ def main() -> None:
     ap.add_argument("--outputs-only", action="store_true", help="build and run the variants; judge nothing")
     ap.add_argument("--judge-only", action="store_true", help="judge the stored logits with the vitedge on PYTHONPATH")
     ap.add_argument("--label", default="after", help="the name of this judgement (before: main's gate)")
+    ap.add_argument("--decisive-limit", type=float, help="judge with this min_decisive_agreement (default: the profile's)")
     ap.add_argument("--gate-from", type=Path, help="judge with the vitedge of this checkout (e.g. main before the change, --label before)")
     args = ap.parse_args()
     if args.gate_from:
@@ -337,7 +341,7 @@ def main() -> None:
                 log(f"{model_id}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
     if args.outputs_only:
         return
-    judge(args.work, args.label)
+    judge(args.work, args.label, args.decisive_limit)
     if args.label == "after":
         write_results(args.work)
 
