@@ -265,6 +265,11 @@ def markdown(after: dict[str, Any], before: dict[str, Any] | None, header: str) 
             continue
         for g, c in doc["rates"].items():
             lines.append(f"| {label} | {g} | {_frac(c['false_pass'])} | {_frac(c['false_fail'])} | {_frac(c['wrong_mean_pass'])} |")
+    passed_bad = [r for r in after["rows"] if r["truth"]["kind"] == "bad" and not r["build"].startswith("wrong --mean")
+                  and any(v["passed"] for v in r["gates"].values())]
+    lines += ["", "Builds whose truth is bad that this gate passed on some subset: " + ("; ".join(
+        f"{r['model']} {r['build']} (truth drop {r['truth']['drop']:+.2f}, decisive {100 * r['truth']['decisive_agreement']:.2f} %: "
+        + ", ".join(f"{g} {v['passed']}/{v['of']}" for g, v in r["gates"].items() if v["passed"]) + ")" for r in passed_bad) or "none") + "."]
     lines += ["", "## Every build: its truth and the gate's verdicts (passed / runs)", "",
               f"Truth on the {N_TRUTH:,} held-out images against FP32 with the model's right mean: top-1 drop (points), agreement "
               "on FP32's decisive images, overall agreement; *bad* = drop > limit + 0.5 or decisive agreement < 99 %, *good* = "
@@ -305,7 +310,7 @@ def write_results(work: Path) -> None:
               f"CPU {cpu.model} ({cpu.isa}), shared with other jobs while it ran. Models ({len(models)} of the {len(MODELS)} corpus "
               f"models with 10,000 test images): {', '.join(models)}. Per model: {N_CALIB} calibration images, truth on {N_TRUTH:,} "
               f"others, a gate pool of the remaining 3,000-5,000 cut into disjoint subsets of {', '.join(str(s) for s in SIZES)} (each "
-              "subset gated with its labels and without). Thresholds: the onnx profile's (max_top1_drop {t['max_top1_drop']:g} points, "
+              f"subset gated with its labels and without). Thresholds: the onnx profile's (max_top1_drop {t['max_top1_drop']:g} points, "
               f"min_agreement {t['min_agreement']:g}, min_decisive_agreement {t.get('min_decisive_agreement')}, near_tie_margin "
               f"{t['near_tie_margin']:g}, drop_confidence {t['drop_confidence']:g}). *Before* is the gate of main before issue 43, "
               "judged on the same stored logits.")
