@@ -233,12 +233,6 @@ def _ci_text(accuracy: dict[str, Any]) -> str:
             f"(exact paired test: {d.get('fp32_only', 0)} lost, {d.get('int8_only', 0)} gained)")
 
 
-def _decisive_text(accuracy: dict[str, Any]) -> str:
-    return (f"agreement {100 * accuracy['decisive_agreement']:.2f}% on the {accuracy['decisive_samples']} images where FP32 is "
-            f"decisive (top-2 probability gap >= {accuracy['near_tie_margin']:g}): {accuracy['decisive_flips']} flips there, "
-            f"{accuracy['near_tie_flips']} near-tie flips, expected drop under FP32's probabilities {accuracy['expected_drop_points']:.2f} points")
-
-
 def check_labels(labels: np.ndarray | None, classes: int, data_path: str) -> None:
     if labels is None or not len(labels):
         return
