@@ -39,6 +39,7 @@ RESULTS = REPO / "benchmarks" / "results"
 DIGITS = {"digits": "digits_vit.pt", "postnorm": "postnorm_vit.pt", "lowconf": "lowconf_digits_vit.pt"}
 METHODS = (("entropy", {"method": "entropy"}), ("mse", {"method": "mse"}), ("percentile 99.99", {"method": "percentile"}),
            ("minmax", {"method": "minmax"}))
+ACCURACY_ROWS = ("max_top1_drop", "min_agreement", "min_decisive_agreement")  # the gate's classifier accuracy rows
 warnings.filterwarnings("ignore")
 
 
@@ -115,8 +116,8 @@ def evaluate(ref: np.ndarray, got: np.ndarray, labels: np.ndarray) -> dict[str, 
     acc = compare_logits(ref, got, labels)
     acc["output_kind"] = "logits"
     plain = dataclasses.replace(t, near_tie_margin=0.0, drop_confidence=0.0)
-    rows = {r.name: r for r in evaluate_gate(acc, None, None, t) if r.name in ("max_top1_drop", "min_agreement")}
-    plain_rows = [r for r in evaluate_gate(acc, None, None, plain) if r.name in ("max_top1_drop", "min_agreement")]
+    rows = {r.name: r for r in evaluate_gate(acc, None, None, t) if r.name in ACCURACY_ROWS}
+    plain_rows = [r for r in evaluate_gate(acc, None, None, plain) if r.name in ACCURACY_ROWS]
     keys = ("fp32_top1", "int8_top1", "top1_drop_points", "top1_drop_ci_points", "top1_discordant", "top1_agreement",
             "decisive_samples", "decisive_agreement", "near_tie_flips", "decisive_flips", "expected_drop_points", "softmax_kl_mean")
     return {**{k: acc.get(k) for k in keys}, "gate_plain": all(r.passed for r in plain_rows),
@@ -311,7 +312,7 @@ def judge_all(work: Path) -> dict[str, Any]:
         for g, (labelled, t) in gates.items():
             acc = compare_logits(ref, got, labels if labelled else None, near_tie_margin=t.near_tie_margin, drop_confidence=t.drop_confidence)
             acc["output_kind"] = "logits"
-            refused = not all(r.passed for r in evaluate_gate(acc, None, None, t) if r.name in ("max_top1_drop", "min_agreement"))
+            refused = not all(r.passed for r in evaluate_gate(acc, None, None, t) if r.name in ACCURACY_ROWS)
             counts[g][kind][0] += int(refused)
             counts[g][kind][1] += 1
     return counts

@@ -30,6 +30,7 @@ from vitedge.quantize.config import QuantConfig
 PRECISIONS = ("int8",)
 DEFAULT_NEAR_TIE_MARGIN = 0.5  # see Thresholds.near_tie_margin; measured on the corpus: docs/gate.md
 DEFAULT_DROP_CONFIDENCE = 0.95  # see Thresholds.drop_confidence
+DEFAULT_MIN_DECISIVE_AGREEMENT = 0.995  # see Thresholds.min_decisive_agreement; measured on the corpus: docs/gate.md
 
 
 @dataclass(frozen=True)
@@ -54,9 +55,14 @@ class Thresholds:
     embedding_cosine_percentile: float = 5.0
     min_nn_agreement: float | None = None
     # Near-tie noise (vitedge.validation.noise, docs/gate.md): an image is decisive when FP32's top-1
-    # softmax probability beats its runner-up's by this much; agreement below min_agreement passes when
-    # every flip beyond it is on a near-tie. 0: every image counts (the plain agreement gate).
+    # softmax probability beats its runner-up's by this much. Agreement on the decisive images is its own
+    # row (min_decisive_agreement), always judged; overall agreement under min_agreement is then shown as
+    # information (the flips beyond it are near-ties). 0: every image counts (the plain agreement gate).
     near_tie_margin: float = DEFAULT_NEAR_TIE_MARGIN
+    # Least top-1 agreement with FP32 on the decisive images (a fraction): flips of more than 0.5 % of the images
+    # FP32 is sure of fail, whatever the labels say (0.99 let builds that flip 1.4 % of them pass on a few hundred
+    # images: docs/gate.md). Judged with at least 30 decisive images.
+    min_decisive_agreement: float = DEFAULT_MIN_DECISIVE_AGREEMENT
     # Two-sided confidence of the top-1 drop's exact paired interval; the drop fails only when the
     # interval lies above max_top1_drop. 0: the plain point estimate decides.
     drop_confidence: float = DEFAULT_DROP_CONFIDENCE
@@ -70,6 +76,9 @@ class Thresholds:
             raise UsageError(f"max_top1_drop must be >= 0 points, got {self.max_top1_drop}")
         if not 0 <= self.min_agreement <= 1:
             raise UsageError(f"min_agreement must be a fraction in [0, 1], got {self.min_agreement}")
+        value = self.min_decisive_agreement
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise UsageError(f"min_decisive_agreement must be a fraction in [0, 1], got {value!r}")
         if self.min_speedup < 0:
             raise UsageError(f"min_speedup must be >= 0, got {self.min_speedup}")
         if self.min_speedup_without_vnni is not None and self.min_speedup_without_vnni < 0:
@@ -286,6 +295,7 @@ def family_profile(name: str):
         members[0].thresholds,
         max_top1_drop=min(m.thresholds.max_top1_drop for m in members),
         min_agreement=max(m.thresholds.min_agreement for m in members),
+        min_decisive_agreement=max(m.thresholds.min_decisive_agreement for m in members),
     )
     return TargetProfile(
         name=fam.name, description=fam.description, backend=fam.backend, precision=members[0].precision,

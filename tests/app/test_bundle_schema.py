@@ -157,7 +157,10 @@ ADDED_SINCE_V1 = ("quantization.config.", "calibration.config.", "validation.qua
                   "validation.accuracy.top1_drop_confidence", "validation.accuracy.top1_loss_p_value",
                   "validation.accuracy.fp32_preprocessing_probe", "validation.accuracy.fp32_at_chance",
                   # what vitedge compare reads: per-image bits (its paired test) and where latency was timed
-                  "validation.accuracy.per_sample", "validation.latency.device")
+                  "validation.accuracy.per_sample", "validation.latency.device",
+                  # issue 43: the decisive-agreement row's limit
+                  "quantization.budget.thresholds.min_decisive_agreement", "target.profile.thresholds.min_decisive_agreement",
+                  "validation.thresholds.min_decisive_agreement")
 
 
 def test_the_typed_manifest_writes_the_v1_schema_of_the_committed_bundle(built):

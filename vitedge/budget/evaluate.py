@@ -41,7 +41,6 @@ from vitedge.validation.reference_cache import (
     verify_sample,
 )
 from vitedge.validation.run import evaluate_gate
-from vitedge.validation.sanity import fp32_at_chance
 
 if TYPE_CHECKING:
     from onnx import ModelProto
@@ -337,6 +336,7 @@ def strictest(thresholds: Sequence[Thresholds]) -> Thresholds:
     nn = [t.min_nn_agreement for t in thresholds if t.min_nn_agreement is not None]
     return dataclasses.replace(first, max_top1_drop=min(t.max_top1_drop for t in thresholds),
                                min_agreement=max(t.min_agreement for t in thresholds),
+                               min_decisive_agreement=max(t.min_decisive_agreement for t in thresholds),
                                min_embedding_cosine=max(t.min_embedding_cosine for t in thresholds),
                                min_embedding_cosine_low=max(t.min_embedding_cosine_low for t in thresholds),
                                embedding_cosine_percentile=min(t.embedding_cosine_percentile for t in thresholds),
@@ -387,16 +387,15 @@ def certain_miss(full_ref: np.ndarray, got: np.ndarray, labels: np.ndarray | Non
     item's label, or None.
 
     Exact bounds, so stopping early never changes a verdict: top-1 disagreements with FP32 only grow, and each
-    remaining item can win back at most one correct prediction. Where the labels may excuse agreement under
-    its limit (the paired test of the drop, docs/gate.md), a partial run bounds nothing exactly, so agreement
-    alone never stops it; labels FP32 itself is at chance on excuse nothing, so there it does."""
+    remaining item can win back at most one correct prediction. Labels never excuse a flip (docs/gate.md), so the
+    agreement rows stop a labelled run as they stop an unlabelled one; the drop row's interval of a partial run
+    bounds nothing exactly, so the drop stops a run only under the plain point estimate (drop_confidence 0)."""
     total, n = len(full_ref), len(got)
     if n >= total:
         return None
-    if not _labels_may_excuse(full_ref, labels, t):
-        miss = certain_agreement_miss(full_ref, got, t.min_agreement, t.near_tie_margin)
-        if miss is not None:
-            return miss
+    miss = certain_agreement_miss(full_ref, got, t.min_agreement, t.near_tie_margin, t.min_decisive_agreement)
+    if miss is not None:
+        return miss
     if labels is not None and t.drop_confidence == 0:  # the interval of a partial run bounds nothing exactly
         ref, pred, y = full_ref[:n].argmax(1), got.argmax(1), labels[:n]
         net = int(np.sum((ref == y) & (pred != y)) - np.sum((ref != y) & (pred == y)))
@@ -405,11 +404,3 @@ def certain_miss(full_ref: np.ndarray, got: np.ndarray, labels: np.ndarray | Non
             return (f"stopped after {n} of {total} items: {net} correct predictions lost, more than the {total - n} "
                     f"remaining items could win back within a {t.max_top1_drop:g}-point drop")
     return None
-
-
-def _labels_may_excuse(full_ref: np.ndarray, labels: np.ndarray | None, t: Thresholds) -> bool:
-    """Whether the full run's agreement row may pass on the labels' paired test (``evaluate_gate``'s labelled excuse)."""
-    if labels is None or t.drop_confidence <= 0 or t.near_tie_margin <= 0 or len(labels) != len(full_ref):
-        return False
-    top1 = float(np.mean(full_ref.argmax(1) == labels))
-    return not fp32_at_chance(top1, int(full_ref.shape[1]), len(full_ref))

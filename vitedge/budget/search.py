@@ -9,6 +9,11 @@ the budget, with the fewest layers in float.
             bisect back to the fewest top-ranked layers that meet it and try re-quantizing each
             of those, least harmful first (fewest float layers)
 
+A candidate passes by the build gate's own accuracy rows (``Evaluator.verdict``: decisive agreement always
+judged, labels never excusing a flip). Among the passing candidates evaluated with the fewest float layers (the
+fastest the search can tell apart), the one closest to FP32 ships: fewest flips where FP32 is decisive, then the
+smallest expected drop under FP32's probabilities (``closest_passing``); a miss is ranked the same way.
+
 A graph in which every candidate layer went back to float is not an INT8 model: the search
 reports "not met" rather than return it, with the closest graph it evaluated that keeps an INT8
 layer (the build ships it marked failed, so there is something to inspect). Layers the user pins with ``--keep-float`` are float
@@ -18,7 +23,7 @@ from the start, never candidates, never re-quantized.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,6 +34,7 @@ from vitedge.budget.record import BudgetResult, Evaluation
 from vitedge.budget.settings import BudgetSettings
 from vitedge.profiles import Thresholds
 from vitedge.quantize.qdq import QuantizedGraph, build_qdq, resolve_keep_float
+from vitedge.validation.noise import MIN_DECISIVE
 from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 if TYPE_CHECKING:
@@ -119,6 +125,7 @@ class _Search:
             passing = self._refine(order, passing, lo)
         if passing is None:
             return self._not_met(self._miss_reason(len(order)))
+        passing = closest_passing([e for e in self.result.evaluations if tuple(e.returned) in self.graphs], passing)
         self.result.status = "fallback"
         self.result.returned = tuple(passing)
         self.result.graph = self.graphs[tuple(passing)]
@@ -248,11 +255,23 @@ def _other_calibrations(calibration: Calibration) -> list[str]:
     return [name for name in order if name in variants and name != current]
 
 
-def _closeness(accuracy: Mapping[str, Any]) -> float:
-    """How close a candidate came: the gate's own figure (embedding cosine, low percentile, for encoders)."""
+def _closeness(accuracy: Mapping[str, Any]) -> tuple[float, float]:
+    """How close a candidate came to FP32, larger is closer. A classifier: fewest flips on the images where FP32
+    is decisive (a share of them; of all images when fewer than MIN_DECISIVE are decisive), then the smallest
+    expected drop under FP32's probabilities (docs/gate.md). An encoder: the embedding cosine at its low percentile."""
     if accuracy.get("output_kind") == "embedding":
-        return float(accuracy.get("embedding_cosine_low") or -1.0)
-    return float(accuracy.get("top1_agreement") or 0.0)
+        return float(accuracy.get("embedding_cosine_low") or -1.0), 0.0
+    n, flips = int(accuracy.get("decisive_samples") or 0), accuracy.get("decisive_flips")
+    share = flips / n if flips is not None and n >= MIN_DECISIVE else 1.0 - float(accuracy.get("top1_agreement") or 0.0)
+    return -share, -float(accuracy.get("expected_drop_points") or 0.0)
+
+
+def closest_passing(evaluations: Sequence[Evaluation], passing: tuple[str, ...]) -> tuple[str, ...]:
+    """Among the passing candidates evaluated with as many float layers as ``passing`` (the same speed, as far as
+    the search can tell), the layers of the one closest to FP32 (``_closeness``); ``passing`` on a tie."""
+    same = [e for e in evaluations if e.passed and len(e.returned) == len(passing) and not e.accuracy.get("stopped_early")]
+    best = max(same, key=lambda e: (_closeness(e.accuracy), tuple(e.returned) == tuple(passing)), default=None)
+    return tuple(best.returned) if best is not None else tuple(passing)
 
 
 def _group_sizes(n: int, settings: BudgetSettings) -> list[int]:

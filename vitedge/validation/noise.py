@@ -18,11 +18,17 @@ about as likely to be wrong as right there. Two measurements separate the two (d
   its probability of the class INT8 chose: a label-free estimate of the top-1 drop, pessimistic for the
   over-confident low-accuracy models (0.5-0.7 points where their labels showed none, docs/gate.md).
 
-The gate (``vitedge.validation.run.evaluate_gate``) uses them so: the top-1 drop fails only when its
-confidence interval lies wholly above the limit. Agreement below the limit passes, with labels, only
-when that paired test shows no loss beyond ``max_top1_drop`` (the labels are the direct evidence, and
-flips that cost no measurable top-1 are not a loss); without labels, only when the flips are
-near-ties: agreement on the decisive images meets the limit (with at least ``MIN_DECISIVE`` of them).
+The gate (``vitedge.validation.run.evaluate_gate``, docs/gate.md) uses them so:
+
+* ``min_decisive_agreement`` (its own row, always judged, labels or not): agreement on the decisive images meets
+  its limit. A flip where FP32 was decisive is a change of behaviour whatever the labels say, so nothing excuses
+  it. It needs at least ``MIN_DECISIVE`` decisive images; with fewer (or ``near_tie_margin`` 0) it is not judged
+  and overall agreement is judged plainly instead.
+* ``max_top1_drop`` (with labels): passes when the drop is within the limit, fails when its confidence interval
+  lies wholly above the limit (a proven loss); in between it is not decided ("within noise", with how many
+  labelled images it would take to tell). Labels can add a failure; they never excuse one.
+* ``min_agreement``: its literal meaning. Where the decisive row judges, overall agreement under its limit is
+  shown as information (the flips beyond it are near-ties), not as a pass.
 """
 
 from __future__ import annotations
@@ -32,10 +38,10 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.profiles import DEFAULT_DROP_CONFIDENCE, DEFAULT_NEAR_TIE_MARGIN  # noqa: F401 - the defaults live with Thresholds
+from vitedge.profiles import DEFAULT_DROP_CONFIDENCE, DEFAULT_MIN_DECISIVE_AGREEMENT, DEFAULT_NEAR_TIE_MARGIN  # noqa: F401 - the defaults live with Thresholds
 from vitedge.validation.sanity import fp32_at_chance
 
-MIN_DECISIVE = 30  # decisive images the near-tie rule needs before it may judge agreement on them
+MIN_DECISIVE = 30  # decisive images the decisive-agreement row needs before it judges (fewer: plain agreement)
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
@@ -156,33 +162,64 @@ def drop_within_noise(accuracy: dict[str, Any], limit: float) -> bool:
     return bool(ci) and ci[0] <= limit + 1e-9
 
 
-def agreement_is_near_tie_noise(accuracy: dict[str, Any], min_agreement: float) -> bool:
-    """Whether agreement below ``min_agreement`` is explained by near-ties: the decisive images (at least
-    ``MIN_DECISIVE``) agree at ``min_agreement`` or better."""
-    decisive = accuracy.get("decisive_agreement")
-    return decisive is not None and accuracy.get("decisive_samples", 0) >= MIN_DECISIVE and decisive >= min_agreement - 1e-12
+def images_to_tell(accuracy: dict[str, Any], limit: float) -> int | None:
+    """About how many labelled images it would take, at the discordance and drop measured, for the drop's
+    interval to lie wholly above ``limit`` (points): McNemar's normal approximation, ``N = z^2 (d - D^2) / (D - L)^2``
+    with ``d`` the discordant share, ``D`` the drop and ``L`` the limit (fractions). None when the drop is not over it."""
+    drop, d = accuracy.get("top1_drop_points"), accuracy.get("top1_discordant")
+    samples = accuracy.get("samples") or 0
+    if drop is None or not d or not samples or drop <= limit + 1e-9:
+        return None
+    z = _normal_quantile(0.5 + float(accuracy.get("top1_drop_confidence", 0.95)) / 2.0)
+    share, big_d, lim = (d["fp32_only"] + d["int8_only"]) / samples, drop / 100.0, limit / 100.0
+    return int(math.ceil(z * z * max(share - big_d * big_d, 1e-12) / (big_d - lim) ** 2))
 
 
-def certain_agreement_miss(ref: np.ndarray, got: np.ndarray, min_agreement: float, margin: float) -> str | None:
-    """Early stop of the accuracy budget: whether the first ``len(got)`` outputs already make the agreement
-    row fail whatever the rest gives (``ref`` covers every item). Exact: disagreements only grow, and the
-    near-tie rule fails for sure once the decisive images' flips exceed what the limit allows on all of them."""
+def _normal_quantile(p: float) -> float:
+    """The standard normal quantile (bisection on erf: no scipy)."""
+    lo, hi = -10.0, 10.0
+    for _ in range(80):
+        mid = (lo + hi) / 2.0
+        if 0.5 * (1.0 + math.erf(mid / math.sqrt(2.0))) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def decisive_judged(accuracy: dict[str, Any], margin: float) -> bool:
+    """Whether the decisive-agreement row judges (the near-tie rule is on and FP32 is decisive on at least
+    ``MIN_DECISIVE`` images); else overall agreement is judged plainly."""
+    return margin > 0 and accuracy.get("decisive_agreement") is not None and accuracy.get("decisive_samples", 0) >= MIN_DECISIVE
+
+
+def allowed_flips(limit: float, images: int) -> int:
+    """The most top-1 disagreements on ``images`` images that agreement >= ``limit`` allows."""
+    return math.floor((1.0 - limit) * images + 1e-9)
+
+
+def certain_agreement_miss(ref: np.ndarray, got: np.ndarray, min_agreement: float, margin: float,
+                           min_decisive_agreement: float = DEFAULT_MIN_DECISIVE_AGREEMENT) -> str | None:
+    """Early stop of the accuracy budget: whether the first ``len(got)`` outputs already make an agreement row
+    fail whatever the rest gives (``ref`` covers every item). Exact: disagreements only grow. Where the decisive
+    row judges (at least ``MIN_DECISIVE`` decisive images, ``margin`` > 0), it fails for sure once the decisive
+    images' flips exceed what its limit allows on all of them; elsewhere overall agreement is the plain rule."""
     total, n = len(ref), len(got)
     pred, head = got.argmax(1), ref[:n].argmax(1)
     flips = head != pred
-    allowed = math.floor((1.0 - min_agreement) * total + 1e-9)
-    if int(flips.sum()) <= allowed:
-        return None
     if margin > 0:
         decisive = fp32_margins(ref) >= margin
         total_decisive = int(decisive.sum())
         if total_decisive >= MIN_DECISIVE:
-            allowed_decisive = math.floor((1.0 - min_agreement) * total_decisive + 1e-9)
+            allowed_decisive = allowed_flips(min_decisive_agreement, total_decisive)
             if int(np.sum(flips & decisive[:n])) <= allowed_decisive:
                 return None
             return (f"stopped after {n} of {total} items: {int(np.sum(flips & decisive[:n]))} top-1 disagreements on images where FP32 "
-                    f"is decisive already exceed the {allowed_decisive} that agreement >= {100 * min_agreement:g}% allows on its "
-                    f"{total_decisive} decisive images")
+                    f"is decisive already exceed the {allowed_decisive} that decisive agreement >= {100 * min_decisive_agreement:g}% "
+                    f"allows on its {total_decisive} decisive images")
+    allowed = allowed_flips(min_agreement, total)
+    if int(flips.sum()) <= allowed:
+        return None
     return (f"stopped after {n} of {total} items: {int(flips.sum())} top-1 disagreements with FP32 already exceed the {allowed} "
             f"that agreement >= {100 * min_agreement:g}% allows")
 

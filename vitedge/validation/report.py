@@ -76,6 +76,7 @@ LATENCY_STATS_KEYS = ("batch", "iterations", "p50_ms", "p90_ms", "p99_ms", "mean
 SENSITIVITY_KEYS = ("runtime", "method", "samples", "output_kind", "metric", "baseline", "full", "kept_float", "seconds", "notes", "layers")
 SENSITIVITY_LAYER_KEYS = ("rank", "name", "kind", "op_type", "mse", "cosine", "one_minus_cosine")
 GATE_NAMES = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms")
+DECISIVE_GATE_NAME = "min_decisive_agreement"  # classifiers, after min_agreement (docs/gate.md)
 # an embedding model's rows between min_agreement and min_speedup (min_nn_agreement only when set)
 EMBEDDING_GATE_NAMES = ("min_embedding_cosine", "min_embedding_cosine_low", "min_nn_agreement")
 STATUSES = ("pass", "fail", "skip")
@@ -133,8 +134,9 @@ def _gate_problems(doc: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
     acc = doc.get("accuracy")
     embedding = isinstance(acc, dict) and acc.get("output_kind") == "embedding"
     base = list(GATE_NAMES[:2]) + (list(EMBEDDING_GATE_NAMES[:2]) if embedding else [])
-    optional_nn = ([], ["min_nn_agreement"]) if embedding else ([],)
-    allowed = [base + nn + ["min_speedup"] + p99 for nn in optional_nn for p99 in ([], ["max_p99_ms"])]
+    # encoders may add min_nn_agreement; classifiers min_decisive_agreement (reports written before it have none)
+    optional = ([], ["min_nn_agreement"]) if embedding else ([], [DECISIVE_GATE_NAME])
+    allowed = [base + extra + ["min_speedup"] + p99 for extra in optional for p99 in ([], ["max_p99_ms"])]
     if names not in allowed:
         problems.append(f"gate rows are {names}, expected {base + list(GATE_NAMES[2:3])} (and max_p99_ms when set)")
     return problems

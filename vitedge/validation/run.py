@@ -32,8 +32,10 @@ from vitedge.validation.inputs import feed_for
 from vitedge.validation import passes, per_sample
 from vitedge.validation.noise import (
     MIN_DECISIVE,
-    agreement_is_near_tie_noise,
+    allowed_flips,
+    decisive_judged,
     drop_within_noise,
+    images_to_tell,
     preprocessing_probe,
     probe_shifts,
     probe_text,
@@ -56,8 +58,9 @@ from vitedge.validation.reference_cache import (
 )
 from vitedge.validation.sanity import fp32_warnings
 
-THRESHOLD_NAMES = ("max_top1_drop", "min_agreement", "min_embedding_cosine", "min_embedding_cosine_low", "min_nn_agreement",
-                   "min_speedup", "max_p99_ms")  # the embedding rows only for encoders (vitedge.validation.embedding_gate)
+THRESHOLD_NAMES = ("max_top1_drop", "min_agreement", "min_decisive_agreement", "min_embedding_cosine", "min_embedding_cosine_low",
+                   "min_nn_agreement", "min_speedup", "max_p99_ms")  # min_decisive_agreement only for classifiers, the embedding
+# rows only for encoders (vitedge.validation.embedding_gate)
 
 
 @dataclass
@@ -98,84 +101,109 @@ class ValidationResult:
 
 def evaluate_gate(accuracy: dict[str, Any], speedup: float | None, p99_ms: float | None, t: Thresholds) -> list[GateRow]:
     """One row per threshold, in THRESHOLD_NAMES order; max_p99_ms only when a limit is set (it has no
-    default). A threshold that cannot be checked here (no labels, latency not measured) is skipped."""
+    default). A threshold that cannot be checked here (no labels, latency not measured) is skipped, and so is
+    one shown as information only (overall agreement where the decisive row judges; a drop within noise):
+    no row shows pass beside a value that misses its limit (docs/gate.md)."""
     drop = _drop_row(accuracy, t)
     if accuracy.get("output_kind") == "embedding":
         middle = [agreement_skip_row(t), *embedding_rows(accuracy, t)]
     else:
-        middle = [_agreement_row(accuracy, t, drop_failed=not drop.passed)]
+        middle = [_agreement_row(accuracy, t), _decisive_row(accuracy, t)]
     return [drop, *middle, *_speed_rows(speedup, p99_ms, t)]
 
 
 def _drop_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
-    """max_top1_drop: fails only when the paired test says the loss is real (docs/gate.md)."""
+    """max_top1_drop: passes within the limit, fails when the paired test proves a loss beyond it, and is not
+    decided in between (within noise: how many labelled images it would take to tell; docs/gate.md)."""
     drop = accuracy.get("top1_drop_points")
     if drop is None:
         why = "an embedding model has no top-1" if accuracy.get("output_kind") == "embedding" else "the data has no labels"
         return GateRow("max_top1_drop", None, t.max_top1_drop, True, f"not checked: {why}", SKIP, "points")
     over = drop - t.max_top1_drop
-    ok = over <= 1e-9
     ci = accuracy.get("top1_drop_ci_points")
     text = (f"top-1 {100 * accuracy['int8_top1']:.2f}% vs FP32 {100 * accuracy['fp32_top1']:.2f}%: "
             f"drop {drop:.3f} points (limit {t.max_top1_drop:g})")
-    if ok:
-        detail = text + (f", {_ci_text(accuracy)}" if ci else "")
-    elif ci and t.drop_confidence > 0 and drop_within_noise(accuracy, t.max_top1_drop):
-        ok = True
-        detail = f"{text}: within noise, {_ci_text(accuracy)} reaches the limit"
-    else:
-        detail = text + f", over by {over:.3f} points" + (f"; {_ci_text(accuracy)} lies above the limit: a real loss" if ci else "")
-    return GateRow("max_top1_drop", drop, t.max_top1_drop, ok, detail, PASS if ok else FAIL, "points", over)
+    if over <= 1e-9:
+        return GateRow("max_top1_drop", drop, t.max_top1_drop, True, text + (f", {_ci_text(accuracy)}" if ci else ""), PASS, "points", over)
+    if ci and t.drop_confidence > 0 and drop_within_noise(accuracy, t.max_top1_drop):
+        need = images_to_tell(accuracy, t.max_top1_drop)
+        tell = (f"; telling a {drop:.2f}-point drop from the {t.max_top1_drop:g}-point limit would take about {need:,} labelled "
+                "images at this rate of disagreement" if need else "")
+        return GateRow("max_top1_drop", drop, t.max_top1_drop, True,
+                       f"not decided: {text}, over it but within noise ({_ci_text(accuracy)} reaches the limit){tell}; "
+                       "the decisive-agreement row judges the flips", SKIP, "points", over)
+    detail = text + f", over by {over:.3f} points" + (f"; {_ci_text(accuracy)} lies above the limit: a real loss" if ci else "")
+    return GateRow("max_top1_drop", drop, t.max_top1_drop, False, detail, FAIL, "points", over)
 
 
-def _agreement_row(accuracy: dict[str, Any], t: Thresholds, *, drop_failed: bool) -> GateRow:
-    """min_agreement of a classifier: flips the labels show cost nothing, or near-ties, are excused (docs/gate.md)."""
+def _agreement_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
+    """min_agreement of a classifier, literally: pass when met. Under its limit it fails, unless the decisive row
+    judges the flips (near_tie_margin > 0, enough decisive images, no suspect preprocessing probe): then it is
+    shown as information, not as a pass (docs/gate.md)."""
     agree = accuracy.get("top1_agreement")
     what = "top-1 agreement with FP32"
     if agree is None:
         return GateRow("min_agreement", None, t.min_agreement, True, f"not checked: {what} needs at least 2 samples",
                        SKIP, "fraction")
     short = t.min_agreement - agree
-    ok = short <= 1e-12
     detail = f"{what} {100 * agree:.2f}% (limit {100 * t.min_agreement:.2f}%)"
-    decisive = accuracy.get("decisive_agreement")
-    # with labels, the paired test of the drop is the evidence; without, FP32's margins are. Labels FP32 itself
-    # is at chance on show little or nothing (with random weights neither graph is ever right): margins decide there too
-    at_chance = bool(accuracy.get("fp32_at_chance"))
-    labelled = (accuracy.get("top1_drop_points") is not None and bool(accuracy.get("top1_drop_ci_points"))
-                and t.drop_confidence > 0 and not at_chance)
+    if short <= 1e-12:
+        return GateRow("min_agreement", agree, t.min_agreement, True, detail, PASS, "fraction", short)
     probe = accuracy.get("fp32_preprocessing_probe") or {}
-    if not ok and t.near_tie_margin > 0 and probe.get("suspect"):  # flips on inputs FP32 was not trained for
+    at_chance = bool(accuracy.get("fp32_at_chance")) and accuracy.get("top1_drop_points") is not None
+    if t.near_tie_margin > 0 and probe.get("suspect"):  # flips on inputs FP32 was not trained for
         detail += f", short by {100 * short:.3f} points; not excused as near-ties: {probe_text(probe)}"
-    elif not ok and t.near_tie_margin > 0 and labelled and not drop_failed:
-        ok = True
-        detail += f": the flips cost no top-1 the labels can show ({_ci_text(accuracy)})"
-        if decisive is not None:
-            detail += f"; {_decisive_text(accuracy)}"
-    elif not ok and t.near_tie_margin > 0 and not labelled and agreement_is_near_tie_noise(accuracy, t.min_agreement):
-        ok = True
-        detail += f": the flips beyond it are near-ties, {_decisive_text(accuracy)}" + (AT_CHANCE_TEXT if at_chance else "")
-    elif not ok:
+    elif decisive_judged(accuracy, t.near_tie_margin):
+        detail = (f"information, not judged: {detail}; {accuracy['near_tie_flips']} of its flips are near-ties (FP32's top-2 "
+                  f"probability gap < {accuracy['near_tie_margin']:g}), the {accuracy['decisive_samples']} decisive images are judged "
+                  f"by min_decisive_agreement" + _labels_text(accuracy, t) + (AT_CHANCE_TEXT if at_chance else ""))
+        return GateRow("min_agreement", agree, t.min_agreement, True, detail, SKIP, "fraction", short)
+    else:
         detail += f", short by {100 * short:.3f} points" + (AT_CHANCE_TEXT if at_chance and t.near_tie_margin > 0 else "")
-        detail += _real_loss_text(accuracy, t, labelled)
-    return GateRow("min_agreement", agree, t.min_agreement, ok, detail, PASS if ok else FAIL, "fraction", short)
+        detail += _plain_text(accuracy, t)
+    return GateRow("min_agreement", agree, t.min_agreement, False, detail, FAIL, "fraction", short)
 
 
-AT_CHANCE_TEXT = "; FP32 itself is at chance on the labels, so they cannot excuse flips: FP32's margins decide"
-
-
-def _real_loss_text(accuracy: dict[str, Any], t: Thresholds, labelled: bool) -> str:
-    """Why failed agreement is a real loss: the labelled drop, or FP32's decisive images (when there are enough)."""
+def _decisive_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
+    """min_decisive_agreement: agreement on the images where FP32 is decisive meets its limit, always judged,
+    labels or not (a flip there is a change of behaviour); not judged with fewer than MIN_DECISIVE of them."""
+    name, limit = "min_decisive_agreement", t.min_decisive_agreement
     if t.near_tie_margin <= 0:
+        return GateRow(name, None, limit, True, "not checked: near_tie_margin 0 (the plain gate: min_agreement counts every flip)",
+                       SKIP, "fraction")
+    value, n = accuracy.get("decisive_agreement"), int(accuracy.get("decisive_samples") or 0)
+    if value is None or n < MIN_DECISIVE:
+        return GateRow(name, value, limit, True, f"not checked: FP32 is decisive on only {n} images (fewer than {MIN_DECISIVE}): "
+                       "too few to judge; min_agreement judges every flip instead", SKIP, "fraction")
+    short = limit - value
+    ok = short <= 1e-12
+    detail = (f"top-1 agreement with FP32 {100 * value:.2f}% on the {n} images where FP32 is decisive (top-2 probability gap >= "
+              f"{accuracy['near_tie_margin']:g}; limit {100 * limit:.2f}%: at most {allowed_flips(limit, n)} flips): "
+              f"{accuracy['decisive_flips']} flips there"
+              + ("" if ok else f", short by {100 * short:.3f} points: FP32 was sure and INT8 answers otherwise")
+              + f"; {accuracy['near_tie_flips']} near-tie flips, expected drop under FP32's probabilities "
+              f"{accuracy['expected_drop_points']:.2f} points")
+    return GateRow(name, value, limit, ok, detail, PASS if ok else FAIL, "fraction", short)
+
+
+AT_CHANCE_TEXT = "; FP32 itself is at chance on the labels, so they say little about INT8's loss"
+
+
+def _labels_text(accuracy: dict[str, Any], t: Thresholds) -> str:
+    """What the labels say of the flips, for the information row."""
+    if not accuracy.get("top1_drop_ci_points") or t.drop_confidence <= 0:
         return ""
-    if labelled:
-        return f"; the labelled top-1 drop is a real loss ({_ci_text(accuracy)})"
-    if "decisive_samples" not in accuracy:
+    if drop_within_noise(accuracy, t.max_top1_drop):
+        return f"; the labels show no loss beyond {t.max_top1_drop:g} points ({_ci_text(accuracy)})"
+    return "; the labels show a real loss (max_top1_drop)"
+
+
+def _plain_text(accuracy: dict[str, Any], t: Thresholds) -> str:
+    """Why overall agreement is judged plainly: the near-tie rule is off, or too few images are decisive."""
+    if t.near_tie_margin <= 0 or "decisive_samples" not in accuracy or accuracy.get("fp32_preprocessing_probe", {}).get("suspect"):
         return ""
-    if accuracy["decisive_samples"] < MIN_DECISIVE:
-        return (f"; FP32 is decisive on only {accuracy['decisive_samples']} images (fewer than {MIN_DECISIVE}): "
-                "too few to tell near-tie flips from loss")
-    return f"; {_decisive_text(accuracy)}: a real loss"
+    return (f"; FP32 is decisive on only {accuracy['decisive_samples']} images (fewer than {MIN_DECISIVE}): "
+            "too few to tell near-tie flips from loss")
 
 
 def _speed_rows(speedup: float | None, p99_ms: float | None, t: Thresholds) -> list[GateRow]:
@@ -203,12 +231,6 @@ def _ci_text(accuracy: dict[str, Any]) -> str:
     d = accuracy.get("top1_discordant", {})
     return (f"{100 * accuracy.get('top1_drop_confidence', 0.95):g}% interval [{lo:.2f}, {hi:.2f}] points "
             f"(exact paired test: {d.get('fp32_only', 0)} lost, {d.get('int8_only', 0)} gained)")
-
-
-def _decisive_text(accuracy: dict[str, Any]) -> str:
-    return (f"agreement {100 * accuracy['decisive_agreement']:.2f}% on the {accuracy['decisive_samples']} images where FP32 is "
-            f"decisive (top-2 probability gap >= {accuracy['near_tie_margin']:g}), {accuracy['near_tie_flips']} near-tie flips, "
-            f"expected drop under FP32's probabilities {accuracy['expected_drop_points']:.2f} points")
 
 
 def check_labels(labels: np.ndarray | None, classes: int, data_path: str) -> None:
@@ -367,15 +389,15 @@ def shared_fp32(backend, reference_path: Path, pre, open_fp32: Callable[[], Runn
 
 def _probe_needed(accuracy: dict[str, Any], t: Thresholds, runner, reference_path: Path) -> bool:
     """The FP32 preprocessing probe runs only where it can change the verdict (docs/gate.md): a labelled
-    classifier whose agreement is under the limit and whose agreement row passes without the probe (the
-    labels, or FP32's margins, excuse the flips), on a float-input reference. A suspect probe only ever
-    turns that row from pass to fail, so where the row already fails its two FP32 passes would decide nothing."""
+    classifier whose agreement is under the limit and shown as information (the decisive row judges the flips),
+    whose every other accuracy row passes, on a float-input reference. A suspect probe only ever turns that row
+    into a failure, so where an accuracy row already fails its two FP32 passes would decide nothing."""
     if accuracy.get("output_kind") != "logits" or not accuracy.get("labeled") or t.near_tie_margin <= 0:
         return False
     if (accuracy.get("top1_agreement") or 1.0) >= t.min_agreement:
         return False
-    drop = _drop_row(accuracy, t)
-    if not _agreement_row(accuracy, t, drop_failed=not drop.passed).passed:
+    rows = [_drop_row(accuracy, t), _agreement_row(accuracy, t), _decisive_row(accuracy, t)]
+    if not all(r.passed for r in rows):
         return False
     return getattr(runner("fp32", reference_path), "input_format", None) != UINT8_NHWC_RGB
 

@@ -1,0 +1,355 @@
+"""Issue 43: the accuracy gate judged against the truth, on the public corpus of ViTs other people trained.
+
+Run by hand from the repository root (corpus cache from ``$VITEDGE_CORPUS_CACHE``; minutes per model on 2 cores)::
+
+    VITEDGE_CORPUS_CACHE=DIR python benchmarks/gate_truth.py [--models ID,...] [--work DIR]   # outputs, then judge
+    python benchmarks/gate_truth.py --judge-only [--work DIR]                                  # judge stored outputs again
+
+Per corpus model (each has 10,000 test images): a seeded split of its test set into 200 calibration images and
+9,800 others, of which a seeded 7,000 are run (the first model run kept all 9,800): a truth set of 4,000 and a gate
+pool of the rest (up to 5,000). INT8 variants from good to wrecked, each built once as a
+user's `vitedge build --target onnx` would build it (``quantize.calibrate`` then ``build_qdq``, full INT8, no layer
+returned to float): every calibration method (the default ``select``, entropy, mse, percentile 99.99, minmax), the
+percentile method at 99.9, 99, 95 and 90 (90 clips a tenth of every activation: the forced collapse), a wrong
+``--mean`` (the model's mean + 0.5, the FP32 reference built with it too, as a user's build would be), and the default
+graph with one activation's scale off by 4x each way. FP32 and every INT8 graph run once over all images in ONNX Runtime
+(CPU); their logits are kept (``<work>/<model>.npz``). FP32 with its mean moved by +-0.25 runs too: the preprocessing
+probe of the labelled gate.
+
+Then the gate is judged in-process with the real functions (``compare_logits``, ``preprocessing_probe``,
+``evaluate_gate`` at the onnx profile's thresholds) on disjoint subsets of the gate pool: 300, 500 and 1,000 images,
+with their labels and without. The truth of each build is measured on the truth set, against FP32 with the model's
+own (right) mean: its top-1 drop and its agreement on the images where FP32 is decisive.
+
+* **false pass**: the gate passes a build whose truth loses more than the limit + 0.5 points of top-1, or flips more
+  than 1 % of the images FP32 is decisive on;
+* **false fail**: the gate fails a build whose truth is within the limit (drop <= limit, decisive agreement >= 99.5 %).
+
+Writes benchmarks/results/gate_truth_<isa>.md and .json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "benchmarks"))
+RESULTS = REPO / "benchmarks" / "results"
+MODELS = ("researchase-mnist", "kavishka-shallow", "gaurav-mnist", "smmk47-postnorm", "ashu-mha", "ashu-convt", "tintn-mayank",
+          "tintn-anzksdk")
+N_CALIB, N_TRUTH, N_POOL = 200, 4000, 5000  # the gate pool: up to N_POOL of the images beside the truth set
+N_KEEP = 7000  # images run per model (a seeded subset of the 9,800 beside the calibration images): 4,000 truth, 3,000 pool
+SIZES = (300, 500, 1000)
+MEAN_SHIFT = 0.5
+SCALE_OFF = 4.0
+VARIANTS = (("select (default)", {}), ("entropy", {"method": "entropy"}), ("mse", {"method": "mse"}),
+            ("percentile 99.99", {"method": "percentile"}), ("minmax", {"method": "minmax"}),
+            ("percentile 99.9", {"method": "percentile", "percentile": 99.9}),
+            ("percentile 99", {"method": "percentile", "percentile": 99.0}),
+            ("percentile 95", {"method": "percentile", "percentile": 95.0}),
+            ("percentile 90 (forced collapse)", {"method": "percentile", "percentile": 90.0}))
+warnings.filterwarnings("ignore")
+
+
+def log(msg: str) -> None:
+    print(time.strftime("%H:%M:%S"), msg, flush=True)
+
+
+# --------------------------------------------------------------------------- outputs (run once per model)
+
+
+def _images(folder: Path, spec) -> tuple[np.ndarray, np.ndarray]:
+    from vitedge.datasources.sources import open_source
+
+    src = open_source(folder, spec.preprocess, class_names=spec.class_names)
+    batches = list(src.batches(256))
+    return np.concatenate([b.images for b in batches]), np.concatenate([b.labels for b in batches])
+
+
+def scale_off(model, factor: float) -> tuple[Any, str]:
+    """A copy of a Q/DQ graph with one activation's scale (the middle activation QuantizeLinear, shared with its
+    DequantizeLinear) multiplied by ``factor``: that layer's grid 4x coarser (or clipped 4x tighter)."""
+    import copy
+
+    from onnx import numpy_helper
+
+    m = copy.deepcopy(model)
+    inits = {i.name: i for i in m.graph.initializer}
+    acts = [n for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[0] not in inits and n.input[1] in inits]
+    node = acts[len(acts) // 2]
+    init = inits[node.input[1]]
+    init.CopyFrom(numpy_helper.from_array((numpy_helper.to_array(init) * factor).astype(np.float32), init.name))
+    return m, node.input[0]
+
+
+def run_outputs(model_id: str, corpus: Path, work: Path) -> Path:
+    """Every variant's logits on every image of the model's test set (but the calibration images): ``<work>/<id>.npz``."""
+    import calibration_choice as cc  # noqa: E402 - its corpus split and model loading
+
+    from vitedge.datasources.sources import open_source
+    from vitedge.quantize import QuantConfig, build_qdq, calibrate
+    from vitedge.validation.noise import probe_shifts
+
+    out = work / f"{model_id}.npz"
+    if out.is_file():
+        return out
+    args = argparse.Namespace(calib=N_CALIB, val=10000 - N_CALIB)
+    fp32, spec, calib_dir, val_dir = cc.load(model_id, corpus, work, args)
+    x, labels = _images(val_dir, spec)
+    keep = np.sort(np.random.default_rng(1).permutation(len(x))[:N_KEEP])
+    x, labels = x[keep], labels[keep]
+    arrays: dict[str, np.ndarray] = {"labels": labels, "ref": cc.ort_predict(fp32, x)}
+    for m, d in probe_shifts(spec.preprocess.std).items():
+        arrays[f"probe{m:+g}"] = cc.ort_predict(fp32, x + d)
+    calib = open_source(calib_dir, spec.preprocess, class_names=spec.class_names)
+    cache, names, notes = work / f"cache-{model_id}", [], {}
+    for i, (label, kwargs) in enumerate(VARIANTS):
+        t0 = time.perf_counter()
+        q = build_qdq(calibrate(fp32, calib, QuantConfig(**kwargs), cache_dir=cache))
+        path = work / f"{model_id}.v{i}.int8.onnx"
+        q.save(path)
+        arrays[f"got{i}"] = cc.ort_predict(path, x)
+        names.append(label)
+        if i == 0:
+            for factor in (SCALE_OFF, 1 / SCALE_OFF):
+                tampered, tensor = scale_off(q.model, factor)
+                tpath = work / f"{model_id}.scale{factor:g}.int8.onnx"
+                from vitedge.onnxutil import save_onnx
+
+                save_onnx(tampered, tpath)
+                arrays[f"got{len(VARIANTS) + len(notes)}"] = cc.ort_predict(tpath, x)
+                notes[f"one activation's scale x{factor:g} (select)"] = tensor
+        log(f"{model_id} {label}: agreement {np.mean(arrays[f'got{i}'].argmax(1) == arrays['ref'].argmax(1)):.4f} "
+            f"({time.perf_counter() - t0:.0f} s)")
+    names += list(notes)
+    # a wrong --mean: the user's whole build sees shifted inputs (its FP32 reference too)
+    wfp32, wspec, _, _ = cc.load(model_id, corpus, work, args, mean_shift=MEAN_SHIFT)
+    wx = _images(val_dir, wspec)[0][keep]
+    wcal = open_source(calib_dir, wspec.preprocess, class_names=wspec.class_names)
+    wpath = work / f"{model_id}.wrongmean.int8.onnx"
+    build_qdq(calibrate(wfp32, wcal, QuantConfig(), cache_dir=cache)).save(wpath)
+    arrays["wrong_ref"] = cc.ort_predict(wfp32, wx)
+    arrays["wrong_got"] = cc.ort_predict(wpath, wx)
+    for m, d in probe_shifts(wspec.preprocess.std).items():
+        arrays[f"wrong_probe{m:+g}"] = cc.ort_predict(wfp32, wx + d)
+    log(f"{model_id} wrong --mean: FP32 top-1 {np.mean(arrays['wrong_ref'].argmax(1) == labels):.4f} "
+        f"(right mean {np.mean(arrays['ref'].argmax(1) == labels):.4f})")
+    np.savez_compressed(work / f"{model_id}.tmp.npz", names=np.array(names), notes=json.dumps(notes), **arrays)
+    os.replace(work / f"{model_id}.tmp.npz", out)
+    return out
+
+
+# --------------------------------------------------------------------------- judge (in-process, the real gate functions)
+
+
+def truth_of(ref: np.ndarray, got: np.ndarray, labels: np.ndarray, limit: float) -> dict[str, Any]:
+    """The truth of one build on the truth set, against FP32 with the model's right mean: its top-1 drop and its
+    agreement on the images FP32 is decisive on (margin 0.5). ``bad``: a false pass if the gate passes it; ``good``:
+    a false fail if the gate fails it (the issue's definitions); neither: not counted."""
+    from vitedge.profiles import DEFAULT_NEAR_TIE_MARGIN
+    from vitedge.validation.noise import fp32_margins
+
+    rp, gp = ref.argmax(1), got.argmax(1)
+    drop = 100.0 * (float(np.mean(rp == labels)) - float(np.mean(gp == labels)))
+    decisive = fp32_margins(ref) >= DEFAULT_NEAR_TIE_MARGIN
+    dec = float(np.mean(rp[decisive] == gp[decisive])) if decisive.any() else 1.0
+    kind = "bad" if drop > limit + 0.5 or dec < 0.99 else "good" if drop <= limit and dec >= 0.995 else "between"
+    return {"drop": drop, "decisive_agreement": dec, "decisive_images": int(decisive.sum()), "agreement": float(np.mean(rp == gp)),
+            "kind": kind}
+
+
+def gate_once(ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None, probes: dict[float, np.ndarray], t) -> tuple[bool, str]:
+    """The gate's accuracy verdict on one subset, as validation computes it: ``accuracy_of``, the preprocessing probe
+    where ``_probe_needed`` asks for it (its FP32 passes precomputed), ``evaluate_gate``. (passed, failing rows)."""
+    from types import SimpleNamespace
+
+    from vitedge.validation import run
+    from vitedge.validation.accuracy import Outputs
+    from vitedge.validation.noise import preprocessing_probe
+
+    acc = run.accuracy_of(Outputs(ref, labels), Outputs(got, labels), "logits", t, "gate-truth", lambda _m: None)
+    if run._probe_needed(acc, t, lambda *_: SimpleNamespace(input_format=None), None):
+        acc["fp32_preprocessing_probe"] = preprocessing_probe(ref, probes, labels)
+    rows = [r for r in run.evaluate_gate(acc, None, None, t) if r.name in ("max_top1_drop", "min_agreement", "min_decisive_agreement")]
+    return all(r.passed for r in rows), ",".join(r.name for r in rows if not r.passed)
+
+
+def judge_model(path: Path, t) -> list[dict[str, Any]]:
+    """Every build of one model: its truth, and per subset size and labels/none the gate's verdict on each
+    disjoint subset of the gate pool."""
+    d = np.load(path, allow_pickle=False)
+    labels, ref = d["labels"], d["ref"]
+    perm = np.random.default_rng(0).permutation(len(labels))
+    truth, pool = perm[:N_TRUTH], perm[N_TRUTH:N_TRUTH + N_POOL]
+    names = [str(n) for n in d["names"]]
+    builds = [(name, ref, d[f"got{i}"], {m: d[f"probe{m:+g}"] for m in (-0.25, 0.25)}) for i, name in enumerate(names)]
+    builds.append((f"wrong --mean (+{MEAN_SHIFT:g}), select", d["wrong_ref"], d["wrong_got"],
+                   {m: d[f"wrong_probe{m:+g}"] for m in (-0.25, 0.25)}))
+    out = []
+    for name, bref, got, probes in builds:
+        row = {"model": path.stem, "build": name, "truth": truth_of(ref[truth], got[truth], labels[truth], t.max_top1_drop), "gates": {}}
+        for size in SIZES:
+            for labelled in (True, False):
+                verdicts = []
+                for k in range(len(pool) // size):
+                    idx = pool[k * size:(k + 1) * size]
+                    verdicts.append(gate_once(bref[idx], got[idx], labels[idx] if labelled else None,
+                                              {m: p[idx] for m, p in probes.items()}, t))
+                row["gates"][f"{size} {'labelled' if labelled else 'no labels'}"] = {
+                    "passed": sum(v[0] for v in verdicts), "of": len(verdicts),
+                    "failing_rows": sorted({v[1] for v in verdicts if v[1]})}
+        out.append(row)
+        log(f"{path.stem} {name}: truth {row['truth']['kind']} (drop {row['truth']['drop']:+.2f}, decisive "
+            f"{100 * row['truth']['decisive_agreement']:.2f}%); passed " + ", ".join(f"{g} {v['passed']}/{v['of']}" for g, v in row["gates"].items()))
+    return out
+
+
+def rates(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[int]]]:
+    """Per gate (subset size, labels or none): [false passes, gate runs on bad builds], [false fails, runs on good
+    builds], and the wrong --mean builds apart (no FP32-parity statistic sees them without labels)."""
+    out: dict[str, dict[str, list[int]]] = {}
+    for r in rows:
+        for g, v in r["gates"].items():
+            c = out.setdefault(g, {"false_pass": [0, 0], "false_fail": [0, 0], "wrong_mean_pass": [0, 0]})
+            if r["build"].startswith("wrong --mean"):
+                c["wrong_mean_pass"][0] += v["passed"]
+                c["wrong_mean_pass"][1] += v["of"]
+            elif r["truth"]["kind"] == "bad":
+                c["false_pass"][0] += v["passed"]
+                c["false_pass"][1] += v["of"]
+            elif r["truth"]["kind"] == "good":
+                c["false_fail"][0] += v["of"] - v["passed"]
+                c["false_fail"][1] += v["of"]
+    return out
+
+
+def judge(work: Path, label: str, decisive_limit: float | None = None) -> dict[str, Any]:
+    """Judge every stored model with this checkout's gate at the onnx profile's thresholds; ``<work>/judged_<label>.json``."""
+    from vitedge.profiles import load_profile
+
+    t = load_profile("onnx").thresholds
+    if decisive_limit is not None:
+        t = dataclasses.replace(t, min_decisive_agreement=decisive_limit)
+    rows = []
+    for path in sorted(work.glob("*.npz")):
+        if not path.name.endswith(".tmp.npz"):
+            rows += judge_model(path, t)
+    doc = {"label": label, "thresholds": t.to_dict(), "rows": rows, "rates": rates(rows)}
+    (work / f"judged_{label}.json").write_text(json.dumps(doc, indent=1, default=float))
+    return doc
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _frac(c: list[int]) -> str:
+    return f"{c[0]} of {c[1]}" + (f" ({100 * c[0] / c[1]:.1f} %)" if c[1] else "")
+
+
+def markdown(after: dict[str, Any], before: dict[str, Any] | None, header: str) -> str:
+    lines = [header, "", "## False passes and false fails, per gate run (one run = one subset of the gate pool)", "",
+             "| gate | labels | false passes (truth bad) | false fails (truth good) | wrong `--mean` passed |", "|---|---|---:|---:|---:|"]
+    for label, doc in (("before (main)", before), ("this gate", after)):
+        if doc is None:
+            continue
+        for g, c in doc["rates"].items():
+            lines.append(f"| {label} | {g} | {_frac(c['false_pass'])} | {_frac(c['false_fail'])} | {_frac(c['wrong_mean_pass'])} |")
+    passed_bad = [r for r in after["rows"] if r["truth"]["kind"] == "bad" and not r["build"].startswith("wrong --mean")
+                  and any(v["passed"] for v in r["gates"].values())]
+    lines += ["", "Builds whose truth is bad that this gate passed on some subset: " + ("; ".join(
+        f"{r['model']} {r['build']} (truth drop {r['truth']['drop']:+.2f}, decisive {100 * r['truth']['decisive_agreement']:.2f} %: "
+        + ", ".join(f"{g} {v['passed']}/{v['of']}" for g, v in r["gates"].items() if v["passed"]) + ")" for r in passed_bad) or "none") + "."]
+    lines += ["", "## Every build: its truth and the gate's verdicts (passed / runs)", "",
+              f"Truth on the {N_TRUTH:,} held-out images against FP32 with the model's right mean: top-1 drop (points), agreement "
+              "on FP32's decisive images, overall agreement; *bad* = drop > limit + 0.5 or decisive agreement < 99 %, *good* = "
+              "drop <= limit and decisive agreement >= 99.5 %.", ""]
+    gates = list(after["rates"])
+    lines += ["| model | build | truth drop | decisive agr. | agreement | truth | " + " | ".join(gates) + " |",
+              "|---|---|---:|---:|---:|---|" + "---:|" * len(gates)]
+    old = {(r["model"], r["build"]): r for r in (before or {}).get("rows", [])}
+    for r in after["rows"]:
+        tr = r["truth"]
+        was = old.get((r["model"], r["build"]))
+        cells = []
+        for g in gates:
+            v = r["gates"][g]
+            cell = f"{v['passed']}/{v['of']}"
+            if was is not None and g in was["gates"] and was["gates"][g]["passed"] != v["passed"]:
+                cell += f" (was {was['gates'][g]['passed']})"
+            cells.append(cell)
+        lines.append(f"| {r['model']} | {r['build']} | {tr['drop']:+.2f} | {100 * tr['decisive_agreement']:.2f} % | "
+                     f"{100 * tr['agreement']:.2f} % | {tr['kind']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_results(work: Path) -> None:
+    from vitedge import __version__
+    from vitedge.cpu import read_cpu
+
+    cpu = read_cpu()
+    after = json.loads((work / "judged_after.json").read_text())
+    before_path = work / "judged_before.json"
+    before = json.loads(before_path.read_text()) if before_path.is_file() else None
+    import onnxruntime
+
+    models = sorted({r["model"] for r in after["rows"]})
+    t = after["thresholds"]
+    header = (f"# The accuracy gate against the truth (issue 43)\n\nGenerated by `python benchmarks/gate_truth.py` on "
+              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; vitedge {__version__}, ONNX Runtime {onnxruntime.__version__}; "
+              f"CPU {cpu.model} ({cpu.isa}), shared with other jobs while it ran. Models ({len(models)} of the {len(MODELS)} corpus "
+              f"models with 10,000 test images): {', '.join(models)}. Per model: {N_CALIB} calibration images, truth on {N_TRUTH:,} "
+              f"others, a gate pool of the remaining 3,000-5,000 cut into disjoint subsets of {', '.join(str(s) for s in SIZES)} (each "
+              f"subset gated with its labels and without). Thresholds: the onnx profile's (max_top1_drop {t['max_top1_drop']:g} points, "
+              f"min_agreement {t['min_agreement']:g}, min_decisive_agreement {t.get('min_decisive_agreement')}, near_tie_margin "
+              f"{t['near_tie_margin']:g}, drop_confidence {t['drop_confidence']:g}). *Before* is the gate of main before issue 43, "
+              "judged on the same stored logits.")
+    text = markdown(after, before, header)
+    stem = f"gate_truth_{cpu.isa}"
+    (RESULTS / f"{stem}.md").write_text(text)
+    (RESULTS / f"{stem}.json").write_text(json.dumps({"cpu": cpu.isa, "cpu_model": cpu.model, "models": models, "after": after,
+                                                     "before": before}, indent=1, default=float))
+    print(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--corpus", type=Path, default=REPO / "benchmarks" / "corpus", help="the corpus folder (manifest.toml, models.py)")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/vitedge-gate-truth"), help="writable: splits, graphs, stored logits")
+    ap.add_argument("--outputs-only", action="store_true", help="build and run the variants; judge nothing")
+    ap.add_argument("--judge-only", action="store_true", help="judge the stored logits with the vitedge on PYTHONPATH")
+    ap.add_argument("--label", default="after", help="the name of this judgement (before: main's gate)")
+    ap.add_argument("--decisive-limit", type=float, help="judge with this min_decisive_agreement (default: the profile's)")
+    ap.add_argument("--gate-from", type=Path, help="judge with the vitedge of this checkout (e.g. main before the change, --label before)")
+    args = ap.parse_args()
+    if args.gate_from:
+        sys.path.insert(0, str(args.gate_from.resolve()))
+    args.work.mkdir(parents=True, exist_ok=True)
+    if not args.judge_only:
+        for model_id in args.models.split(","):
+            t0 = time.perf_counter()
+            try:
+                run_outputs(model_id, args.corpus, args.work)
+                log(f"{model_id}: outputs in {time.perf_counter() - t0:.0f} s")
+            except Exception as err:  # a model that does not load is reported, not fatal
+                log(f"{model_id}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
+    if args.outputs_only:
+        return
+    judge(args.work, args.label, args.decisive_limit)
+    if args.label == "after":
+        write_results(args.work)
+
+
+if __name__ == "__main__":
+    main()
