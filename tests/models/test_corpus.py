@@ -254,8 +254,10 @@ def test_splits_go_to_a_writable_place_when_the_corpus_folder_is_read_only(tmp_p
 # ------------------------------------------------------------------ two corpus models through `vitedge build`, end to end
 
 # Two layouts (a Linear patch embedding on 1-channel MNIST with hand-written attention; a conv patch embedding on
-# CIFAR-10 JPEG files with nn.MultiheadAttention), small splits, both CPU targets.
-BUILT = ("gaurav-mnist", "ashu-mha")
+# CIFAR-10 JPEG files with a post-norm nn.TransformerEncoder), small splits, both CPU targets. Not ashu-mha: its
+# default build is one the gate refuses on some small validation sets although it keeps FP32's behaviour on 4,000
+# held-out images (a false fail, benchmarks/results/gate_truth_*.md), so a different CPU kind's graph could turn CI red.
+BUILT = ("gaurav-mnist", "smmk47-postnorm")
 BUILD_TARGETS = ("onnx", "intel-cpu")
 CALIB_SIZE, VAL_SIZE = 64, 200
 RECORDED = CORPUS.parent / "results" / "corpus_ci.json"
