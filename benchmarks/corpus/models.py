@@ -176,11 +176,14 @@ class _HeadList(nn.Module):
 
 
 class _KavishkaBlock(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
+    """A pre-norm block whose heads are separate modules (_HeadList), with a 4x MLP; kavishka-dot's uses ReLU,
+    adrienmanciet-sys's the same block with GELU."""
+
+    def __init__(self, dim: int, heads: int, act: type[nn.Module] = nn.ReLU) -> None:
         super().__init__()
         self.sa = _HeadList(dim, heads)
         self.ffwd = nn.Module()
-        self.ffwd.net = nn.Sequential(nn.Linear(dim, 4 * dim), nn.ReLU(), nn.Linear(4 * dim, dim), nn.Dropout(0.0))
+        self.ffwd.net = nn.Sequential(nn.Linear(dim, 4 * dim), act(), nn.Linear(4 * dim, dim), nn.Dropout(0.0))
         self.ln1 = nn.LayerNorm(dim)
         self.ln2 = nn.LayerNorm(dim)
 
@@ -515,31 +518,9 @@ class NikCCT(nn.Module):
 # ---------------------------------------------------------------- adrienmanciet-sys/Vision_Transformers
 
 
-class _ByHeadAttention(nn.Module):
-    """Heads as separate modules, each with bias-free key/query/value Linears of width head_dim; the scores are
-    scaled by the model width ** -0.5 (the source reads the width off its input), then a Linear projection."""
-
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.heads = nn.ModuleList(_OneHead(dim, dim // heads) for _ in range(heads))
-        self.proj = nn.Linear(dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.proj(torch.cat([h(x) for h in self.heads], dim=-1))
-
-
-class _AdrienBlock(nn.Module):
-    def __init__(self, dim: int, heads: int) -> None:
-        super().__init__()
-        self.sa = _ByHeadAttention(dim, heads)
-        self.ffwd = nn.Module()
-        self.ffwd.net = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim), nn.Dropout(0.0))
-        self.ln1 = nn.LayerNorm(dim)
-        self.ln2 = nn.LayerNorm(dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.sa(self.ln1(x))
-        return x + self.ffwd.net(self.ln2(x))
+# Heads as separate modules, each with bias-free key/query/value Linears of width head_dim, the scores scaled by the
+# model width ** -0.5 (the source reads the width off its input), then a Linear projection: kavishka-dot's _HeadList.
+# The blocks are kavishka-dot's with GELU.
 
 
 class AdrienDeiT(nn.Module):
@@ -558,7 +539,7 @@ class AdrienDeiT(nn.Module):
         self.pos_emb = nn.Embedding((image_size // patch_size) ** 2 + 2, dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.dist_token = nn.Parameter(torch.zeros(1, 1, dim))
-        self.blocks = nn.ModuleList(_AdrienBlock(dim, heads) for _ in range(depth))
+        self.blocks = nn.ModuleList(_KavishkaBlock(dim, heads, nn.GELU) for _ in range(depth))
         self.head_cls = nn.Linear(dim, num_classes)
         self.head_dist = nn.Linear(dim, num_classes)
         self.pretrained_cfg = _cfg(3, image_size, (0.5, 0.5, 0.5), (0.5, 0.5, 0.5))
