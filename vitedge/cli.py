@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from vitedge import __version__, signals
+from vitedge import __version__, signals, telemetry
 from vitedge.errors import Interrupted, VitedgeError, environment_error, one_line
 
 # command name -> module under vitedge.commands exposing `command`
@@ -79,6 +79,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    telemetry.silence()  # every library's usage reporting off before any of them is imported
     signals.reset()
     signals.install()
     try:

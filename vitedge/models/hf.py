@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vitedge import telemetry
 from vitedge.errors import (
     MissingDependencyError,
     ModelLoadError,
@@ -63,6 +64,7 @@ def read_preprocess(folder: Path, image_size: tuple[int, int]) -> tuple[Preproce
 
 def load_hf_folder(folder: Path, *, input_size: tuple[int, int] | None) -> tuple[Any, dict[str, Any]]:
     """Returns (module, facts) where facts carries the architecture read from config.json."""
+    telemetry.silence()  # Hugging Face Hub reads its telemetry switch when imported
     try:
         import transformers
     except ImportError:

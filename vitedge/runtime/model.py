@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from vitedge import telemetry
 from vitedge.backends import Backend, BackendFacts, backend_class, get_backend, list_backends
 from vitedge.cpu import check_requirement, mismatch_allowed
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
@@ -49,6 +50,7 @@ def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: i
                ``weight_range = "full"`` bundle on x86 without VNNI/AMX gives wrong results
                there); default False, or the VITEDGE_ALLOW_CPU_MISMATCH environment variable.
     """
+    telemetry.silence()  # the backend's own usage reporting stays off in the app that loads a bundle
     bundle = Path(bundle)
     manifest = verify_bundle(bundle) if verify else read_manifest(bundle)
     if not manifest.artifacts.get("built", True):
