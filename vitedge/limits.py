@@ -34,6 +34,9 @@ MAX_ITEMS = 10_000_000
 # so this is absolute; --threads, which runs here, is bounded by max_threads()
 MAX_PROFILE_THREADS = 256
 MAX_HEADS = 1024
+# vitedge.runtime.load: runners (sessions) per loaded bundle, warm-up runs per runner
+MAX_RUNNERS = 256
+MAX_WARMUP_RUNS = 1000
 MAX_WORKERS = 1024  # Ray workers: a cluster may be bigger than this machine, so not relative to it
 MAX_SENSITIVITY_SAMPLES = 100_000
 MAX_FALLBACK_EVALS = 1000

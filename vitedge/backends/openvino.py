@@ -218,7 +218,7 @@ class OpenVinoBackend(Backend):
     name = "openvino"
     options_type = OpenVinoOptions
     facts = BackendFacts(runtime="OpenVINO", runs_on=CPU, runtime_modules=("openvino",), install_hint=INSTALL,
-                         runtime_install="pip install openvino", runtime_extra="openvino", triton_backend="openvino")
+                         runtime_install="pip install openvino", runtime_extra="openvino", triton_backend="openvino", open_serially=True)
 
     def check_environment(self) -> EnvironmentStatus:
         block_vendor_telemetry()
