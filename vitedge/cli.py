@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from vitedge import __version__, signals, telemetry
+from vitedge.cli_options import refuse_repeated_options
 from vitedge.errors import Interrupted, VitedgeError, environment_error, one_line
 
 # command name -> module under vitedge.commands exposing `command`
@@ -44,6 +45,12 @@ class LazyGroup(click.Group):
         if module is None:
             return None
         return importlib.import_module(f"vitedge.commands.{module}").command
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            refuse_repeated_options(command, rest)
+        return name, command, rest
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list of `vitedge --help`, read from each command's docstring in its source:

@@ -25,6 +25,37 @@ from vitedge.quantize.config import METHODS, WEIGHT_RANGES, QuantConfig
 from vitedge.spec import INTERPOLATIONS
 
 
+# ---- options given twice ---------------------------------------------------------------------------
+
+def refuse_repeated_options(command: click.Command, args: Sequence[str]) -> None:
+    """A one-line usage error when an option that takes one value is given twice (`-o A -o B`): click keeps the
+    last without a word, so a script that appends a flag to a line that already had it ran on the wrong folder.
+    Options that take several values (``multiple``, ``--target``) and counted flags may repeat."""
+    single: dict[str, click.Option] = {}
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.multiple and not param.count and not param.is_flag:
+            for name in (*param.opts, *param.secondary_opts):
+                single[name] = param
+    seen: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "--":
+            break
+        name = token.split("=", 1)[0] if token.startswith("--") else token
+        param = single.get(name)
+        i += 1
+        if param is None:
+            continue
+        if param.name in seen:
+            raise click.UsageError(f"{'/'.join(param.opts)} is given twice; it takes one value (click would keep the last "
+                                   "without a word): keep the one you mean")
+        seen[str(param.name)] = name
+        if "=" not in token:
+            i += param.nargs  # its value(s), which may look like an option name
+    return
+
+
 # ---- numbers and paths: every value checked when parsed ------------------------------------------
 
 class Bounded(click.ParamType):
