@@ -25,37 +25,6 @@ from vitedge.quantize.config import METHODS, WEIGHT_RANGES, QuantConfig
 from vitedge.spec import INTERPOLATIONS
 
 
-# ---- options given twice ---------------------------------------------------------------------------
-
-def refuse_repeated_options(command: click.Command, args: Sequence[str]) -> None:
-    """A one-line usage error when an option that takes one value is given twice (`-o A -o B`): click keeps the
-    last without a word, so a script that appends a flag to a line that already had it ran on the wrong folder.
-    Options that take several values (``multiple``, ``--target``) and counted flags may repeat."""
-    single: dict[str, click.Option] = {}
-    for param in command.params:
-        if isinstance(param, click.Option) and not param.multiple and not param.count and not param.is_flag:
-            for name in (*param.opts, *param.secondary_opts):
-                single[name] = param
-    seen: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        token = args[i]
-        if token == "--":
-            break
-        name = token.split("=", 1)[0] if token.startswith("--") else token
-        param = single.get(name)
-        i += 1
-        if param is None:
-            continue
-        if param.name in seen:
-            raise click.UsageError(f"{'/'.join(param.opts)} is given twice; it takes one value (click would keep the last "
-                                   "without a word): keep the one you mean")
-        seen[str(param.name)] = name
-        if "=" not in token:
-            i += param.nargs  # its value(s), which may look like an option name
-    return
-
-
 # ---- numbers and paths: every value checked when parsed ------------------------------------------
 
 class Bounded(click.ParamType):
@@ -132,7 +101,8 @@ def model_options(func: Callable) -> Callable:
                      help="What the model outputs, when vitedge cannot tell (custom and ONNX models)."),
         stats_option("--mean", "mean"),
         stats_option("--std", "std"),
-        click.option("--crop-pct", type=bounded_float(0.0, 1.0, lo_open=True), default=None, help="Override centre-crop fraction (1.0 = no crop)."),
+        click.option("--crop-pct", type=bounded_float(limits.MIN_CROP_PCT, 1.0), default=None,
+                     help=f"Override centre-crop fraction (1.0 = no crop; at least {limits.MIN_CROP_PCT:g})."),
         click.option("--interpolation", type=click.Choice(INTERPOLATIONS), default=None, help="Override resize interpolation."),
     ]
     for deco in reversed(decorators):

@@ -59,6 +59,7 @@ def _check_spec_bounds(spec: ModelSpec) -> None:
             raise BundleError(f"manifest.json: '{name}' is {value!r}, expected {limits.kind_text(integer)}"
                               f"{limits.bounds_text(lo, hi, name.startswith('model.spec.preprocess.std'))}; "
                               "the bundle is damaged or was edited by hand: rebuild it")
-    if not limits.within(pre.crop_pct, 0.0, 1.0, lo_open=True):
-        raise BundleError(f"manifest.json: 'model.spec.preprocess.crop_pct' is {pre.crop_pct!r}, expected a finite number in (0, 1]; "
+    if not limits.within(pre.crop_pct, limits.MIN_CROP_PCT, 1.0):
+        raise BundleError(f"manifest.json: 'model.spec.preprocess.crop_pct' is {pre.crop_pct!r}, expected a finite number in "
+                          f"[{limits.MIN_CROP_PCT:g}, 1]; "
                           "the bundle is damaged or was edited by hand: rebuild it")

@@ -10,6 +10,8 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from vitedge.limits import MIN_CROP_PCT
+
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "lanczos")
@@ -75,6 +77,8 @@ class Preprocess:
     channels: int = 3
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.crop_pct, (int, float)) and MIN_CROP_PCT <= self.crop_pct <= 1.0):
+            raise ValueError(f"crop_pct {self.crop_pct!r} is not in [{MIN_CROP_PCT:g}, 1] (the resize side is crop / crop_pct)")
         if len(self.mean) != self.channels or len(self.std) != self.channels:
             raise ValueError(f"mean {tuple(self.mean)} and std {tuple(self.std)} need one value per channel ({self.channels})")
 

@@ -27,8 +27,8 @@ from vitedge.datasources._common import (
 )
 from vitedge.errors import CalibrationError
 from vitedge.fsutil import sha256_bytes
-from vitedge.limits import MAX_IMAGE_PIXELS
-from vitedge.preprocess import preprocess_image
+from vitedge.limits import MAX_IMAGE_PIXELS, MAX_RESIZED_PIXELS
+from vitedge.preprocess import ImageModeError, ImageTooLarge, preprocess_image, resized_size
 from vitedge.safefile import MAX_IMAGE_BYTES, FileTooLarge, NotRegularFile, read_bounded
 from vitedge.spec import Preprocess
 from vitedge.ui import literal
@@ -205,8 +205,12 @@ def _decode(data: bytes) -> Image.Image:
 
 def _preprocess(image: Image.Image, pre: Preprocess) -> np.ndarray:
     try:
+        resized_size(*image.size, pre)  # before converting or resizing: a thin strip would resize to gigapixels
+    except ImageTooLarge:
+        raise _Skip(f"too thin: would resize past {MAX_RESIZED_PIXELS >> 20} megapixels to cover the crop") from None
+    try:
         return preprocess_image(image, pre)
-    except Exception:
+    except (ImageModeError, ValueError, TypeError, OSError):  # a mode Pillow cannot convert; never MemoryError
         raise _Skip(f"unsupported colour mode {image.mode}") from None
 
 
