@@ -21,6 +21,7 @@ from vitedge import limits
 from vitedge.cli_stats import stats_option
 from vitedge.errors import UsageError
 from vitedge.models.intake import IntakeOptions
+from vitedge.paths import path_problem
 from vitedge.quantize.config import METHODS, WEIGHT_RANGES, QuantConfig
 from vitedge.spec import INTERPOLATIONS
 
@@ -84,6 +85,9 @@ class CheckedPath(click.Path):
             text = os.path.abspath(text)
         if os.path.abspath(text) == os.path.abspath(os.sep):
             self.fail(f"{text} is the file system root; name a file or a folder below it", param, ctx)
+        problem = path_problem(text)
+        if problem is not None:
+            self.fail(f"{text[:120]} {problem}", param, ctx)
         return super().convert(text, param, ctx)
 
 

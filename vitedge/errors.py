@@ -137,9 +137,22 @@ _OS_ERRORS = {
 }
 
 
+# errno -> what the OS refused about a name (reading or writing), should one get past the checks where paths enter
+_NAME_ERRORS = {
+    36: "a file name longer than the file system allows",  # ENAMETOOLONG
+    84: "a file name in an encoding the file system refuses",  # EILSEQ
+}
+
+
 def environment_error(err: BaseException) -> VitedgeError | None:
-    """A one-line EnvironmentFault for an OSError the machine caused (full disk, read-only, no permission),
-    else None (then it is a bug)."""
+    """A one-line EnvironmentFault for an OSError the machine caused (full disk, read-only, no permission), or a
+    UsageError for a name the OS refuses (too long, not UTF-8); else None (then it is a bug)."""
+    if isinstance(err, OSError) and err.errno in _NAME_ERRORS:
+        where = f": {str(err.filename)[:120]}" if getattr(err, "filename", None) else ""
+        return UsageError(f"{_NAME_ERRORS[err.errno]}{where}; use a shorter path (at most 255 bytes per name) in UTF-8")
+    if isinstance(err, UnicodeEncodeError) and "surrogate" in str(err.reason):
+        return UsageError(f"a file name or value holds bytes that are not UTF-8 ({err.object[err.start:err.end]!r}); "
+                          "rename it with UTF-8 characters")
     if isinstance(err, OSError) and err.errno in _OS_ERRORS:
         where = f" writing {err.filename}" if getattr(err, "filename", None) else ""
         return EnvironmentFault(f"{_OS_ERRORS[err.errno]}{where}; free space, fix the permissions or choose another -o, then run again")
