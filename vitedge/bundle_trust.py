@@ -68,6 +68,11 @@ def _key() -> bytes | None:
     return key
 
 
+def signing_key() -> bytes | None:
+    """$VITEDGE_SIGNING_KEY (None when unset); a blank one is refused: a build checks it before its work."""
+    return _key()
+
+
 def signature_of(manifest_bytes: bytes, key: bytes) -> str:
     return "hmac-sha256:" + hmac.new(key, manifest_bytes, hashlib.sha256).hexdigest()
 

@@ -174,3 +174,11 @@ def test_an_unreadable_class_folder_is_refused(tmp_path):
         assert snapshot(data.parent) == before and not (tmp_path / "m.onnx").exists()
     finally:
         locked.chmod(0o755)
+
+
+def test_empty_signing_key_is_refused_by_build_before_any_work(tmp_path, monkeypatch):
+    monkeypatch.setenv("VITEDGE_SIGNING_KEY", "")
+    run = cli("build", EXAMPLES / "digits_vit.pt", "-t", "onnx", "--calib", CALIB_DIR, "-o", tmp_path / "out", "-q",
+              "--cache-dir", tmp_path / "cache")
+    assert_one_line(run, 2, "VITEDGE_SIGNING_KEY is set but empty")
+    assert list(tmp_path.iterdir()) == []
