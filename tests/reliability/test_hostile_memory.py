@@ -148,3 +148,15 @@ def test_npz_of_format_3_with_frames_still_reads(tmp_path):
     path = _npz(tmp_path / "v3.npz", _npz_member((3, 0), frames.shape, frames.tobytes()))
     images, labels = _load(path, str(path))
     assert np.array_equal(images, frames) and labels is None
+
+
+@pytest.mark.parametrize("shortest_edge", [10000, 0, "x"])
+def test_a_hugging_face_crop_ratio_past_the_floor_is_one_line(tmp_path, shortest_edge):
+    from vitedge.errors import ModelLoadError
+    from vitedge.models.hf import read_preprocess
+
+    (tmp_path / "preprocessor_config.json").write_text(json.dumps({"do_center_crop": True, "size": {"shortest_edge": shortest_edge},
+                                                                   "crop_size": {"height": 224}}))
+    with pytest.raises(ModelLoadError, match="its preprocessing does not fit") as err:
+        read_preprocess(tmp_path, (224, 224))
+    assert "\n" not in str(err.value)
