@@ -57,7 +57,7 @@ CALIB = REPO / "calibration" / "digits" / "calib"
 VAL = REPO / "calibration" / "digits" / "val"
 
 # share of the runs per kind: the parsing and loading stages get most
-WEIGHTS = {"model-pt": 16, "model-onnx": 12, "config": 14, "matrix": 12, "report": 16, "bundle": 16, "images": 7, "arrays": 7}
+WEIGHTS = {"model-pt": 8, "model-onnx": 14, "config": 14, "matrix": 12, "report": 18, "bundle": 18, "images": 8, "arrays": 8}
 TIMEOUT = {"images": 120, "arrays": 120, "bundle": 120}
 DEFAULT_TIMEOUT = 60
 VALIDATE_SHARE = 0.1  # of the bundle, image and array cases: a full `validate` (about 10 s each here); the rest stop after loading

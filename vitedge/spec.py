@@ -10,7 +10,18 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from vitedge.errors import ModelLoadError
 from vitedge.limits import MIN_CROP_PCT
+
+
+class SpecError(ModelLoadError, ValueError):
+    """A model spec or preprocessing record (from a file) with a field of the wrong type or value: one line, exit 2.
+    A ValueError too, so the places that read one from a file and add where it came from still catch it."""
+
+
+def _detail(err: BaseException) -> str:
+    text = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {text[:120]}" if text else type(err).__name__
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -107,6 +118,16 @@ class Preprocess:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Preprocess":
+        """From a dict written by ``to_dict`` (a manifest, a checkpoint's metadata); SpecError when a field is malformed."""
+        try:
+            return cls._from_dict(d)
+        except SpecError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as err:
+            raise SpecError(f"the preprocessing record is malformed ({_detail(err)})") from None
+
+    @classmethod
+    def _from_dict(cls, d: dict[str, Any]) -> "Preprocess":
         if "channels" not in d and len(d["mean"]) != len(d["std"]) and 1 not in (len(d["mean"]), len(d["std"])):
             raise ValueError(f"mean has {len(d['mean'])} values and std {len(d['std'])}; give one value per channel (or one to broadcast)")
         channels = int(d.get("channels", len(d["mean"])))
@@ -170,6 +191,16 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ModelSpec":
+        """From a dict written by ``to_dict`` (an ONNX file's metadata, a manifest); SpecError when a field is malformed."""
+        try:
+            return cls._from_dict(d)
+        except SpecError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as err:
+            raise SpecError(f"the model spec is malformed ({_detail(err)})") from None
+
+    @classmethod
+    def _from_dict(cls, d: dict[str, Any]) -> "ModelSpec":
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw["image_size"] = tuple(kw["image_size"])
@@ -184,4 +215,8 @@ class ModelSpec:
 
     @classmethod
     def from_json(cls, text: str) -> "ModelSpec":
-        return cls.from_dict(json.loads(text))
+        try:
+            data = json.loads(text)
+        except (ValueError, RecursionError) as err:
+            raise SpecError(f"the model spec is not JSON ({_detail(err)})") from None
+        return cls.from_dict(data)

@@ -677,7 +677,10 @@ def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     check_external_data(model, Path(raw.path).parent, str(raw.path))
     props = {p.key: p.value for p in model.metadata_props}
     if ONNX_SPEC_KEY in props:
-        spec = ModelSpec.from_json(props[ONNX_SPEC_KEY])
+        try:
+            spec = ModelSpec.from_json(props[ONNX_SPEC_KEY])
+        except ValueError as err:  # SpecError: one line, here naming the file
+            raise ModelLoadError(f"{raw.path}: its metadata '{ONNX_SPEC_KEY}': {err}; re-export it with vitedge") from None
         spec = spec.with_changes(sources={k: SOURCE_FILE for k in spec.sources} | {"preprocess": SOURCE_FILE})
         pre, pre_source = _apply_preprocess_flags(spec.preprocess, SOURCE_FILE, opt)
         spec = spec.with_changes(preprocess=pre, sources=dict(spec.sources, preprocess=pre_source))

@@ -202,18 +202,23 @@ class Model:
         self.manifest = manifest
         self.backend = str(manifest.target.get("backend"))
         self.target = str(manifest.target.get("name"))
-        inp, out = manifest.input, manifest.output
-        self.preprocessing: Preprocess = Preprocess.from_dict(inp["preprocess"])
-        self.input_format: str = str(inp.get("format", FLOAT_NCHW))
-        self.baked: bool = self.input_format == UINT8_NHWC_RGB
-        self.input_size: tuple[int, int] = tuple(self.preprocessing.crop_size)  # type: ignore[assignment]
-        self.channels: int = self.preprocessing.channels
-        self.color_mode: str = self.preprocessing.color_mode
-        self.output_kind: str = str(out.get("kind", "logits"))
-        names = out.get("class_names")
-        self.class_names: tuple[str, ...] | None = tuple(str(n) for n in names) if names else None
-        sizes = (manifest.target.get("profile") or {}).get("batch_sizes") or [1]
-        self.max_batch = int(max_batch if max_batch is not None else max(sizes))
+        try:
+            inp, out = manifest.input, manifest.output
+            self.preprocessing: Preprocess = Preprocess.from_dict(inp["preprocess"])
+            self.input_format: str = str(inp.get("format", FLOAT_NCHW))
+            self.baked: bool = self.input_format == UINT8_NHWC_RGB
+            self.input_size: tuple[int, int] = tuple(self.preprocessing.crop_size)  # type: ignore[assignment]
+            self.channels: int = self.preprocessing.channels
+            self.color_mode: str = self.preprocessing.color_mode
+            self.output_kind: str = str(out.get("kind", "logits"))
+            names = out.get("class_names")
+            self.class_names: tuple[str, ...] | None = tuple(str(n) for n in names) if names else None
+            sizes = (manifest.target.get("profile") or {}).get("batch_sizes") or [1]
+            self.max_batch = int(max_batch if max_batch is not None else max(sizes))
+        except (TypeError, ValueError, KeyError, AttributeError) as err:  # a field of the wrong type in manifest.json
+            detail = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+            raise BundleError(f"{self.bundle}/manifest.json: its input, output or batch sizes are malformed ({detail}); "
+                              "the bundle is damaged or was edited by hand: rebuild it") from None
         if self.max_batch < 1:
             raise UsageError(f"max_batch must be >= 1, got {self.max_batch}")
         for runner in runners:

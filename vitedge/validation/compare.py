@@ -71,13 +71,23 @@ def report_path(path: Path) -> Path:
     return path / "report" / "validation.json" if path.is_dir() and (path / "report" / "validation.json").is_file() else path
 
 
+def _no_constant(path: Path):
+    """json's parse_constant: NaN and Infinity are not JSON, and vitedge never writes them (its writer refuses them); a
+    report holding one was edited by hand, and its number would reach a gate or the comparison's own report."""
+
+    def refuse(name: str) -> float:
+        raise DataError(f"{path} holds {name}, which vitedge never writes in a report: a damaged or hand-edited report")
+
+    return refuse
+
+
 def load_report(path: Path) -> ValidationReport:
     """A validation report (``report_path``), checked to be ``vitedge.validation/1`` with the keys compare reads."""
     path = report_path(path)
     if not path.exists():
         raise UsageError(f"{path} does not exist: pass a validation.json written by `vitedge validate` or `vitedge build`")
     try:  # a report may come from another job's artifacts: a FIFO would block, a huge file fill memory
-        doc = json.loads(read_bounded(path, MAX_REPORT_BYTES).decode("utf-8"))
+        doc = json.loads(read_bounded(path, MAX_REPORT_BYTES).decode("utf-8"), parse_constant=_no_constant(path))
     except (NotRegularFile, FileTooLarge) as err:
         raise DataError(f"{err}: pass a validation.json written by `vitedge validate` or `vitedge build`") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
