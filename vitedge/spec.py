@@ -204,6 +204,12 @@ class ModelSpec:
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw["image_size"] = tuple(kw["image_size"])
+        if len(kw["image_size"]) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in kw["image_size"]):
+            raise ValueError(f"image_size must be two positive integers, got {kw['image_size']!r}")
+        for name in ("patch_size", "embed_dim", "depth", "num_heads", "num_classes", "num_prefix_tokens"):
+            value = kw.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"{name} must be a non-negative integer or null, got {value!r}")
         kw["preprocess"] = Preprocess.from_dict(kw["preprocess"])
         if kw.get("class_names") is not None:
             kw["class_names"] = tuple(kw["class_names"])

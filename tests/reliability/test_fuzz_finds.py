@@ -19,6 +19,8 @@ SPEC_EDITS = {
     "std-a-word": lambda s: s["preprocess"].update(std=[0.3, 0.3, "aaaa"]),
     "std-a-number": lambda s: s["preprocess"].update(std=1e308),
     "image-size-missing": lambda s: s.pop("image_size"),
+    "image-size-none": lambda s: s.update(image_size=[32, None]),
+    "depth-a-word": lambda s: s.update(depth="six"),
 }
 
 
