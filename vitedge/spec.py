@@ -213,6 +213,8 @@ class ModelSpec:
         kw["preprocess"] = Preprocess.from_dict(kw["preprocess"])
         if kw.get("class_names") is not None:
             kw["class_names"] = tuple(kw["class_names"])
+            if not all(isinstance(n, str) for n in kw["class_names"]):
+                raise ValueError("class_names must be a list of strings")
         kw["sources"] = dict(kw.get("sources") or {})
         return cls(**kw)
 

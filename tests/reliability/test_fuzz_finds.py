@@ -21,6 +21,7 @@ SPEC_EDITS = {
     "image-size-missing": lambda s: s.pop("image_size"),
     "image-size-none": lambda s: s.update(image_size=[32, None]),
     "depth-a-word": lambda s: s.update(depth="six"),
+    "class-name-a-number": lambda s: s.update(class_names=[str(i) for i in range(9)] + [1e30]),
 }
 
 
