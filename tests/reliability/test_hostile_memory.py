@@ -101,7 +101,7 @@ def test_a_tiny_crop_pct_in_a_manifest_is_refused(runtime_bundles, tmp_path):
     data = json.loads((bundle / "manifest.json").read_text())
     data["model"]["spec"]["preprocess"]["crop_pct"] = 0.05
     (bundle / "manifest.json").write_text(json.dumps(data))
-    with pytest.raises(BundleError, match=r"crop_pct 0.05 is not in \[0.25, 1\]"):
+    with pytest.raises(BundleError, match=r"manifest.json.*crop_pct 0.05 is not in"):
         load(bundle)
 
 
