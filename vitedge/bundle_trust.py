@@ -20,7 +20,7 @@ import posixpath
 from pathlib import Path
 from typing import Any
 
-from vitedge.errors import BundleError
+from vitedge.errors import BundleError, UsageError
 from vitedge.fsutil import atomic_write_path
 from vitedge.safefile import MAX_DOCUMENT_BYTES, read_bounded
 
@@ -59,8 +59,20 @@ def check_contained(bundle: Path, manifest) -> None:
 
 
 def _key() -> bytes | None:
-    key = os.environ.get(KEY_ENV)
-    return key.encode() if key else None
+    """$VITEDGE_SIGNING_KEY as bytes (as the environment holds them, so a key that is not UTF-8 works), None when unset.
+    Set but empty (or only spaces), it is refused: an empty key silently turned every signature check off."""
+    key = os.environb.get(KEY_ENV.encode()) if os.supports_bytes_environ else os.environ.get(KEY_ENV, "").encode()
+    if key is None or (not os.supports_bytes_environ and KEY_ENV not in os.environ):
+        return None
+    if not key.strip():
+        raise UsageError(f"{KEY_ENV} is set but empty, which would turn signature checks off: set it to your key, "
+                         f"or unset it (unset {KEY_ENV}) to build and load unsigned bundles")
+    return key
+
+
+def signing_key() -> bytes | None:
+    """$VITEDGE_SIGNING_KEY (None when unset); a blank one is refused: a build checks it before its work."""
+    return _key()
 
 
 def signature_of(manifest_bytes: bytes, key: bytes) -> str:

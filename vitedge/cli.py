@@ -11,11 +11,12 @@ import ast
 import importlib
 import sys
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
 
-from vitedge import __version__, signals
+from vitedge import __version__, signals, telemetry
 from vitedge.errors import Interrupted, VitedgeError, environment_error, one_line
 
 # command name -> module under vitedge.commands exposing `command`
@@ -45,6 +46,12 @@ class LazyGroup(click.Group):
             return None
         return importlib.import_module(f"vitedge.commands.{module}").command
 
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name, command, rest = super().resolve_command(ctx, args)
+        if command is not None:
+            refuse_repeated_options(command, rest)
+        return name, command, rest
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list of `vitedge --help`, read from each command's docstring in its source:
         importing every command (and the workflows it imports) only to print one line each would
@@ -53,6 +60,35 @@ class LazyGroup(click.Group):
         limit = formatter.width - 6 - max(len(name) for name, _ in rows)
         with formatter.section("Commands"):
             formatter.write_dl([(name, cmd.get_short_help_str(limit)) for name, cmd in rows])
+
+
+def refuse_repeated_options(command: click.Command, args: Sequence[str]) -> None:
+    """A one-line usage error when an option that takes one value is given twice (`-o A -o B`): click keeps the
+    last without a word, so a script that appends a flag to a line that already had it ran on the wrong folder.
+    Options that take several values (``multiple``, ``--target``) and counted flags may repeat."""
+    single: dict[str, click.Option] = {}
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.multiple and not param.count and not param.is_flag:
+            for name in (*param.opts, *param.secondary_opts):
+                single[name] = param
+    seen: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        token = args[i]
+        if token == "--":
+            break
+        name = token.split("=", 1)[0] if token.startswith("--") else token
+        param = single.get(name)
+        i += 1
+        if param is None:
+            continue
+        if param.name in seen:
+            raise click.UsageError(f"{'/'.join(param.opts)} is given twice; it takes one value (click would keep the last "
+                                   "without a word): keep the one you mean")
+        seen[str(param.name)] = name
+        if "=" not in token:
+            i += param.nargs  # its value(s), which may look like an option name
+    return
 
 
 def _listed_command(name: str) -> click.Command:
@@ -79,6 +115,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    telemetry.silence()  # every library's usage reporting off before any of them is imported
     signals.reset()
     signals.install()
     try:

@@ -21,6 +21,7 @@ from vitedge import limits
 from vitedge.cli_stats import stats_option
 from vitedge.errors import UsageError
 from vitedge.models.intake import IntakeOptions
+from vitedge.paths import path_problem
 from vitedge.quantize.config import METHODS, WEIGHT_RANGES, QuantConfig
 from vitedge.spec import INTERPOLATIONS
 
@@ -84,6 +85,9 @@ class CheckedPath(click.Path):
             text = os.path.abspath(text)
         if os.path.abspath(text) == os.path.abspath(os.sep):
             self.fail(f"{text} is the file system root; name a file or a folder below it", param, ctx)
+        problem = path_problem(text)
+        if problem is not None:
+            self.fail(f"{text[:120]} {problem}", param, ctx)
         return super().convert(text, param, ctx)
 
 
@@ -101,7 +105,8 @@ def model_options(func: Callable) -> Callable:
                      help="What the model outputs, when vitedge cannot tell (custom and ONNX models)."),
         stats_option("--mean", "mean"),
         stats_option("--std", "std"),
-        click.option("--crop-pct", type=bounded_float(0.0, 1.0, lo_open=True), default=None, help="Override centre-crop fraction (1.0 = no crop)."),
+        click.option("--crop-pct", type=bounded_float(limits.MIN_CROP_PCT, 1.0), default=None,
+                     help=f"Override centre-crop fraction (1.0 = no crop; at least {limits.MIN_CROP_PCT:g})."),
         click.option("--interpolation", type=click.Choice(INTERPOLATIONS), default=None, help="Override resize interpolation."),
     ]
     for deco in reversed(decorators):

@@ -13,14 +13,33 @@ from __future__ import annotations
 
 import re
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_CONTROL_BUT_LAYOUT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # tab and line feed print as themselves
+# Unicode's format characters (category Cf: the bidi overrides and isolates U+202A-202E and U+2066-2069, the
+# marks U+200E/U+200F/U+061C, zero-width characters, the BOM, tags) and the line/paragraph separators (Zl, Zp):
+# a file or row name holding U+202E prints reversed (a "...gpj.exe" shows as "...exe.jpg"), so they are shown as
+# \\uNNNN. The ranges are Unicode 14's (Python 3.11's unicodedata); tests/test_ui.py checks them against the
+# running Python's.
+FORMAT_RANGES = ((0x00AD, 0x00AD), (0x0600, 0x0605), (0x061C, 0x061C), (0x06DD, 0x06DD), (0x070F, 0x070F), (0x0890, 0x0891),
+                 (0x08E2, 0x08E2), (0x180E, 0x180E), (0x200B, 0x200F), (0x2028, 0x202E), (0x2060, 0x2064), (0x2066, 0x206F),
+                 (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB), (0x110BD, 0x110BD), (0x110CD, 0x110CD), (0x13430, 0x13438),
+                 (0x1BCA0, 0x1BCA3), (0x1D173, 0x1D17A), (0xE0001, 0xE0001), (0xE0020, 0xE007F))
+_FORMAT = "".join(f"{re.escape(chr(a))}-{re.escape(chr(b))}" for a, b in FORMAT_RANGES)
+# lone surrogates: the bytes of a file name that is not UTF-8 (os.fsdecode's surrogateescape), which a strict
+# UTF-8 stdout cannot print at all
+_SURROGATES = "\\ud800-\\udfff"
+_CONTROL = re.compile(f"[\\x00-\\x1f\\x7f-\\x9f{_FORMAT}{_SURROGATES}]")
+_CONTROL_BUT_LAYOUT = re.compile(f"[\\x00-\\x08\\x0b-\\x1f\\x7f-\\x9f{_FORMAT}{_SURROGATES}]")  # tab and line feed print as themselves
+
+
+def _shown(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
 
 
 def shown_controls(text: str, *, keep_layout: bool = False) -> str:
-    """``text`` with its control characters shown as ``\\xNN`` (``keep_layout``: tab and line feed kept)."""
+    """``text`` with its control characters shown as ``\\xNN`` and its Unicode format characters (bidi overrides,
+    zero-width characters) as ``\\uNNNN`` (``keep_layout``: tab and line feed kept)."""
     pattern = _CONTROL_BUT_LAYOUT if keep_layout else _CONTROL
-    return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return pattern.sub(lambda m: _shown(m.group()), text)
 
 
 def one_line(text: object) -> str:
@@ -118,9 +137,22 @@ _OS_ERRORS = {
 }
 
 
+# errno -> what the OS refused about a name (reading or writing), should one get past the checks where paths enter
+_NAME_ERRORS = {
+    36: "a file name longer than the file system allows",  # ENAMETOOLONG
+    84: "a file name in an encoding the file system refuses",  # EILSEQ
+}
+
+
 def environment_error(err: BaseException) -> VitedgeError | None:
-    """A one-line EnvironmentFault for an OSError the machine caused (full disk, read-only, no permission),
-    else None (then it is a bug)."""
+    """A one-line EnvironmentFault for an OSError the machine caused (full disk, read-only, no permission), or a
+    UsageError for a name the OS refuses (too long, not UTF-8); else None (then it is a bug)."""
+    if isinstance(err, OSError) and err.errno in _NAME_ERRORS:
+        where = f": {str(err.filename)[:120]}" if getattr(err, "filename", None) else ""
+        return UsageError(f"{_NAME_ERRORS[err.errno]}{where}; use a shorter path (at most 255 bytes per name) in UTF-8")
+    if isinstance(err, UnicodeEncodeError) and "surrogate" in str(err.reason):
+        return UsageError(f"a file name or value holds bytes that are not UTF-8 ({err.object[err.start:err.end]!r}); "
+                          "rename it with UTF-8 characters")
     if isinstance(err, OSError) and err.errno in _OS_ERRORS:
         where = f" writing {err.filename}" if getattr(err, "filename", None) else ""
         return EnvironmentFault(f"{_OS_ERRORS[err.errno]}{where}; free space, fix the permissions or choose another -o, then run again")

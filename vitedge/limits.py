@@ -34,6 +34,9 @@ MAX_ITEMS = 10_000_000
 # so this is absolute; --threads, which runs here, is bounded by max_threads()
 MAX_PROFILE_THREADS = 256
 MAX_HEADS = 1024
+# vitedge.runtime.load: runners (sessions) per loaded bundle, warm-up runs per runner
+MAX_RUNNERS = 256
+MAX_WARMUP_RUNS = 1000
 MAX_WORKERS = 1024  # Ray workers: a cluster may be bigger than this machine, so not relative to it
 MAX_SENSITIVITY_SAMPLES = 100_000
 MAX_FALLBACK_EVALS = 1000
@@ -48,6 +51,13 @@ MAX_CLASSES = 100_000
 # the decompression-bomb limit: an image whose header claims more pixels than this is refused before
 # it is decoded (PIL's own default warns at 89 M and refuses at 179 M pixels)
 MAX_IMAGE_PIXELS = 64 * 1024 * 1024
+# the largest image the resize step may make (before the centre crop): the resize keeps the aspect ratio, so a
+# 1x1,000,000-pixel PNG (4 KB on disk, 1 megapixel decoded) became 36 x 36,000,000 pixels (5.3 GB) to cover a
+# 32-pixel crop. 16 megapixels covers a 256-pixel resize of a panorama of 250:1
+MAX_RESIZED_PIXELS = 16 * 1024 * 1024
+# the smallest centre-crop fraction: the resize side is crop / crop_pct, so --crop-pct 0.01 resized every image
+# to 100x the crop (3.2 megapixels for a 32-pixel crop) to keep its middle 1 %; published models use 0.875-1.0
+MIN_CROP_PCT = 0.25
 
 
 def usable_cpus() -> int:

@@ -25,6 +25,7 @@ from vitedge.swap import recover_swap
 
 SCHEMA = "vitedge.manifest/1"
 MANIFEST = "manifest.json"
+KNOWN_SCHEMAS = (SCHEMA,)  # the manifest versions this vitedge reads
 
 
 @dataclass
@@ -129,6 +130,9 @@ def read_manifest(bundle: Path) -> Manifest:
         raise BundleError(f"{err}; rebuild the bundle") from None
     if not str(data.get("schema", "")).startswith("vitedge.manifest/"):
         raise BundleError(f"{path} is not a vitedge manifest (no 'schema': '{SCHEMA}')")
+    if data["schema"] not in KNOWN_SCHEMAS:  # another version's fields would be read as this one's
+        raise BundleError(f"{path} has schema {str(data['schema'])[:80]!r}, which this vitedge does not read (it reads "
+                          f"{', '.join(KNOWN_SCHEMAS)}): a bundle from another vitedge version; rebuild it with this one")
     manifest = Manifest.from_dict(data)
     bundle_trust.check_contained(bundle, manifest)
     return manifest

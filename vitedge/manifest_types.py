@@ -60,5 +60,6 @@ def check_spec_bounds(spec: ModelSpec, where: str = "manifest.json", error: type
         if not limits.within(value, lo, hi, integer=integer, lo_open=name.startswith("model.spec.preprocess.std")):
             raise error(f"{where}: '{name}' is {value!r}, expected {limits.kind_text(integer)}"
                         f"{limits.bounds_text(lo, hi, name.startswith('model.spec.preprocess.std'))}; {fix}")
-    if not limits.within(pre.crop_pct, 0.0, 1.0, lo_open=True):
-        raise error(f"{where}: 'model.spec.preprocess.crop_pct' is {pre.crop_pct!r}, expected a finite number in (0, 1]; {fix}")
+    if not limits.within(pre.crop_pct, limits.MIN_CROP_PCT, 1.0):
+        raise error(f"{where}: 'model.spec.preprocess.crop_pct' is {pre.crop_pct!r}, expected a finite number in "
+                    f"[{limits.MIN_CROP_PCT:g}, 1]; {fix}")

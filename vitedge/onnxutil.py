@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vitedge import telemetry
 from vitedge.errors import ModelLoadError, UsageError
 from vitedge.fsutil import atomic_write_path, sha256_file
 from vitedge.safefile import check_regular
@@ -466,7 +467,7 @@ class SessionSettings:
 
 
 def _session_options(settings: SessionSettings) -> Any:
-    import onnxruntime as ort
+    ort = telemetry.onnxruntime()
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
@@ -503,7 +504,7 @@ def ort_session(model: Any, settings: SessionSettings | None = None, *, threads:
     """An ONNX Runtime session for ``model``: a path, serialized bytes or a ModelProto (one past the
     2 GiB protobuf limit goes through a temporary file with external data). ``threads``, when
     given, overrides ``settings.threads``."""
-    import onnxruntime as ort
+    ort = telemetry.onnxruntime()
 
     settings = settings or SessionSettings()
     if threads is not None:

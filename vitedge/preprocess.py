@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image
 
+from vitedge.limits import MAX_RESIZED_PIXELS
 from vitedge.spec import Preprocess
 
 _PIL_FILTERS = {
@@ -56,13 +57,29 @@ class ImageModeError(ValueError):
     """An image cannot be turned into the model's channel count."""
 
 
+class ImageTooLarge(ValueError):
+    """An image whose resize (keeping its aspect ratio) would exceed limits.MAX_RESIZED_PIXELS."""
+
+
+def resized_size(w: int, h: int, pre: Preprocess) -> tuple[int, int]:
+    """(width, height) a w x h image resizes to (keeping its aspect ratio) to cover crop / crop_pct; ImageTooLarge,
+    before any pixel is touched, past limits.MAX_RESIZED_PIXELS (a thin strip resizes to gigapixels)."""
+    crop_h, crop_w = pre.crop_size
+    target_h, target_w = pre.resize_size
+    scale = max(target_h / max(h, 1), target_w / max(w, 1))
+    new_w, new_h = max(crop_w, int(round(w * scale))), max(crop_h, int(round(h * scale)))
+    if new_w * new_h > MAX_RESIZED_PIXELS:
+        raise ImageTooLarge(f"{w}x{h} pixels (aspect ratio {max(w, h) / max(min(w, h), 1):.0f}:1) would resize to "
+                            f"{new_w}x{new_h} to cover the {crop_w}x{crop_h} crop, over the {MAX_RESIZED_PIXELS >> 20}-megapixel "
+                            "bound")
+    return new_w, new_h
+
+
 def resize_and_crop(image: Image.Image, pre: Preprocess) -> Image.Image:
     """Resize keeping aspect ratio to cover crop/crop_pct, then centre-crop to crop_size."""
     crop_h, crop_w = pre.crop_size
-    target_h, target_w = pre.resize_size
     w, h = image.size
-    scale = max(target_h / h, target_w / w)
-    new_w, new_h = max(crop_w, int(round(w * scale))), max(crop_h, int(round(h * scale)))
+    new_w, new_h = resized_size(w, h, pre)
     if (new_w, new_h) != (w, h):
         image = image.resize((new_w, new_h), _PIL_FILTERS[pre.interpolation])
     left = (new_w - crop_w) // 2

@@ -31,6 +31,7 @@ from click.core import ParameterSource
 
 from vitedge.app.build import BuildRequest, bundle_dirs
 from vitedge.errors import UsageError
+from vitedge.paths import check_path, path_problem
 from vitedge.profiles import Thresholds, load_profile
 from vitedge.safefile import BadDocument, FileTooLarge, NotRegularFile, ownership_reason, parse_toml, read_toml
 
@@ -303,7 +304,9 @@ def _convert(key: Key, value: Any, raw: str, where: str, base: Path) -> Any:
     if kind in ("path", "must_exist"):
         if not isinstance(value, str) or not value:
             raise _type_error(where, raw, "a path (a string)", value)
+        check_path(value, f"{where}: '{raw}' names")
         path = _absolute(Path(value).expanduser(), base)
+        check_path(path, f"{where}: '{raw}' names")
         if kind == "must_exist" and not path.exists():
             raise UsageError(f"{where}: '{raw}' names {path}, which does not exist (paths are relative to the config file)")
         return path
@@ -358,13 +361,24 @@ def _resolve_if_path(text: str, base: Path, where: str, raw: str, *, force: bool
     """A target name stays a name; a profile file (.toml or a path) is resolved against the config's folder."""
     if not force and not (text.endswith(".toml") or "/" in text):
         return text
+    check_path(text, f"{where}: '{raw}' names")
     path = _absolute(Path(text).expanduser(), base)
+    check_path(path, f"{where}: '{raw}' names")
     if not path.is_file():
         raise UsageError(f"{where}: '{raw}' names {path}, which does not exist (paths are relative to the config file)")
     return path
 
 
 # ---- applying it to a command ----------------------------------------------------------------
+
+def _checked_config(ctx, param, value: Path | None) -> Path | None:
+    """--config FILE: a path the OS would refuse (too long, not UTF-8) is a usage error, not an OSError later."""
+    if value is not None:
+        problem = path_problem(value)
+        if problem is not None:
+            raise click.BadParameter(f"{str(value)[:120]} {problem}", ctx=ctx, param=param)
+    return value
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -459,7 +473,7 @@ def with_project_config(require: Callable[[dict[str, Any], ProjectConfig | None]
             ctx.meta["vitedge.config_record"] = record
             return func(*args, **kwargs)
 
-        wrapper = click.option("--config", "config", type=click.Path(path_type=Path), default=None, metavar="FILE",
+        wrapper = click.option("--config", "config", type=click.Path(path_type=Path), default=None, metavar="FILE", callback=_checked_config,
                                help=f"Project config (default: {CONFIG_NAME} or [{PYPROJECT_TABLE}] in pyproject.toml, "
                                     "from the working directory upward to the repository root or $HOME, if you own it and only "
                                     "you can write it). Flags override it.")(wrapper)

@@ -11,6 +11,18 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from vitedge.safefile import BadDocument, parse_json
+from vitedge.errors import ModelLoadError
+from vitedge.limits import MIN_CROP_PCT
+
+
+class SpecError(ModelLoadError, ValueError):
+    """A model spec or preprocessing record (from a file) with a field of the wrong type or value: one line, exit 2.
+    A ValueError too, so the places that read one from a file and add where it came from still catch it."""
+
+
+def _detail(err: BaseException) -> str:
+    text = str(err).splitlines()[0] if str(err) else ""
+    return f"{type(err).__name__}: {text[:120]}" if text else type(err).__name__
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -77,6 +89,8 @@ class Preprocess:
     channels: int = 3
 
     def __post_init__(self) -> None:
+        if not (isinstance(self.crop_pct, (int, float)) and MIN_CROP_PCT <= self.crop_pct <= 1.0):
+            raise ValueError(f"crop_pct {self.crop_pct!r} is not in [{MIN_CROP_PCT:g}, 1] (the resize side is crop / crop_pct)")
         if len(self.mean) != self.channels or len(self.std) != self.channels:
             raise ValueError(f"mean {tuple(self.mean)} and std {tuple(self.std)} need one value per channel ({self.channels})")
 
@@ -105,6 +119,16 @@ class Preprocess:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Preprocess":
+        """From a dict written by ``to_dict`` (a manifest, a checkpoint's metadata); SpecError when a field is malformed."""
+        try:
+            return cls._from_dict(d)
+        except SpecError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as err:
+            raise SpecError(f"the preprocessing record is malformed ({_detail(err)})") from None
+
+    @classmethod
+    def _from_dict(cls, d: dict[str, Any]) -> "Preprocess":
         if "channels" not in d and len(d["mean"]) != len(d["std"]) and 1 not in (len(d["mean"]), len(d["std"])):
             raise ValueError(f"mean has {len(d['mean'])} values and std {len(d['std'])}; give one value per channel (or one to broadcast)")
         channels = int(d.get("channels", len(d["mean"])))
@@ -168,12 +192,30 @@ class ModelSpec:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "ModelSpec":
+        """From a dict written by ``to_dict`` (an ONNX file's metadata, a manifest); SpecError when a field is malformed."""
+        try:
+            return cls._from_dict(d)
+        except SpecError:
+            raise
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as err:
+            raise SpecError(f"the model spec is malformed ({_detail(err)})") from None
+
+    @classmethod
+    def _from_dict(cls, d: dict[str, Any]) -> "ModelSpec":
         names = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in names}
         kw["image_size"] = tuple(kw["image_size"])
+        if len(kw["image_size"]) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in kw["image_size"]):
+            raise ValueError(f"image_size must be two positive integers, got {kw['image_size']!r}")
+        for name in ("patch_size", "embed_dim", "depth", "num_heads", "num_classes", "num_prefix_tokens"):
+            value = kw.get(name)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+                raise ValueError(f"{name} must be a non-negative integer or null, got {value!r}")
         kw["preprocess"] = Preprocess.from_dict(kw["preprocess"])
         if kw.get("class_names") is not None:
             kw["class_names"] = tuple(kw["class_names"])
+            if not all(isinstance(n, str) for n in kw["class_names"]):
+                raise ValueError("class_names must be a list of strings")
         kw["sources"] = dict(kw.get("sources") or {})
         return cls(**kw)
 
@@ -187,6 +229,8 @@ class ModelSpec:
         doc = parse_json(text, "the model spec", what="model spec")
         try:
             return cls.from_dict(doc)
+        except SpecError:
+            raise
         except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
             detail = f"lacks '{err.args[0]}'" if isinstance(err, KeyError) else f"is malformed ({type(err).__name__}: {str(err)[:80]})"
             raise BadDocument(f"the model spec {detail}") from None

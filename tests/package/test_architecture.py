@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, list[str]]] = [
               "vitedge.safefile", "vitedge.spec", "vitedge.cpu", "vitedge.preprocess", "vitedge.ui",
               "vitedge.bundle_trust", "vitedge.manifest_types", "vitedge.manifest_sections", "vitedge.manifest",
               "vitedge.outputs", "vitedge.onnxutil", "vitedge.memory",
-              "vitedge.limits", "vitedge.outlock"]),
+              "vitedge.limits", "vitedge.outlock", "vitedge.telemetry"]),
     ("inputs", ["vitedge.datasources", "vitedge.calibration", "vitedge.models", "vitedge.export", "vitedge.camera_apps"]),
     ("quantize", ["vitedge.quantize"]),
     ("backends", ["vitedge.backends"]),

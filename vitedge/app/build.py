@@ -24,6 +24,7 @@ from vitedge.budget import (
     run_budget,
 )
 from vitedge.budget import budget_failure as budget_not_met
+from vitedge.bundle_trust import signing_key
 from vitedge.camera_apps.exports import write_bundle_exports
 from vitedge.datasources._common import CalibrationSource
 from vitedge.datasources.sources import open_source
@@ -106,6 +107,7 @@ def bundle_dirs(req: BuildRequest) -> dict[str, Path]:
 def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResult]:
 
     log = log or StageLog()
+    signing_key()  # a blank VITEDGE_SIGNING_KEY is refused before the work, not when the manifest is signed
     profiles = _load_profiles(req.targets)
     dirs = {p.name: d for p, d in zip(profiles, bundle_dirs(req).values())}
     with output_locks(dirs.values()):  # a second build into the same -o: refused now, not after its work

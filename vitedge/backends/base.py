@@ -55,6 +55,8 @@ class BackendFacts:
     runs_qdq_graph: bool = True
     triton_platform: str | None = None  # Triton's `platform:` for its artifact (tensorrt_plan, onnxruntime_onnx)
     triton_backend: str | None = None  # or Triton's `backend:` (openvino)
+    # its runtime hangs or crashes when two threads open models at once: vitedge.runtime.load opens one at a time
+    open_serially: bool = False
 
     def __post_init__(self) -> None:
         if self.runs_on not in (CPU, GPU):

@@ -19,6 +19,7 @@ from vitedge.backends.ort_gemm_bias import GemmBiasFusion, fuse_gemm_bias, unfol
 from vitedge.backends.ort_patch_embed import PatchEmbedFusion, fuse_patch_embedding, unfold_patch_embedding
 from vitedge.backends.ort_payoff import Int8Payoff, keep_unpaid_float
 from vitedge.cpu import read_cpu
+from vitedge import telemetry
 from vitedge.errors import BundleError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number
 from vitedge.onnxutil import (
@@ -98,13 +99,13 @@ class OnnxRuntimeBackend(Backend):
 
     def check_environment(self) -> EnvironmentStatus:
         try:
-            import onnxruntime as ort
+            ort = telemetry.onnxruntime()
         except ImportError:
             return EnvironmentStatus(False, False, "onnxruntime is not installed", self.facts.install_hint)
         return EnvironmentStatus(True, True, f"onnxruntime {ort.__version__} (CPUExecutionProvider)")
 
     def versions(self) -> dict[str, str]:
-        import onnxruntime as ort
+        ort = telemetry.onnxruntime()
 
         return {"onnxruntime": ort.__version__}
 

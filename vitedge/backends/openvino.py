@@ -14,7 +14,6 @@ embedding runtime runs the artifact exactly as it was validated.
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
+from vitedge import telemetry
 from vitedge.cpu import bf16_capped_off
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number, usable_cpus
@@ -83,21 +83,16 @@ def _rt_str(model: Any, key: str) -> str | None:
 # OpenVINO's converter (ovc) and NNCF send usage telemetry to Google Analytics unless the user opted
 # out or CI=true: a forked process per event, which on a closed network (a camera box, a CI runner
 # without DNS) hangs in getaddrinfo for good and keeps the parent's stdout pipe open (seen: a test run
-# that never closed its pipe). vitedge sends nothing itself and switches theirs off in its processes;
-# both fall back to their own no-op stubs when `openvino_telemetry` cannot be imported.
-ALLOW_TELEMETRY_ENV = "VITEDGE_ALLOW_VENDOR_TELEMETRY"
+# that never closed its pipe). vitedge.telemetry switches theirs off (with every other library's) in
+# vitedge's processes; both fall back to their own no-op stubs when `openvino_telemetry` cannot be imported.
+ALLOW_TELEMETRY_ENV = telemetry.ALLOW_TELEMETRY_ENV
 
 
 def block_vendor_telemetry() -> bool:
-    """Make `import openvino_telemetry` fail in this process, so ovc and NNCF use their no-op stubs.
-    True when blocked; False when the user allowed it (VITEDGE_ALLOW_VENDOR_TELEMETRY=1) or it was
-    already imported by someone else before vitedge (then it is left as it is)."""
-    if os.environ.get(ALLOW_TELEMETRY_ENV, "").strip().lower() in ("1", "true", "yes"):
-        return False
-    if sys.modules.get("openvino_telemetry", None) is not None:
-        return False
-    sys.modules["openvino_telemetry"] = None  # type: ignore[assignment]  # the documented way to block an import
-    return True
+    """Every library's telemetry off in this process (vitedge.telemetry.silence); True when blocked, False
+    when the user allowed it (VITEDGE_ALLOW_VENDOR_TELEMETRY=1) or `openvino_telemetry` was already imported
+    by someone else before vitedge (then it is left as it is)."""
+    return telemetry.silence() and sys.modules.get("openvino_telemetry", 0) is None
 
 
 def _ov():
@@ -223,7 +218,7 @@ class OpenVinoBackend(Backend):
     name = "openvino"
     options_type = OpenVinoOptions
     facts = BackendFacts(runtime="OpenVINO", runs_on=CPU, runtime_modules=("openvino",), install_hint=INSTALL,
-                         runtime_install="pip install openvino", runtime_extra="openvino", triton_backend="openvino")
+                         runtime_install="pip install openvino", runtime_extra="openvino", triton_backend="openvino", open_serially=True)
 
     def check_environment(self) -> EnvironmentStatus:
         block_vendor_telemetry()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from vitedge import telemetry
 from vitedge.budget.record import BudgetResult, LayerCost
 from vitedge.onnxutil import SessionSettings, ort_session
 from vitedge.outputs import work_prefix
@@ -24,7 +25,7 @@ from vitedge.validation.latency import LatencySettings, measure_interleaved
 
 if TYPE_CHECKING:
     from onnx import ModelProto
-    from onnxruntime import InferenceSession
+    InferenceSession = telemetry.onnxruntime().InferenceSession
 
 
 def float_layers(result: BudgetResult) -> list[LayerCost]:

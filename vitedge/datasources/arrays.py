@@ -21,7 +21,7 @@ from vitedge.datasources._common import (
 )
 from vitedge.errors import CalibrationError
 from vitedge.limits import physical_memory
-from vitedge.preprocess import preprocess_array
+from vitedge.preprocess import ImageTooLarge, preprocess_array, resized_size
 from vitedge.spec import Preprocess
 from vitedge.ui import literal
 
@@ -87,12 +87,19 @@ def _check_unpacked_size(npz: Any, key: str, path_text: str) -> None:
     try:
         with npz.zip.open(f"{key}.npy" if f"{key}.npy" in names else key) as member:
             version = np.lib.format.read_magic(member)
-            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-            if read is None:  # a header version this check does not read: np.load will
-                return
+            # 3.0 is 2.0's layout with a UTF-8 header (numpy writes it only for non-Latin-1 field names): read as 2.0,
+            # a header that is not Latin-1 is refused below
+            read = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0,
+                    (3, 0): np.lib.format.read_array_header_2_0}.get(version)
+            if read is None:  # a version this check cannot read would go unchecked into np.load: refused
+                raise CalibrationError(f"{path_text}: its '{key}' array has .npy format {version[0]}.{version[1]}, which vitedge "
+                                       "does not read; save it again with np.savez")
             shape, _, dtype = read(member)
-    except (KeyError, ValueError, OSError):  # np.load reports what is wrong with the member
-        return
+    except CalibrationError:
+        raise
+    except (KeyError, ValueError, OSError, EOFError) as err:  # a header that cannot be read is not unpacked unchecked
+        raise CalibrationError(f"{path_text}: the header of its '{key}' array cannot be read ({str(err)[:120] or type(err).__name__}); "
+                               "save it again with np.savez") from None
     need = int(np.prod(shape, dtype=object)) * dtype.itemsize
     if need > memory // 2:
         raise CalibrationError(f"{path_text}: its '{key}' array {tuple(shape)} unpacks to {need / 2**30:.1f} GiB, more than half of this "
@@ -168,6 +175,12 @@ def open_array_file(file: Path, pre: Preprocess, request: SourceRequest,
     path_text = request.path_text
     images, raw_labels = _load(file, path_text)
     form = _check_images(images, path_text, pre)
+    if form == "uint8":
+        try:
+            resized_size(int(images.shape[2]), int(images.shape[1]), pre)
+        except ImageTooLarge as err:
+            raise CalibrationError(f"{path_text}: its frames of {err}; save frames nearer the model's "
+                                   f"{pre.crop_size[0]}x{pre.crop_size[1]} input") from None
     n = int(images.shape[0])
     labels = _check_labels(raw_labels, n, path_text, class_names)
 

@@ -27,8 +27,8 @@ from vitedge.datasources._common import (
 )
 from vitedge.errors import CalibrationError
 from vitedge.fsutil import sha256_bytes
-from vitedge.limits import MAX_IMAGE_PIXELS
-from vitedge.preprocess import preprocess_image
+from vitedge.limits import MAX_IMAGE_PIXELS, MAX_RESIZED_PIXELS
+from vitedge.preprocess import ImageModeError, ImageTooLarge, preprocess_image, resized_size
 from vitedge.safefile import MAX_IMAGE_BYTES, FileTooLarge, NotRegularFile, read_bounded
 from vitedge.spec import Preprocess
 from vitedge.ui import literal
@@ -90,7 +90,7 @@ def scan_images(root: Path, skipped: dict[str, int] | None = None) -> tuple[list
     skipped = skipped if skipped is not None else {}
     top = os.path.realpath(root)
     seen_dirs: set[str] = set()
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=True):
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=True, onerror=_unreadable_folder(root)):
         real = os.path.realpath(dirpath)
         if not _inside(real, top):  # the walk never gets here (pruned below); kept as the rule
             dirnames[:] = []
@@ -120,6 +120,23 @@ def scan_images(root: Path, skipped: dict[str, int] | None = None) -> tuple[list
             else:
                 other[ext or "(no extension)"] += 1
     return sorted(found), other
+
+
+def _unreadable_folder(root: Path):
+    """os.walk's onerror: a folder it cannot list (no permission) would leave out its images, or a whole class,
+    without a word; it is refused in one line naming the folder."""
+
+    def refuse(err: OSError) -> None:
+        where = Path(err.filename) if err.filename else root
+        try:
+            shown = where.relative_to(root).as_posix() or "."
+        except ValueError:
+            shown = str(where)
+        reason = (err.strerror or type(err).__name__).lower()
+        raise CalibrationError(f"folder '{shown}' in {root} cannot be read ({reason}): fix its permissions (chmod u+rx) or "
+                               "move it out of the data folder; its images would be left out")
+
+    return refuse
 
 
 def _label_map(
@@ -188,8 +205,12 @@ def _decode(data: bytes) -> Image.Image:
 
 def _preprocess(image: Image.Image, pre: Preprocess) -> np.ndarray:
     try:
+        resized_size(*image.size, pre)  # before converting or resizing: a thin strip would resize to gigapixels
+    except ImageTooLarge:
+        raise _Skip(f"too thin: would resize past {MAX_RESIZED_PIXELS >> 20} megapixels to cover the crop") from None
+    try:
         return preprocess_image(image, pre)
-    except Exception:
+    except (ImageModeError, ValueError, TypeError, OSError):  # a mode Pillow cannot convert; never MemoryError
         raise _Skip(f"unsupported colour mode {image.mode}") from None
 
 

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from vitedge import telemetry
 from vitedge.errors import (
     EnvironmentFault,
     MissingDependencyError,
@@ -66,6 +67,7 @@ def ray_available() -> bool:
 
 
 def require_ray():
+    telemetry.silence()  # Ray's usage stats: off before the cluster starts (its workers inherit it)
     try:
         import ray
     except ImportError:

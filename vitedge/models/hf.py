@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from vitedge import telemetry
 from vitedge.errors import (
     MissingDependencyError,
     ModelLoadError,
@@ -60,13 +61,18 @@ def read_preprocess(folder: Path, image_size: tuple[int, int]) -> tuple[Preproce
     crop_pct = 1.0
     size = cfg.get("size") or {}
     crop = cfg.get("crop_size") or {}
-    if cfg.get("do_center_crop") and isinstance(size, dict) and "shortest_edge" in size and crop.get("height"):
-        crop_pct = float(crop["height"]) / float(size["shortest_edge"])
-    return Preprocess(crop_size=image_size, crop_pct=crop_pct, interpolation=interp, mean=mean, std=std), SOURCE_FILE  # type: ignore[arg-type]
+    try:
+        if cfg.get("do_center_crop") and isinstance(size, dict) and "shortest_edge" in size and crop.get("height"):
+            crop_pct = float(crop["height"]) / float(size["shortest_edge"])
+        return Preprocess(crop_size=image_size, crop_pct=crop_pct, interpolation=interp, mean=mean, std=std), SOURCE_FILE  # type: ignore[arg-type]
+    except (ValueError, TypeError, ZeroDivisionError) as err:  # a crop ratio past its floor, a size of 0, a string
+        raise ModelLoadError(f"{path}: its preprocessing does not fit ({str(err)[:160]}); fix its size, crop_size, "
+                             "image_mean and image_std") from None
 
 
 def load_hf_folder(folder: Path, *, input_size: tuple[int, int] | None) -> tuple[Any, dict[str, Any]]:
     """Returns (module, facts) where facts carries the architecture read from config.json."""
+    telemetry.silence()  # Hugging Face Hub reads its telemetry switch when imported
     try:
         import transformers
     except ImportError:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.errors import ModelLoadError, UsageError
-from vitedge.limits import check_attention_fits, within
+from vitedge.limits import MIN_CROP_PCT, check_attention_fits, within
 from vitedge.manifest_types import check_spec_bounds
 from vitedge.models import architectures as families, checks, construct as build
 from vitedge.models import channels as chan
@@ -67,8 +67,8 @@ class IntakeOptions:
     def __post_init__(self) -> None:
         if self.input_size is not None and any(int(v) <= 0 for v in self.input_size):
             raise UsageError(f"--input-size must be two positive integers, got {self.input_size}")
-        if self.crop_pct is not None and not 0.0 < self.crop_pct <= 1.0:
-            raise UsageError(f"--crop-pct must be in (0, 1], got {self.crop_pct}")
+        if self.crop_pct is not None and not MIN_CROP_PCT <= self.crop_pct <= 1.0:
+            raise UsageError(f"--crop-pct must be in [{MIN_CROP_PCT:g}, 1] (the resize side is crop / crop-pct), got {self.crop_pct}")
         if self.interpolation is not None and self.interpolation not in INTERPOLATIONS:
             raise UsageError(f"--interpolation must be one of {', '.join(INTERPOLATIONS)}, got '{self.interpolation}'")
         for name in ("mean", "std"):
@@ -718,7 +718,7 @@ def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
         checks.check_onnx_batch(model.graph, str(raw.path))
         try:
             spec = ModelSpec.from_json(props[ONNX_SPEC_KEY])
-        except BadDocument as err:
+        except ValueError as err:  # BadDocument or SpecError: one line, here naming the file
             raise ModelLoadError(f"{raw.path}: its '{ONNX_SPEC_KEY}' metadata: {err}; re-export the model with `vitedge export`, "
                                  "or remove that metadata") from None
         spec = spec.with_changes(sources={k: SOURCE_FILE for k in spec.sources} | {"preprocess": SOURCE_FILE})

@@ -7,10 +7,12 @@ import importlib
 import re
 from typing import Any
 
+from vitedge import telemetry
 from vitedge.errors import MissingDependencyError, ModelLoadError
 
 
 def require_library(module: str, what: str, extra: str):
+    telemetry.silence()  # timm and transformers read Hugging Face Hub's switch when imported
     try:
         return importlib.import_module(module)
     except ImportError:

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from vitedge.fsutil import atomic_write_path
+from vitedge.paths import check_path
 
 ENV_VAR = "VITEDGE_CACHE_DIR"
 _FORMAT = "vitedge-calibration-cache-1"
@@ -27,6 +28,7 @@ _FORMAT = "vitedge-calibration-cache-1"
 def default_cache_dir() -> Path:
     env = os.environ.get(ENV_VAR)
     if env:
+        check_path(env, f"{ENV_VAR} names")
         return Path(env).expanduser()
     return Path("~/.cache/vitedge").expanduser()
 

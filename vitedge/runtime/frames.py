@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 
 from vitedge.errors import UsageError
-from vitedge.preprocess import crop_channels, image_to_uint8, normalize
+from vitedge.preprocess import ImageTooLarge, crop_channels, image_to_uint8, normalize, resized_size
 from vitedge.spec import Preprocess
 
 COLORS = ("rgb", "bgr")
@@ -112,7 +112,12 @@ def crop_frame(frame: np.ndarray, pre: Preprocess, *, bgr: bool) -> np.ndarray:
     A BGR frame is resized and cropped as it is and its channels are swapped afterwards, on
     the small crop: Pillow resamples each channel on its own, so this is bit-identical to
     swapping first (tests/runtime/test_runtime.py checks it) and skips copying the full frame.
-    For a 1-channel model the result is HxWx1 grey, for a C-channel model HxWxC."""
+    For a 1-channel model the result is HxWx1 grey, for a C-channel model HxWxC. A frame too thin to resize within
+    limits.MAX_RESIZED_PIXELS is a FrameError, before any pixel is touched."""
+    try:
+        resized_size(int(frame.shape[1]), int(frame.shape[0]), pre)
+    except ImageTooLarge as err:
+        raise FrameError(f"a frame of {err}; crop it nearer the model's input first") from None
     if pre.channels == 1:
         return _grey_crop(frame, pre, bgr=bgr)
     if pre.channels != 3:

@@ -10,8 +10,10 @@ build-time tools, so a camera box needs only numpy, Pillow and its one backend.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
+import os
 import queue
 import threading
 import warnings
@@ -21,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from vitedge import limits, telemetry
 from vitedge.backends import Backend, BackendFacts, backend_class, get_backend, list_backends
 from vitedge.cpu import check_requirement, mismatch_allowed
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
@@ -49,15 +52,14 @@ def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: i
                ``weight_range = "full"`` bundle on x86 without VNNI/AMX gives wrong results
                there); default False, or the VITEDGE_ALLOW_CPU_MISMATCH environment variable.
     """
+    check_load_arguments(bundle, verify=verify, warmup=warmup, threads=threads, runners=runners, max_batch=max_batch,
+                         allow_cpu_mismatch=allow_cpu_mismatch)
+    telemetry.silence()  # the backend's own usage reporting stays off in the app that loads a bundle
     bundle = Path(bundle)
     manifest = verify_bundle(bundle) if verify else read_manifest(bundle)
     if not manifest.artifacts.get("built", True):
         raise BundleError(f"{bundle} holds no {manifest.target.get('backend', '')} engine yet (artifacts.built is false): "
                           f"run `vitedge engine {bundle}` on the device to build it there")
-    if runners < 1:
-        raise UsageError(f"runners must be >= 1, got {runners}")
-    if warmup < 0:
-        raise UsageError(f"warmup must be >= 0, got {warmup}")
     backend_name = str(manifest.target.get("backend", ""))
     backend_type = _backend_class(backend_name)
     _check_cpu(bundle, manifest, backend_type.facts, allow_cpu_mismatch)
@@ -67,11 +69,12 @@ def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: i
     opened = []
     try:
         for _ in range(runners):
-            runner = backend.open_runner(model_path, options, threads=threads)
-            try:
-                runner.open()
-            except MissingDependencyError:
-                raise _missing(backend_type.facts, manifest) from None
+            with _open_lock(backend_type.facts):
+                runner = backend.open_runner(model_path, options, threads=threads)
+                try:
+                    runner.open()
+                except MissingDependencyError:
+                    raise _missing(backend_type.facts, manifest) from None
             opened.append(runner)
         model = Model(bundle, manifest, opened, max_batch=max_batch)
         model.warmup(warmup)
@@ -80,6 +83,37 @@ def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: i
             runner.close()
         raise
     return model
+
+
+def check_load_arguments(bundle: Any, *, verify: Any, warmup: Any, threads: Any, runners: Any, max_batch: Any,
+                         allow_cpu_mismatch: Any) -> None:
+    """Refuse an argument of `load` of the wrong type or out of range, before anything is opened, in one line naming
+    it: a thread count past this machine's cores made the backend crash the process (SIGSEGV), ``max_batch=0`` or a
+    string ``warmup`` failed later or not at all."""
+    if not isinstance(bundle, (str, os.PathLike)) or not os.fspath(bundle):
+        raise UsageError(f"bundle must be a bundle folder's path (str or pathlib.Path), got {bundle!r}")
+    for name, value, optional in (("verify", verify, False), ("allow_cpu_mismatch", allow_cpu_mismatch, True)):
+        if not (isinstance(value, bool) or (optional and value is None)):
+            raise UsageError(f"{name} must be True or False{' (or None)' if optional else ''}, got {value!r}")
+    limits.check_number("warmup", warmup, 0, limits.MAX_WARMUP_RUNS, integer=True)
+    limits.check_number("runners", runners, 1, limits.MAX_RUNNERS, integer=True)
+    if threads is not None:
+        limits.check_number("threads", threads, 1, limits.max_threads(), integer=True)
+    if max_batch is not None:
+        limits.check_number("max_batch", max_batch, 1, limits.MAX_BATCH, integer=True)
+
+
+# Backends whose runtime cannot open models from several threads at once (OpenVINO: two threads compiling at
+# the same time hung past 240 s): one lock each, held while a runner opens. Inference is not serialised by it.
+_OPEN_LOCKS: dict[str, threading.Lock] = {}
+_OPEN_LOCKS_GUARD = threading.Lock()
+
+
+def _open_lock(facts: BackendFacts) -> Any:
+    if not facts.open_serially:
+        return contextlib.nullcontext()
+    with _OPEN_LOCKS_GUARD:
+        return _OPEN_LOCKS.setdefault(facts.runtime, threading.Lock())
 
 
 def _check_cpu(bundle: Path, manifest: Manifest, facts: BackendFacts, allow: bool | None) -> None:
@@ -168,18 +202,23 @@ class Model:
         self.manifest = manifest
         self.backend = str(manifest.target.get("backend"))
         self.target = str(manifest.target.get("name"))
-        inp, out = manifest.input, manifest.output
-        self.preprocessing: Preprocess = Preprocess.from_dict(inp["preprocess"])
-        self.input_format: str = str(inp.get("format", FLOAT_NCHW))
-        self.baked: bool = self.input_format == UINT8_NHWC_RGB
-        self.input_size: tuple[int, int] = tuple(self.preprocessing.crop_size)  # type: ignore[assignment]
-        self.channels: int = self.preprocessing.channels
-        self.color_mode: str = self.preprocessing.color_mode
-        self.output_kind: str = str(out.get("kind", "logits"))
-        names = out.get("class_names")
-        self.class_names: tuple[str, ...] | None = tuple(str(n) for n in names) if names else None
-        sizes = (manifest.target.get("profile") or {}).get("batch_sizes") or [1]
-        self.max_batch = int(max_batch or max(sizes))
+        try:
+            inp, out = manifest.input, manifest.output
+            self.preprocessing: Preprocess = Preprocess.from_dict(inp["preprocess"])
+            self.input_format: str = str(inp.get("format", FLOAT_NCHW))
+            self.baked: bool = self.input_format == UINT8_NHWC_RGB
+            self.input_size: tuple[int, int] = tuple(self.preprocessing.crop_size)  # type: ignore[assignment]
+            self.channels: int = self.preprocessing.channels
+            self.color_mode: str = self.preprocessing.color_mode
+            self.output_kind: str = str(out.get("kind", "logits"))
+            names = out.get("class_names")
+            self.class_names: tuple[str, ...] | None = tuple(str(n) for n in names) if names else None
+            sizes = (manifest.target.get("profile") or {}).get("batch_sizes") or [1]
+            self.max_batch = int(max_batch if max_batch is not None else max(sizes))
+        except (TypeError, ValueError, KeyError, AttributeError) as err:  # a field of the wrong type in manifest.json
+            detail = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+            raise BundleError(f"{self.bundle}/manifest.json: its input, output or batch sizes are malformed ({detail}); "
+                              "the bundle is damaged or was edited by hand: rebuild it") from None
         if self.max_batch < 1:
             raise UsageError(f"max_batch must be >= 1, got {self.max_batch}")
         for runner in runners:

@@ -210,7 +210,11 @@ def _conditional_problems(doc: dict[str, Any]) -> list[str]:
     sens = doc.get("sensitivity")
     if isinstance(sens, dict) and "error" not in sens:
         problems += _missing("sensitivity", sens, SENSITIVITY_KEYS)
-        for i, layer in enumerate(sens.get("layers") or []):
+        layers = sens.get("layers") or []
+        if not isinstance(layers, list):
+            problems.append(f"sensitivity.layers is a {type(layers).__name__}, not a list")
+            layers = []
+        for i, layer in enumerate(layers):
             problems += _missing(f"sensitivity.layers[{i}]", layer, SENSITIVITY_LAYER_KEYS)
     return problems
 

@@ -35,6 +35,8 @@ from vitedge import limits
 from vitedge.app.overrides import ThresholdOverrides
 from vitedge.errors import ProfileError, UsageError
 from vitedge.limits import check_number
+from vitedge.outlock import SIBLING_EXTRA
+from vitedge.paths import NAME_MAX, path_problem
 from vitedge.profiles import Thresholds, load_profile
 from vitedge.safefile import BadDocument, read_toml
 from vitedge.validation.reference_cache import ReferenceCacheSettings
@@ -97,6 +99,9 @@ def _check_keys(path: Path, where: str, got: dict[str, Any], allowed) -> None:
 def _file(base: Path, matrix: Path, where: str, value: Any) -> Path:
     if not isinstance(value, str) or not value:
         raise UsageError(_where(matrix, f"{where} must be a path string"))
+    problem = path_problem(value) or path_problem(base / value)
+    if problem is not None:
+        raise UsageError(_where(matrix, f"{where} {value[:120]!r} {problem}"))
     p = Path(value).expanduser()
     p = p if p.is_absolute() else base / p
     if not p.exists():
@@ -202,12 +207,22 @@ def _folder_name(matrix: Path, where: str, what: str, value: str) -> str:
             or any(ord(c) < 32 for c in value)):
         raise UsageError(_where(matrix, f"{where} {what} {value!r} is not a plain folder name (no '/', '..', absolute path or "
                                         "control character): each row is written to OUT/<model>/<profile name>/; rename it"))
+    problem = path_problem(value)
+    if problem is not None:
+        raise UsageError(_where(matrix, f"{where} {what} {value[:40]!r}... {problem} (each row is written to OUT/<model>/<profile name>/)"))
+    size = len(value.encode("utf-8"))
+    if size + SIBLING_EXTRA > NAME_MAX:  # the row's folder and vitedge's temporary names beside it
+        raise UsageError(_where(matrix, f"{where} {what} {value[:40]!r}... is {size} bytes; a row's folder name (with vitedge's "
+                                        f"temporary names beside it) takes at most {NAME_MAX - SIBLING_EXTRA}: use a shorter name"))
     return value
 
 
 def _bundle_path(matrix: Path, out_dir: Path, where: str, name: str, target: str, profile_name: str) -> Path:
     """OUT/<model>/<profile name>, refused when it would not stay inside OUT (even through a symlink)."""
     bundle = out_dir / _folder_name(matrix, where, "name", name) / _folder_name(matrix, f"{where} target {target}:", "profile name", profile_name)
+    problem = path_problem(bundle)
+    if problem is not None:
+        raise UsageError(_where(matrix, f"{where}: row {name[:40]} / {target} would be written to a path that {problem}"))
     root = os.path.realpath(out_dir)
     real = os.path.realpath(bundle)
     if os.path.commonpath([root, real]) != root or real == root:
