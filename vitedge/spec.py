@@ -197,7 +197,9 @@ class ModelSpec:
             return cls._from_dict(d)
         except SpecError:
             raise
-        except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as err:
+        except KeyError as err:
+            raise SpecError(f"the model spec lacks '{err.args[0]}'") from None
+        except (TypeError, ValueError, AttributeError, OverflowError) as err:
             raise SpecError(f"the model spec is malformed ({_detail(err)})") from None
 
     @classmethod
