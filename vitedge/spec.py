@@ -132,11 +132,17 @@ class Preprocess:
         if "channels" not in d and len(d["mean"]) != len(d["std"]) and 1 not in (len(d["mean"]), len(d["std"])):
             raise ValueError(f"mean has {len(d['mean'])} values and std {len(d['std'])}; give one value per channel (or one to broadcast)")
         channels = int(d.get("channels", len(d["mean"])))
+        crop_size = tuple(int(v) for v in d["crop_size"])
+        if len(crop_size) != 2:
+            raise ValueError(f"crop_size holds {len(crop_size)} values, not 2 (height, width)")
+        interpolation = str(d.get("interpolation", "bilinear"))
+        if interpolation not in INTERPOLATIONS:
+            raise ValueError(f"interpolation {interpolation[:40]!r} is none of {', '.join(INTERPOLATIONS)}")
         return cls(
             channels=channels,
-            crop_size=tuple(int(v) for v in d["crop_size"]),  # type: ignore[arg-type]
+            crop_size=crop_size,  # type: ignore[arg-type]
             crop_pct=float(d.get("crop_pct", 1.0)),
-            interpolation=str(d.get("interpolation", "bilinear")),
+            interpolation=interpolation,
             mean=fit_stats(tuple(d["mean"]), channels, "mean"),
             std=fit_stats(tuple(d["std"]), channels, "std"),
         )

@@ -49,6 +49,9 @@ MANIFEST_EDITS = {
     "crop-size-a-list-in-a-list": lambda m: m["input"]["preprocess"].update(crop_size=[[], 32]),
     "mean-nested": lambda m: m["input"]["preprocess"].update(mean=[0.3, [[1]], 0.3]),
     "batch-sizes-nested": lambda m: m["target"]["profile"].update(batch_sizes=[1, [[1]]]),
+    # found by tools/fuzz_inputs.py seed 46 once both hostile-input rounds were in: a KeyError and an unpacking error
+    "crop-size-empty": lambda m: m["input"]["preprocess"].update(crop_size=[]),
+    "interpolation-unknown": lambda m: m["model"]["spec"]["preprocess"].update(interpolation="/etc/passwd"),
 }
 
 
