@@ -209,7 +209,7 @@ def test_export_config_writes_triton_and_deepstream_configs_for_the_fake_bundle(
     assert (repo_model / "1" / "model.onnx").read_bytes() == (fake_bundle / ARTIFACT).read_bytes()
     code, text = run_vitedge(["export-config", "--for", "deepstream", str(fake_bundle), "-o", str(tmp_path / "ds")])
     assert code == 0, text
-    assert "No engine yet" in (tmp_path / "ds" / "config_infer.txt").read_text()
+    assert "No engine vitedge built for nvinfer yet" in (tmp_path / "ds" / "config_infer.txt").read_text()
 
 
 def test_register_backend_refuses_a_class_without_facts():

@@ -79,14 +79,20 @@ def check_triton_model(folder: Path, model: ServedModel, *, plan_present: bool =
     return out + _instance_problems(cfg, key, model, mc)
 
 
+# The instance kind each Triton backend (its platform or backend key in config.pbtxt) runs, and where its source says so.
+_INSTANCE_KIND = {
+    "tensorrt_plan": ("KIND_GPU", f"the TensorRT backend runs GPU instances ({TRT} src/model_state.cc:876)"),
+    "openvino": ("KIND_CPU", "the OpenVINO backend runs CPU instances only (openvino_backend src/openvino.cc:963-969)"),
+}
+
+
 def _instance_problems(cfg: Any, key: str, model: ServedModel, mc: Any) -> list[str]:
     out = []
     for group in cfg.instance_group:
         kind = mc.ModelInstanceGroup.Kind.Name(group.kind)
-        if key == "tensorrt_plan" and kind != "KIND_GPU":
-            out.append(f"instance kind {kind}: the TensorRT backend runs GPU instances ({TRT} src/model_state.cc:876)")
-        if key == "openvino" and kind != "KIND_CPU":
-            out.append(f"instance kind {kind}: the OpenVINO backend runs CPU instances only (openvino_backend src/openvino.cc:963-969)")
+        want_kind, why = _INSTANCE_KIND.get(key, (kind, ""))
+        if kind != want_kind:
+            out.append(f"instance kind {kind}: {why}")
         devices = [(mc.ModelInstanceGroup.SecondaryDevice.SecondaryDeviceKind.Name(d.kind), d.device_id) for d in group.secondary_devices]
         if devices and key != "tensorrt_plan":
             out.append("secondary_devices: only the TensorRT backend reads them")

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.onnxutil import NameScope, SessionSettings, cleanup, node_index, ort_session, splice_nodes
+from vitedge.onnxutil import NameScope, SessionSettings, cleanup, graph_inputs, node_index, ort_session, splice_nodes
 
 # Between a projection and the attention matmul reading it: data movement and scalar scaling only.
 _PASS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Cast", "Mul", "Div", "Split", "Slice", "Gather"})
@@ -185,10 +185,9 @@ def _run(model: Any, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
 def _probe_feed(model: Any) -> dict[str, np.ndarray]:
     from onnx import helper
 
-    inits = {t.name for t in model.graph.initializer}
     feed = {}
     rng = np.random.default_rng(0)
-    for inp in [i for i in model.graph.input if i.name not in inits]:
+    for inp in graph_inputs(model):
         dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 2 for d in inp.type.tensor_type.shape.dim]
         dtype = helper.tensor_dtype_to_np_dtype(inp.type.tensor_type.elem_type)
         feed[inp.name] = (rng.integers(0, 256, size=dims) if np.issubdtype(dtype, np.integer) else rng.standard_normal(dims)).astype(dtype)
