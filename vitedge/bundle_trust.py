@@ -28,7 +28,8 @@ SIGNATURE = "manifest.sig"
 SIGNATURE_BYTES = 4096  # 64 hex digits and a newline
 KEY_ENV = "VITEDGE_SIGNING_KEY"
 # every gate field the build recorded: validate gates with the build's own (the near-tie gate's two included)
-_GATE_KEYS = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms", "near_tie_margin", "drop_confidence")
+_GATE_KEYS = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms", "near_tie_margin", "drop_confidence",
+              "min_decisive_agreement")
 
 
 def named_paths(manifest) -> list[tuple[str, Any]]:

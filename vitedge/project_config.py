@@ -102,6 +102,9 @@ SENSITIVE: dict[str, str] = {
     "min_agreement": "sets the parity gate",
     "min_speedup": "sets the parity gate",
     "max_p99_ms": "sets the parity gate",
+    "min_decisive_agreement": "sets the parity gate",
+    "near_tie_margin": "sets the parity gate",
+    "drop_confidence": "sets the parity gate",
     "targets": "a profile file carries its own [thresholds]",  # only when a target is a file (is_sensitive)
 }
 

@@ -197,3 +197,16 @@ def test_embedding_parity_and_its_gate():
     for gate in (evaluate_gate(acc, None, None, Thresholds()), list(asked.values())):
         doc = {"accuracy": acc, "gate": [r.to_dict() for r in gate]}
         assert not [p for p in check_validation_document(doc) if p.startswith("gate")]
+
+
+def test_min_decisive_agreement_is_a_flag_of_validate_and_sets_its_row(bundle, capsys, tmp_path):
+    """--min-decisive-agreement sets the decisive row's limit like the profile's [thresholds] key; out of [0, 1]: exit 2."""
+    report = tmp_path / "reports"
+    code, _, err = run_cli(capsys, "validate", bundle, "--data", VAL_DIR, "--data-size", 64, "--no-sensitivity", "--no-latency",
+                           "--min-decisive-agreement", "0.9", "--report-dir", report, "-q", *LENIENT)
+    assert code == 0, err
+    doc = json.loads((report / "validation.json").read_text())
+    row = {r["name"]: r for r in doc["gate"]}["min_decisive_agreement"]
+    assert row["limit"] == 0.9 and doc["thresholds"]["min_decisive_agreement"] == 0.9, row
+    code, _, err = run_cli(capsys, "validate", bundle, "--min-decisive-agreement", "1.5", "--no-latency", "-q")
+    assert code == 2 and "--min-decisive-agreement" in err and len(err.strip().splitlines()) == 1, err

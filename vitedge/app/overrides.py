@@ -66,7 +66,8 @@ class QuantOverrides:
 
 QUANT_FLAGS = ("method", "percentile", "smoothquant_alpha", "no_smoothquant", "quantize_attention", "weight_range")
 THRESHOLD_FIELDS = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms", "min_embedding_cosine",
-                    "min_embedding_cosine_low", "min_nn_agreement", "near_tie_margin", "drop_confidence")
+                    "min_embedding_cosine_low", "min_nn_agreement", "near_tie_margin", "drop_confidence",
+                    "min_decisive_agreement")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +84,7 @@ class ThresholdOverrides:
     min_nn_agreement: float | None = None
     near_tie_margin: float | None = None
     drop_confidence: float | None = None
+    min_decisive_agreement: float | None = None
 
     @classmethod
     def of(cls, values: Mapping[str, float | None]) -> ThresholdOverrides:

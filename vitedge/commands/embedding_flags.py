@@ -27,7 +27,7 @@ def embedding_overrides(kwargs: dict) -> dict[str, float | None]:
     return {k: kwargs.get(k) for k in EMBEDDING_THRESHOLDS}
 
 
-NOISE_THRESHOLDS = ("near_tie_margin", "drop_confidence")
+NOISE_THRESHOLDS = ("near_tie_margin", "drop_confidence", "min_decisive_agreement")
 
 
 def noise_gate_flags(func):
@@ -35,10 +35,13 @@ def noise_gate_flags(func):
     for deco in reversed([
         click.option("--near-tie-margin", type=click.FloatRange(0.0, 1.0), default=None,
                      help="Gate: FP32 top-1 minus runner-up probability below which an image is a near-tie whose flip "
-                          "is noise (default 0.1; 0: every flip counts, the plain agreement gate)."),
+                          "is noise (default 0.5; 0: every flip counts, the plain agreement gate)."),
         click.option("--drop-confidence", type=click.FloatRange(0.0, 0.9999), default=None,
                      help="Gate: confidence of the top-1 drop's exact paired interval; the drop fails only when the "
                           "interval lies above --max-top1-drop (default 0.95; 0: the point estimate decides)."),
+        click.option("--min-decisive-agreement", type=bounded_float(0.0, 1.0), default=None,
+                     help="Gate: least top-1 agreement with FP32 on the images where FP32 is decisive, a fraction in "
+                          "[0, 1], judged with or without labels (default 0.995; docs/gate.md)."),
     ]):
         func = deco(func)
     return func
