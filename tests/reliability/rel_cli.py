@@ -49,6 +49,13 @@ def cli(*args, cwd: Path | None = None) -> Run:
     return Run(code, out.getvalue(), err.getvalue())
 
 
+def export_fp32(model: Path, path: Path) -> Path:
+    """``path``: the FP32 graph `vitedge export` writes of ``model`` (the tests' shared starting point for ONNX inputs)."""
+    run = cli("export", model, "-o", path)
+    assert run.code == 0, run.err
+    return path
+
+
 def cli_proc(*args, cwd: Path | None = None, preexec_fn=None, env: dict | None = None) -> Run:
     r = subprocess.run([sys.executable, "-m", "vitedge", *map(str, args)], capture_output=True, text=True, cwd=cwd,
                        timeout=300, preexec_fn=preexec_fn, env=None if env is None else dict(os.environ, **env))

@@ -16,7 +16,7 @@ import onnx
 import pytest
 from conftest import CALIB_DIR, EXAMPLES
 from onnx.external_data_helper import convert_model_to_external_data
-from rel_cli import assert_one_line, cli, debris, snapshot
+from rel_cli import assert_one_line, cli, debris, export_fp32, snapshot
 
 DEEP = 5000
 
@@ -30,10 +30,7 @@ def _unchanged(root: Path, args: list, code: int, *fragments: str, cwd: Path | N
 
 @pytest.fixture(scope="module")
 def fp32(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("parsers") / "m.onnx"
-    run = cli("export", EXAMPLES / "digits_vit.pt", "-o", path)
-    assert run.code == 0, run.err
-    return path
+    return export_fp32(EXAMPLES / "digits_vit.pt", tmp_path_factory.mktemp("parsers") / "m.onnx")
 
 
 # ------------------------------------------------------------------ JSON: manifest, report, metadata

@@ -14,7 +14,7 @@ from pathlib import Path
 import onnx
 import pytest
 from conftest import CALIB_DIR, EXAMPLES
-from rel_cli import assert_one_line, cli, debris, snapshot
+from rel_cli import assert_one_line, cli, debris, export_fp32, snapshot
 
 DIGITS = EXAMPLES / "digits_vit.pt"
 
@@ -122,10 +122,7 @@ def test_inputs_that_preprocessing_makes_one_value_are_refused_naming_mean_std(t
 
 @pytest.fixture(scope="module")
 def fp32(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("classes") / "m.onnx"
-    run = cli("export", DIGITS, "-o", path)
-    assert run.code == 0, run.err
-    return path
+    return export_fp32(DIGITS, tmp_path_factory.mktemp("classes") / "m.onnx")
 
 
 @pytest.mark.parametrize("how,count", [("declared output", 1_000_000), ("declared output", 250_001), ("spec metadata", 2_000_000),

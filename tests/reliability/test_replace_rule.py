@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CALIB_DIR, EXAMPLES
-from rel_cli import assert_one_line, cli, debris, snapshot
+from rel_cli import assert_one_line, cli, debris, export_fp32, snapshot
 
 DIGITS = EXAMPLES / "digits_vit.pt"
 
@@ -19,10 +19,7 @@ DIGITS = EXAMPLES / "digits_vit.pt"
 @pytest.fixture(scope="module")
 def fp32(tmp_path_factory) -> Path:
     """An FP32 graph `vitedge export` wrote."""
-    path = tmp_path_factory.mktemp("replace-fp32") / "fp32.onnx"
-    run = cli("export", DIGITS, "-o", path)
-    assert run.code == 0, run.err
-    return path
+    return export_fp32(DIGITS, tmp_path_factory.mktemp("replace-fp32") / "fp32.onnx")
 
 
 def _unchanged(root: Path, case) -> None:
