@@ -10,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from vitedge.safefile import BadDocument, parse_json
+from vitedge.safefile import parse_json
 from vitedge.errors import ModelLoadError
 from vitedge.limits import MIN_CROP_PCT
 
@@ -232,13 +232,7 @@ class ModelSpec:
 
     @classmethod
     def from_json(cls, text: str) -> "ModelSpec":
-        """The spec in ``text`` (a model's metadata, a graph's): a BadDocument (ValueError) in one line when it is not
-        JSON, nests too deep, holds NaN, or lacks or mistypes a field, never KeyError or RecursionError."""
-        doc = parse_json(text, "the model spec", what="model spec")
-        try:
-            return cls.from_dict(doc)
-        except SpecError:
-            raise
-        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as err:
-            detail = f"lacks '{err.args[0]}'" if isinstance(err, KeyError) else f"is malformed ({type(err).__name__}: {str(err)[:80]})"
-            raise BadDocument(f"the model spec {detail}") from None
+        """The spec in ``text`` (a model's metadata, a graph's), in one line when it is not JSON, nests too deep or holds
+        NaN (BadDocument) or lacks or mistypes a field (SpecError, from ``from_dict``); both are ValueErrors, never
+        KeyError or RecursionError."""
+        return cls.from_dict(parse_json(text, "the model spec", what="model spec"))
