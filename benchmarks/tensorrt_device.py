@@ -126,7 +126,7 @@ def run_tests(python: str, junit: Path) -> dict:
     return {"exit_code": proc.returncode, "seconds": round(time.perf_counter() - t0, 1), "summary": tail}
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="TensorRT engine builds, inspection and Triton load on this GPU machine")
     ap.add_argument("--versions", nargs="*", default=None,
                     help="TensorRT minors to test (each from PyPI in its own venv); default: the one installed here")
@@ -139,11 +139,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-models", action="store_true", help="only the tests, no model builds")
     ap.add_argument("--stage", choices=["models"], help=argparse.SUPPRESS)  # run inside the interpreter under test
     ap.add_argument("--stage-out", type=Path, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def input_errors(args: argparse.Namespace) -> list[str]:
+    """What is wrong with the command line, found before anything is installed or built (and without a GPU)."""
+    errors = []
+    unknown = [v for v in args.versions or [] if v not in _supported()]
+    if unknown:
+        errors.append(f"no recorded TensorRT {', '.join(unknown)}; known: {', '.join(_supported())}")
+    for flag, path in (("--imagenet", args.imagenet), ("--vit-b16", args.vit_b16)):
+        if path is not None and not path.exists():
+            errors.append(f"{flag} {path}: no such file or folder")
+    if args.imagenet is not None and args.imagenet.is_dir():
+        errors += [f"--imagenet {args.imagenet}: no {sub}/ folder in it" for sub in ("calib", "val") if not (args.imagenet / sub).is_dir()]
+    return errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.stage == "models":
         from tensorrt_device_models import stage
 
         return stage(args)
+    errors = input_errors(args)
+    if errors:
+        print(f"error: {errors[0]}", file=sys.stderr)
+        return 2
     ok, seen = gpu_status()
     if not ok:
         print(f"skipped: no NVIDIA GPU here ({seen}); nothing was built, run or written")
@@ -156,10 +178,10 @@ def main(argv: list[str] | None = None) -> int:
                   "--extra-index-url https://pypi.nvidia.com) or pass --versions 10.3 11.4 ...", file=sys.stderr)
             return 2
         versions = [".".join(have.split(".")[:2])]  # the major present here; --versions adds the others
-    unknown = [v for v in versions if v not in _supported()]
-    if unknown:
-        print(f"error: no recorded TensorRT {', '.join(unknown)}; known: {', '.join(_supported())}", file=sys.stderr)
-        return 2
+        if versions[0] not in _supported():
+            print(f"error: TensorRT {have} is installed here and no surface of it is recorded; known: {', '.join(_supported())}",
+                  file=sys.stderr)
+            return 2
     args.work.mkdir(parents=True, exist_ok=True)
     print(NEVER_RUN)
     record = {"gpu": seen, "versions": {}, "note": NEVER_RUN}

@@ -93,11 +93,18 @@ def run_model(name: str, args: Any, work: Path) -> ModelRun:
 
 def _engine_facts(row: ModelRun, bundle: Path) -> None:
     """INT8 layers, MHA fusion and the validation from the manifest, against what the plan promised."""
-    from vitedge.backends.tensorrt.attention import AttentionBlock
     from vitedge.manifest import verify_bundle
 
     manifest = verify_bundle(bundle)
-    info = manifest.backend_info or {}
+    promise_check(row, manifest.backend_info or {}, manifest.validation or {})
+
+
+def promise_check(row: ModelRun, info: dict[str, Any], validation: dict[str, Any]) -> None:
+    """Fill ``row`` from a bundle's ``backend_info`` and ``validation`` after ``vitedge build`` on the device, and
+    add a mismatch for each promise the bundle broke: no engine built, a block the plan allowed to fuse (Q/DQ
+    in all three places of NVIDIA's rule, allowed head size and tokens) that did not fuse, a missed gate."""
+    from vitedge.backends.tensorrt.attention import AttentionBlock
+
     row.tensorrt = (info.get("device") or {}).get("tensorrt")
     if not info.get("engine_built"):
         row.mismatches.append("no engine was built by vitedge build on this device")
@@ -112,7 +119,6 @@ def _engine_facts(row: ModelRun, bundle: Path) -> None:
         promised = not block.int8_mha_blockers() and block.pv_output_qdq == "direct"
         if promised and state.get(block.scope) != "fused":
             row.mismatches.append(f"{block.scope}: the plan allowed INT8 fused MHA, the engine shows {state.get(block.scope)}")
-    validation = manifest.validation or {}
     row.agreement = ((validation.get("accuracy") or {}).get("agreement"))
     latency = ((validation.get("latency") or {}).get("int8") or {})
     row.int8_p50_ms = next((v.get("p50_ms") for v in latency.values() if isinstance(v, dict)), None) if isinstance(latency, dict) else None
