@@ -41,7 +41,11 @@ This script has never run on a device: no GPU was available where it was written
 (everything after the GPU check) is untested. No result file in this repository comes from it.
 
 Without an NVIDIA GPU (this repository's CI), it prints why and exits 0 having run and written nothing:
-no file here reports an engine build or a timing that did not happen.
+no file here reports an engine build or a timing that did not happen. A command line it could not carry out
+(a TensorRT version with no recorded surface, a missing --imagenet or --vit-b16) is a one-line error and exit 2,
+GPU or not. What runs without a GPU (the command line, the default models, what a missing input asks for, the
+check of an engine's records against the bundle's promises) is tested in
+tests/backends/trt/test_tensorrt_device_script.py.
 """
 
 from __future__ import annotations
