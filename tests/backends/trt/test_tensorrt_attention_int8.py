@@ -62,7 +62,7 @@ def test_fusion_table_says_per_block_whether_and_why_not():
     assert fusion_table([]) == []
 
 
-def _attention_graph(after_pv: str) -> onnx.ModelProto:
+def _attention_graph(after_pv: str, scale_op: str | None = None) -> onnx.ModelProto:
     """One attention core, every matmul input behind Q/DQ; after P.V: a Q/DQ on its output ("direct"), one behind
     Transpose+Reshape on the output projection's input ("after_shape_ops", vitedge's graph), or none."""
     import numpy as np
@@ -77,7 +77,10 @@ def _attention_graph(after_pv: str) -> onnx.ModelProto:
         return x + "_dq"
 
     nodes.append(helper.make_node("MatMul", [qdq("q"), qdq("k")], ["scores"], name="/attn/qk"))
-    nodes.append(helper.make_node("Softmax", ["scores"], ["p"], name="/attn/softmax", axis=-1))
+    if scale_op is not None:  # the scores scaled after Q.K^T, by a constant
+        inits.append(numpy_helper.from_array(np.float32(32 ** -0.5 if scale_op == "Mul" else 32 ** 0.5), "scale"))
+        nodes.append(helper.make_node(scale_op, ["scores", "scale"], ["scaled"], name="/attn/scale"))
+    nodes.append(helper.make_node("Softmax", ["scaled" if scale_op else "scores"], ["p"], name="/attn/softmax", axis=-1))
     nodes.append(helper.make_node("MatMul", [qdq("p"), qdq("v")], ["pv"], name="/attn/pv"))
     x = qdq("pv") if after_pv == "direct" else "pv"
     nodes.append(helper.make_node("Transpose", [x], ["t"], perm=[0, 2, 1, 3]))
@@ -102,3 +105,12 @@ def test_mha_check_covers_the_qdq_after_the_second_matmul(after_pv, blocked, rel
     warnings = " ".join(fusion_warnings([block]))
     assert ("no Q/DQ after its P.V matmul" in warnings) == blocked
     assert ("relies on TensorRT moving the Q/DQ after P.V back across Transpose+Reshape" in warnings) == relies
+
+
+@pytest.mark.parametrize("scale_op", ["Mul", "Div"])
+def test_an_attention_core_scaled_after_q_kt_is_checked_too(scale_op):
+    """Models that scale the scores (MatMul -> Mul/Div by a constant -> Softmax; three corpus models do) had no block at
+    all in the check: the plan, the warnings and the device run's promise check saw no attention to fuse."""
+    [block] = attention_blocks(_attention_graph("direct", scale_op))
+    assert block.qk_matmul == "/attn/qk" and block.pv_matmul == "/attn/pv" and block.qk_quantized and block.pv_quantized
+    assert block.head_size == 32 and block.tokens == 8 and not block.int8_mha_blockers()

@@ -80,6 +80,7 @@ def _matmul_after(tensor: str, index: NodeIndex) -> Any:
 
 _PV_OUTPUT = {"direct": "on its output", "after_shape_ops": "after Transpose+Reshape", "none": "no", "unknown": "?"}
 SHAPE_OPS = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
+SCALE_OPS = ("Mul", "Div")  # by a constant, between Q.K^T and the softmax: TensorRT's MHA pattern includes the scale
 
 
 def pv_output_qdq(pv: Any, index: NodeIndex) -> str:
@@ -97,7 +98,8 @@ def pv_output_qdq(pv: Any, index: NodeIndex) -> str:
 
 
 def attention_blocks(model: Any) -> list[AttentionBlock]:
-    """Each Softmax between two MatMuls is an attention core; its shapes come from shape
+    """Each Softmax between two MatMuls is an attention core (a Mul or Div by a constant may sit between Q.K^T and
+    the Softmax: models that scale the scores rather than q); its shapes come from shape
     inference on a batch-1 copy of the graph (None where they cannot be inferred)."""
     import onnx
     from onnx import shape_inference
@@ -105,11 +107,16 @@ def attention_blocks(model: Any) -> list[AttentionBlock]:
     nodes = list(model.graph.node)
     index = node_index(nodes)
     producer = index.producer
+    consts = {t.name for t in model.graph.initializer} | {o for n in nodes if n.op_type == "Constant" for o in n.output}
     cores = []
     for sm in nodes:
         if sm.op_type != "Softmax":
             continue
         qk = producer.get(sm.input[0])
+        for _ in range(2):  # the scale applied after Q.K^T (MatMul -> Mul/Div by a constant -> Softmax), as many models do
+            if qk is None or qk.op_type not in SCALE_OPS or len(qk.input) != 2 or qk.input[1] not in consts:
+                break
+            qk = producer.get(qk.input[0])
         if qk is None or qk.op_type != "MatMul":
             continue
         cores.append((sm, qk, _matmul_after(sm.output[0], index)))
