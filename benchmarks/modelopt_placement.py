@@ -89,7 +89,12 @@ class ModelResult:
 
 
 def _const_names(graph) -> set[str]:
-    return {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    """Initializers, Constant outputs, and Identity/Cast of those (the exporter shares equal biases through Identity)."""
+    out = {t.name for t in graph.initializer} | {o for n in graph.node if n.op_type == "Constant" for o in n.output}
+    for n in graph.node:  # graph order: a constant's Identity comes after it
+        if n.op_type in ("Identity", "Cast") and n.input and n.input[0] in out:
+            out.update(n.output)
+    return out
 
 
 def roles(graph) -> dict[str, str]:
