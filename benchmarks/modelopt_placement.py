@@ -395,7 +395,7 @@ def run_model(src: Source, args: argparse.Namespace, work: Path) -> tuple[ModelR
         if not names:
             continue
         model, done = switch_to_theirs(fp32, ours, theirs, names)
-        path = work / f"{src.name}.{kinds[0] if len(kinds) == 1 else 'all'}.int8.onnx"
+        path = work / f"{src.name}.{label.split(', ')[1].replace(' ', '_')}.int8.onnx"  # one file per variant
         onnx.save(model, str(path))
         still = [r["node"] for r in compare(fp32, model, theirs) if r["node"] in names and r["same"] == "no"]
         res.switched[label] = {"nodes": len(names), "also_switched_readers": len(done - names), "still_differ": still}
