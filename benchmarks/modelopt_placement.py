@@ -241,7 +241,8 @@ def switch_to_theirs(fp32, ours, theirs, names: set[str]):
 
 def float_weight(node, i: int, w: np.ndarray, dq, inits: dict) -> np.ndarray:
     """The float weight that vitedge's INT8 weight of ``node`` input ``i`` stands for: the FP32 weight ``w`` times
-    the SmoothQuant factor vitedge folded into it (one per input channel, solved from the INT8 weight), checked to
+    the SmoothQuant factor vitedge folded into it (one per input channel, estimated from the INT8 weight by least
+    squares: exact to a fraction of an INT8 step, not to float precision), checked to
     lie within one INT8 step of vitedge's INT8 weight (its
     pairwise weight range moves some weights past nearest rounding); ``w`` itself where nothing was folded."""
     from onnx import helper, numpy_helper
@@ -437,7 +438,7 @@ def markdown(results: list[ModelResult], skipped: list[str], versions: dict[str,
              "Inputs: one character per input (first two), `Q` = fed by DequantizeLinear, `-` = float. Output: a "
              "QuantizeLinear reading it, directly or behind Transpose/Reshape. A switched variant is vitedge's graph with "
              "the differing nodes of that kind given ModelOpt's Q/DQ (ModelOpt's scales; FP32 weights, times vitedge's "
-             "SmoothQuant factor, and the FP32 bias where a weight Q/DQ goes), and the readers of an output only one "
+             "SmoothQuant factor as estimated from its INT8 weight, and the FP32 bias where a weight Q/DQ goes), and the readers of an output only one "
              "graph quantizes switched along (after a residual Add: the next LayerNorm). \"rewritten\": FP32 nodes "
              "vitedge's graph does not have under their name (it merges per-head q/k/v linears into one), not counted.",
              "", "## Differences per model (differ of compared)", "",
