@@ -12,7 +12,7 @@ ViT-B/16, the corpus models of benchmarks/corpus/manifest.toml present in the co
 3. lists, for every GEMM/MatMul (the linears, Q.K^T and P.V), Softmax and residual Add, where each graph has
    Q/DQ: on each input, and on the output (a QuantizeLinear reading it, directly or behind Transpose/Reshape);
 4. makes vitedge's graph with each kind of difference switched to ModelOpt's choice (the residual Adds; the
-   linears; all of them), taking ModelOpt's own scales for any Q/DQ it adds and the FP32 weights for any it
+   linears; the attention matmuls and softmax; all of them), taking ModelOpt's own scales for any Q/DQ it adds and the FP32 weights for any it
    removes, and checks that the switched nodes then match ModelOpt's;
 5. runs every graph with ONNX Runtime (CPU) on the held-out images: top-1 against the labels, top-1 agreement
    with the FP32 graph, and the SQNR of the logits against FP32.
