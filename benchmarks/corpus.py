@@ -466,6 +466,7 @@ def markdown(res: dict[str, Any]) -> str:
                   "timing below (vitedge's bundles and the anchors' graphs in one process). The machine was loaded by other jobs "
                   f"(1-minute load average {', '.join(f'{v:.1f}' for v in loads) or 'not recorded'} on 2 cores at each model's start): "
                   "ratios are measured side by side, absolute milliseconds are not comparable across runs."]
+    lines += _speed_summary(res)
     lines += _side_by_side(res)
     if res["builds"]:
         lines += ["", "## Every build", "", "| model | format | target | exit | build s | FP32 top-1 % | INT8 top-1 % | drop pts | agreement % | INT8 layers | "
@@ -519,6 +520,61 @@ def _speed_table(res: dict[str, Any]) -> list[str]:
         err = b1.get("error") or b8.get("error") or ""
         lines.append(f"| {model} | {runtime} | {'**' + graph + '**' if graph == 'vitedge INT8' else graph} | "
                      f"{_f(b1.get('median_ms'))} | {_f(b1.get('ratio'))} | {_f(b8.get('median_ms'))} | {_f(b8.get('ratio'))} | {err[:80]} |")
+    return lines
+
+
+# the anchor columns of the summary: (column, runtime, graph names of speed(), the first one measured is shown)
+_SUMMARY_ANCHORS = (
+    ("ORT quantize_static", "onnxruntime", ("ORT quantize_static MinMax", "ORT quantize_static Percentile",
+                                            "ORT quantize_static Entropy")),
+    ("NNCF default", None, ("NNCF default (ONNX backend)", "NNCF default (OpenVINO backend)")),
+    ("NNCF TRANSFORMER", None, ("NNCF TRANSFORMER (ONNX backend)", "NNCF TRANSFORMER (OpenVINO backend)")),
+)
+
+
+def _made_for(runtime: str, only: str | None, names: tuple[str, ...]) -> tuple[str, ...]:
+    """The anchor graphs of one column that are timed on ``runtime``: all of them for a tool made for one runtime
+    (``only``), else NNCF's graph of the matching backend."""
+    if only is not None:
+        return names if only == runtime else ()
+    return tuple(n for n in names if ("OpenVINO backend" in n) == (runtime == "openvino"))
+
+
+def _speed_summary(res: dict[str, Any]) -> list[str]:
+    """One row per model and runtime: INT8/FP32 time at batch 1 / 8 of vitedge's bundle beside each anchor's INT8
+    graph for the same runtime, all from the side-by-side timing (speed()) of one run on one CPU kind. A ratio above
+    1 (INT8 slower than FP32) is bold; "-" where the anchor made no graph for that runtime or the runtime refused it."""
+    rows = [r for r in res.get("speed") or [] if "ratio" in r]
+    if not rows:
+        return []
+    isa = res["cpu"]
+    kind = "AVX-512 VNNI" if "avx512_vnni" in isa["flags"] else ("VNNI" if isa["vnni"] else "AVX2, no VNNI")
+    got: dict[tuple[str, str, str], dict[int, float]] = {}
+    for r in rows:
+        got.setdefault((r["model"], r["runtime"], r["graph"]), {})[r["batch"]] = r["ratio"]
+
+    def cell(model: str, runtime: str, names: tuple[str, ...]) -> str:
+        for name in names:
+            by = got.get((model, runtime, name))
+            if by:
+                return " / ".join(("**%.2f**" if v > 1.0 else "%.2f") % v if v == v else "-"
+                                  for v in (by.get(1, float("nan")), by.get(8, float("nan"))))
+        return "-"
+
+    lines = ["", f"## INT8/FP32 time per model, batch 1 / 8, on this CPU kind: {kind} ({isa['model']})", "",
+             "Side by side in one process per model (interleaved rounds, medians): vitedge's INT8 bundle and each anchor's "
+             "full-INT8 graph, each over the FP32 reference on the same runtime. Below 1: INT8 is faster; **bold**: slower. "
+             "ORT quantize_static: its MinMax graph (Percentile where MinMax made none); NNCF: its ONNX-backend graph on "
+             "ONNX Runtime, its OpenVINO-backend graph on OpenVINO. Other CPU kinds record their own file.", "",
+             "| model | runtime (target) | vitedge INT8 | " + " | ".join(c for c, _, _ in _SUMMARY_ANCHORS) + " |",
+             "|---|---|---|" + "---|" * len(_SUMMARY_ANCHORS)]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        for runtime, target in (("onnxruntime", "onnx"), ("openvino", "intel-cpu")):
+            if not any(k[0] == model and k[1] == runtime for k in got):
+                continue
+            anchors = [cell(model, runtime, _made_for(runtime, only, names)) for _, only, names in _SUMMARY_ANCHORS]
+            lines.append(f"| {model} | {runtime} ({target}) | {cell(model, runtime, ('vitedge INT8',))} | "
+                         + " | ".join(anchors) + " |")
     return lines
 
 

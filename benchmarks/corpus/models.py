@@ -31,9 +31,11 @@ __all__ = [
     "AshuViT",
     "GauravMnistViT",
     "KavishkaShallowViT",
+    "MldeTorchvisionViT",
     "NikCCT",
     "ResearchaseMnistViT",
     "SmmkPostNormViT",
+    "SonjuhyQkvViT",
     "SquarezhongPostNormViT",
     "TintnViT",
 ]
@@ -647,3 +649,116 @@ class AgentzzGapViT(nn.Module):
         rows = x.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5).reshape(b, (h // p) * (w // p), c * p * p)
         x = self.encoder(self.patch_embed.proj(rows) + self.pos_embed)
         return self.classifier(self.norm(x).mean(dim=1))
+
+
+# ---------------------------------------------------------------- sonjuhy/VLMStudy
+
+
+class _SonjuhyAttention(nn.Module):
+    """Three full-width Linear projections (query, key, value: one of each for the whole model width, as many
+    tutorials write them) whose outputs go to an nn.MultiheadAttention as its separate query, key and value; that
+    module projects them again with its own in_proj. Returns the attention output only."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.multihead_attention = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.query = nn.Linear(dim, dim)
+        self.key = nn.Linear(dim, dim)
+        self.value = nn.Linear(dim, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.multihead_attention(self.query(x), self.key(x), self.value(x), need_weights=False)[0]
+
+
+class _SonjuhyBlock(nn.Module):
+    """Pre-norm with ONE LayerNorm used twice: x + attention(norm(x)), then x + MLP(norm(x)) with the same norm."""
+
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.multihead_attention = _SonjuhyAttention(dim, heads)
+        self.FFL = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Dropout(0.0), nn.Linear(4 * dim, dim))
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.multihead_attention(self.norm(x))
+        return x + self.FFL(self.norm(x))
+
+
+class SonjuhyQkvViT(nn.Module):
+    """MNIST, 1 channel, 28x28, normalised with 0.1307/0.3081: conv patch embedding (7x7, width 49 = 7*7), class
+    token, position table of 17, 5 pre-norm blocks (one shared LayerNorm per block) whose attention is separate
+    full-width query/key/value Linear layers feeding nn.MultiheadAttention (7 heads of 7, batch first), GELU MLP of
+    196, no final LayerNorm, Linear head on the class token (named "classifer" in the checkpoint).
+    Checkpoint: vit_mnist_model.pth of sonjuhy/VLMStudy (MIT)."""
+
+    def __init__(self, image_size: int = 28, patch_size: int = 7, heads: int = 7, depth: int = 5,
+                 num_classes: int = 10) -> None:
+        super().__init__()
+        dim = patch_size * patch_size
+        self.embedding = nn.Module()
+        self.embedding.div_img = nn.Conv2d(1, dim, kernel_size=patch_size, stride=patch_size)
+        self.embedding.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.embedding.position_div_imgs = nn.Parameter(torch.zeros(1, (image_size // patch_size) ** 2 + 1, dim))
+        self.layers = nn.ModuleList(_SonjuhyBlock(dim, heads) for _ in range(depth))
+        self.classifer = nn.Linear(dim, num_classes)
+        self.pretrained_cfg = _cfg(1, image_size, (0.1307,), (0.3081,))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        e = self.embedding
+        x = e.div_img(x).flatten(2).transpose(1, 2)
+        x = torch.cat([e.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + e.position_div_imgs
+        for layer in self.layers:
+            x = layer(x)
+        return self.classifer(x[:, 0])
+
+
+# ---------------------------------------------------------------- mlde-ms/vision-transformer-from-scratch
+
+
+class _TorchvisionStyleBlock(nn.Module):
+    """torchvision's ViT encoder block layout: ln_1, nn.MultiheadAttention (batch first), residual; ln_2, MLP
+    (Linear, GELU, Dropout, Linear, Dropout: weights at mlp.0 and mlp.3), residual. LayerNorm eps 1e-6."""
+
+    def __init__(self, dim: int, heads: int, mlp_dim: int) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(dim, eps=1e-6)
+        self.self_attention = nn.MultiheadAttention(dim, heads, batch_first=True)
+        self.ln_2 = nn.LayerNorm(dim, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_dim), nn.GELU(), nn.Dropout(0.0), nn.Linear(mlp_dim, dim),
+                                 nn.Dropout(0.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.ln_1(x)
+        x = x + self.self_attention(y, y, y, need_weights=False)[0]
+        return x + self.mlp(self.ln_2(x))
+
+
+class MldeTorchvisionViT(nn.Module):
+    """MNIST, 1 channel, 28x28, normalised with 0.1307/0.3081, in torchvision's VisionTransformer layout and names:
+    conv_proj of 2x2 patches (14x14 = 196 tokens, 197 with the class token: the corpus's longest sequence), width
+    64, 2 pre-norm blocks with 2 heads of 32 and a GELU MLP of 256, final LayerNorm, and a representation head
+    (pre_logits Linear 64 -> 32, tanh, Linear 32 -> 10).
+    Checkpoint: vit_weights.pth of mlde-ms/vision-transformer-from-scratch (no licence stated)."""
+
+    def __init__(self, image_size: int = 28, patch_size: int = 2, dim: int = 64, depth: int = 2, heads: int = 2,
+                 mlp_dim: int = 256, representation: int = 32, num_classes: int = 10) -> None:
+        super().__init__()
+        self.conv_proj = nn.Conv2d(1, dim, kernel_size=patch_size, stride=patch_size)
+        self.class_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.encoder = nn.Module()
+        self.encoder.pos_embedding = nn.Parameter(torch.zeros(1, (image_size // patch_size) ** 2 + 1, dim))
+        self.encoder.layers = nn.Sequential()
+        for i in range(depth):
+            self.encoder.layers.add_module(f"encoder_layer_{i}", _TorchvisionStyleBlock(dim, heads, mlp_dim))
+        self.encoder.ln = nn.LayerNorm(dim, eps=1e-6)
+        self.heads = nn.Sequential()
+        self.heads.add_module("pre_logits", nn.Linear(dim, representation))
+        self.heads.add_module("act", nn.Tanh())
+        self.heads.add_module("head", nn.Linear(representation, num_classes))
+        self.pretrained_cfg = _cfg(1, image_size, (0.1307,), (0.3081,))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv_proj(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1) + self.encoder.pos_embedding
+        x = self.encoder.ln(self.encoder.layers(x))
+        return self.heads(x[:, 0])
