@@ -192,6 +192,15 @@ def markdown(res: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _shown_argv(argv: list[str]) -> list[str]:
+    """The command line as the results file shows it: folders as DIR (they are this machine's)."""
+    shown, hide = [], False
+    for a in argv:
+        shown.append("DIR" if hide else a.split("=", 1)[0] + "=DIR" if "=" in a else a)
+        hide = a == "--out"
+    return shown
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--bundles", nargs="+", required=True, metavar="LABEL=DIR")
@@ -201,7 +210,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     res: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": machine_line(),
-                           "argv": [a if "=" not in a else a.split("=", 1)[0] + "=DIR" for a in sys.argv[1:]],
+                           "argv": _shown_argv(sys.argv[1:]),
                            "rounds": args.rounds, "load_start": round(os.getloadavg()[0], 1), "rows": [], "profiles": {}}
     for spec in args.bundles:
         label, folder = spec.split("=", 1)

@@ -24,7 +24,8 @@ import numpy as np
 
 from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
 from vitedge import telemetry
-from vitedge.cpu import bf16_capped_off
+from vitedge.backends.ov_payoff import PayoffRun, settle
+from vitedge.cpu import bf16_capped_off, read_cpu
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number, usable_cpus
 from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, copy_onnx, get_metadata, onnx_sha256
@@ -290,9 +291,6 @@ class OpenVinoBackend(Backend):
 def _settle_payoff(ctx: BuildContext, fmt: str) -> Any:
     """Time the INT8 IR against the FP32 one here and keep float what does not pay (vitedge/backends/ov_payoff.py);
     the float regions' precision it chose is stored in the IR's rt_info (``PRECISION_KEY``)."""
-    from vitedge.backends.ov_payoff import PayoffRun, settle
-    from vitedge.cpu import read_cpu
-
     ov = _ov()
     model_xml = ctx.out_dir / "model.xml"
     precision = float_precision_used(ov.Core(), ctx.options.device, ctx.options.float_precision)
