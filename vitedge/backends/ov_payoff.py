@@ -277,7 +277,8 @@ def settle(run: PayoffRun) -> OvPayoff:
         _remove_ir(previous)
         qdq_model = onnx.load(str(run.qdq), load_external_data=False)
         names = int8_layers(qdq_model)
-        layers = [{"name": n.name, "op_type": n.op_type, "why": "INT8 of the whole model is slower than FP32 here"}
+        why = f"INT8 of the whole model is slower than FP32 in OpenVINO on {run.cpu} ({timed_steps_line(steps[:-1])})"
+        layers = [{"name": n.name, "op_type": n.op_type, "why": why}
                   for n in qdq_model.graph.node if n.name in names]
         shutil.copyfile(run.fp32, run.qdq)
     payoff = OvPayoff(run.cpu, tuple(steps), tuple(layers), whole, chosen_precision, noise=round(timer.noise, 4))
