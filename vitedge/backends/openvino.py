@@ -258,6 +258,10 @@ class OpenVinoBackend(Backend):
         _convert(ctx.qdq_path, "model", fmt, ctx.out_dir)
         _convert(ctx.fp32_path, "reference", fmt, ctx.out_dir, source_sha256=onnx_sha256(ctx.fp32_path))
         payoff = _settle_payoff(ctx, fmt) if ctx.options.int8_payoff and ctx.options.device.upper() == "CPU" else None
+        cpu = read_cpu()
+        if payoff is None and ctx.options.int8_payoff and ctx.options.device.upper() == "CPU" and cpu.int8_dot_product is False and ctx.log:
+            ctx.log(f"INT8 payoff: not timed on {cpu.isa}: without VNNI/AMX the intel-cpu profile keeps INT8 with its stated "
+                    "speed allowance (min_speedup_without_vnni)")
         with OpenVinoRunner(ctx.out_dir / "model.xml", ctx.options) as runner:
             exec_precision = _int8_layer_share(runner.compiled)
             used = runner.float_precision
@@ -290,7 +294,10 @@ class OpenVinoBackend(Backend):
 
 def _settle_payoff(ctx: BuildContext, fmt: str) -> Any:
     """Time the INT8 IR against the FP32 one here and keep float what does not pay (vitedge/backends/ov_payoff.py);
-    the float regions' precision it chose is stored in the IR's rt_info (``PRECISION_KEY``)."""
+    the float regions' precision it chose is stored in the IR's rt_info (``PRECISION_KEY``). None on an x86 CPU
+    without VNNI/AMX, where the intel-cpu profile keeps INT8 with its stated allowance (issue 47 item 2)."""
+    if read_cpu().int8_dot_product is False:  # AVX2: INT8 is known not to beat FP32 there; the profile's allowance stands
+        return None
     ov = _ov()
     model_xml = ctx.out_dir / "model.xml"
     precision = float_precision_used(ov.Core(), ctx.options.device, ctx.options.float_precision)
