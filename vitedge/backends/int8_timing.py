@@ -23,7 +23,8 @@ class PayoffTiming:
     What is timed is the work of one inference: each graph opened for one thread, which OpenVINO and ONNX Runtime
     then run in the calling thread, timed by that thread's CPU time (``time.thread_time``). On a loaded machine wall time measures the other
     processes too (on 2 cores shared by ~18 runnable processes, two compiles of the same FP32 IR differed by up to 45 %
-    in wall time at 2 threads, by under 5 % in CPU time at one thread). It does not see how the graphs scale over
+    in wall time at 2 threads, by under 5 % in CPU time at one thread; at ~30 runnable processes the one-thread
+    control still moved by up to ~50 %, which the control reports). It does not see how the graphs scale over
     threads. A loaded machine still stretches some runs (cold caches after a switch), never shortens one: the
     figure of each graph is a low percentile of its runs, not the median. Graphs run in a new random order each
     round, so no graph always follows the same one. A second copy of the FP32 IR is timed as if it were another
