@@ -278,8 +278,9 @@ def settle(run: PayoffRun) -> OvPayoff:
         qdq_model = onnx.load(str(run.qdq), load_external_data=False)
         names = int8_layers(qdq_model)
         why = f"INT8 of the whole model is slower than FP32 in OpenVINO on {run.cpu} ({timed_steps_line(steps[:-1])})"
+        floated = {k["name"] for k in layers}  # layers the per-layer step already returned: float too, for this reason
         layers = [{"name": n.name, "op_type": n.op_type, "why": why}
-                  for n in qdq_model.graph.node if n.name in names]
+                  for n in qdq_model.graph.node if n.name in names or n.name in floated]
         shutil.copyfile(run.fp32, run.qdq)
     payoff = OvPayoff(run.cpu, tuple(steps), tuple(layers), whole, chosen_precision, noise=round(timer.noise, 4))
     if run.log:
