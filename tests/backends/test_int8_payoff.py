@@ -163,3 +163,20 @@ def test_build_ships_what_its_payoff_record_says(tmp_path):
         report = (result.bundle / "report.md").read_text()
         assert ("kept float where INT8 does not pay" in report) == bool(record["kept_float"])
         json.dumps(record)  # the record is plain JSON
+
+
+def test_a_slow_graph_is_timed_briefly():
+    """A graph slower than ``slow_call`` per run gets one timed run per round and 2 rounds (no minutes per batch
+    size on a large model): counted in calls, not in time."""
+    from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio
+
+    calls = {"fp32": 0, "control": 0, "int8": 0}
+
+    def graph(key):
+        def run():
+            calls[key] += 1
+            sum(range(20000))  # some CPU time, far above slow_call=0
+        return run
+
+    interleaved_ratio(graph("fp32"), graph("control"), graph("int8"), PayoffTiming(slow_call=0.0, clear_margin=0.0))
+    assert calls == {"fp32": 4, "control": 4, "int8": 4}  # 2 first runs + 2 rounds of 1, no untimed runs

@@ -37,12 +37,17 @@ class PayoffTiming:
     seconds: float = 3.0  # stop after min_rounds once this much time went into one batch size
     clear_margin: float = 0.75  # after min_rounds, INT8 this far below FP32 needs no more rounds
     percentile: float = 10.0
+    # A graph whose one-thread run takes longer than this (ViT-B/16 at batch 8: seconds) is timed with one run per
+    # round and no untimed one, and the timing stops after 2 rounds, or after ``slow_seconds`` in all: a large model
+    # must not spend minutes here (its INT8 pays by far on the CPUs measured so far, docs/cpu-targets.md).
+    slow_call: float = 0.05
+    slow_seconds: float = 30.0
 
 
 def interleaved_ratio(fp32: Callable[[], Any], control: Callable[[], Any], int8: Callable[[], Any],
                       timing: PayoffTiming, seed: int = 0) -> tuple[float, float]:
     """(INT8/FP32, control/FP32): each graph's ``timing.percentile`` percentile of its timed runs, the three graphs
-    run in a new random order each round, each starting with one untimed run."""
+    run in a new random order each round, each starting with one untimed run (slow graphs: see ``PayoffTiming``)."""
     runs = {"fp32": fp32, "control": control, "int8": int8}
     samples: dict[str, list[float]] = {k: [] for k in runs}
     rng = np.random.default_rng(seed)
@@ -51,19 +56,29 @@ def interleaved_ratio(fp32: Callable[[], Any], control: Callable[[], Any], int8:
     def ratio(key: str) -> float:
         return float(np.percentile(samples[key], timing.percentile) / np.percentile(samples["fp32"], timing.percentile))
 
+    first = []
     for f in runs.values():
+        f()  # first runs carry one-time setup: the second one says how long a run takes
+        t0 = time.thread_time()
         f()
+        first.append(time.thread_time() - t0)
+    slow = max(first) > timing.slow_call
+    per_round, min_rounds = (1, 2) if slow else (timing.per_round, timing.min_rounds)
     while rounds < timing.max_rounds:
         for key in rng.permutation(list(runs)):
             f = runs[str(key)]
-            f()
-            for _ in range(timing.per_round):
+            if not slow:
+                f()
+            for _ in range(per_round):
                 t0 = time.thread_time()
                 f()
                 samples[str(key)].append(time.thread_time() - t0)
         rounds += 1
         raise_if_interrupted()
-        if rounds >= timing.min_rounds and (ratio("int8") <= timing.clear_margin or time.perf_counter() - start >= timing.seconds):
+        spent = time.perf_counter() - start
+        if slow and (rounds >= min_rounds or spent >= timing.slow_seconds):
+            break
+        if rounds >= min_rounds and (ratio("int8") <= timing.clear_margin or spent >= timing.seconds):
             break
     return ratio("int8"), ratio("control")
 
