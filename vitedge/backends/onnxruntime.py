@@ -17,7 +17,7 @@ from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, Buil
 from vitedge.backends.ort_attention import AttentionFusion, fuse_attention
 from vitedge.backends.ort_gemm_bias import GemmBiasFusion, fuse_gemm_bias, unfold_gemm_bias
 from vitedge.backends.ort_patch_embed import PatchEmbedFusion, fuse_patch_embedding, unfold_patch_embedding
-from vitedge.backends.ort_payoff import Int8Payoff, keep_unpaid_float
+from vitedge.backends.ort_payoff import Int8Payoff, keep_float_if_slower, keep_unpaid_float
 from vitedge.cpu import read_cpu
 from vitedge import telemetry
 from vitedge.errors import BundleError, UsageError
@@ -46,8 +46,13 @@ class OnnxRuntimeOptions:
     # (vitedge/backends/ort_patch_embed.py). Measured faster (docs/cpu-targets.md); the artifact then
     # needs ONNX Runtime (any stock build) rather than any ONNX reader.
     fuse_attention: bool = True
+    # Time INT8 against FP32 on the build machine; when INT8 is slower at a profile batch size, ship the model in
+    # float (vitedge/backends/ort_payoff.py keep_float_if_slower)
+    int8_payoff: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.int8_payoff, bool):
+            raise UsageError(f"int8_payoff must be true or false, got {self.int8_payoff!r}")
         if not isinstance(self.fuse_attention, bool):
             raise UsageError(f"fuse_attention must be true or false, got {self.fuse_attention!r}")
         if self.graph_optimization not in OPTIMIZATION_LEVELS:
@@ -128,6 +133,8 @@ class OnnxRuntimeBackend(Backend):
             copy_onnx(ctx.fp32_path, reference)
         with OnnxRuntimeRunner(model, options):  # proves the stock CPU provider loads it
             pass
+        if options.int8_payoff:
+            _timed_payoff(model, reference, ctx, info)
         info["int8_layers"] = int8_layer_share(model, options)
         return BuiltArtifact(model=model.name, reference=reference.name, info=info)
 
@@ -141,6 +148,23 @@ class OnnxRuntimeBackend(Backend):
 
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
         return OnnxRuntimeRunner(model_path, options or OnnxRuntimeOptions(), threads)
+
+
+def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[str, Any]) -> None:
+    """INT8 timed against FP32 here; the whole model in float when INT8 is slower (recorded in ``info``)."""
+    cpu = read_cpu().isa
+    timed = keep_float_if_slower(model, reference, tuple(sorted({1, *(ctx.batch_sizes or ())})), cpu)
+    record = info.setdefault("int8_payoff", {"cpu": cpu, "source": "onnxruntime timing on the build machine", "kept_float": []})
+    whole = timed.pop("kept_float_whole", None)
+    record["timed"] = timed
+    ratios = ", ".join(f"b{b} {r:.2f}" for b, r in timed["steps"][0]["int8_over_fp32"].items())
+    if whole is not None:
+        record["kept_float"] = whole
+        line = f"INT8 payoff: INT8 of this model is slower than FP32 in ONNX Runtime on {cpu} ({ratios}): the whole model is kept float"
+    else:
+        line = f"INT8 payoff: INT8 pays in ONNX Runtime on {cpu} (INT8/FP32 CPU time at one thread {ratios})"
+    if ctx.log:
+        ctx.log(line)
 
 
 def _fuse_file(src: Path, dst: Path) -> tuple[AttentionFusion, GemmBiasFusion, PatchEmbedFusion, Int8Payoff]:

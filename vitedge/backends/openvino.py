@@ -24,7 +24,8 @@ import numpy as np
 
 from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
 from vitedge import telemetry
-from vitedge.cpu import bf16_capped_off
+from vitedge.backends.ov_payoff import PayoffRun, settle
+from vitedge.cpu import bf16_capped_off, read_cpu
 from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number, usable_cpus
 from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, copy_onnx, get_metadata, onnx_sha256
@@ -35,6 +36,9 @@ _FLOAT_PRECISIONS = ("f32", "bf16")
 INSTALL = "pip install 'vitedge[openvino]'"
 ROLE_KEY = "vitedge.role"  # rt_info of each IR: "int8" (the artifact) or "fp32-reference"
 REFERENCE_ROLE = "fp32-reference"
+# rt_info of an INT8 IR whose float regions the build chose by timing (ov_payoff): the precision they run in,
+# over the profile's float_precision
+PRECISION_KEY = "vitedge.float_precision"
 # rt_info of the FP32 reference IR: the sha256 (onnxutil.onnx_sha256) of the FP32 ONNX graph it was converted
 # from, so the validation cache can tie it to the FP32 outputs ONNX Runtime computed for those bytes
 SOURCE_KEY = "vitedge.fp32_source_sha256"
@@ -50,8 +54,12 @@ class OpenVinoOptions:
     threads: int = 0  # 0 = OpenVINO's default (all physical cores)
     num_streams: int = 0  # 0 = chosen by the hint
     float_precision: str = "f32"  # the INT8 IR's float regions: f32, or bf16 where the CPU has it
+    # Time INT8 against FP32 on the build machine and keep float what does not pay there (vitedge/backends/ov_payoff.py)
+    int8_payoff: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.int8_payoff, bool):
+            raise UsageError(f"int8_payoff must be true or false, got {self.int8_payoff!r}")
         if self.float_precision not in _FLOAT_PRECISIONS:
             raise UsageError(f"float_precision must be one of {', '.join(_FLOAT_PRECISIONS)}, got '{self.float_precision}'")
         if self.performance_hint not in _HINTS:
@@ -146,7 +154,7 @@ class OpenVinoRunner(Runner):
             config["NUM_STREAMS"] = str(self.options.num_streams)
         # Always set: CPUs with bf16/fp16 units would otherwise lower float regions silently.
         # The FP32 reference runs in f32 whatever the profile says (parity is against FP32).
-        requested = "f32" if self.role == REFERENCE_ROLE else self.options.float_precision
+        requested = "f32" if self.role == REFERENCE_ROLE else (_rt_str(model, PRECISION_KEY) or self.options.float_precision)
         self.float_precision = float_precision_used(core, self.options.device, requested)
         config["INFERENCE_PRECISION_HINT"] = self.float_precision
         if streams and self.float_precision == "f32":
@@ -249,12 +257,19 @@ class OpenVinoBackend(Backend):
         fmt = _input_format(ctx.qdq_path)
         _convert(ctx.qdq_path, "model", fmt, ctx.out_dir)
         _convert(ctx.fp32_path, "reference", fmt, ctx.out_dir, source_sha256=onnx_sha256(ctx.fp32_path))
+        payoff = _settle_payoff(ctx, fmt) if ctx.options.int8_payoff and ctx.options.device.upper() == "CPU" else None
+        cpu = read_cpu()
+        if payoff is None and ctx.options.int8_payoff and ctx.options.device.upper() == "CPU" and cpu.int8_dot_product is False and ctx.log:
+            ctx.log(f"INT8 payoff: not timed on {cpu.isa}: without VNNI/AMX the intel-cpu profile keeps INT8 with its stated "
+                    "speed allowance (min_speedup_without_vnni)")
         with OpenVinoRunner(ctx.out_dir / "model.xml", ctx.options) as runner:
             exec_precision = _int8_layer_share(runner.compiled)
             used = runner.float_precision
         info = {"device": ctx.options.device, "performance_hint": ctx.options.performance_hint, "int8_layers": exec_precision,
                 "float_precision": {"requested": ctx.options.float_precision, "used": used, "reference": "f32"}}
-        if used != ctx.options.float_precision and ctx.log:
+        if payoff is not None:
+            info["int8_payoff"] = payoff.to_dict()
+        if used != ctx.options.float_precision and ctx.log and not (payoff and payoff.float_precision == used):
             ctx.log(f"float regions run in {used}: {ctx.options.device} reports no {ctx.options.float_precision.upper()} capability")
         return BuiltArtifact(
             model="model.xml", reference="reference.fp32.xml",
@@ -275,6 +290,30 @@ class OpenVinoBackend(Backend):
 
     def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
         return OpenVinoRunner(model_path, options or OpenVinoOptions(), threads)
+
+
+def _settle_payoff(ctx: BuildContext, fmt: str) -> Any:
+    """Time the INT8 IR against the FP32 one here and keep float what does not pay (vitedge/backends/ov_payoff.py);
+    the float regions' precision it chose is stored in the IR's rt_info (``PRECISION_KEY``). None on an x86 CPU
+    without VNNI/AMX, where the intel-cpu profile keeps INT8 with its stated allowance (issue 47 item 2)."""
+    if read_cpu().int8_dot_product is False:  # AVX2: INT8 is known not to beat FP32 there; the profile's allowance stands
+        return None
+    ov = _ov()
+    model_xml = ctx.out_dir / "model.xml"
+    precision = float_precision_used(ov.Core(), ctx.options.device, ctx.options.float_precision)
+    run = PayoffRun(qdq=ctx.qdq_path, fp32=ctx.fp32_path, model_xml=model_xml, reference_xml=ctx.out_dir / "reference.fp32.xml",
+                    convert=lambda src: _convert(src, "model", fmt, ctx.out_dir), precision=precision, cpu=read_cpu().isa,
+                    batches=tuple(sorted({1, *(ctx.batch_sizes or ())})), log=ctx.log)
+    payoff = settle(run)
+    if payoff.float_precision and payoff.float_precision != precision:
+        model = ov.Core().read_model(str(model_xml))
+        model.set_rt_info(payoff.float_precision, PRECISION_KEY)
+        staged = ctx.out_dir / "model.staged.xml"
+        ov.save_model(model, str(staged), compress_to_fp16=False)
+        del model
+        staged.replace(model_xml)
+        staged.with_suffix(".bin").replace(model_xml.with_suffix(".bin"))
+    return payoff
 
 
 # role -> (IR stem, rt_info role, the ONNX file's name in the bundle)

@@ -18,18 +18,20 @@ made in ``ort_gemm_bias``.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-from vitedge.onnxutil import SessionSettings, cleanup, node_index, ort_session
+from vitedge.backends.float_layers import int8_layers, return_to_float
+from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio, timed_steps_line
+from vitedge.onnxutil import SessionSettings, node_index, ort_session
 from vitedge.swap import work_prefix
 
 _FLOAT_MATRIX = frozenset({"MatMul", "Gemm", "Conv", "FusedConv", "FusedMatMul", "FusedGemm", "NhwcFusedConv", "ConvTranspose"})
-_LAYERS = ("MatMul", "Gemm", "Conv")
 
 
 @dataclass(frozen=True)
@@ -72,44 +74,48 @@ def _float_weights(model: Any) -> dict[str, str]:
     return found
 
 
-def _dequantized(model: Any, dq: Any) -> np.ndarray:
-    from onnx import numpy_helper
-
-    inits = {t.name: t for t in model.graph.initializer}
-    q, s = numpy_helper.to_array(inits[dq.input[0]]).astype(np.float32), numpy_helper.to_array(inits[dq.input[1]]).astype(np.float32)
-    z = numpy_helper.to_array(inits[dq.input[2]]).astype(np.float32) if len(dq.input) > 2 and dq.input[2] else np.zeros_like(s)
-    axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
-    if s.ndim == 1 and s.size > 1:
-        shape = [1] * q.ndim
-        shape[axis] = s.size
-        s, z = s.reshape(shape), z.reshape(shape)
-    return ((q - z) * s).astype(np.float32)
-
-
 def keep_unpaid_float(model: Any, cpu: str) -> Int8Payoff:
     """Return to float, in place, every INT8 layer this machine's ONNX Runtime would run as a float kernel."""
-    from onnx import numpy_helper
-
     try:
         unpaid = _float_weights(model)
     except Exception as err:  # noqa: BLE001 - a graph ORT cannot optimize here is shipped as it is
         return Int8Payoff(cpu, (), f"unavailable: {str(err).splitlines()[0][:120] if str(err) else type(err).__name__}")
     if not unpaid:
         return Int8Payoff(cpu)
-    gr = node_index(model.graph.node)
-    kept = []
-    for node in [n for n in model.graph.node if n.op_type in _LAYERS and len(n.input) >= 2]:
-        dq = gr.producer.get(node.input[1])
-        if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in unpaid:
-            continue
-        weight = f"{node.name}/float_weight"
-        model.graph.initializer.append(numpy_helper.from_array(_dequantized(model, dq), weight))
-        node.input[1] = weight
-        x_dq = gr.producer.get(node.input[0])
-        q = gr.producer.get(x_dq.input[0]) if x_dq is not None and x_dq.op_type == "DequantizeLinear" else None
-        if q is not None and q.op_type == "QuantizeLinear":
-            node.input[0] = q.input[0]
-        kept.append({"name": node.name, "op_type": node.op_type,
-                     "why": f"ONNX Runtime runs it as a float {unpaid[dq.input[0]]} reading dequantized inputs"})
-    cleanup(model)
+    kept = return_to_float(model, lambda node, dq: (f"ONNX Runtime runs it as a float {unpaid[dq.input[0]]} reading "
+                                                    "dequantized inputs") if dq.input[0] in unpaid else None)
     return Int8Payoff(cpu, tuple(kept))
+
+
+def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[int, ...], cpu: str,
+                         timing: PayoffTiming = PayoffTiming()) -> dict[str, Any]:
+    """Time the onnx artifact against its FP32 reference here (``int8_timing``) at each batch size; when INT8 is
+    slower at any of them, the whole model goes back to float: ``model_path`` becomes the FP32 graph. Returns the
+    record (``steps``, ``whole_model_float``, ``control_noise``, and the layers kept float when it did)."""
+    import onnx
+
+    def runs(path: Path, batch: int) -> Callable[[], Any]:
+        session = ort_session(path, SessionSettings(threads=1, spinning=False))
+        inp = session.get_inputs()[0]
+        dims = [batch] + [d if isinstance(d, int) else 1 for d in inp.shape[1:]]
+        rng = np.random.default_rng(0)
+        x = rng.integers(0, 256, dims).astype(np.uint8) if "uint8" in inp.type else rng.standard_normal(dims).astype(np.float32)
+        return lambda: session.run(None, {inp.name: x})
+
+    ratios, noise = {}, 0.0
+    for b in batches:
+        ratios[b], control = interleaved_ratio(runs(reference_path, b), runs(reference_path, b), runs(model_path, b), timing, seed=b)
+        noise = max(noise, abs(control - 1.0))
+    steps = [{"step": "INT8", "ratios": ratios, "taken": True}]
+    record: dict[str, Any] = {"timed_on": cpu, "whole_model_float": False, "control_noise": round(noise, 4),
+                              "steps": [{"step": s["step"], "taken": s["taken"], "int8_over_fp32": {str(b): round(r, 4) for b, r in s["ratios"].items()}}
+                                        for s in steps]}
+    if max(ratios.values()) <= 1.0:
+        return record
+    model = onnx.load(str(model_path), load_external_data=False)
+    why = f"INT8 of the whole model is slower than FP32 in ONNX Runtime on {cpu} ({timed_steps_line(steps)})"
+    layers = set(int8_layers(model)) | {n.name for n in model.graph.node if n.domain == "com.microsoft" and n.op_type == "MatMulIntegerToFloat"}
+    record["whole_model_float"] = True
+    record["kept_float_whole"] = [{"name": n.name, "op_type": n.op_type, "why": why} for n in model.graph.node if n.name in layers]
+    shutil.copyfile(reference_path, model_path)
+    return record

@@ -1,0 +1,182 @@
+"""The targets that keep float what INT8 does not pay for, timed on the build machine (issue 47 item 2).
+
+What INT8 pays on a given machine is a timing, so these tests do not assert which way a decision goes: they pin
+what each decision leaves behind and how it is recorded. The rewrite itself (a layer back to float), the mapping
+from OpenVINO's runtime layer names to the Q/DQ graph's, and the records are checked on real graphs and runtimes.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from conftest import CALIB_DIR
+from onnx import TensorProto, helper, numpy_helper
+
+from vitedge.backends.float_layers import int8_layers, return_to_float
+from vitedge.backends.int8_timing import timed_steps_line
+from vitedge.backends.ov_payoff import OvPayoff, onnx_layer
+from vitedge.errors import UsageError
+from vitedge.onnxutil import SessionSettings, ort_session
+
+LAYOUTS_PY = Path(__file__).resolve().parents[1] / "helpers" / "vit_layouts.py"
+
+
+def _qdq_matmul(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """x -> Q -> DQ -> MatMul(DQ(int8 w), per-channel) -> y; returns (the float weight it dequantizes to, the scale)."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((8, 4)).astype(np.float32)
+    scale = (np.abs(w).max(axis=0) / 127).astype(np.float32)
+    q = np.clip(np.round(w / scale), -127, 127).astype(np.int8)
+    inits = [numpy_helper.from_array(q, "w_q"), numpy_helper.from_array(scale, "w_s"), numpy_helper.from_array(np.zeros(4, np.int8), "w_z"),
+             numpy_helper.from_array(np.array(0.05, np.float32), "x_s"), numpy_helper.from_array(np.array(128, np.uint8), "x_z")]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_s", "x_z"], ["x_q"], name="x_quant"),
+             helper.make_node("DequantizeLinear", ["x_q", "x_s", "x_z"], ["x_dq"], name="x_dequant"),
+             helper.make_node("DequantizeLinear", ["w_q", "w_s", "w_z"], ["w_dq"], name="w_dequant", axis=1),
+             helper.make_node("MatMul", ["x_dq", "w_dq"], ["y"], name="/block/fc/MatMul")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return (q.astype(np.float32) * scale).astype(np.float32), scale
+
+
+def test_a_layer_back_to_float_reads_the_unquantized_input_and_the_dequantized_weight(tmp_path):
+    weight, _ = _qdq_matmul(tmp_path / "g.onnx")
+    model = onnx.load(str(tmp_path / "g.onnx"))
+    assert list(int8_layers(model)) == ["/block/fc/MatMul"]
+    kept = return_to_float(model, lambda node, dq: "slower here" if node.name == "/block/fc/MatMul" else None)
+    assert kept == [{"name": "/block/fc/MatMul", "op_type": "MatMul", "why": "slower here"}]
+    assert not int8_layers(model) and {n.op_type for n in model.graph.node} == {"MatMul"}  # the Q/DQ pairs are gone
+    x = np.random.default_rng(1).standard_normal((3, 8)).astype(np.float32)
+    got = ort_session(model.SerializeToString(), SessionSettings()).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, x @ weight, rtol=1e-5, atol=1e-5)  # the weight INT8 used, the input unrounded
+
+
+def test_nothing_chosen_leaves_the_graph_as_it_was(tmp_path):
+    _qdq_matmul(tmp_path / "g.onnx")
+    model = onnx.load(str(tmp_path / "g.onnx"))
+    before = model.SerializeToString()
+    assert return_to_float(model, lambda node, dq: None) == [] and model.SerializeToString() == before
+
+
+@pytest.mark.parametrize("names, expected", [
+    (["/block/fc/MatMul/DequantizationMultiply", "/block/fc/Add"], "/block/fc/MatMul"),  # INT8 FC with its bias
+    (["/block/fc/MatMul"], "/block/fc/MatMul"),
+    (["/head/Gemm/WithoutBiases/DequantizationMultiply"], "/head/Gemm"),
+    (["/block/attn/MatMul_1"], None),  # a float attention MatMul: no INT8 layer of the Q/DQ graph
+])
+def test_openvino_runtime_layers_map_to_the_qdq_graphs_layers(names, expected):
+    assert onnx_layer(names, {"/block/fc/MatMul": 0, "/head/Gemm": 0}) == expected
+
+
+def test_ir_names_map_to_qdq_layers_on_a_real_conversion(tmp_path):
+    """Every INT8 FullyConnected of OpenVINO's runtime model of a real Q/DQ graph maps back to its ONNX layer."""
+    pytest.importorskip("openvino")
+    from vitedge.backends.openvino import _convert
+    from vitedge.backends.ov_payoff import _profiled, layer_outputs
+
+    _qdq_matmul(tmp_path / "g.onnx")
+    xml = _convert(tmp_path / "g.onnx", "model", "float-nchw", tmp_path)
+    import openvino as ov
+
+    model = ov.Core().read_model(str(xml))
+    model.reshape({model.inputs[0]: [2, 8]})
+    compiled = ov.Core().compile_model(model, "CPU", {"PERF_COUNT": "YES", "INFERENCE_NUM_THREADS": 1})
+    rows = _profiled((compiled, np.ones((2, 8), np.float32)), runs=2)
+    graph = onnx.load(str(tmp_path / "g.onnx"))
+    layers = int8_layers(graph)
+    # the layer that feeds the graph's output is named after the output tensor ("y") in OpenVINO's runtime model
+    assert [onnx_layer(names, layers, layer_outputs(graph, layers)) for names, _ms, is_int8 in rows if is_int8] == ["/block/fc/MatMul"]
+
+
+def test_records_say_what_was_tried_and_kept():
+    steps = ({"step": "INT8 (bf16 float regions)", "ratios": {1: 1.27, 8: 1.14}, "taken": True},
+             {"step": "INT8 (f32 float regions)", "ratios": {1: 1.08, 8: 0.84}, "taken": True},
+             {"step": "whole model float", "ratios": {1: 1.01, 8: 0.99}, "taken": True})
+    whole = OvPayoff("amx", steps, ({"name": "fc", "op_type": "MatMul", "why": "w"},), True, "f32", noise=0.03)
+    line = whole.one_line()
+    assert "the whole model is kept float" in line and "INT8 (bf16 float regions) 1.27/1.14" in line and "on amx" in line
+    record = whole.to_dict()
+    assert record["whole_model_float"] and record["float_precision"] == "f32" and record["control_noise"] == 0.03
+    assert record["steps"][1]["int8_over_fp32"] == {"1": 1.08, "8": 0.84} and record["kept_float"][0]["name"] == "fc"
+    pays = OvPayoff("amx", ({"step": "INT8 (f32 float regions)", "ratios": {1: 0.7, 8: 0.5}, "taken": True},))
+    assert pays.one_line() == "INT8 payoff: INT8 pays on OpenVINO on amx (INT8/FP32 time b1 0.70, b8 0.50)"
+    assert timed_steps_line(list(steps[:2])) == "INT8 (bf16 float regions) 1.27/1.14, INT8 (f32 float regions) 1.08/0.84"
+
+
+@pytest.mark.parametrize("backend", ["openvino", "onnxruntime"])
+def test_int8_payoff_option_must_be_a_boolean(backend):
+    if backend == "openvino":
+        from vitedge.backends.openvino import OpenVinoOptions as Options
+    else:
+        from vitedge.backends.onnxruntime import OnnxRuntimeOptions as Options
+    with pytest.raises(UsageError, match="int8_payoff must be true or false"):
+        Options(int8_payoff="yes")
+
+
+@pytest.mark.skipif(not CALIB_DIR.is_dir(), reason="calibration/digits is not in this checkout")
+def test_build_ships_what_its_payoff_record_says(tmp_path):
+    """`vitedge build --target onnx --target intel-cpu` of a small ViT: each target's record has the INT8/FP32 ratio
+    it measured at batch 1 and 8, and the shipped artifact is what the record says (whole model float: no INT8
+    layer runs; layers kept float: none of them reads an int8 weight; otherwise INT8 layers run)."""
+    pytest.importorskip("openvino")
+    from vitedge.app.build import BuildRequest, run_build
+    from vitedge.budget import BudgetSettings
+    from vitedge.cpu import read_cpu
+    from vitedge.manifest import read_manifest
+    from vitedge.models.intake import IntakeOptions
+    from vitedge.ui import StageLog
+    from vitedge.validation.reference_cache import ReferenceCacheSettings
+
+    spec = importlib.util.spec_from_file_location("vit_layouts", LAYOUTS_PY)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    torch.manual_seed(0)
+    kwargs = {"dim": 32, "depth": 2, "heads": 2, "channels": 1}
+    torch.save(mod.EncoderViT(**kwargs).eval().state_dict(), tmp_path / "enc.pt")
+    intake = IntakeOptions(model_class=f"{LAYOUTS_PY}:EncoderViT", model_kwargs=kwargs)
+    results = run_build(BuildRequest(model=tmp_path / "enc.pt", targets=("onnx", "intel-cpu"), calib=CALIB_DIR, calib_size=16,
+                                     out=tmp_path / "out", intake=intake, cache=ReferenceCacheSettings(root=tmp_path / "cache"),
+                                     measure_speed=False, budget=BudgetSettings(enabled=False)), StageLog(quiet=True))
+    for result in results:
+        manifest = read_manifest(result.bundle)
+        if manifest.target["backend"] == "openvino" and read_cpu().int8_dot_product is False:
+            assert "int8_payoff" not in manifest.backend_info  # AVX2: the profile's allowance, not timed
+            continue
+        record = manifest.backend_info["int8_payoff"]
+        assert manifest.quantization["int8_payoff"] == record
+        timed = record["timed"] if manifest.target["backend"] == "onnxruntime" else record
+        assert set(timed["steps"][0]["int8_over_fp32"]) == {"1", "8"} and timed["control_noise"] >= 0
+        assert (timed["timed_on"] if timed is not record else record["cpu"]) == read_cpu().isa
+        whole = timed["whole_model_float"]
+        shipped = onnx.load(str(result.bundle / "model.int8.onnx"))
+        still_int8 = set(int8_layers(shipped)) | {n.name for n in shipped.graph.node if n.op_type == "MatMulIntegerToFloat"}
+        assert not (still_int8 & {k["name"] for k in record["kept_float"]})
+        assert (manifest.backend_info["int8_layers"]["int8"] == 0) == whole
+        if whole:
+            assert not still_int8 and record["kept_float"]
+        report = (result.bundle / "report.md").read_text()
+        assert ("kept float where INT8 does not pay" in report) == bool(record["kept_float"])
+        json.dumps(record)  # the record is plain JSON
+
+
+def test_a_slow_graph_is_timed_briefly():
+    """A graph slower than ``slow_call`` per run gets one timed run per round and 2 rounds (no minutes per batch
+    size on a large model): counted in calls, not in time."""
+    from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio
+
+    calls = {"fp32": 0, "control": 0, "int8": 0}
+
+    def graph(key):
+        def run():
+            calls[key] += 1
+            sum(range(20000))  # some CPU time, far above slow_call=0
+        return run
+
+    interleaved_ratio(graph("fp32"), graph("control"), graph("int8"), PayoffTiming(slow_call=0.0, clear_margin=0.0))
+    assert calls == {"fp32": 4, "control": 4, "int8": 4}  # 2 first runs + 2 rounds of 1, no untimed runs

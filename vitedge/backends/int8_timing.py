@@ -1,0 +1,88 @@
+"""INT8 against FP32 time on the build machine, robust to a loaded machine (issue 47 item 2).
+
+The targets that decide by timing whether INT8 pays (``ov_payoff`` for intel-cpu, ``onnxruntime`` for onnx) time
+their INT8 artifact against its FP32 reference here, interleaved, with one inference thread, by the calling thread's
+CPU time, taking a low percentile (``PayoffTiming``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from vitedge.signals import raise_if_interrupted
+
+
+@dataclass(frozen=True)
+class PayoffTiming:
+    """How long the INT8/FP32 timing may run per batch size, and how it reads the times.
+
+    What is timed is the work of one inference: each graph opened for one thread, which OpenVINO and ONNX Runtime
+    then run in the calling thread, timed by that thread's CPU time (``time.thread_time``). On a loaded machine wall time measures the other
+    processes too (on 2 cores shared by ~18 runnable processes, two compiles of the same FP32 IR differed by up to 45 %
+    in wall time at 2 threads, by under 5 % in CPU time at one thread; at ~30 runnable processes the one-thread
+    control still moved by up to ~50 %, which the control reports). It does not see how the graphs scale over
+    threads. A loaded machine still stretches some runs (cold caches after a switch), never shortens one: the
+    figure of each graph is a low percentile of its runs, not the median. Graphs run in a new random order each
+    round, so no graph always follows the same one. A second copy of the FP32 IR is timed as if it were another
+    graph (the control): its ratio to FP32, ideally 1, says how far this machine's noise moves a ratio, and a step
+    that improves INT8 by less than that is not taken."""
+
+    min_rounds: int = 6
+    max_rounds: int = 40
+    per_round: int = 4  # timed runs of each graph per round, after one untimed run at each switch
+    seconds: float = 3.0  # stop after min_rounds once this much time went into one batch size
+    clear_margin: float = 0.75  # after min_rounds, INT8 this far below FP32 needs no more rounds
+    percentile: float = 10.0
+    # A graph whose one-thread run takes longer than this (ViT-B/16 at batch 8: seconds) is timed with one run per
+    # round and no untimed one, and the timing stops after 2 rounds, or after ``slow_seconds`` in all: a large model
+    # must not spend minutes here (its INT8 pays by far on the CPUs measured so far, docs/cpu-targets.md).
+    slow_call: float = 0.05
+    slow_seconds: float = 30.0
+
+
+def interleaved_ratio(fp32: Callable[[], Any], control: Callable[[], Any], int8: Callable[[], Any],
+                      timing: PayoffTiming, seed: int = 0) -> tuple[float, float]:
+    """(INT8/FP32, control/FP32): each graph's ``timing.percentile`` percentile of its timed runs, the three graphs
+    run in a new random order each round, each starting with one untimed run (slow graphs: see ``PayoffTiming``)."""
+    runs = {"fp32": fp32, "control": control, "int8": int8}
+    samples: dict[str, list[float]] = {k: [] for k in runs}
+    rng = np.random.default_rng(seed)
+    start, rounds = time.perf_counter(), 0
+
+    def ratio(key: str) -> float:
+        return float(np.percentile(samples[key], timing.percentile) / np.percentile(samples["fp32"], timing.percentile))
+
+    first = []
+    for f in runs.values():
+        f()  # first runs carry one-time setup: the second one says how long a run takes
+        t0 = time.thread_time()
+        f()
+        first.append(time.thread_time() - t0)
+    slow = max(first) > timing.slow_call
+    per_round, min_rounds = (1, 2) if slow else (timing.per_round, timing.min_rounds)
+    while rounds < timing.max_rounds:
+        for key in rng.permutation(list(runs)):
+            f = runs[str(key)]
+            if not slow:
+                f()
+            for _ in range(per_round):
+                t0 = time.thread_time()
+                f()
+                samples[str(key)].append(time.thread_time() - t0)
+        rounds += 1
+        raise_if_interrupted()
+        spent = time.perf_counter() - start
+        if slow and (rounds >= min_rounds or spent >= timing.slow_seconds):
+            break
+        if rounds >= min_rounds and (ratio("int8") <= timing.clear_margin or spent >= timing.seconds):
+            break
+    return ratio("int8"), ratio("control")
+
+
+def timed_steps_line(steps: list[dict[str, Any]]) -> str:
+    """``step b1/b8, ...``: each step tried with its INT8/FP32 ratios."""
+    return ", ".join(f"{s['step']} " + "/".join(f"{r:.2f}" for _, r in sorted(s["ratios"].items())) for s in steps)
