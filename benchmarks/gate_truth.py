@@ -164,7 +164,8 @@ def truth_of(ref: np.ndarray, got: np.ndarray, labels: np.ndarray, limit: float)
     drop = 100.0 * (float(np.mean(rp == labels)) - float(np.mean(gp == labels)))
     decisive = fp32_margins(ref) >= DEFAULT_NEAR_TIE_MARGIN
     dec = float(np.mean(rp[decisive] == gp[decisive])) if decisive.any() else 1.0
-    kind = "bad" if drop > limit + 0.5 or dec < 0.99 else "good" if drop <= limit and dec >= 0.995 else "between"
+    eps = 1e-9  # a drop is a multiple of 100/4000 points: 28 images of 4,000 are 0.7 points, not more (float rounding)
+    kind = "bad" if drop > limit + 0.5 + eps or dec < 0.99 else "good" if drop <= limit + eps and dec >= 0.995 else "between"
     return {"drop": drop, "decisive_agreement": dec, "decisive_images": int(decisive.sum()), "agreement": float(np.mean(rp == gp)),
             "kind": kind}
 
@@ -181,7 +182,7 @@ def gate_once(ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None, probe
     acc = run.accuracy_of(Outputs(ref, labels), Outputs(got, labels), "logits", t, "gate-truth", lambda _m: None)
     if run._probe_needed(acc, t, lambda *_: SimpleNamespace(input_format=None), None):
         acc["fp32_preprocessing_probe"] = preprocessing_probe(ref, probes, labels)
-    rows = [r for r in run.evaluate_gate(acc, None, None, t) if r.name in ("max_top1_drop", "min_agreement", "min_decisive_agreement")]
+    rows = [r for r in run.evaluate_gate(acc, None, None, t) if r.name not in ("min_speedup", "max_p99_ms")]  # the accuracy rows
     return all(r.passed for r in rows), ",".join(r.name for r in rows if not r.passed)
 
 
