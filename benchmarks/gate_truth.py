@@ -261,7 +261,7 @@ def _frac(c: list[int]) -> str:
 def markdown(after: dict[str, Any], before: dict[str, Any] | None, header: str) -> str:
     lines = [header, "", "## False passes and false fails, per gate run (one run = one subset of the gate pool)", "",
              "| gate | labels | false passes (truth bad) | false fails (truth good) | wrong `--mean` passed |", "|---|---|---:|---:|---:|"]
-    for label, doc in (("before (main)", before), ("this gate", after)):
+    for label, doc in (("before", before), ("this gate", after)):
         if doc is None:
             continue
         for g, c in doc["rates"].items():
@@ -313,7 +313,7 @@ def write_results(work: Path) -> None:
               f"others, a gate pool of the remaining 3,000-5,000 cut into disjoint subsets of {', '.join(str(s) for s in SIZES)} (each "
               f"subset gated with its labels and without). Thresholds: the onnx profile's (max_top1_drop {t['max_top1_drop']:g} points, "
               f"min_agreement {t['min_agreement']:g}, min_decisive_agreement {t.get('min_decisive_agreement')}, near_tie_margin "
-              f"{t['near_tie_margin']:g}, drop_confidence {t['drop_confidence']:g}). max_expected_drop "
+              f"{t['near_tie_margin']:g}, drop_confidence {t['drop_confidence']:g}, max_expected_drop "
               f"{t['max_top1_drop'] + 0.5:g} points). *Before* is the gate this one was changed from (`--gate-from`), judged on the same "
               "stored logits; *truth bad* compares drops with a 1e-9 tolerance (28 of 4,000 images is 0.7 points, not more).")
     text = markdown(after, before, header)
