@@ -112,7 +112,7 @@ def test_build_runs_the_same_validation_and_reports(built_bundle):
     assert manifest.validation["schema"] == doc["schema"] and manifest.validation["gate"] == doc["gate"]
     assert "report/validation.json" in (built_bundle / "report.md").read_text()
     _, cases = _junit(built_bundle / "report" / "junit.xml")
-    assert len(cases) == len(doc["gate"]) == 4  # the onnx profile sets no max_p99_ms
+    assert len(cases) == len(doc["gate"]) == 5  # the onnx profile sets no max_p99_ms (rows: drop, agreement, decisive, expected drop, speed)
 
 
 def test_default_data_is_the_set_recorded_at_build_time(bundle, capsys):
