@@ -418,7 +418,7 @@ def _probe_needed(accuracy: dict[str, Any], t: Thresholds, runner, reference_pat
         return False
     if (accuracy.get("top1_agreement") or 1.0) >= t.min_agreement:
         return False
-    rows = [_drop_row(accuracy, t), _agreement_row(accuracy, t), _decisive_row(accuracy, t)]
+    rows = [_drop_row(accuracy, t), _agreement_row(accuracy, t), _decisive_row(accuracy, t), _expected_drop_row(accuracy, t)]
     if not all(r.passed for r in rows):
         return False
     return getattr(runner("fp32", reference_path), "input_format", None) != UINT8_NHWC_RGB
