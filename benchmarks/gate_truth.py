@@ -164,7 +164,8 @@ def truth_of(ref: np.ndarray, got: np.ndarray, labels: np.ndarray, limit: float)
     drop = 100.0 * (float(np.mean(rp == labels)) - float(np.mean(gp == labels)))
     decisive = fp32_margins(ref) >= DEFAULT_NEAR_TIE_MARGIN
     dec = float(np.mean(rp[decisive] == gp[decisive])) if decisive.any() else 1.0
-    kind = "bad" if drop > limit + 0.5 or dec < 0.99 else "good" if drop <= limit and dec >= 0.995 else "between"
+    eps = 1e-9  # a drop is a multiple of 100/4000 points: 28 images of 4,000 are 0.7 points, not more (float rounding)
+    kind = "bad" if drop > limit + 0.5 + eps or dec < 0.99 else "good" if drop <= limit + eps and dec >= 0.995 else "between"
     return {"drop": drop, "decisive_agreement": dec, "decisive_images": int(decisive.sum()), "agreement": float(np.mean(rp == gp)),
             "kind": kind}
 
@@ -181,7 +182,7 @@ def gate_once(ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None, probe
     acc = run.accuracy_of(Outputs(ref, labels), Outputs(got, labels), "logits", t, "gate-truth", lambda _m: None)
     if run._probe_needed(acc, t, lambda *_: SimpleNamespace(input_format=None), None):
         acc["fp32_preprocessing_probe"] = preprocessing_probe(ref, probes, labels)
-    rows = [r for r in run.evaluate_gate(acc, None, None, t) if r.name in ("max_top1_drop", "min_agreement", "min_decisive_agreement")]
+    rows = [r for r in run.evaluate_gate(acc, None, None, t) if r.name not in ("min_speedup", "max_p99_ms")]  # the accuracy rows
     return all(r.passed for r in rows), ",".join(r.name for r in rows if not r.passed)
 
 
@@ -260,7 +261,7 @@ def _frac(c: list[int]) -> str:
 def markdown(after: dict[str, Any], before: dict[str, Any] | None, header: str) -> str:
     lines = [header, "", "## False passes and false fails, per gate run (one run = one subset of the gate pool)", "",
              "| gate | labels | false passes (truth bad) | false fails (truth good) | wrong `--mean` passed |", "|---|---|---:|---:|---:|"]
-    for label, doc in (("before (main)", before), ("this gate", after)):
+    for label, doc in (("before", before), ("this gate", after)):
         if doc is None:
             continue
         for g, c in doc["rates"].items():
@@ -312,8 +313,9 @@ def write_results(work: Path) -> None:
               f"others, a gate pool of the remaining 3,000-5,000 cut into disjoint subsets of {', '.join(str(s) for s in SIZES)} (each "
               f"subset gated with its labels and without). Thresholds: the onnx profile's (max_top1_drop {t['max_top1_drop']:g} points, "
               f"min_agreement {t['min_agreement']:g}, min_decisive_agreement {t.get('min_decisive_agreement')}, near_tie_margin "
-              f"{t['near_tie_margin']:g}, drop_confidence {t['drop_confidence']:g}). *Before* is the gate of main before issue 43, "
-              "judged on the same stored logits.")
+              f"{t['near_tie_margin']:g}, drop_confidence {t['drop_confidence']:g}, max_expected_drop "
+              f"{t['max_top1_drop'] + 0.5:g} points). *Before* is the gate this one was changed from (`--gate-from`), judged on the same "
+              "stored logits; *truth bad* compares drops with a 1e-9 tolerance (28 of 4,000 images is 0.7 points, not more).")
     text = markdown(after, before, header)
     stem = f"gate_truth_{cpu.isa}"
     (RESULTS / f"{stem}.md").write_text(text)
@@ -329,7 +331,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/vitedge-gate-truth"), help="writable: splits, graphs, stored logits")
     ap.add_argument("--outputs-only", action="store_true", help="build and run the variants; judge nothing")
     ap.add_argument("--judge-only", action="store_true", help="judge the stored logits with the vitedge on PYTHONPATH")
-    ap.add_argument("--label", default="after", help="the name of this judgement (before: main's gate)")
+    ap.add_argument("--label", default="after", help="the name of this judgement (before: the gate it is compared with)")
     ap.add_argument("--decisive-limit", type=float, help="judge with this min_decisive_agreement (default: the profile's)")
     ap.add_argument("--gate-from", type=Path, help="judge with the vitedge of this checkout (e.g. main before the change, --label before)")
     args = ap.parse_args()

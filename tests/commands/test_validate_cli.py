@@ -44,7 +44,8 @@ def test_validate_passes_and_writes_every_report(bundle, capsys, monkeypatch, tm
     assert doc["artifact"]["bytes"] == (bundle / "model.int8.onnx").stat().st_size
     assert doc["memory"]["peak_rss_bytes"] > 0
     assert [(r["name"], r["status"]) for r in doc["gate"]] == [("max_top1_drop", "pass"), ("min_agreement", "pass"),
-                                                               ("min_decisive_agreement", "pass"), ("min_speedup", "skip")]
+                                                               ("min_decisive_agreement", "pass"), ("max_expected_drop", "pass"),
+                                                               ("min_speedup", "skip")]
 
     # per-layer sensitivity: every INT8 layer once, ranked worst first, on ONNX Runtime
     sens = doc["sensitivity"]
@@ -60,8 +61,9 @@ def test_validate_passes_and_writes_every_report(bundle, capsys, monkeypatch, tm
           f"floor {sens['baseline'][sens['metric']]:.2e}")
 
     suite, cases = _junit(report / "junit.xml")
-    assert [c.get("name") for c in cases] == ["max_top1_drop", "min_agreement", "min_decisive_agreement", "min_speedup"]
-    assert suite.get("tests") == "4" and suite.get("failures") == "0" and suite.get("skipped") == "1"
+    assert [c.get("name") for c in cases] == ["max_top1_drop", "min_agreement", "min_decisive_agreement", "max_expected_drop",
+                                               "min_speedup"]
+    assert suite.get("tests") == "5" and suite.get("failures") == "0" and suite.get("skipped") == "1"
     md = (report / "summary.md").read_text()
     assert "PASS" in md and "Most sensitive layers" in md
     assert summary.read_text().strip() == md.strip()
@@ -91,7 +93,7 @@ def test_unmeetable_thresholds_fail_with_one_line_naming_each(bundle, capsys, tm
         print(f"batch {b}: INT8 p50 {s['p50_ms']:.3f} ms p99 {s['p99_ms']:.3f} ms over {s['iterations']} iterations "
               f"(stable {s['stable']}); speedup {lat['speedup'][b]:.2f}x")
     suite, cases = _junit(report / "junit.xml")
-    assert suite.get("tests") == "5" and suite.get("failures") == "2"  # min_decisive_agreement is a row of its own
+    assert suite.get("tests") == "6" and suite.get("failures") == "2"  # min_decisive_agreement and max_expected_drop are rows of their own
     failed = {c.get("name"): c.find("failure") for c in cases if c.find("failure") is not None}
     assert set(failed) == {"min_speedup", "max_p99_ms"}
     assert "over by" in failed["max_p99_ms"].get("message")
@@ -110,7 +112,7 @@ def test_build_runs_the_same_validation_and_reports(built_bundle):
     assert manifest.validation["schema"] == doc["schema"] and manifest.validation["gate"] == doc["gate"]
     assert "report/validation.json" in (built_bundle / "report.md").read_text()
     _, cases = _junit(built_bundle / "report" / "junit.xml")
-    assert len(cases) == len(doc["gate"]) == 4  # the onnx profile sets no max_p99_ms
+    assert len(cases) == len(doc["gate"]) == 5  # the onnx profile sets no max_p99_ms (rows: drop, agreement, decisive, expected drop, speed)
 
 
 def test_default_data_is_the_set_recorded_at_build_time(bundle, capsys):

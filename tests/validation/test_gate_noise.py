@@ -61,8 +61,11 @@ def _gate(ref, got, labels, t=GATE):
     return acc, rows
 
 
+ACCURACY_ROWS = ("max_top1_drop", "min_agreement", "min_decisive_agreement", "max_expected_drop")
+
+
 def _accuracy_passed(rows) -> bool:
-    return all(rows[n].passed for n in ("max_top1_drop", "min_agreement", "min_decisive_agreement"))
+    return all(rows[n].passed for n in ACCURACY_ROWS)
 
 
 def test_exact_interval_and_test_match_known_values():
@@ -391,3 +394,43 @@ def test_a_wrong_mean_is_refused_by_the_fp32_preprocessing_probe():
     detail = rows["min_agreement"].detail
     assert acc["top1_agreement"] < 0.995 and not rows["min_agreement"].passed
     assert "\n" not in detail and "check --mean/--std" in detail
+
+
+
+def test_near_tie_flips_that_all_go_the_losing_way_fail_the_expected_drop():
+    """A low-margin model whose INT8 graph flips 15 % of its images, all below the decisive margin but far from ties
+    (FP32 about 75 % vs 25 % on them): no decisive flip, yet under FP32's own probabilities each flip costs half a
+    correct answer, about 7 points in all. max_expected_drop fails it, labels or not, in one line."""
+    rng = np.random.default_rng(5)
+    n, classes = 600, 10
+    ref = rng.normal(0.0, 0.3, size=(n, classes)).astype(np.float32)
+    a = rng.integers(0, classes, size=n)
+    rows_all = np.arange(n)
+    soft = rng.random(n) < 0.5
+    ref[rows_all, a] = 6.0
+    ref[rows_all, (a + 1) % classes] = np.where(soft, 6.0 - np.log(3.0), 1.0)  # soft: top-2 probabilities ~0.74 / 0.25
+    got = _flip(ref, soft & (np.cumsum(soft) <= 90))
+    for lab in (a, None):
+        acc, rows = _gate(ref, got, lab)
+        assert acc["decisive_samples"] >= 250 and acc["decisive_flips"] == 0 and rows["min_decisive_agreement"].passed
+        row = rows["max_expected_drop"]
+        assert acc["expected_drop_points"] > 5 and row.status == "fail" and row.value > row.limit == pytest.approx(0.7)
+        assert "\n" not in row.detail and "losing way" in row.detail
+
+
+def test_the_expected_drop_row_judges_its_upper_bound_not_the_point():
+    """The row's value is the one-sided 95 % upper bound of the mean per-image cost (FP32's probability of its class
+    minus that of INT8's), computed here by hand."""
+    from vitedge.validation.noise import EXPECTED_DROP_Z, near_ties
+
+    ref, _, tie = _logits(1000, 0.3)
+    got = _flip(ref, tie & (np.cumsum(tie) <= 30))
+    nt = near_ties(ref, got, 0.5)
+    p = np.exp(ref.astype(np.float64) - ref.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    cost = p[np.arange(1000), ref.argmax(1)] - p[np.arange(1000), got.argmax(1)]
+    assert nt["expected_drop_points"] == pytest.approx(100 * cost.mean(), rel=1e-5)
+    bound = 100 * (cost.mean() + EXPECTED_DROP_Z * cost.std(ddof=1) / np.sqrt(1000))
+    assert nt["expected_drop_points_upper"] == pytest.approx(bound, rel=1e-5) and bound > nt["expected_drop_points"]
+    _, rows = _gate(ref, got, None)
+    assert rows["max_expected_drop"].value == pytest.approx(nt["expected_drop_points_upper"]) and rows["max_expected_drop"].passed

@@ -17,7 +17,7 @@ from vitedge.validation.gate import FAIL, PASS, SKIP, GateRow
 
 # the rows an embedding model adds to the gate, in order (after min_agreement, before min_speedup)
 EMBEDDING_GATE_NAMES = ("min_embedding_cosine", "min_embedding_cosine_low", "min_nn_agreement")
-ACCURACY_GATE_NAMES = ("max_top1_drop", "min_agreement", "min_decisive_agreement") + EMBEDDING_GATE_NAMES  # what the budget applies
+ACCURACY_GATE_NAMES = ("max_top1_drop", "min_agreement", "min_decisive_agreement", "max_expected_drop") + EMBEDDING_GATE_NAMES  # what the budget applies
 
 
 def agreement_skip_row(t: Thresholds) -> GateRow:

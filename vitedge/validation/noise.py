@@ -134,6 +134,10 @@ def discordant_interval(lost: int, gained: int, total: int, confidence: float) -
     return [scale * (2.0 * lo_pi - 1.0), scale * (2.0 * hi_pi - 1.0)], binom_sf(lost, n, 0.5)
 
 
+EXPECTED_DROP_Z = 1.645  # one-sided 95 % (normal approximation of the mean of the per-image costs)
+EXPECTED_DROP_SLACK = 0.5  # points: max_expected_drop = max_top1_drop + this (docs/gate.md)
+
+
 def near_ties(ref: np.ndarray, got: np.ndarray, margin: float) -> dict[str, Any]:
     """Agreement on the images where FP32 is decisive, the flips on near-ties, and the expected top-1
     drop under FP32's own probabilities."""
@@ -143,7 +147,10 @@ def near_ties(ref: np.ndarray, got: np.ndarray, margin: float) -> dict[str, Any]
     decisive = gaps >= margin
     p = softmax(ref)
     rows = np.arange(len(ref))
-    expected = float(np.sum(p[rows, ref_pred] - p[rows, got_pred])) / max(len(ref), 1)
+    costs = p[rows, ref_pred] - p[rows, got_pred]
+    expected = float(np.sum(costs)) / max(len(ref), 1)
+    # one-sided 95 % upper bound: the mean of the per-image costs plus EXPECTED_DROP_Z standard errors
+    spread = float(np.std(costs, ddof=1)) / math.sqrt(len(ref)) if len(ref) > 1 else 0.0
     n_decisive = int(decisive.sum())
     return {
         "near_tie_margin": float(margin),
@@ -152,6 +159,7 @@ def near_ties(ref: np.ndarray, got: np.ndarray, margin: float) -> dict[str, Any]
         "decisive_flips": int(np.sum(flips & decisive)),
         "near_tie_flips": int(np.sum(flips & ~decisive)),
         "expected_drop_points": 100.0 * expected,
+        "expected_drop_points_upper": 100.0 * (expected + EXPECTED_DROP_Z * spread),
         "fp32_margin_median": float(np.median(gaps)) if len(gaps) else None,
     }
 

@@ -77,6 +77,7 @@ SENSITIVITY_KEYS = ("runtime", "method", "samples", "output_kind", "metric", "ba
 SENSITIVITY_LAYER_KEYS = ("rank", "name", "kind", "op_type", "mse", "cosine", "one_minus_cosine")
 GATE_NAMES = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms")
 DECISIVE_GATE_NAME = "min_decisive_agreement"  # classifiers, after min_agreement (docs/gate.md)
+EXPECTED_DROP_GATE_NAME = "max_expected_drop"  # classifiers, after min_decisive_agreement
 # an embedding model's rows between min_agreement and min_speedup (min_nn_agreement only when set)
 EMBEDDING_GATE_NAMES = ("min_embedding_cosine", "min_embedding_cosine_low", "min_nn_agreement")
 STATUSES = ("pass", "fail", "skip")
@@ -134,8 +135,9 @@ def _gate_problems(doc: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
     acc = doc.get("accuracy")
     embedding = isinstance(acc, dict) and acc.get("output_kind") == "embedding"
     base = list(GATE_NAMES[:2]) + (list(EMBEDDING_GATE_NAMES[:2]) if embedding else [])
-    # encoders may add min_nn_agreement; classifiers min_decisive_agreement (reports written before it have none)
-    optional = ([], ["min_nn_agreement"]) if embedding else ([], [DECISIVE_GATE_NAME])
+    # encoders may add min_nn_agreement; classifiers min_decisive_agreement, then max_expected_drop (reports written
+    # before them have none)
+    optional = ([], ["min_nn_agreement"]) if embedding else ([], [DECISIVE_GATE_NAME], [DECISIVE_GATE_NAME, EXPECTED_DROP_GATE_NAME])
     allowed = [base + extra + ["min_speedup"] + p99 for extra in optional for p99 in ([], ["max_p99_ms"])]
     if names not in allowed:
         problems.append(f"gate rows are {names}, expected {base + list(GATE_NAMES[2:3])} (and max_p99_ms when set)")

@@ -31,6 +31,7 @@ from vitedge.validation.gate import FAIL, PASS, SKIP, GateRow  # noqa: F401 - re
 from vitedge.validation.inputs import feed_for
 from vitedge.validation import passes, per_sample
 from vitedge.validation.noise import (
+    EXPECTED_DROP_SLACK,
     MIN_DECISIVE,
     allowed_flips,
     decisive_judged,
@@ -58,7 +59,8 @@ from vitedge.validation.reference_cache import (
 )
 from vitedge.validation.sanity import fp32_warnings
 
-THRESHOLD_NAMES = ("max_top1_drop", "min_agreement", "min_decisive_agreement", "min_embedding_cosine", "min_embedding_cosine_low",
+THRESHOLD_NAMES = ("max_top1_drop", "min_agreement", "min_decisive_agreement", "max_expected_drop",
+                   "min_embedding_cosine", "min_embedding_cosine_low",
                    "min_nn_agreement", "min_speedup", "max_p99_ms")  # min_decisive_agreement only for classifiers, the embedding
 # rows only for encoders (vitedge.validation.embedding_gate)
 
@@ -108,7 +110,7 @@ def evaluate_gate(accuracy: dict[str, Any], speedup: float | None, p99_ms: float
     if accuracy.get("output_kind") == "embedding":
         middle = [agreement_skip_row(t), *embedding_rows(accuracy, t)]
     else:
-        middle = [_agreement_row(accuracy, t), _decisive_row(accuracy, t)]
+        middle = [_agreement_row(accuracy, t), _decisive_row(accuracy, t), _expected_drop_row(accuracy, t)]
     return [drop, *middle, *_speed_rows(speedup, p99_ms, t)]
 
 
@@ -184,6 +186,26 @@ def _decisive_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
               + f"; {accuracy['near_tie_flips']} near-tie flips, expected drop under FP32's probabilities "
               f"{accuracy['expected_drop_points']:.2f} points")
     return GateRow(name, value, limit, ok, detail, PASS if ok else FAIL, "fraction", short)
+
+
+def _expected_drop_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
+    """max_expected_drop: the 95 % upper bound of the expected top-1 drop under FP32's own probabilities (label-free:
+    each flip costs FP32's probability of its class minus that of the class INT8 chose) within max_top1_drop +
+    EXPECTED_DROP_SLACK points. Judged wherever the decisive row judges, labels or not: near-tie flips that all go
+    the losing way add up here, where no single one is decisive (docs/gate.md)."""
+    name, limit = "max_expected_drop", t.max_top1_drop + EXPECTED_DROP_SLACK
+    bound = accuracy.get("expected_drop_points_upper")
+    if t.near_tie_margin <= 0 or bound is None or not decisive_judged(accuracy, t.near_tie_margin):
+        why = ("near_tie_margin 0 (the plain gate: min_agreement counts every flip)" if t.near_tie_margin <= 0 else
+               f"FP32 is decisive on only {int(accuracy.get('decisive_samples') or 0)} images (fewer than {MIN_DECISIVE}): "
+               "min_agreement judges every flip instead")
+        return GateRow(name, bound, limit, True, f"not checked: {why}", SKIP, "points")
+    over = bound - limit
+    ok = over <= 1e-9
+    detail = (f"expected top-1 drop under FP32's probabilities {accuracy['expected_drop_points']:.2f} points, 95% upper bound "
+              f"{bound:.2f} (limit {limit:g}: max_top1_drop {t.max_top1_drop:g} + {EXPECTED_DROP_SLACK:g}; {accuracy['samples']} images)"
+              + ("" if ok else f", over by {over:.2f} points: INT8's flips go the losing way"))
+    return GateRow(name, bound, limit, ok, detail, PASS if ok else FAIL, "points", over)
 
 
 AT_CHANCE_TEXT = "; FP32 itself is at chance on the labels, so they say little about INT8's loss"
@@ -396,7 +418,7 @@ def _probe_needed(accuracy: dict[str, Any], t: Thresholds, runner, reference_pat
         return False
     if (accuracy.get("top1_agreement") or 1.0) >= t.min_agreement:
         return False
-    rows = [_drop_row(accuracy, t), _agreement_row(accuracy, t), _decisive_row(accuracy, t)]
+    rows = [_drop_row(accuracy, t), _agreement_row(accuracy, t), _decisive_row(accuracy, t), _expected_drop_row(accuracy, t)]
     if not all(r.passed for r in rows):
         return False
     return getattr(runner("fp32", reference_path), "input_format", None) != UINT8_NHWC_RGB
