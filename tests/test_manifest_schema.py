@@ -22,11 +22,11 @@ def _recorded() -> dict:
 def test_the_v1_bundle_manifest_loads_and_validates():
     manifest = read_manifest(FIXTURE)  # schema prefix, required sections, field types, contained paths
     assert manifest.schema == SCHEMA == "vitedge.manifest/1"
-    assert manifest.target["name"] == "intel-cpu" and manifest.target["backend"] == "openvino"
+    assert manifest.target.name == "intel-cpu" and manifest.target.backend == "openvino"
     assert manifest.spec.image_size == tuple(_recorded()["model"]["spec"]["image_size"])
-    assert manifest.artifacts["model"] == "model.xml" and manifest.artifacts["built"] is True
+    assert manifest.artifacts.model == "model.xml" and manifest.artifacts.built is True
     assert manifest.validation["schema"] == "vitedge.validation/1" and manifest.validation["passed"] is True
-    assert manifest.quantization["budget"]["status"] in ("int8", "fallback", "off")
+    assert manifest.quantization.budget["status"] in ("int8", "fallback", "off")
     assert set(manifest.files) >= {"model.xml", "model.bin", "model.int8.onnx", "reference.fp32.onnx"}
 
 
