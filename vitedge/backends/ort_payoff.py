@@ -21,12 +21,16 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vitedge.onnxutil import SessionSettings, cleanup, node_index, ort_session
 from vitedge.swap import work_prefix
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
+    from onnx import NodeProto
 
 _FLOAT_MATRIX = frozenset({"MatMul", "Gemm", "Conv", "FusedConv", "FusedMatMul", "FusedGemm", "NhwcFusedConv", "ConvTranspose"})
 _LAYERS = ("MatMul", "Gemm", "Conv")
@@ -51,7 +55,7 @@ class Int8Payoff:
         return {"cpu": self.cpu, "source": self.source, "kept_float": [dict(l) for l in self.layers]}
 
 
-def _float_weights(model: Any) -> dict[str, str]:
+def _float_weights(model: ModelProto) -> dict[str, str]:
     """int8 weight initializer -> the float op ONNX Runtime (this machine, this version) feeds it to dequantized."""
     import onnx
 
@@ -72,7 +76,7 @@ def _float_weights(model: Any) -> dict[str, str]:
     return found
 
 
-def _dequantized(model: Any, dq: Any) -> np.ndarray:
+def _dequantized(model: ModelProto, dq: NodeProto) -> np.ndarray:
     from onnx import numpy_helper
 
     inits = {t.name: t for t in model.graph.initializer}
@@ -86,7 +90,7 @@ def _dequantized(model: Any, dq: Any) -> np.ndarray:
     return ((q - z) * s).astype(np.float32)
 
 
-def keep_unpaid_float(model: Any, cpu: str) -> Int8Payoff:
+def keep_unpaid_float(model: ModelProto, cpu: str) -> Int8Payoff:
     """Return to float, in place, every INT8 layer this machine's ONNX Runtime would run as a float kernel."""
     from onnx import numpy_helper
 
