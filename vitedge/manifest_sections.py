@@ -26,6 +26,14 @@ class ManifestSection(Section):
         raise BundleError(f"manifest.json: '{cls.key}' is {type(data).__name__}, expected an object; "
                           "the bundle is damaged or was edited by hand: rebuild it")
 
+    # The JSON view, read-only, for code written when `vitedge.runtime.load(...).manifest` held each section as a
+    # dict (``model.manifest.target["name"]``). vitedge itself reads the attributes.
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def get(self, key: str, default: object = None) -> Any:
+        return self.to_json().get(key, default)
+
 
 @dataclass
 class TargetSection(ManifestSection):
