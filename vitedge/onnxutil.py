@@ -33,10 +33,7 @@ from vitedge.swap import partial_prefix, work_prefix
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message
-    from onnx import GraphProto
-    from onnx import ModelProto
-    from onnx import NodeProto
-    from onnx import TensorProto
+    from onnx import GraphProto, ModelProto, NodeProto, TensorProto
 
 _TWO_GB = 2**31 - 1
 _EXTERNAL_DEFAULT = _TWO_GB - (64 << 20)

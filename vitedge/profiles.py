@@ -20,14 +20,13 @@ from typing import Any
 from vitedge import limits
 from vitedge.backends import get_backend, list_backends
 from vitedge.backends.tensorrt.members import FamilyOptions
-from vitedge.cpu import read_cpu
+from vitedge.cpu import CpuInfo, read_cpu
 from vitedge.errors import ProfileError, UsageError
 from vitedge.target_families import is_family, list_families, load_family
 from vitedge.limits import check_number
 from vitedge.paths import find_target_file, target_files
 from vitedge.safefile import BadDocument, read_toml
 from vitedge.quantize.config import QuantConfig
-from vitedge.cpu import CpuInfo
 
 PRECISIONS = ("int8",)
 DEFAULT_NEAR_TIE_MARGIN = 0.5  # see Thresholds.near_tie_margin; measured on the corpus: docs/gate.md

@@ -24,6 +24,7 @@ from vitedge.budget import (
     run_budget,
 )
 from vitedge.budget import budget_failure as budget_not_met
+from vitedge.budget.speed import record_budget_not_met
 from vitedge.bundle_trust import signing_key
 from vitedge.camera_apps.exports import write_bundle_exports
 from vitedge.datasources._common import CalibrationSource
@@ -59,7 +60,6 @@ from vitedge.validation.data_record import DataRecord
 from vitedge.validation.document import ValidationReport
 from vitedge.validation.normalisation import guess_notice, question_normalisation
 from vitedge.validation.reference_cache import ReferenceCacheSettings
-from vitedge.budget.speed import record_budget_not_met
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,11 @@ from typing import Any
 
 from vitedge.backends import get_backend
 from vitedge.budget import write_budget_report
+from vitedge.budget.speed import budget_not_met
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_write_path
+from vitedge.manifest import Manifest
+from vitedge.manifest_sections import QuantizationSection
 from vitedge.target_table import (
     cpu_profile_gates,
     int8_not_faster_sentence,
@@ -23,9 +26,6 @@ from vitedge.target_table import (
 from vitedge.validation.document import ValidationReport
 from vitedge.validation.normalisation import notice_text
 from vitedge.validation.report import SCHEMA, gate_table, validation_markdown
-from vitedge.manifest import Manifest
-from vitedge.manifest_sections import QuantizationSection
-from vitedge.budget.speed import budget_not_met
 
 
 def build_report_markdown(manifest: Manifest) -> str:

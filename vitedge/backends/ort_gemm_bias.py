@@ -39,8 +39,7 @@ import numpy as np
 from vitedge.onnxutil import NameScope, NodeIndex, cleanup, node_index, require_opset_import, splice_nodes
 
 if TYPE_CHECKING:
-    from onnx import ModelProto
-    from onnx import NodeProto
+    from onnx import ModelProto, NodeProto
 
 MS_DOMAIN = "com.microsoft"
 _UINT8, _INT8, _FLOAT = 2, 3, 1  # TensorProto element types

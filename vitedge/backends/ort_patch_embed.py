@@ -36,8 +36,7 @@ from vitedge.backends.ort_gemm_bias import _FLOAT, _INT8, _UINT8, MS_DOMAIN, _as
 from vitedge.onnxutil import NameScope, NodeIndex, cleanup, node_index, require_opset_import, splice_nodes
 
 if TYPE_CHECKING:
-    from onnx import ModelProto
-    from onnx import NodeProto
+    from onnx import ModelProto, NodeProto
 
 AS_GEMM_SUFFIX = "/as_gemm"  # the GEMM's node name: the Conv's name and this; its helper nodes: that and "/..."
 

@@ -29,8 +29,7 @@ from vitedge.onnxutil import SessionSettings, cleanup, node_index, ort_session
 from vitedge.swap import work_prefix
 
 if TYPE_CHECKING:
-    from onnx import ModelProto
-    from onnx import NodeProto
+    from onnx import ModelProto, NodeProto
 
 _FLOAT_MATRIX = frozenset({"MatMul", "Gemm", "Conv", "FusedConv", "FusedMatMul", "FusedGemm", "NhwcFusedConv", "ConvTranspose"})
 _LAYERS = ("MatMul", "Gemm", "Conv")

@@ -41,8 +41,8 @@ from vitedge.camera_apps.labels import nvinfer_labels, nvinfer_rewritten
 from vitedge.camera_apps.nvinfer_rules import nvinfer_engine_name
 from vitedge.camera_apps.serving import ServedBy, dla_core_of, tensorrt_engine
 from vitedge.errors import BundleError
-from vitedge.onnxutil import graph_inputs, save_onnx
 from vitedge.manifest import Manifest
+from vitedge.onnxutil import graph_inputs, save_onnx
 
 CONFIG_FILE = "config_infer.txt"
 LABELS_FILE = "labels.txt"

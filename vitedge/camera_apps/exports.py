@@ -14,9 +14,8 @@ from vitedge.camera_apps.serving import ServedBy, tensorrt_engine
 from vitedge.camera_apps.triton import config_text, model_name, triton_backend, write_labels, write_triton
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_output_dir
-from vitedge.manifest import verify_bundle
+from vitedge.manifest import Manifest, verify_bundle
 from vitedge.outputs import check_output
-from vitedge.manifest import Manifest
 
 CAMERA_DIR = "camera"
 

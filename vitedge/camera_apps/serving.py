@@ -8,6 +8,7 @@ has these fields), and the functions here read only what Triton and DeepStream n
 from __future__ import annotations
 
 from typing import Any, Protocol
+
 from vitedge.manifest import Manifest
 
 # Triton's platform for TensorRT engines: the artifact is an engine nvinfer and Triton load as such.

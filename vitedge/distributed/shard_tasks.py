@@ -24,6 +24,7 @@ from vitedge.distributed.contract import (
     open_data,
 )
 from vitedge.distributed.sharding import Shard
+from vitedge.manifest import Manifest
 from vitedge.validation.accuracy import collect_outputs, eval_batch
 from vitedge.validation.bundle import bundle_profile
 from vitedge.validation.latency import (
@@ -33,7 +34,6 @@ from vitedge.validation.latency import (
     peak_rss,
 )
 from vitedge.validation.run import measure_speed_pair
-from vitedge.manifest import Manifest
 
 
 @dataclass(frozen=True)

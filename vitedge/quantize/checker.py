@@ -20,8 +20,7 @@ from vitedge.onnxutil import opset_version
 from vitedge.quantize.graph import GraphIndex, attr
 
 if TYPE_CHECKING:
-    from onnx import ModelProto
-    from onnx import NodeProto
+    from onnx import ModelProto, NodeProto
 
 MIN_OPSET = 13  # per-axis QuantizeLinear / DequantizeLinear
 

@@ -37,8 +37,7 @@ from vitedge.onnxutil import (
 )
 
 if TYPE_CHECKING:
-    from onnx import ModelProto
-    from onnx import NodeProto
+    from onnx import ModelProto, NodeProto
 
 # Ops that only move or select data: a patch embedding's input reaches it through these.
 DATA_MOVEMENT = frozenset({

@@ -27,8 +27,7 @@ import numpy as np
 from vitedge.onnxutil import NameScope, SessionSettings, cleanup, graph_inputs, node_index, ort_session, splice_nodes
 
 if TYPE_CHECKING:
-    from onnx import ModelProto
-    from onnx import NodeProto
+    from onnx import ModelProto, NodeProto
 
 # Between a projection and the attention matmul reading it: data movement and scalar scaling only.
 _PASS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Cast", "Mul", "Div", "Split", "Slice", "Gather"})

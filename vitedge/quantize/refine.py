@@ -36,8 +36,8 @@ from vitedge.quantize.stats import safe_scale
 from vitedge.quantize.weight_range import quantize_weight
 
 if TYPE_CHECKING:
-    from vitedge.quantize.collect import Runner
     from onnx import ModelProto
+    from vitedge.quantize.collect import Runner
 
 HESSIAN_BUDGET_BYTES = 512 * 2**20  # float64 Hessians accumulated in one pass
 

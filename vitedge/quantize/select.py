@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -37,9 +37,7 @@ import numpy as np
 from vitedge.errors import QuantizationError
 from vitedge.onnxutil import SessionSettings, ort_session
 from vitedge.quantize.qdq import build_qdq
-from vitedge.quantize.record import Calibration, CandidateScore, Selection
-from collections.abc import Callable
-from vitedge.quantize.record import Variant
+from vitedge.quantize.record import Calibration, CandidateScore, Selection, Variant
 
 if TYPE_CHECKING:
     from onnx import ModelProto

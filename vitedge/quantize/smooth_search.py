@@ -10,7 +10,7 @@ weight-range rule. One extra pass over the calibration data (``QuantConfig.smoot
 
 from __future__ import annotations
 
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 

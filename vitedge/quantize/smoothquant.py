@@ -28,8 +28,7 @@ from vitedge.onnxutil import NameScope, cleanup, topological_sort
 from vitedge.quantize.graph import GraphIndex, SmoothSite, attr
 
 if TYPE_CHECKING:
-    from onnx import ModelProto
-    from onnx import NodeProto
+    from onnx import ModelProto, NodeProto
 
 S_MIN, S_MAX = 1e-5, 1e5
 

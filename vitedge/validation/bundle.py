@@ -29,8 +29,7 @@ from vitedge.datasources._common import CalibrationSource
 from vitedge.errors import BundleError, VitedgeError
 from vitedge.json_sections import ABSENT
 from vitedge.manifest import Manifest
-from vitedge.manifest_sections import ArtifactsSection
-from vitedge.manifest_sections import QuantizationSection as ManifestQuantization
+from vitedge.manifest_sections import ArtifactsSection, QuantizationSection as ManifestQuantization
 from vitedge.profiles import TargetProfile, ThresholdOverrides, Thresholds, parse_profile
 from vitedge.validation import report as rpt
 from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES

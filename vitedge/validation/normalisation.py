@@ -19,20 +19,19 @@ The images are decoded once, and FP32 runs once per candidate on at most ``MAX_I
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vitedge.datasources._common import CalibrationSource
 from vitedge.errors import UsageError
 from vitedge.onnxutil import graph_inputs, ort_session
-from vitedge.spec import IMAGENET_MEAN, IMAGENET_STD, SOURCE_DEFAULT, ModelSpec, default_stats
+from vitedge.spec import IMAGENET_MEAN, IMAGENET_STD, SOURCE_DEFAULT, ModelSpec, Preprocess, default_stats
 from vitedge.validation.noise import PROBE_MAX_P, PROBE_MIN_GAIN_POINTS, binom_sf
 from vitedge.validation.sanity import fp32_at_chance
-from collections.abc import Sequence
-from vitedge.datasources._common import CalibrationSource
-from vitedge.spec import Preprocess
 
 if TYPE_CHECKING:
     import onnxruntime

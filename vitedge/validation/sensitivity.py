@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.backends.onnxruntime import unfold_int8_rewrites
+from vitedge.datasources._common import CalibrationSource
 from vitedge.errors import BundleError, QuantizationError
 from vitedge.onnxutil import (
     FLOAT_NCHW,
@@ -49,19 +50,16 @@ from vitedge.onnxutil import (
     graph_inputs,
     ort_session,
 )
-from vitedge.quantize.graph import GraphIndex, attr, find_layers, prepare
+from vitedge.quantize.graph import GraphIndex, QuantLayer, attr, find_layers, prepare
 from vitedge.quantize.qdq import METADATA_KEY
 from vitedge.safefile import parse_json
 from vitedge.spec import ModelSpec
 from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
 from vitedge.validation.inputs import to_uint8_frames
-from vitedge.datasources._common import CalibrationSource
-from vitedge.quantize.graph import QuantLayer
 
 if TYPE_CHECKING:
+    from onnx import ModelProto, NodeProto
     from vitedge.spec import Preprocess
-    from onnx import ModelProto
-    from onnx import NodeProto
 
 RUNTIME = "onnxruntime (CPUExecutionProvider)"
 _UNSMOOTHED_TOL = 0.02  # |s - 1| below this on every channel: the weight was not smoothed

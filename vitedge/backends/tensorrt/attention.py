@@ -24,8 +24,7 @@ from typing import TYPE_CHECKING, Any
 from vitedge.onnxutil import NodeIndex, graph_inputs, node_index
 
 if TYPE_CHECKING:
-    from onnx import ModelProto
-    from onnx import NodeProto
+    from onnx import ModelProto, NodeProto
 
 MHA_HEAD_SIZES = (16, 32, 64)
 MHA_MAX_TOKENS = 512

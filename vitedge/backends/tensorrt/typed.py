@@ -23,6 +23,7 @@ numerically against FP32.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -30,13 +31,9 @@ import numpy as np
 
 from vitedge.errors import QuantizationError, UsageError
 from vitedge.onnxutil import opset_version
-from collections.abc import Iterable
 
 if TYPE_CHECKING:
-    from onnx import ValueInfoProto
-    from onnx import GraphProto
-    from onnx import ModelProto
-    from onnx import NodeProto
+    from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto
 
 TYPED_OPSET = 19  # QuantizeLinear / DequantizeLinear with float16 scales
 FP16_MAX = float(np.finfo(np.float16).max)
