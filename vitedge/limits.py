@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
 
 from vitedge.errors import UsageError
 

@@ -9,7 +9,6 @@ The validation part is rendered by vitedge.validation.report, the same Markdown 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from vitedge.backends import get_backend
 from vitedge.budget import write_budget_report

@@ -7,7 +7,7 @@ has these fields), and the functions here read only what Triton and DeepStream n
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from vitedge.manifest import Manifest
 

@@ -8,7 +8,6 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from vitedge.camera_apps.labels import triton_labels
 from vitedge.camera_apps.serving import TENSORRT_PLAN, ServedBy, dla_core_of, dla_static_batch, tensorrt_engine

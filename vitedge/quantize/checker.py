@@ -11,7 +11,7 @@ The ONNX Runtime and OpenVINO targets consume the same graph.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 

@@ -10,7 +10,7 @@ weight-range rule. One extra pass over the calibration data (``QuantConfig.smoot
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 

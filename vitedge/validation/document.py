@@ -15,7 +15,7 @@ the named ones. Every section is written and read by vitedge.json_sections, as t
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from vitedge.json_sections import JsonDict, Section, ValuesSection, as_object, register_codec, value
 from vitedge.validation.gate import GateRow
