@@ -55,7 +55,7 @@ def build_report_markdown(manifest: Manifest) -> str:
     if guessed:
         lines.append(f"- **{guessed[0].upper() + guessed[1:]}**")
     backend_name = str(m.target.backend or "")
-    speedup = (m.validation or {}).get("speedup")
+    speedup = ValidationReport.from_json(m.validation).speedup if m.validation else None
     # one bundle's report: no other target's timing is at hand, so it names what to try, claiming nothing
     not_faster = int8_not_faster_sentence(m.target.name, backend_name, speedup if isinstance(speedup, (int, float)) else None,
                                           to_try=targets_to_try(backend_name, cpu_profile_gates(), exclude=(m.target.name,)))

@@ -89,16 +89,15 @@ def resume_mismatch(row: MatrixRow, manifest: Manifest) -> str | None:
         d.pop("source", None)
     if recorded != current:
         return "the target profile changed"
-    validation = manifest.validation or {}
+    report = ValidationReport.from_json(manifest.validation) if manifest.validation else None
     s = row.settings
     wanted = s.thresholds.over(profile.thresholds).to_dict()
-    got = {k: v for k, v in (validation.get("thresholds") or {}).items() if k not in ("overridden", "notes")}
-    if validation and got != wanted:
+    if report is not None and report.thresholds.limits != wanted:
         return "other thresholds"
     calibration = (manifest.calibration or {}).get("calibration") or {}
     if calibration.get("subset_size") != s.calib_size or int(calibration.get("seed") or 0) != s.seed:
         return "another calibration subset or seed"
-    if validation and bool((validation.get("latency") or {}).get("measured")) != s.latency:
+    if report is not None and bool(report.latency.measured) != s.latency:
         return "latency measured differently"
     budget = manifest.quantization.budget or {}
     if (budget.get("status", "off") != "off") != s.fallback:  # "off": the build ran without the budget
@@ -143,7 +142,7 @@ def result_from_manifest(row: MatrixRow, manifest: Manifest, resumed: bool) -> R
     if validation is None:
         status, detail = NOT_VALIDATED, "not validated here (artifact finished on the device, or its runtime is missing)"
     else:
-        status = PASS if validation.get("passed") else FAIL
+        status = PASS if ValidationReport.from_json(validation).passed else FAIL
         detail = "; ".join(metrics["failures"])
     reused = (manifest.calibration or {}).get("reused")
     return RowResult(row.label, row.model_name, row.target_name, str(row.bundle), status, resumed,
