@@ -31,6 +31,8 @@ class BundleSection(Section):
 
 @dataclass
 class ModelSection(Section):
+    """validation.json's ``model``: what it says of the manifest's model section (its own keys)."""
+
     source: str | None = None
     source_sha256: str | None = None
     family: str | None = None
@@ -42,6 +44,8 @@ class ModelSection(Section):
 
 @dataclass
 class TargetSection(Section):
+    """validation.json's ``target``: the manifest's target, with the batch sizes validated."""
+
     name: str | None = None
     backend: str | None = None
     precision: str | None = None
@@ -50,6 +54,8 @@ class TargetSection(Section):
 
 @dataclass
 class QuantizationSection(Section):
+    """validation.json's ``quantization``: the manifest's quantization section in brief."""
+
     layers_int8: int | None = None
     layers_total: int | None = None
     summary_line: str | None = None
