@@ -121,7 +121,7 @@ def build_vitb(work: Path, calib_size: int, rows: dict[str, dict] | None = None)
                                          # 1e04489 the gate fails on agreement (docs/gate.md) and runs no probe.
                                          budget=BudgetSettings(enabled=False)), log_)
         timings[label] = {"total_s": time.perf_counter() - t0, "stages_s": dict(log_.timings),
-                          "targets": {r.profile.name: r.summary for r in results},
+                          "targets": {r.profile.name: r.summary.to_dict() for r in results},
                           "passes": None if census is None else [f"{p.stage} {p.side} {p.runtime} ({p.items} items)" for p in census.passes()]}
     return pt, work / "out", timings
 

@@ -98,7 +98,7 @@ req = BuildRequest(model=Path(model), targets=tuple(targets), calib=Path(calib),
 results = run_build(req, log)
 mem = log.__dict__["mem"]
 mem["overall"] = max(mem["overall"], status("VmHWM"))
-rows = [{"target": r.profile.name, "built": r.built, "passed": r.passed, "summary": r.summary} for r in results]
+rows = [{"target": r.profile.name, "built": r.built, "passed": r.passed, "summary": r.summary.to_dict()} for r in results]
 print("RESULT " + json.dumps({"seconds": time.perf_counter() - start, "stages": dict(log.timings), "targets": rows,
                               "peak_bytes": mem["overall"], "stage_peak_bytes": mem["peak"], "stage_start_rss_bytes": mem["held"]},
                              default=str), flush=True)

@@ -274,7 +274,7 @@ def images(folder: Path, bundle: Path) -> tuple[np.ndarray, np.ndarray]:
     from vitedge.spec import Preprocess
 
     manifest = read_manifest(bundle)
-    src = open_source(folder, Preprocess.from_dict(manifest.input["preprocess"]), class_names=manifest.output.get("class_names"))
+    src = open_source(folder, Preprocess.from_dict(manifest.input.preprocess), class_names=manifest.output.class_names)
     xs, ys = [], []
     for batch in src.batches(32):
         xs.append(batch.images)

@@ -79,7 +79,7 @@ def batch_check(bundle: Path) -> dict:
     source = open_source(VAL, spec.preprocess, class_names=spec.class_names)
     outs = {}
     for role in ("reference", "model"):
-        with backend.open_runner(bundle / manifest.artifacts[role], profile.backend_options) as runner:
+        with backend.open_runner(bundle / getattr(manifest.artifacts, role), profile.backend_options) as runner:
             outs[role] = {b: collect_outputs(runner, source, spec.preprocess, batch_size=b) for b in (1, 8, 32)}
     rows = {}
     for b in (1, 8, 32):

@@ -59,7 +59,7 @@ def accuracy_pass(bundle: Path, data: Path, size: int | None, validator=None, th
     manifest = verify_bundle(bundle)
     spec = manifest.spec
     source = open_source(data, spec.preprocess, limit=size, seed=0, class_names=spec.class_names)
-    options = ValidateOptions(measure_speed=False, sensitivity=False, threads=threads, threshold_overrides={"max_top1_drop": 100, "min_agreement": 0})
+    options = ValidateOptions(measure_speed=False, sensitivity=False, threads=threads, threshold_overrides=ThresholdOverrides(max_top1_drop=100, min_agreement=0))
     sharded = None if validator is None else validator(bundle, source, size)
     kwargs = {} if sharded is None else {"artifact_validator": sharded}
     t0 = time.perf_counter()

@@ -97,13 +97,13 @@ def test_every_format_builds_both_cpu_targets_and_the_tensorrt_plan(gray_builds,
         r = by_target[target]
         assert r.built and r.passed is True, (target, r.summary)
         m = read_manifest(out / target)
-        assert m.input["channels"] == 1 and m.input["color_mode"] == "L" and m.spec.preprocess.channels == 1
+        assert m.input.channels == 1 and m.input.color_mode == "L" and m.spec.preprocess.channels == 1
         acc = m.validation["accuracy"]
         # the trained model: 99.5% FP32 on the 397 held-out digits; INT8 within the gate of it
         assert acc["fp32_top1"] >= 0.95 and acc["int8_top1"] >= acc["fp32_top1"] - 0.005
         assert acc["samples"] == (397 if fmt == "state_dict" else 32)
     baked = fmt == "torchscript"
-    assert read_manifest(out / "onnx").input["shape"] == ([None, 32, 32, 1] if baked else [None, 1, 32, 32])
+    assert read_manifest(out / "onnx").input.shape == ([None, 32, 32, 1] if baked else [None, 1, 32, 32])
     trt = by_target["jetson-orin"]
     assert trt.built is False
     plan = json.loads((out / "jetson-orin" / "build_plan.json").read_text())
@@ -217,7 +217,7 @@ def test_four_channel_model_needs_arrays_and_builds_from_them(four_channel, tmp_
                                  measure_speed=False), StageLog(quiet=True))
     assert r.built and r.passed is True, r.summary
     m = read_manifest(tmp_path / "b")
-    assert m.input["shape"] == [None, 4, 32, 32] and m.input["color_mode"] == "4-channel"
+    assert m.input.shape == [None, 4, 32, 32] and m.input.color_mode == "4-channel"
     assert m.validation["accuracy"]["top1_agreement"] >= 0.9
     with load(tmp_path / "b") as model:
         assert model.logits(frames[0]).shape == (5,)
@@ -256,7 +256,7 @@ def test_deepstream_config_of_a_grey_model_is_grey_and_matches_the_runtime(gray_
     assert run_vitedge(["export-config", "--for", "deepstream", str(out / "onnx"), "-o", str(tmp_path / "ds")])[0] == 0
     props = read_config(tmp_path / "ds" / "config_infer.txt")
     labels = (tmp_path / "ds" / "labels.txt").read_text().strip().split(";")
-    pre = Preprocess.from_dict(read_manifest(out / "onnx").input["preprocess"])
+    pre = Preprocess.from_dict(read_manifest(out / "onnx").input.preprocess)
     session = ort_session(str(tmp_path / "ds" / props["onnx-file"]))
     files = sorted(VAL_DIR.glob("*/*.png"))[::80][:5]
     compared = 0

@@ -18,7 +18,7 @@ import pytest
 from helpers.cli import run_vitedge
 
 from vitedge.cpu import CpuInfo, read_cpu
-from vitedge.app.build import TargetResult
+from vitedge.app.build import BuildSummary, TargetResult
 from vitedge.app.summary import not_faster_lines
 from vitedge.profiles import load_profile
 from vitedge.target_table import (
@@ -92,7 +92,7 @@ def _results(measured: dict[str, tuple[float, float]]) -> list[TargetResult]:
     out = []
     for name, (speedup, int8_ms) in measured.items():
         prof = load_profile(name)
-        out.append(TargetResult(prof, Path(name), True, True, {"speedup": speedup, "int8_ms": int8_ms, "fp32_ms": speedup * int8_ms}))
+        out.append(TargetResult(prof, Path(name), True, True, BuildSummary("model.onnx", speedup=speedup, int8_ms=int8_ms, fp32_ms=speedup * int8_ms)))
     return out
 
 

@@ -95,7 +95,7 @@ def jetson_bundle(example_bundles):
 def test_build_target_jetson_writes_one_bundle_with_a_plan_per_profile(jetson_bundle):
     out, text = jetson_bundle
     manifest = verify_bundle(out)
-    assert manifest.target["name"] == "jetson" and manifest.artifacts["built"] is False
+    assert manifest.target.name == "jetson" and manifest.artifacts.built is False
     assert (out / "model.int8.onnx").is_file() and (out / "reference.fp32.onnx").is_file()
     for name in JETSON_MEMBERS:
         plan = json.loads((out / "plans" / name / "build_plan.json").read_text())
@@ -113,15 +113,15 @@ def test_engine_on_an_orin_nano_builds_with_its_profile(jetson_bundle, tmp_path,
     shutil.copytree(jetson_bundle[0], bundle)
     complete_with_standin(bundle, ORIN_NANO)
     manifest = verify_bundle(bundle)
-    assert manifest.artifacts["built"] is True
-    assert manifest.target["profile"]["name"] == "jetson-orin-nano" and manifest.target["profile"]["batch_sizes"] == [1, 4]
-    assert manifest.target["family"]["selected"] == "jetson-orin-nano" and "Orin Nano" in manifest.target["family"]["why"]
+    assert manifest.artifacts.built is True
+    assert manifest.target.profile["name"] == "jetson-orin-nano" and manifest.target.profile["batch_sizes"] == [1, 4]
+    assert manifest.target.family["selected"] == "jetson-orin-nano" and "Orin Nano" in manifest.target.family["why"]
     assert manifest.backend_info["plan"]["workspace_mb"] == 512
     assert manifest.backend_info["device"]["module"] == ORIN_NANO.module
     # a rebuild on another module (--force) picks that module's profile from the family kept in the manifest
     complete_with_standin(bundle, AGX_ORIN, force=True)
     again = read_manifest(bundle)
-    assert again.target["profile"]["name"] == "jetson-orin" and again.backend_info["plan"]["workspace_mb"] == 2048
+    assert again.target.profile["name"] == "jetson-orin" and again.backend_info["plan"]["workspace_mb"] == 2048
 
 
 def test_engine_on_an_unknown_module_leaves_the_bundle_and_names_the_flag(jetson_bundle, tmp_path, monkeypatch):
@@ -133,12 +133,14 @@ def test_engine_on_an_unknown_module_leaves_the_bundle_and_names_the_flag(jetson
         complete_with_standin(bundle, UNKNOWN)
     assert sorted(p.name for p in bundle.rglob("*")) == before
     complete_with_standin(bundle, UNKNOWN, profile_name="jetson-orin-nx")
-    assert read_manifest(bundle).target["profile"]["name"] == "jetson-orin-nx"
+    assert read_manifest(bundle).target.profile["name"] == "jetson-orin-nx"
 
 
 def test_profile_flag_on_a_single_target_bundle_is_refused(jetson_bundle, tmp_path):
     from vitedge.backends.tensorrt.family import choose_member
+    from vitedge.manifest_sections import TargetSection
 
     with pytest.raises(BundleError, match="family bundle"):
-        choose_member({"name": "jetson-orin", "profile": {"name": "jetson-orin", "backend_options": {}}}, AGX_ORIN,
+        choose_member(TargetSection(name="jetson-orin", backend="tensorrt", precision="int8",
+                                    profile={"name": "jetson-orin", "backend_options": {}}), AGX_ORIN,
                       "jetson-orin-nano", tmp_path)

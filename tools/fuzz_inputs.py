@@ -602,7 +602,7 @@ def _data_case(b: Bases, d: Path, rng: random.Random, kind: str, note: str, data
     from vitedge.manifest import read_manifest
     from vitedge.spec import Preprocess
 
-    pre = b.cache.setdefault("pre", Preprocess.from_dict(read_manifest(b.bundle).model["spec"]["preprocess"]))
+    pre = b.cache.setdefault("pre", Preprocess.from_dict(read_manifest(b.bundle).model.spec["preprocess"]))
     names = [str(i) for i in range(10)]
 
     def read_all():

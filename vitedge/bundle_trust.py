@@ -22,6 +22,7 @@ from typing import Any
 
 from vitedge.errors import BundleError, UsageError
 from vitedge.fsutil import atomic_write_path
+from vitedge.json_sections import ABSENT
 from vitedge.safefile import MAX_DOCUMENT_BYTES, read_bounded
 
 SIGNATURE = "manifest.sig"
@@ -34,9 +35,10 @@ _GATE_KEYS = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms", "ne
 
 def named_paths(manifest) -> list[tuple[str, Any]]:
     """(what, path) for every path manifest.json names."""
-    arts = manifest.artifacts if isinstance(manifest.artifacts, dict) else {}
-    named = [(f"artifacts.{role}", arts.get(role)) for role in ("model", "reference", "qdq", "fp32_onnx") if arts.get(role) is not None]
-    extra = arts.get("extra") or []
+    arts = manifest.artifacts  # vitedge.manifest_sections.ArtifactsSection
+    roles = [(role, getattr(arts, role)) for role in ("model", "reference", "qdq", "fp32_onnx")]
+    named = [(f"artifacts.{role}", rel) for role, rel in roles if rel is not None and rel is not ABSENT]
+    extra = arts.extra or []
     named += [("artifacts.extra", p) for p in (extra if isinstance(extra, list) else [extra])]
     files = manifest.files if isinstance(manifest.files, dict) else {}
     named += [("files", p) for p in files]

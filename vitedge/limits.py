@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
 
 from vitedge.errors import UsageError
 
@@ -73,11 +72,11 @@ def max_threads() -> int:
     return THREADS_PER_CPU * max(usable_cpus(), os.cpu_count() or 1)
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: object) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def check_number(name: str, value: Any, lo: float | None = None, hi: float | None = None, *, integer: bool = False,
+def check_number(name: str, value: object, lo: float | None = None, hi: float | None = None, *, integer: bool = False,
                  lo_open: bool = False, error: type[Exception] = UsageError) -> None:
     """Raise ``error`` (one line naming ``name`` and the bound) unless ``value`` is a finite number
     (an integer when ``integer``) in [lo, hi] (lo excluded when ``lo_open``)."""
@@ -85,7 +84,7 @@ def check_number(name: str, value: Any, lo: float | None = None, hi: float | Non
         raise error(f"{name} must be {kind_text(integer)}{bounds_text(lo, hi, lo_open)}, got {value!r}")
 
 
-def within(value: Any, lo: float | None, hi: float | None, *, integer: bool = False, lo_open: bool = False) -> bool:
+def within(value: object, lo: float | None, hi: float | None, *, integer: bool = False, lo_open: bool = False) -> bool:
     ok = is_number(value) and (not integer or isinstance(value, int)) and math.isfinite(value)
     if ok and lo is not None:
         ok = value > lo if lo_open else value >= lo

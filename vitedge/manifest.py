@@ -17,7 +17,14 @@ from typing import Any
 from vitedge import __version__, bundle_trust
 from vitedge.errors import BundleError
 from vitedge.fsutil import atomic_write_path, sha256_file
-from vitedge.manifest_sections import Section
+from vitedge.manifest_sections import (
+    ArtifactsSection,
+    InputSection,
+    ModelSection,
+    OutputSection,
+    QuantizationSection,
+    TargetSection,
+)
 from vitedge.manifest_types import check_field_types
 from vitedge.safefile import BadDocument, read_json
 from vitedge.spec import ModelSpec
@@ -30,45 +37,38 @@ KNOWN_SCHEMAS = (SCHEMA,)  # the manifest versions this vitedge reads
 
 @dataclass
 class Manifest:
-    target: dict[str, Any]  # profile name, backend, precision, the full profile
-    model: dict[str, Any]  # source file name and hash, ModelSpec dict
-    input: dict[str, Any]  # name, format, shape (batch dim null), dtype
-    output: dict[str, Any]  # name, kind
-    calibration: dict[str, Any]
-    quantization: dict[str, Any]
-    artifacts: dict[str, Any]  # role -> relative path: model, reference, qdq, ...; plus built flag
+    target: TargetSection  # profile name, backend, precision, the full profile
+    model: ModelSection  # source file name and hash, ModelSpec dict
+    input: InputSection  # name, format, shape (batch dim null), dtype
+    output: OutputSection  # name, kind
+    calibration: dict[str, Any]  # vitedge.quantize.record.Calibration.to_dict() and its summary line
+    quantization: QuantizationSection
+    artifacts: ArtifactsSection  # role -> relative path: model, reference, qdq, ...; plus built flag
     toolchain: dict[str, str]
     backend_info: dict[str, Any] = field(default_factory=dict)
-    validation: dict[str, Any] | None = None
+    validation: dict[str, Any] | None = None  # ValidationReport.to_json(): typed in the validation layer, above this one
     validation_data: dict[str, Any] | None = None  # what the build validated on (vitedge.validation.data_record)
     files: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
     schema: str = SCHEMA
     vitedge_version: str = __version__
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
-    def __post_init__(self) -> None:
-        # the writers pass typed sections (vitedge.manifest_sections); the manifest keeps their JSON
-        for name in ("target", "model", "input", "output", "quantization", "artifacts"):
-            value = getattr(self, name)
-            if isinstance(value, Section):
-                setattr(self, name, value.to_json())
-
     @property
     def spec(self) -> ModelSpec:
-        return ModelSpec.from_dict(self.model["spec"])
+        return ModelSpec.from_dict(self.model.spec)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema": self.schema,
             "vitedge_version": self.vitedge_version,
             "created": self.created,
-            "target": self.target,
-            "model": self.model,
-            "input": self.input,
-            "output": self.output,
+            "target": self.target.to_json(),
+            "model": self.model.to_json(),
+            "input": self.input.to_json(),
+            "output": self.output.to_json(),
             "calibration": self.calibration,
-            "quantization": self.quantization,
-            "artifacts": self.artifacts,
+            "quantization": self.quantization.to_json(),
+            "artifacts": self.artifacts.to_json(),
             "backend_info": self.backend_info,
             "toolchain": self.toolchain,
             "validation": self.validation,
@@ -84,7 +84,14 @@ class Manifest:
             raise BundleError(f"manifest.json lacks '{missing[0]}'; the bundle was not written by this vitedge or is damaged")
         check_field_types(d, keys)
         return cls(
-            **{k: d[k] for k in keys},
+            target=TargetSection.from_json(d["target"]),
+            model=ModelSection.from_json(d["model"]),
+            input=InputSection.from_json(d["input"]),
+            output=OutputSection.from_json(d["output"]),
+            calibration=d["calibration"],
+            quantization=QuantizationSection.from_json(d["quantization"]),
+            artifacts=ArtifactsSection.from_json(d["artifacts"]),
+            toolchain=d["toolchain"],
             backend_info=d.get("backend_info", {}),
             validation=d.get("validation"),
             validation_data=d.get("validation_data"),
@@ -150,8 +157,8 @@ def verify_bundle(bundle: Path) -> Manifest:
         if sha256_file(path) != digest:
             raise BundleError(f"{bundle}: {rel} does not match its sha256 in manifest.json (altered or corrupt); rebuild the bundle")
     for role in ("model", "reference"):
-        rel = manifest.artifacts.get(role)
-        if rel and rel not in manifest.files and manifest.artifacts.get("built", True):
+        rel = getattr(manifest.artifacts, role)
+        if rel and rel not in manifest.files and manifest.artifacts.is_built:
             raise BundleError(f"{bundle}: manifest.json names {role} '{rel}' but records no hash for it")
     return manifest
 

@@ -1,62 +1,42 @@
 """The typed sections of manifest.json (schema vitedge.manifest/1).
 
-Each section is a dataclass whose ``to_json()`` writes exactly the keys (and key order) the
-versioned schema has, and whose ``from_json()`` reads them back; keys this vitedge does not
-know are kept as read (``more``), and an optional key absent from the file stays absent, so
-reading and writing a manifest changes nothing in it. `vitedge build` and `vitedge engine`
-write the manifest through these types (vitedge.app); readers keep the JSON view
-(vitedge.manifest.Manifest holds each section's ``to_json()``).
+Each section is a ``vitedge.json_sections.Section``: its ``to_json()`` writes exactly the keys (and
+key order) the versioned schema has, and its ``from_json()`` reads them back; keys this vitedge does
+not know are kept as read (``more``), and an optional key absent from the file stays absent, so
+reading and writing a manifest changes nothing in it. ``vitedge.manifest.Manifest`` holds these
+typed sections; readers use their attributes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from vitedge.errors import BundleError
-
-
-class _Absent:
-    """An optional key that is not in the manifest (written as no key, not as null)."""
-
-    def __repr__(self) -> str:
-        return "ABSENT"
-
-    def __bool__(self) -> bool:
-        return False
-
-
-ABSENT: Any = _Absent()
+from vitedge.json_sections import ABSENT, JsonDict, Section
 
 
 @dataclass
-class Section:
-    """Base of every manifest section: to_json/from_json over the dataclass fields, in order."""
-
-    key: ClassVar[str] = ""  # the section's key in manifest.json
-    more: dict[str, Any] = field(default_factory=dict, kw_only=True)  # keys this vitedge does not know, kept as read
+class ManifestSection(Section):
+    """A section of manifest.json: one that is not a JSON object is a damaged bundle."""
 
     @classmethod
-    def _names(cls) -> list[str]:
-        return [f.name for f in dataclasses.fields(cls) if f.name != "more"]
+    def not_an_object(cls, data: object) -> JsonDict:
+        raise BundleError(f"manifest.json: '{cls.key}' is {type(data).__name__}, expected an object; "
+                          "the bundle is damaged or was edited by hand: rebuild it")
 
-    def to_json(self) -> dict[str, Any]:
-        out = {name: getattr(self, name) for name in self._names() if getattr(self, name) is not ABSENT}
-        out.update(self.more)
-        return out
+    # The JSON view, read-only, for code written when `vitedge.runtime.load(...).manifest` held each section as a
+    # dict (``model.manifest.target["name"]``). vitedge itself reads the attributes.
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
 
-    @classmethod
-    def from_json(cls, data: Any):
-        if not isinstance(data, dict):
-            raise BundleError(f"manifest.json: '{cls.key}' is {type(data).__name__}, expected an object; "
-                              "the bundle is damaged or was edited by hand: rebuild it")
-        names = cls._names()
-        return cls(**{n: data.get(n, ABSENT) for n in names}, more={k: v for k, v in data.items() if k not in names})
+    def get(self, key: str, default: object = None) -> Any:
+        return self.to_json().get(key, default)
 
 
 @dataclass
-class TargetSection(Section):
+class TargetSection(ManifestSection):
     key: ClassVar[str] = "target"
     name: str
     backend: str
@@ -70,7 +50,7 @@ class TargetSection(Section):
 
 
 @dataclass
-class ModelSection(Section):
+class ModelSection(ManifestSection):
     key: ClassVar[str] = "model"
     source: str
     source_sha256: str | None
@@ -78,7 +58,7 @@ class ModelSection(Section):
 
 
 @dataclass
-class InputSection(Section):
+class InputSection(ManifestSection):
     key: ClassVar[str] = "input"
     name: str
     format: str  # float32-nchw | uint8-nhwc (preprocessing baked into the graph)
@@ -91,7 +71,7 @@ class InputSection(Section):
 
 
 @dataclass
-class OutputSection(Section):
+class OutputSection(ManifestSection):
     key: ClassVar[str] = "output"
     name: str  # logits | embedding
     kind: str
@@ -99,7 +79,7 @@ class OutputSection(Section):
 
 
 @dataclass
-class ArtifactsSection(Section):
+class ArtifactsSection(ManifestSection):
     key: ClassVar[str] = "artifacts"
     model: str
     reference: str
@@ -108,13 +88,22 @@ class ArtifactsSection(Section):
     built: bool  # False: the artifact is finished on the device (`vitedge engine`)
     extra: list[str]
 
+    @property
+    def is_built(self) -> bool:
+        """Whether the artifact is finished (a manifest without the key is one written before the flag: built)."""
+        return True if self.built is ABSENT else bool(self.built)
+
+    def with_extra(self, names: set[str]) -> ArtifactsSection:
+        """``names`` join the files the bundle holds beside its artifacts."""
+        return dataclasses.replace(self, extra=sorted(set(self.extra or ()) | names))
+
     def completed(self, model: str, reference: str, extra: list[str]) -> ArtifactsSection:
         """The artifacts once the engine is built on the device: ``extra`` joins the files still there."""
         return dataclasses.replace(self, model=model, reference=reference, built=True, extra=sorted(set(self.extra or ()) | set(extra)))
 
 
 @dataclass
-class QuantizationSection(Section):
+class QuantizationSection(ManifestSection):
     key: ClassVar[str] = "quantization"
     config: dict[str, Any]
     layers_total: int
@@ -130,5 +119,5 @@ class QuantizationSection(Section):
     int8_payoff: dict[str, Any] = ABSENT  # onnx target: INT8 layers its runtime runs as float kernels, kept float (CPU kind)
 
 
-SECTIONS: tuple[type[Section], ...] = (TargetSection, ModelSection, InputSection, OutputSection, ArtifactsSection,
+SECTIONS: tuple[type[ManifestSection], ...] = (TargetSection, ModelSection, InputSection, OutputSection, ArtifactsSection,
                                        QuantizationSection)

@@ -13,7 +13,7 @@ from vitedge.spec import ModelSpec
 def check_field_types(d: dict[str, Any], sections: tuple[str, ...]) -> None:
     """Each section an object, `files` a map of path -> sha256 text, artifact roles text: a damaged or hand-edited
     manifest is a one-line BundleError, never a crash further on."""
-    def bad(what: str, value: Any, expected: str) -> BundleError:
+    def bad(what: str, value: object, expected: str) -> BundleError:
         return BundleError(f"manifest.json: '{what}' is {type(value).__name__} {str(value)[:40]!r}, expected {expected}; "
                            "the bundle is damaged or was edited by hand: rebuild it")
 

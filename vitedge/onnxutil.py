@@ -23,13 +23,17 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vitedge import telemetry
 from vitedge.errors import ModelLoadError, UsageError
 from vitedge.fsutil import atomic_write_path, sha256_file
 from vitedge.safefile import check_regular
 from vitedge.swap import partial_prefix, work_prefix
+
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+    from onnx import GraphProto, ModelProto, NodeProto, TensorProto
 
 _TWO_GB = 2**31 - 1
 _EXTERNAL_DEFAULT = _TWO_GB - (64 << 20)
@@ -57,12 +61,12 @@ def external_data_threshold() -> int:
     return min(value, _EXTERNAL_DEFAULT)
 
 
-def is_large(model: Any) -> bool:
+def is_large(model: ModelProto) -> bool:
     """True when ``model`` (a ModelProto) must travel as a file with external data."""
     return serialized_size(model) > external_data_threshold()
 
 
-def serialized_size(model: Any) -> int:
+def serialized_size(model: ModelProto) -> int:
     """About how many bytes ``model`` serializes to (within a few bytes per tensor), without
     serializing it: upb protobuf's ByteSize() encodes the whole message to measure it, which for
     vit_h_14 briefly cost ~10 GB on top of the 2.5 GB graph. Weights count by their raw size."""
@@ -90,7 +94,7 @@ def _field_size(value: Any) -> int:
         return 8
 
 
-def _tensor_size(tensor: Any) -> int:
+def _tensor_size(tensor: TensorProto) -> int:
     """Serialized size of a TensorProto; raw data by its length, without copying it out."""
     if not tensor.HasField("raw_data"):
         return tensor.ByteSize()
@@ -103,7 +107,7 @@ def _tensor_size(tensor: Any) -> int:
     return raw + 16 + len(tensor.name) + 10 * len(tensor.dims)
 
 
-def save_onnx(model: Any, path: Path, *, external: bool | None = None, base_dir: Path | None = None) -> None:
+def save_onnx(model: ModelProto, path: Path, *, external: bool | None = None, base_dir: Path | None = None) -> None:
     """Save atomically. A graph over protobuf's 2 GB limit (see external_data_threshold), any graph
     with ``external=True``, and a graph whose weights are still in files (loaded with
     ``load_external_data=False``; ``base_dir`` is where they are) keep their weights in
@@ -124,14 +128,14 @@ EXTERNAL_MIN_BYTES = 1024  # smaller tensors (scales, zero points, shapes) stay 
 EXTERNAL_ALIGN = 4096  # data offsets on page boundaries: ONNX Runtime can map the weights instead of copying them
 
 
-def has_external_tensors(model: Any) -> bool:
+def has_external_tensors(model: ModelProto) -> bool:
     """True when some initializer of ``model`` (a ModelProto) names an external data file."""
     from onnx.external_data_helper import uses_external_data
 
     return any(uses_external_data(t) for t in model.graph.initializer)
 
 
-def save_external(model: Any, path: Path, *, base_dir: Path | None = None) -> None:
+def save_external(model: ModelProto, path: Path, *, base_dir: Path | None = None) -> None:
     """Write ``model`` as ``path`` plus ``<name>.data`` (initializers of 1 KiB and more), atomically,
     streaming one tensor at a time: ``model`` is neither changed nor copied (onnx's own external-data
     save moves the weights out of the message and a read-back doubles protobuf's arena: 2 x 2.5 GB
@@ -166,7 +170,7 @@ def save_external(model: Any, path: Path, *, base_dir: Path | None = None) -> No
         os.replace(tmp_graph, path)
 
 
-def _shell(model: Any) -> Any:
+def _shell(model: ModelProto) -> Any:
     """A copy of ``model`` without its initializers."""
     import onnx
 
@@ -176,7 +180,7 @@ def _shell(model: Any) -> Any:
     return shell
 
 
-def weightless_copy(model: Any) -> Any:
+def weightless_copy(model: ModelProto) -> Any:
     """A copy of ``model`` whose initializers of 1 KiB and more name a data file that does not
     exist: what shape inference and graph analysis need (names, types, dims, the small constants
     such as Reshape targets), a few MB for vit_h_14 instead of 2.5 GB."""
@@ -200,7 +204,7 @@ def weightless_copy(model: Any) -> Any:
 MAX_EXTERNAL_BYTES = 1 << 40  # an offset or length past 1 TiB is not a real model's
 
 
-def _external_info(tensor: Any, where: str) -> tuple[str, int, int | None]:
+def _external_info(tensor: TensorProto, where: str) -> tuple[str, int, int | None]:
     """``tensor``'s external location, offset and length (None: to the end), each checked: a number, not negative."""
     fields = {entry.key: entry.value for entry in tensor.external_data}
     numbers: dict[str, int | None] = {}
@@ -219,7 +223,7 @@ def _external_info(tensor: Any, where: str) -> tuple[str, int, int | None]:
     return fields.get("location", ""), numbers["offset"] or 0, numbers["length"]
 
 
-def external_data_file(base_dir: Path, tensor: Any, where: str | None = None) -> Path:
+def external_data_file(base_dir: Path, tensor: TensorProto, where: str | None = None) -> Path:
     """The file that holds ``tensor``'s external data, checked: inside ``base_dir`` (the model's folder; an absolute
     location, ``..`` or a link that leads out of it is refused, as ONNX's own loader refuses it: a graph from someone
     else must not copy a file of this machine, a key say, into the bundle's weights), a regular file, present, and long
@@ -254,7 +258,7 @@ def _inside(base_dir: Path, location: str) -> Path | None:
     return target if base in target.parents else None
 
 
-def _graph_tensors(graph: Any, initializers: bool = True) -> Iterable[Any]:
+def _graph_tensors(graph: GraphProto, initializers: bool = True) -> Iterable[Any]:
     if initializers:
         yield from graph.initializer
     for sparse in graph.sparse_initializer:
@@ -263,7 +267,7 @@ def _graph_tensors(graph: Any, initializers: bool = True) -> Iterable[Any]:
         yield from _node_tensors(node)
 
 
-def _node_tensors(node: Any) -> Iterable[Any]:
+def _node_tensors(node: NodeProto) -> Iterable[Any]:
     for attr in node.attribute:
         if attr.HasField("t"):
             yield attr.t
@@ -277,7 +281,7 @@ def _node_tensors(node: Any) -> Iterable[Any]:
             yield from _graph_tensors(sub)
 
 
-def all_tensors(model: Any, initializers: bool = True) -> Iterable[Any]:
+def all_tensors(model: ModelProto, initializers: bool = True) -> Iterable[Any]:
     """Every TensorProto ``model`` holds: initializers (``initializers=False``: all but the main graph's), sparse
     initializers, node attributes (Constant's value, ``tensors``, sparse attributes), subgraphs (If, Loop, Scan) at any
     depth, and the model's local functions."""
@@ -287,11 +291,11 @@ def all_tensors(model: Any, initializers: bool = True) -> Iterable[Any]:
             yield from _node_tensors(node)
 
 
-def _is_external(tensor: Any) -> bool:
+def _is_external(tensor: TensorProto) -> bool:
     return tensor.data_location == 1 or any(entry.key == "location" for entry in tensor.external_data)  # 1: EXTERNAL
 
 
-def check_external_data(model: Any, base_dir: Path, where: str) -> None:
+def check_external_data(model: ModelProto, base_dir: Path, where: str) -> None:
     """Every external-data tensor of ``model``, wherever it sits (``all_tensors``), readable from ``base_dir``
     (see ``external_data_file``)."""
     for tensor in all_tensors(model):
@@ -299,7 +303,7 @@ def check_external_data(model: Any, base_dir: Path, where: str) -> None:
             external_data_file(base_dir, tensor, where)
 
 
-def inline_attribute_tensors(model: Any, base_dir: Path, where: str) -> None:
+def inline_attribute_tensors(model: ModelProto, base_dir: Path, where: str) -> None:
     """Read every external tensor of ``model`` that is not a top-level initializer (a Constant's value, an attribute,
     a subgraph's or a sparse tensor) from ``base_dir`` by the folder rule and keep it inline: written anywhere else,
     a relative location would be read from wherever that graph is next opened (the working directory)."""
@@ -312,7 +316,7 @@ def inline_attribute_tensors(model: Any, base_dir: Path, where: str) -> None:
         tensor.raw_data = blob
 
 
-def _read_external(tensor: Any, base_dir: Path, where: str | None = None) -> bytes:
+def _read_external(tensor: TensorProto, base_dir: Path, where: str | None = None) -> bytes:
     _, offset, length = _external_info(tensor, where or str(base_dir))
     file = external_data_file(base_dir, tensor, where)
     with open(file, "rb") as fh:
@@ -320,7 +324,7 @@ def _read_external(tensor: Any, base_dir: Path, where: str | None = None) -> byt
         return fh.read(length) if length is not None else fh.read()
 
 
-def _external_bytes(tensor: Any, base_dir: Path | None) -> bytes | None:
+def _external_bytes(tensor: TensorProto, base_dir: Path | None) -> bytes | None:
     """The bytes of ``tensor`` that go to the data file; None: it stays inline."""
     if _is_external(tensor):
         if base_dir is None:
@@ -332,7 +336,7 @@ def _external_bytes(tensor: Any, base_dir: Path | None) -> bytes | None:
     return tensor.raw_data
 
 
-def _copy_fields(src: Any, dst: Any, *, skip: tuple[str, ...]) -> None:
+def _copy_fields(src: Message, dst: Message, *, skip: tuple[str, ...]) -> None:
     """Copy every set field of protobuf message ``src`` but ``skip`` into ``dst``."""
     for fd, value in src.ListFields():
         if fd.name in skip:
@@ -411,7 +415,7 @@ def onnx_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def set_metadata(model: Any, values: dict[str, str]) -> None:
+def set_metadata(model: ModelProto, values: dict[str, str]) -> None:
     existing = {p.key: p for p in model.metadata_props}
     for key, value in values.items():
         if key in existing:
@@ -421,12 +425,12 @@ def set_metadata(model: Any, values: dict[str, str]) -> None:
             entry.key, entry.value = key, value
 
 
-def get_metadata(model: Any) -> dict[str, str]:
+def get_metadata(model: ModelProto) -> dict[str, str]:
     return {p.key: p.value for p in model.metadata_props}
 
 
 @contextlib.contextmanager
-def session_source(model: Any):
+def session_source(model: ModelProto):
     """What ONNX Runtime's InferenceSession takes for ``model`` (path, bytes or ModelProto): a path
     string, or bytes. A large ModelProto is written with external data to a temporary folder that
     lives until the session is open (ONNX Runtime has read the weights by then)."""
@@ -500,7 +504,7 @@ def lean_settings(settings: SessionSettings | None = None) -> SessionSettings:
     return dataclasses.replace(settings or SessionSettings(), prepacking=False, arena=False)
 
 
-def ort_session(model: Any, settings: SessionSettings | None = None, *, threads: int | None = None) -> Any:
+def ort_session(model: ModelProto, settings: SessionSettings | None = None, *, threads: int | None = None) -> Any:
     """An ONNX Runtime session for ``model``: a path, serialized bytes or a ModelProto (one past the
     2 GiB protobuf limit goes through a temporary file with external data). ``threads``, when
     given, overrides ``settings.threads``."""
@@ -519,20 +523,20 @@ def ort_session(model: Any, settings: SessionSettings | None = None, *, threads:
 STANDARD_DOMAINS = ("", "ai.onnx")  # two spellings of the standard ONNX operator domain
 
 
-def opset_version(model: Any, domain: str = "") -> int:
+def opset_version(model: ModelProto, domain: str = "") -> int:
     """The opset version a ModelProto imports for ``domain`` ("" or "ai.onnx": the standard
     domain); 0 when it imports none."""
     domains = STANDARD_DOMAINS if domain in STANDARD_DOMAINS else (domain,)
     return max((o.version for o in model.opset_import if o.domain in domains), default=0)
 
 
-def opset_imports(model: Any) -> list[Any]:
+def opset_imports(model: ModelProto) -> list[Any]:
     """Every opset a ModelProto imports (OperatorSetIdProto entries), e.g. for a model built
     from part of its graph."""
     return list(model.opset_import)
 
 
-def require_opset_import(model: Any, domain: str, version: int) -> None:
+def require_opset_import(model: ModelProto, domain: str, version: int) -> None:
     """Import ``domain`` at ``version`` unless the ModelProto already imports that domain (in place)."""
     if not any(o.domain == domain for o in model.opset_import):
         from onnx import helper
@@ -540,12 +544,12 @@ def require_opset_import(model: Any, domain: str, version: int) -> None:
         model.opset_import.append(helper.make_opsetid(domain, version))
 
 
-def _graph(model_or_graph: Any) -> Any:
+def _graph(model_or_graph: ModelProto | GraphProto) -> Any:
     graph = getattr(model_or_graph, "graph", None)  # a ModelProto has one; a GraphProto is one
     return model_or_graph if graph is None else graph
 
 
-def graph_inputs(model_or_graph: Any) -> list[Any]:
+def graph_inputs(model_or_graph: ModelProto | GraphProto) -> list[Any]:
     """The inputs a caller feeds (ValueInfoProto, in graph order): the graph's inputs less its
     initializers, which graphs written for opset < 9 list among the inputs too."""
     g = _graph(model_or_graph)
@@ -596,7 +600,7 @@ def topological_sort(nodes: Iterable[Any]) -> list[Any]:
     waiting: dict[str, list[Any]] = {}  # tensor -> nodes waiting for it, in list order
     order: list[Any] = []
 
-    def place(first: Any) -> None:
+    def place(first: NodeProto) -> None:
         stack = [iter([first])]
         while stack:
             node = next(stack[-1], None)
@@ -629,7 +633,7 @@ def topological_sort(nodes: Iterable[Any]) -> list[Any]:
     return order
 
 
-def splice_nodes(model: Any, nodes: list[Any], added: list[Any], drop: set[int]) -> None:
+def splice_nodes(model: ModelProto, nodes: list[Any], added: list[Any], drop: set[int]) -> None:
     """Make ``model``'s nodes ``nodes`` (held by the caller, so each id() is its own) without those whose id() is
     in ``drop``, plus ``added``, in dependency order (``topological_sort``: each new node lands where its inputs
     are written). In place."""
@@ -638,7 +642,7 @@ def splice_nodes(model: Any, nodes: list[Any], added: list[Any], drop: set[int])
     model.graph.node.extend(ordered)
 
 
-def cleanup(model: Any) -> None:
+def cleanup(model: ModelProto) -> None:
     """Drop nodes whose outputs nobody reads and initializers no node reads (in place)."""
     g = model.graph
     outputs = {o.name for o in g.output}
@@ -664,7 +668,7 @@ def cleanup(model: Any) -> None:
 class NameScope:
     """Unique tensor / node names for what a rewrite adds to a graph."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: ModelProto):
         g = model.graph
         self.used = {t.name for t in g.initializer} | {i.name for i in g.input} | {o.name for o in g.output}
         for n in g.node:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from vitedge import limits
 from vitedge.backends import get_backend, list_backends
 from vitedge.backends.tensorrt.members import FamilyOptions
-from vitedge.cpu import read_cpu
+from vitedge.cpu import CpuInfo, read_cpu
 from vitedge.errors import ProfileError, UsageError
 from vitedge.target_families import is_family, list_families, load_family
 from vitedge.limits import check_number
@@ -112,7 +113,7 @@ class Thresholds:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def speedup_floor(self, cpu: Any = None) -> tuple[float, str]:
+    def speedup_floor(self, cpu: CpuInfo | None = None) -> tuple[float, str]:
         """(the least speedup the gate accepts on ``cpu``, why): min_speedup, or the profile's
         min_speedup_without_vnni on an x86 CPU without VNNI/AMX."""
         if self.min_speedup_without_vnni is None:
@@ -129,6 +130,55 @@ class Thresholds:
         if "min_speedup" in changes:
             changes.setdefault("min_speedup_without_vnni", None)
         return dataclasses.replace(self, **changes) if changes else self
+
+
+THRESHOLD_FIELDS = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms", "min_embedding_cosine",
+                    "min_embedding_cosine_low", "min_nn_agreement", "near_tie_margin", "drop_confidence",
+                    "min_decisive_agreement")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThresholdOverrides:
+    """The gate flags of `vitedge build` (and a matrix's ``[build]`` table), each named as the
+    ``vitedge.profiles.Thresholds`` field it sets."""
+
+    max_top1_drop: float | None = None
+    min_agreement: float | None = None
+    min_speedup: float | None = None
+    max_p99_ms: float | None = None
+    min_embedding_cosine: float | None = None
+    min_embedding_cosine_low: float | None = None
+    min_nn_agreement: float | None = None
+    near_tie_margin: float | None = None
+    drop_confidence: float | None = None
+    min_decisive_agreement: float | None = None
+
+    @classmethod
+    def of(cls, values: Mapping[str, float | None]) -> ThresholdOverrides:
+        """From a mapping of field -> value (unknown names are a bug of the caller: TypeError)."""
+        return cls(**dict(values))
+
+    @classmethod
+    def pop_flags(cls, flags: dict[str, object]) -> ThresholdOverrides:
+        """Take the gate flags (``THRESHOLD_FIELDS``) out of a command's flags and read them."""
+        return cls.of({k: flags.pop(k, None) for k in THRESHOLD_FIELDS})  # type: ignore[misc]
+
+    def set_values(self) -> dict[str, float]:
+        """Only the fields set, by name."""
+        return {k: getattr(self, k) for k in THRESHOLD_FIELDS if getattr(self, k) is not None}
+
+    def over(self, base: Thresholds) -> Thresholds:
+        """``base`` with the values set here over it (checked where they were read: ``apply``, the command)."""
+        return base.with_overrides(self.set_values())
+
+    def apply(self, base: Thresholds) -> Thresholds:
+        """``base`` with these values over it; a value out of range names the flag, not the profile key."""
+        for k, v in self.set_values().items():
+            try:
+                dataclasses.replace(Thresholds(), **{k: v})
+            except UsageError as err:
+                raise UsageError(f"--{k.replace('_', '-')}: {err}") from None
+        return self.over(base)
 
 
 @dataclass(frozen=True)
@@ -194,7 +244,7 @@ def load_profile(name_or_path: str) -> TargetProfile:
     return parse_profile(data, path)
 
 
-def _type_error(path: Path, key: str, expected: str, value: Any) -> ProfileError:
+def _type_error(path: Path, key: str, expected: str, value: object) -> ProfileError:
     return ProfileError(f"{path}: '{key}' must be {expected}, got {value!r}")
 
 

@@ -109,7 +109,7 @@ SENSITIVE: dict[str, str] = {
 }
 
 
-def is_sensitive(param: str, value: Any) -> bool:
+def is_sensitive(param: str, value: object) -> bool:
     """Whether a config setting ``param`` to ``value`` runs code or loosens a gate: every key of SENSITIVE,
     `targets` only when one of them is a profile file (a name picks one of vitedge's own profiles)."""
     if param == "targets":
@@ -298,7 +298,7 @@ def _thresholds(value: Any, where: str, raw: str, values: dict[str, Any], keys: 
         raise UsageError(f"{where}: [thresholds] {err}") from None
 
 
-def _type_error(where: str, raw: str, expected: str, value: Any) -> UsageError:
+def _type_error(where: str, raw: str, expected: str, value: object) -> UsageError:
     return UsageError(f"{where}: '{raw}' must be {expected}, got {value!r}")
 
 
@@ -434,7 +434,7 @@ def format_settings(settings: list[Setting], config: ProjectConfig | None) -> li
     return [head] + [f"  {n:<{width}}  {v:<{vwidth}}  {src}" for n, v, src in rows]
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     if value is None or value == ():
         return "-"
     if isinstance(value, (tuple, list)):

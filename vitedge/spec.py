@@ -181,7 +181,7 @@ class ModelSpec:
             return None
         return (self.image_size[0] // self.patch_size, self.image_size[1] // self.patch_size)
 
-    def with_changes(self, **changes: Any) -> "ModelSpec":
+    def with_changes(self, **changes: object) -> "ModelSpec":
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:

@@ -55,7 +55,7 @@ def test_two_targets_share_one_calibration(two_target_build):
     assert fuse_patch_embedding(shared).folded == 1
     assert onnx.load(root / "out" / "onnx" / "model.int8.onnx").SerializeToString() == shared.SerializeToString()
     # and both manifests name that shared graph by its hash
-    assert onnx_m.quantization["qdq_sha256"] == ov_m.quantization["qdq_sha256"] == sha256_file(root / "out" / "intel-cpu" / "model.int8.onnx")
+    assert onnx_m.quantization.qdq_sha256 == ov_m.quantization.qdq_sha256 == sha256_file(root / "out" / "intel-cpu" / "model.int8.onnx")
 
 
 def test_cold_build_runs_each_inference_pass_once(two_target_build):
@@ -72,7 +72,7 @@ def test_cold_build_runs_each_inference_pass_once(two_target_build):
     for r in results:  # what ran is what ships, and validation says it read it (INT8 after its spot check)
         bundle = root / "out" / r.profile.name
         m = read_manifest(bundle)
-        assert graph_sha256(bundle / m.artifacts["model"]) in ran
+        assert graph_sha256(bundle / m.artifacts.model) in ran
         data = m.validation["data"]
         assert data["int8_outputs"]["cache"] == "hit", data
         # the accuracy rows, not min_speedup: a timed verdict on a shared 2-core machine is noise (CI stop 41
@@ -112,7 +112,7 @@ def test_profile_can_keep_the_plain_qdq_graph(tmp_path, two_target_build):
     [result] = run_build(BuildRequest(model=DIGITS, targets=(str(profile),), calib=CALIB_DIR, out=out, cache=ReferenceCacheSettings(root=root / "cache"),
                                       measure_speed=False), StageLog(quiet=True))
     m = verify_bundle(out)
-    assert m.target["name"] == "onnx-plain" and m.target["profile"]["backend_options"]["fuse_attention"] is False
+    assert m.target.name == "onnx-plain" and m.target.profile["backend_options"]["fuse_attention"] is False
     assert m.calibration["reused"] is True and "attention_fusion" not in m.backend_info
     model = onnx.load(out / "model.int8.onnx")
     assert not [n for n in model.graph.node if n.domain == "com.microsoft"]
@@ -131,13 +131,13 @@ def test_bundles_hold_what_the_manifest_says(two_target_build):
         for rel, digest in m.files.items():
             assert sha256_file(bundle / rel) == digest
         assert (bundle / "report.md").is_file() and (bundle / "manifest.json").is_file()
-        assert m.artifacts["built"] is True and (bundle / m.artifacts["model"]).is_file()
-        assert m.input == {"name": "input", "format": "float32-nchw", "shape": [None, 3, 32, 32], "dtype": "float32",
+        assert m.artifacts.built is True and (bundle / m.artifacts.model).is_file()
+        assert m.input.to_json() == {"name": "input", "format": "float32-nchw", "shape": [None, 3, 32, 32], "dtype": "float32",
                            "channels": 3, "color_mode": "RGB", "preprocess": m.spec.preprocess.to_dict(), "preprocess_baked": False}
-        assert m.output["class_names"] == [str(i) for i in range(10)]
+        assert m.output.class_names == [str(i) for i in range(10)]
         cal = m.calibration["calibration"]
         assert cal["used"] == 200 and cal["seed"] == 0 and len(cal["data_hash"]) == 64
-        assert m.quantization["layers_int8"] > 0 and m.quantization["layers_total"] >= m.quantization["layers_int8"]
+        assert m.quantization.layers_int8 > 0 and m.quantization.layers_total >= m.quantization.layers_int8
         assert {"python", "onnx", "onnxruntime", "torch"} <= set(m.toolchain)
         v = m.validation
         assert v["data"]["items"] == 397 and v["data"]["labeled"] is True
@@ -159,7 +159,7 @@ def test_user_profile_and_existing_output_refused(tmp_path, two_target_build):
     [result] = run_build(BuildRequest(model=DIGITS, targets=(str(profile),), calib=CALIB_DIR, out=out, cache=ReferenceCacheSettings(root=root / "cache"),
                                       measure_speed=False), log)
     m = verify_bundle(out)
-    assert m.target["name"] == "edge-box" and m.target["profile"]["backend_options"]["graph_optimization"] == "basic"
+    assert m.target.name == "edge-box" and m.target.profile["backend_options"]["graph_optimization"] == "basic"
     assert m.calibration["reused"] is True and result.passed is True
     with pytest.raises(UsageError, match="--force"):
         run_build(BuildRequest(model=DIGITS, targets=(str(profile),), calib=CALIB_DIR, out=out, cache=ReferenceCacheSettings(root=root / "cache")), log)
@@ -179,7 +179,7 @@ def test_openvino_float_regions_follow_the_profile_and_the_reference_stays_f32(t
     root, _, _ = two_target_build
     bundle = root / "out" / "intel-cpu"
     m = read_manifest(bundle)
-    options = OpenVinoOptions(**m.target["profile"]["backend_options"])
+    options = OpenVinoOptions(**m.target.profile["backend_options"])
     assert options.float_precision == "bf16"
     expected = float_precision_used(ov.Core(), "CPU", "bf16")  # bf16 on CPUs with bf16 units, else f32
     assert m.backend_info["float_precision"] == {"requested": "bf16", "used": expected, "reference": "f32"}

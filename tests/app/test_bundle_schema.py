@@ -120,7 +120,7 @@ def test_engine_completion_writes_the_schema_vitedge_build_writes(built, complet
     assert device.validation["schema"] == cpu.validation["schema"] == "vitedge.validation/1"
     assert device.validation["producer"] == "vitedge engine" and cpu.validation["producer"] == "vitedge build"
     # one Q/DQ graph and one accuracy budget; only the speed verdict is each target's own
-    assert _without_speed_verdict(device.quantization) == _without_speed_verdict(cpu.quantization)
+    assert _without_speed_verdict(device.quantization.to_json()) == _without_speed_verdict(cpu.quantization.to_json())
 
     assert sorted(p.name for p in (completed / "report").iterdir()) == sorted(p.name for p in (built / "intel-cpu" / "report").iterdir())
     assert {"validation.json", "summary.md", "junit.xml"} <= {p.name for p in (completed / "report").iterdir()}
@@ -139,7 +139,7 @@ def test_engine_completion_says_where_the_accuracy_budget_ran(built, completed):
 
 def test_the_planned_bundle_has_the_build_reports_too(built):
     planned = read_manifest(built / "jetson-orin")
-    assert planned.artifacts["built"] is False and planned.validation is None
+    assert planned.artifacts.built is False and planned.validation is None
     sections = _sections(built / "jetson-orin" / "report.md")
     assert sections[0] == "# vitedge bundle" and "## Accuracy budget" in sections
 

@@ -79,7 +79,7 @@ def test_build_runs_every_target_and_the_runtime_from_external_data(tmp_path, ti
             assert external_data_files(bundle / graph) == [bundle / (graph + ".data")]
             assert graph + ".data" in manifest.files  # the weights are hashed with the rest of the bundle
         own = name if name == "jetson-orin" else "intel-cpu"  # the NVIDIA graph is its own (INT8 attention)
-        assert manifest.quantization["qdq_sha256"] == onnx_sha256(tmp_path / "out" / own / "model.int8.onnx")
+        assert manifest.quantization.qdq_sha256 == onnx_sha256(tmp_path / "out" / own / "model.int8.onnx")
         if name != "jetson-orin":
             assert manifest.validation is not None and manifest.validation["accuracy"]["samples"] == 16
         if name == "onnx":  # the artifact's size counts its weights

@@ -184,7 +184,7 @@ def test_build_records_the_keep_float_decision_in_manifest_and_report(tmp_path):
                                       cache=ReferenceCacheSettings(root=tmp_path / "cache"), measure_speed=False,
                                       budget=BudgetSettings(enabled=False)), StageLog(quiet=True))
     manifest = read_manifest(result.bundle)
-    record = manifest.quantization["int8_payoff"]
+    record = manifest.quantization.int8_payoff
     assert record["cpu"] == read_cpu().isa and record["source"] == "onnxruntime optimized graph"
     [kept] = record["kept_float"]
     assert kept["op_type"] == "Conv" and "tokenizer" in kept["name"] and "runs it as a float" in kept["why"]

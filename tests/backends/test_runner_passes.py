@@ -21,9 +21,9 @@ from vitedge.onnxutil import UINT8_NHWC_RGB
 
 def _runner(bundle, threads: int = 2):
     manifest = read_manifest(bundle)
-    backend = get_backend(manifest.target["profile"]["backend"])
-    options = backend.options_type(**manifest.target["profile"]["backend_options"])
-    return backend.open_runner(bundle / manifest.artifacts["model"], options, threads=threads)
+    backend = get_backend(manifest.target.profile["backend"])
+    options = backend.options_type(**manifest.target.profile["backend_options"])
+    return backend.open_runner(bundle / manifest.artifacts.model, options, threads=threads)
 
 
 def _same(got: np.ndarray, want: np.ndarray) -> bool:

@@ -53,7 +53,7 @@ def test_int8_within_budget_returns_nothing(work):
     # min-max calibration (one pass) already holds a 0.5-point budget on the trained digits ViT
     # (it flips one near-tie image of 397 in ONNX Runtime: 0.25 points)
     result, _ = budget_build(DIGITS, work / "plain", work / "cache", quant=QuantOverrides(method="minmax", smoothquant_off=True), max_top1_drop=0.5)
-    b = read_manifest(result.bundle).quantization["budget"]
+    b = read_manifest(result.bundle).quantization.budget
     assert b["status"] == "int8" and b["returned"] == [] and b["evaluations_used"] == 1
     assert b["sensitivity"] is None  # no ranking needed, none computed
     assert result.passed is True
@@ -68,11 +68,11 @@ def fallback(work, outlier_vit, one_batch_profile):
 def test_fallback_meets_budget_with_the_planted_layers(fallback):
     result, log = fallback
     m = read_manifest(result.bundle)
-    q, b = m.quantization, m.quantization["budget"]
+    q, b = m.quantization, m.quantization.budget
     assert b["status"] == "fallback" and b["met"] is True
     returned = set(b["returned"])
     assert returned and returned <= PLANTED  # the ranking found the damaged layers, and only those
-    assert returned <= set(q["kept_float"]) and not returned & int8_nodes(result.bundle)
+    assert returned <= set(q.kept_float) and not returned & int8_nodes(result.bundle)
     evals = b["evaluations"]
     assert evals[0]["passed"] is False  # the full INT8 graph missed the budget
     last_pass = max(i for i, e in enumerate(evals) if e["passed"])
@@ -83,7 +83,7 @@ def test_fallback_meets_budget_with_the_planted_layers(fallback):
     assert b["sensitivity"]["cache"] == "computed" and b["sensitivity"]["evaluations"] == b["candidates"]
     rows = {r["name"]: r for r in m.validation["gate"]}  # the target's own gate agrees
     assert rows["max_top1_drop"]["passed"] and rows["min_agreement"]["passed"]
-    costs = [c for c in q["kept_float_detail"] if c["why"] == "budget"]
+    costs = [c for c in q.kept_float_detail if c["why"] == "budget"]
     assert {c["name"] for c in costs} == returned and all(c["cost_us"] is not None and c["rank"] for c in costs)
     assert b["latency"]["fp32_ms"] > 0 and b["latency"]["chosen_ms"] > 0
     report = (result.bundle / "report.md").read_text()
@@ -93,9 +93,9 @@ def test_fallback_meets_budget_with_the_planted_layers(fallback):
 
 def test_slow_fallback_fails_the_gate_plainly(fallback):
     result, _ = fallback
-    verdict = read_manifest(result.bundle).quantization["budget"]["speed_verdict"]
+    verdict = read_manifest(result.bundle).quantization.budget["speed_verdict"]
     assert verdict["passed"] is False and "accuracy budget" in verdict["detail"]
-    assert result.passed is False and any("accuracy budget" in f for f in result.summary["failures"])
+    assert result.passed is False and any("accuracy budget" in f for f in result.summary.failures)
     rec = {"status": "fallback", "returned": ["a", "b"], "candidates": 20}
     assert "no faster than FP32" in speed_verdict(rec, 0.97, 1.0, "onnx")
     assert "no faster than FP32" in speed_verdict(rec, 0.97, 0.5, "onnx")  # never ship a slower "INT8" model
@@ -104,9 +104,9 @@ def test_slow_fallback_fails_the_gate_plainly(fallback):
 
 
 def test_second_run_reuses_cached_sensitivities(fallback, work, outlier_vit):
-    first = read_manifest(fallback[0].bundle).quantization["budget"]
+    first = read_manifest(fallback[0].bundle).quantization.budget
     result, _ = budget_build(outlier_vit, work / "again", work / "cache")
-    b = read_manifest(result.bundle).quantization["budget"]
+    b = read_manifest(result.bundle).quantization.budget
     assert b["sensitivity"]["cache"] == "reused" and b["sensitivity"]["evaluations"] == 0
     assert b["sensitivity"]["cache_path"] == first["sensitivity"]["cache_path"]
     assert b["returned"] == first["returned"]

@@ -30,15 +30,15 @@ def test_keep_float_is_honoured_and_never_searched(work, outlier_vit):
     # the plain gate (every flip counts): with the near-tie gate the pinned graph meets the budget at once
     result, _ = budget_build(outlier_vit, work / "pinned", work / "cache", keep_float=pins, near_tie_margin=0.0, drop_confidence=0.0)
     q = read_manifest(result.bundle).quantization
-    b = q["budget"]
+    b = q.budget
     pinned = set(b["pinned"])
     assert "/blocks/blocks.1/attn/qkv/MatMul" in pinned and sum("fc2" in n for n in pinned) == 6
     assert b["candidates"] == 26 - len([n for n in pinned if "/attn/MatMul" not in n])  # attention matmuls: float anyway
-    assert pinned <= set(q["kept_float"]) and not pinned & int8_nodes(result.bundle)
+    assert pinned <= set(q.kept_float) and not pinned & int8_nodes(result.bundle)
     assert not pinned & {l["name"] for l in b["sensitivity"]["layers"]}  # never ranked
     assert all(not pinned & set(e["returned"]) for e in b["evaluations"])  # never returned, never re-quantized
     assert b["status"] == "fallback" and set(b["returned"]) <= PLANTED - pinned
-    assert {c["name"] for c in q["kept_float_detail"] if c["why"] == "pinned"} == pinned
+    assert {c["name"] for c in q.kept_float_detail if c["why"] == "pinned"} == pinned
 
 
 def test_impossible_budget_ships_its_closest_graph_marked_failed(work, outlier_vit, capsys):
@@ -59,7 +59,7 @@ def test_impossible_budget_ships_its_closest_graph_marked_failed(work, outlier_v
     assert exit_info.value.code == 1
     assert "accuracy budget NOT met" in err and "no graph with an INT8 layer left" in err and "\n" not in err.strip()
     m = read_manifest(out)
-    b = m.quantization["budget"]
+    b = m.quantization.budget
     assert b["status"] == "not-met" and b["met"] is False and b["verdict"]["passed"] is False
     assert "closest INT8 graph" in b["verdict"]["detail"]
     assert int8_nodes(out) == {"/blocks/blocks.3/mlp/fc1/MatMul"}  # an INT8 graph, not FP32 with another label
@@ -82,7 +82,7 @@ def test_no_fallback_ships_full_int8_and_fails_its_gate(work, outlier_vit, capsy
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert exit_info.value.code == 1
-    b = read_manifest(work / "nofb").quantization["budget"]
+    b = read_manifest(work / "nofb").quantization.budget
     assert b["status"] == "off" and b["evaluations_used"] == 0 and b["returned"] == []
 
 
@@ -96,16 +96,16 @@ def test_budget_holds_on_every_target_runtime(work, outlier_vit):
     results = run_build(req, StageLog(quiet=True))
     for result in results:
         m = read_manifest(result.bundle)
-        b = m.quantization["budget"]
+        b = m.quantization.budget
         assert b["runtimes"] == ["onnxruntime", "openvino"] and b["met"] is True
         chosen = next(e for e in reversed(b["evaluations"]) if e["passed"] and e["returned"] == b["returned"])
         assert set(chosen["runtimes"]) == {"onnxruntime", "openvino"}
-        runtime = {"onnxruntime": "onnxruntime", "openvino": "openvino"}[m.target["backend"]]
+        runtime = {"onnxruntime": "onnxruntime", "openvino": "openvino"}[m.target.backend]
         rows = {r["name"]: r for r in m.validation["gate"]}
-        assert rows["max_top1_drop"]["passed"] and rows["min_agreement"]["passed"], (m.target["name"], rows)
+        assert rows["max_top1_drop"]["passed"] and rows["min_agreement"]["passed"], (m.target.name, rows)
         seen = chosen["runtimes"][runtime]["top1_agreement"]
         got = m.validation["accuracy"]["top1_agreement"]
         # the same graph on the same runtime; onnx fuses its float attention cores and batch sizes differ
         # (a few ulps, bf16 float regions where the CPU has them): at most one near-tie image of 397 may flip
-        assert abs(seen - got) <= 1.0 / 397 + 1e-9, (m.target["name"], seen, got)
+        assert abs(seen - got) <= 1.0 / 397 + 1e-9, (m.target.name, seen, got)
         assert result.passed is True

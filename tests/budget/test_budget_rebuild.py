@@ -39,7 +39,7 @@ def test_a_rebuild_reads_complete_candidate_outputs_and_reruns_early_stops(work,
         log = StageLog(quiet=True)
         log.info = lambda msg: lines.append(msg)
         result = run_build(dataclasses.replace(req, force=force, cache=dataclasses.replace(req.cache, int8_outputs=int8_cache)), log)[0]
-        return read_manifest(result.bundle).quantization["budget"]["evaluations"], lines
+        return read_manifest(result.bundle).quantization.budget["evaluations"], lines
 
     first, first_log = build(False)
     second, second_log = build(True)

@@ -45,7 +45,7 @@ def test_dinov2_encoder_builds_and_passes_on_embedding_cosine(dinov2_build):
         assert gate["min_embedding_cosine"]["status"] == gate["min_embedding_cosine_low"]["status"] == "pass"
         assert gate["min_agreement"]["status"] == "skip" and "min_nn_agreement" not in gate
         # the budget judged the same graph by the same rows: met by the full INT8 graph at once
-        budget = manifest.quantization["budget"]
+        budget = manifest.quantization.budget
         assert budget["status"] == "int8" and budget["evaluations_used"] == 1
         first = budget["evaluations"][0]["accuracy"]
         assert first["embedding_cosine_low"] >= 0.98 and "nn_agreement" in first

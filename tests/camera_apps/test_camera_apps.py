@@ -5,6 +5,7 @@ artifacts are run with the runtimes that are here."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -70,11 +71,11 @@ def test_deepstream_config_arithmetic_matches_vitedge_preprocessing(bundles, tmp
     assert code == 0, text
     props = read_config(tmp_path / "ds" / "config_infer.txt")
     manifest = read_manifest(bundle)
-    pre = Preprocess.from_dict(manifest.input["preprocess"])
-    h, w = manifest.input["shape"][2:]
+    pre = Preprocess.from_dict(manifest.input.preprocess)
+    h, w = manifest.input.shape[2:]
     assert props["infer-dims"] == f"3;{h};{w}" and props["network-type"] == "1" and props["network-mode"] == "1"
-    assert props["labelfile-path"] == "labels.txt" and props["batch-size"] == str(max(manifest.target["profile"]["batch_sizes"]))
-    assert (tmp_path / "ds" / "labels.txt").read_text().strip() == ";".join(manifest.output["class_names"])
+    assert props["labelfile-path"] == "labels.txt" and props["batch-size"] == str(max(manifest.target.profile["batch_sizes"]))
+    assert (tmp_path / "ds" / "labels.txt").read_text().strip() == ";".join(manifest.output.class_names)
     assert props["onnx-file"] == BAKED_GRAPH and props["output-blob-names"] == "probabilities"  # the graph ends in a Softmax
     assert props["classifier-threshold"] == "0" and props["maintain-aspect-ratio"] == "1" and props["symmetric-padding"] == "1"
     # an onnx bundle has no engine: nvinfer builds one (INT8 through the flag file) and loads it from the second start on
@@ -86,7 +87,7 @@ def test_deepstream_config_arithmetic_matches_vitedge_preprocessing(bundles, tmp
 
 def test_per_channel_std_is_baked_into_the_graph_and_said_so(bundles, tmp_path):
     bundle = _with_manifest(bundles / "onnx", tmp_path / "imagenet", input__preprocess={
-        **read_manifest(bundles / "onnx").input["preprocess"], **IMAGENET})
+        **read_manifest(bundles / "onnx").input.preprocess, **IMAGENET})
     code, text = run_vitedge(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])
     assert code == 0, text
     config = (tmp_path / "ds" / "config_infer.txt").read_text()
@@ -100,7 +101,7 @@ def test_per_channel_std_is_baked_into_the_graph_and_said_so(bundles, tmp_path):
 
     baked = onnx.load(str(tmp_path / "ds" / BAKED_GRAPH))
     inits = {t.name: numpy_helper.to_array(t) for t in baked.graph.initializer}
-    pre = Preprocess.from_dict({**read_manifest(bundle).input["preprocess"], **IMAGENET})
+    pre = Preprocess.from_dict({**read_manifest(bundle).input.preprocess, **IMAGENET})
     frames = _frames(32, 32)
     for frame in frames:  # nvinfer's arithmetic, then the graph's own Mul/Add
         y = _nvinfer_input(props, frame)[None] * inits["vitedge_nvinfer/scale"] + inits["vitedge_nvinfer/shift"]
@@ -142,18 +143,18 @@ def test_triton_repository_matches_the_bundle(bundles, tmp_path, target, platfor
     [folder] = [p for p in (tmp_path / "repo").iterdir()]
     cfg = _model_config(folder / "config.pbtxt")
     manifest = read_manifest(bundle)
-    profile = manifest.target["profile"]
+    profile = manifest.target.profile
     assert cfg.name == folder.name and cfg.platform == platform and cfg.backend == backend
     assert cfg.max_batch_size == max(profile["batch_sizes"])
     assert list(cfg.dynamic_batching.preferred_batch_size) == profile["batch_sizes"]
     [inp], [out] = cfg.input, cfg.output
-    assert inp.name == manifest.input["name"] and inp.data_type == mc.TYPE_FP32 and inp.format == mc.ModelInput.FORMAT_NCHW
-    assert list(inp.dims) == manifest.input["shape"][1:]
-    assert out.name == manifest.output["name"] and list(out.dims) == [len(manifest.output["class_names"])]
-    assert out.label_filename == "labels.txt" and (folder / "labels.txt").read_text().split() == manifest.output["class_names"]
+    assert inp.name == manifest.input.name and inp.data_type == mc.TYPE_FP32 and inp.format == mc.ModelInput.FORMAT_NCHW
+    assert list(inp.dims) == manifest.input.shape[1:]
+    assert out.name == manifest.output.name and list(out.dims) == [len(manifest.output.class_names)]
+    assert out.label_filename == "labels.txt" and (folder / "labels.txt").read_text().split() == manifest.output.class_names
     assert cfg.instance_group[0].kind == getattr(mc.ModelInstanceGroup, kind)
     assert sorted(p.name for p in (folder / "1").iterdir()) == sorted(files)
-    assert (folder / "1" / files[0]).read_bytes() == (bundle / manifest.artifacts["model"]).read_bytes()
+    assert (folder / "1" / files[0]).read_bytes() == (bundle / manifest.artifacts.model).read_bytes()
     if target == "onnx":  # the repository's model takes what config.pbtxt declares
         from vitedge.onnxutil import ort_session
 
@@ -190,7 +191,7 @@ def test_jetson_bundle_carries_camera_configs_and_the_engine_deepstream_runs(bun
     ds_info = manifest.backend_info["deepstream_engine"]
     assert ds_info["graph"] == f"camera/deepstream/{BAKED_GRAPH}" and ds_info["engine"] == ENGINE_FILE
     assert ds_info["tensorrt"] == ORIN_NANO.tensorrt and ds_info["precision"].startswith("INT8 where the graph has Q/DQ")
-    assert ENGINE_FILE in manifest.files and ENGINE_FILE in manifest.artifacts["extra"] and (bundle / ENGINE_FILE).stat().st_size
+    assert ENGINE_FILE in manifest.files and ENGINE_FILE in manifest.artifacts.extra and (bundle / ENGINE_FILE).stat().st_size
     assert result.manifest.backend_info["deepstream_engine"] == ds_info
     text = (ds / "config_infer.txt").read_text()
     props = read_config(ds / "config_infer.txt")
@@ -216,9 +217,9 @@ def test_triton_config_says_what_a_version_compatible_engine_needs(bundles):
 
     manifest, served = read_manifest(bundles / "jetson"), backend_facts("tensorrt")
     assert "version-compatible" not in config_text(manifest, bundles / "jetson", model_name(manifest), served)
-    for member in manifest.target["profile"]["backend_options"]["members"].values():
+    for member in manifest.target.profile["backend_options"]["members"].values():
         member["backend_options"]["version_compatible"] = True
-    manifest.target["profile"]["backend_options"]["version_compatible"] = True
+    manifest.target.profile["backend_options"]["version_compatible"] = True
     assert "--backend-config=tensorrt,version-compatible=true" in config_text(manifest, bundles / "jetson", model_name(manifest),
                                                                                served)
 
@@ -239,12 +240,12 @@ def test_nvinfer_pipeline_matches_vitedge_runtime_on_frames_of_several_aspect_ra
 
     bundle = bundles / "onnx"
     if std == "per-channel":  # the normalisation baked into the DeepStream graph
-        bundle = _with_manifest(bundle, tmp_path / "imagenet", input__preprocess={**read_manifest(bundle).input["preprocess"], **IMAGENET})
+        bundle = _with_manifest(bundle, tmp_path / "imagenet", input__preprocess={**read_manifest(bundle).input.preprocess, **IMAGENET})
     code, text = run_vitedge(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])
     assert code == 0, text
     props = read_config(tmp_path / "ds" / "config_infer.txt")
     labels = (tmp_path / "ds" / "labels.txt").read_text().strip().split(";")
-    pre = Preprocess.from_dict(read_manifest(bundle).input["preprocess"])
+    pre = Preprocess.from_dict(read_manifest(bundle).input.preprocess)
     session = ort_session(str(tmp_path / "ds" / props["onnx-file"]))
     compared = 0
     with load(bundle) as model:
@@ -274,7 +275,7 @@ def test_nvinfer_pipeline_matches_vitedge_runtime_on_frames_of_several_aspect_ra
 def test_scaling_filter_is_nvinfers_value_for_the_models_resize(bundles, tmp_path, interpolation, value):
     """NvBufSurfTransform_Inter: 2 is GPU cubic (VIC 5-tap), 4 GPU Lanczos; the GPU computes it (scaling-compute-hw=1)."""
     bundle = _with_manifest(bundles / "onnx", tmp_path / "b", input__preprocess={
-        **read_manifest(bundles / "onnx").input["preprocess"], "interpolation": interpolation})
+        **read_manifest(bundles / "onnx").input.preprocess, "interpolation": interpolation})
     assert run_vitedge(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])[0] == 0
     props = read_config(tmp_path / "ds" / "config_infer.txt")
     assert props["scaling-filter"] == value and props["scaling-compute-hw"] == "1"
@@ -306,7 +307,7 @@ def test_embedding_model_runs_the_bundles_own_graph_and_engine(bundles, tmp_path
 def test_class_names_with_separators_keep_one_label_per_class(bundles, tmp_path):
     """A class name holding ';' (nvinfer's separator) or a line break (Triton's) made two labels out of one and moved
     every later class onto the wrong index, silently. Each file keeps one label per class, in order."""
-    names = list(read_manifest(bundles / "onnx").output["class_names"])
+    names = list(read_manifest(bundles / "onnx").output.class_names)
     names[1], names[2] = "one; uno", "two\nzwei"
     bundle = _with_manifest(bundles / "onnx", tmp_path / "b", output__class_names=names)
     code, text = run_vitedge(["export-config", "--for", "deepstream", str(bundle), "-o", str(tmp_path / "ds")])
@@ -319,7 +320,7 @@ def test_class_names_with_separators_keep_one_label_per_class(bundles, tmp_path)
     [labels_file] = list((tmp_path / "tr").rglob("labels.txt"))
     lines = labels_file.read_text().splitlines()
     assert len(lines) == len(names) and lines[1:4] == ["one; uno", "two zwei", names[3]]
-    assert read_manifest(bundle).output["class_names"] == names  # the manifest keeps them as the model gave them
+    assert read_manifest(bundle).output.class_names == names  # the manifest keeps them as the model gave them
 
 
 def test_triton_repository_in_the_bundle_has_labels_for_a_model_without_class_names(bundles, tmp_path):
@@ -342,9 +343,9 @@ def test_triton_repository_in_the_bundle_has_labels_for_a_model_without_class_na
 def _as_member(manifest, member: str, **options):
     """``manifest`` as a bundle of family member ``member`` with ``options`` over its backend options (the target a
     member's own build, or `vitedge engine` on that module, records)."""
-    profile = json.loads(json.dumps(manifest.target["profile"]["backend_options"]["members"][member]))
+    profile = json.loads(json.dumps(manifest.target.profile["backend_options"]["members"][member]))
     profile["backend_options"].update(options)
-    manifest.target = dict(manifest.target, name=member, profile=profile)
+    manifest.target = dataclasses.replace(manifest.target, name=member, profile=profile)
     return manifest
 
 

@@ -48,12 +48,12 @@ def _served(bundle: Path, manifest) -> ServedModel:
     """What the artifact takes: a built engine's own profile, else the profile's batches (one static batch on a DLA)."""
     import onnx
 
-    out = onnx.load(str(bundle / manifest.artifacts["qdq"]), load_external_data=False).graph.output[0]
-    dims = tuple(manifest.input["shape"][1:]), (out.type.tensor_type.shape.dim[-1].dim_value,)
+    out = onnx.load(str(bundle / manifest.artifacts.qdq), load_external_data=False).graph.output[0]
+    dims = tuple(manifest.input.shape[1:]), (out.type.tensor_type.shape.dim[-1].dim_value,)
     plan = (manifest.backend_info or {}).get("plan") or {}
     if plan.get("profile"):
         return ServedModel(*dims, max_batch=plan["profile"]["max"][0], min_batch=plan["profile"]["min"][0], dla_core=plan.get("dla_core"))
-    profile = manifest.target["profile"]
+    profile = manifest.target.profile
     options = profile.get("backend_options") or {}
     dla = options.get("dla_core", -1)
     if dla is not None and dla >= 0:

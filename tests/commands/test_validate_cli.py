@@ -51,7 +51,7 @@ def test_validate_passes_and_writes_every_report(bundle, capsys, monkeypatch, tm
     sens = doc["sensitivity"]
     manifest = read_manifest(bundle)
     assert sens["samples"] == 8 and "onnxruntime" in sens["runtime"]
-    assert len(sens["layers"]) == manifest.quantization["layers_int8"]
+    assert len(sens["layers"]) == manifest.quantization.layers_int8
     assert [l["rank"] for l in sens["layers"]] == list(range(1, len(sens["layers"]) + 1))
     values = [l[sens["metric"]] for l in sens["layers"]]
     assert values == sorted(values, reverse=True)

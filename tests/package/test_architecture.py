@@ -25,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "vitedge"
 LAYERS: list[tuple[str, list[str]]] = [
     ("core", ["vitedge", "vitedge.errors", "vitedge.paths", "vitedge.signals", "vitedge.swap", "vitedge.fsutil",
               "vitedge.safefile", "vitedge.spec", "vitedge.cpu", "vitedge.preprocess", "vitedge.ui",
-              "vitedge.bundle_trust", "vitedge.manifest_types", "vitedge.manifest_sections", "vitedge.manifest",
+              "vitedge.json_sections", "vitedge.bundle_trust", "vitedge.manifest_types", "vitedge.manifest_sections", "vitedge.manifest",
               "vitedge.outputs", "vitedge.onnxutil", "vitedge.memory",
               "vitedge.limits", "vitedge.outlock", "vitedge.telemetry"]),
     ("inputs", ["vitedge.datasources", "vitedge.calibration", "vitedge.models", "vitedge.export", "vitedge.camera_apps"]),

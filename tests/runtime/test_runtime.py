@@ -90,8 +90,8 @@ def test_logits_equal_the_runner_on_the_same_preprocessed_input(models, val_set,
     feed = to_uint8_frames(tensor, pre) if model.baked else tensor
     assert np.array_equal(model.preprocess(frames), feed)
     backend = get_backend(model.backend)
-    options = backend.options_type(**model.manifest.target["profile"]["backend_options"])
-    with backend.open_runner(model.bundle / model.manifest.artifacts["model"], options) as runner:
+    options = backend.options_type(**model.manifest.target.profile["backend_options"])
+    with backend.open_runner(model.bundle / model.manifest.artifacts.model, options) as runner:
         expected = runner.infer(feed)
     np.testing.assert_allclose(model.logits(frames), expected, rtol=0, atol=1e-5)
     np.testing.assert_allclose(model.infer(feed), expected, rtol=0, atol=1e-5)
@@ -418,7 +418,7 @@ def test_runtime_refuses_a_full_range_bundle_where_it_would_be_wrong(runtime_bun
     assert doc["quantization"]["cpu_requirement"] == ANY_X86 and doc["quantization"]["weight_range"] == "pairwise"
     doc["quantization"]["cpu_requirement"] = VNNI
     (bundle / "manifest.json").write_text(json.dumps(doc))
-    assert read_manifest(bundle).quantization["cpu_requirement"] == VNNI
+    assert read_manifest(bundle).quantization.cpu_requirement == VNNI
     monkeypatch.setattr(cpu_mod, "read_cpu", lambda *a, **k: avx2_only)
     with pytest.raises(BundleError, match="saturate.*VITEDGE_ALLOW_CPU_MISMATCH"):
         runtime.load(bundle, verify=False, warmup=0)
@@ -438,12 +438,12 @@ def test_int8_layer_counts_come_from_each_runtime(runtime_bundles):
     ov = read_manifest(runtime_bundles["plain"]["intel-cpu"])
     counts = ov.backend_info["int8_layers"]
     assert counts["source"] == "openvino runtime model"
-    assert counts["int8"] == ov.quantization["layers_int8"] > 0 and counts["other"] == 0, counts
+    assert counts["int8"] == ov.quantization.layers_int8 > 0 and counts["other"] == 0, counts
     assert sum(row["count"] for key, row in counts["by_type"].items() if key.endswith((" i8", " u8"))) == counts["int8"]
     report = (runtime_bundles["plain"]["intel-cpu"] / "report.md").read_text()
     assert f"INT8 layers executed by openvino (its openvino runtime model): {counts['int8']} of {counts['int8']}" in report
     ort = read_manifest(runtime_bundles["plain"]["onnx"])
     counts = ort.backend_info["int8_layers"]
     assert counts["source"] == "onnxruntime optimized graph"
-    assert 0 < counts["int8"] <= ort.quantization["layers_int8"] and counts["by_type"].get("MatMulIntegerToFloat", 0) > 0
+    assert 0 < counts["int8"] <= ort.quantization.layers_int8 and counts["by_type"].get("MatMulIntegerToFloat", 0) > 0
     assert counts["by_type"].get("MultiHeadAttention") == 6  # the fused float attention cores, counted as float

@@ -84,5 +84,5 @@ def test_absent_optional_keys_stay_absent():
 def test_an_unmeasured_latency_row_with_missing_keys_still_reads(missing):
     row = {"batch": 1, "iterations": 0, "p50_ms": 0.0, "p90_ms": 0.0, "p99_ms": 0.0, "mean_ms": 0.0, "throughput": 0.0, "stable": False}
     del row[missing]
-    section = LatencySection.section_from({"measured": False, "fp32": {"1": row}, "int8": {}, "speedup": {}})
+    section = LatencySection.from_json({"measured": False, "fp32": {"1": row}, "int8": {}, "speedup": {}})
     assert section.fp32["1"].p50_ms == 0.0

@@ -25,6 +25,7 @@ from conftest import VAL_DIR
 
 from vitedge.datasources.sources import open_source
 from vitedge.manifest import read_manifest
+from vitedge.profiles import ThresholdOverrides
 from vitedge.validation import passes
 from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.reference_cache import ReferenceCache, ReferenceCacheSettings
@@ -54,7 +55,7 @@ def moved(runtime_bundles, tmp_path_factory) -> dict[str, Path]:
     for target in ("onnx", "intel-cpu"):
         bundle = shutil.copytree(runtime_bundles["plain"][target], root / target)
         model = _moved_head(runtime_bundles["plain"]["onnx"] / "reference.fp32.onnx", root / f"{target}-moved.onnx")
-        artifact = bundle / read_manifest(bundle).artifacts["model"]
+        artifact = bundle / read_manifest(bundle).artifacts.model
         if target == "onnx":
             shutil.copyfile(model, artifact)
         else:
@@ -67,7 +68,7 @@ def _validate(bundle: Path, settings: ReferenceCacheSettings, max_top1_drop: flo
     manifest = read_manifest(bundle)
     source = open_source(VAL_DIR, manifest.spec.preprocess, limit=ITEMS, seed=1)
     options = ValidateOptions(measure_speed=False, reference_cache=settings,
-                              threshold_overrides={"max_top1_drop": max_top1_drop, "min_decisive_agreement": 0.0})
+                              threshold_overrides=ThresholdOverrides(max_top1_drop=max_top1_drop, min_decisive_agreement=0.0))
     return validate_bundle(bundle, manifest, source, options)
 
 

@@ -67,7 +67,7 @@ def test_a_changed_int8_graph_runs_again_and_its_new_outputs_count(bundle, tmp_p
     source = open_source(VAL_DIR, manifest.spec.preprocess, limit=24, seed=0, class_names=manifest.spec.class_names)
     options = ValidateOptions(measure_speed=False, reference_cache=ReferenceCacheSettings(root=tmp_path / "cache"))
     before = validate_bundle(bundle, manifest, source, options).document
-    model = bundle / manifest.artifacts["model"]
+    model = bundle / manifest.artifacts.model
     graph = onnx.load(str(model))
     scales = [t for t in graph.graph.initializer if t.name.endswith("_scale") and numpy_helper.to_array(t).size > 1]
     last = scales[-1]  # a per-channel weight scale, late in the graph (the head's): the logits change
@@ -104,7 +104,7 @@ def test_another_fp32_graph_misses(bundle, tmp_path):
     options = ValidateOptions(measure_speed=False, reference_cache=ReferenceCacheSettings(root=tmp_path / "cache"))
     before = validate_bundle(bundle, manifest, source, options).document["data"]["reference"]
     again = validate_bundle(bundle, manifest, source, options).document["data"]["reference"]
-    ref = bundle / manifest.artifacts["reference"]
+    ref = bundle / manifest.artifacts.reference
     graph = onnx.load(str(ref))
     graph.doc_string = "another FP32 graph (same weights, other bytes)"
     onnx.save(graph, str(ref))

@@ -24,6 +24,7 @@ from vitedge.budget import (
     run_budget,
 )
 from vitedge.budget import budget_failure as budget_not_met
+from vitedge.budget.speed import record_budget_not_met
 from vitedge.bundle_trust import signing_key
 from vitedge.camera_apps.exports import write_bundle_exports
 from vitedge.datasources._common import CalibrationSource
@@ -86,12 +87,36 @@ class BuildRequest:
 
 
 @dataclass
+class BuildSummary:
+    """What the terminal summary and the command's closing lines show of one target's build (figures None when
+    the bundle was not validated here)."""
+
+    artifact: str
+    artifact_bytes: int | None = None
+    top1_fp32: float | None = None
+    top1_int8: float | None = None
+    agreement: float | None = None
+    embedding_cosine_mean: float | None = None
+    embedding_cosine_low: float | None = None
+    speedup: float | None = None
+    fp32_ms: float | None = None  # batch-1 p50
+    int8_ms: float | None = None
+    failures: list[str] = field(default_factory=list)  # the gate rows that failed, the budget's failure
+    warnings: list[str] = field(default_factory=list)
+    budget: str | None = None  # the accuracy budget's one line
+    budget_float: list[str] = field(default_factory=list)  # the layers it returned to float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
 class TargetResult:
     profile: TargetProfile
     bundle: Path
     built: bool  # False: the artifact must be finished on the device (TensorRT without a GPU)
     passed: bool | None  # None when nothing could be validated here
-    summary: dict[str, Any]
+    summary: BuildSummary
 
 
 def bundle_dirs(req: BuildRequest) -> dict[str, Path]:
@@ -320,11 +345,11 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                 validation_data=val_record,
             )
             if artifact.info.get("int8_payoff"):  # the target's own keep-float decision, for the CPU kind it was made on
-                manifest.quantization["int8_payoff"] = artifact.info["int8_payoff"]
+                manifest.quantization.int8_payoff = artifact.info["int8_payoff"]
             if artifact.built and env.can_run:  # the same validation, gate and reports as `vitedge validate`
                 with log.stage("validate", f"{profile.name}: INT8 vs FP32 on {len(t.val)} inputs, same runtime"):
                     checked = validate_bundle(tmp, manifest, t.val, ValidateOptions(
-                        threshold_overrides=req.threshold_overrides.as_dict(), measure_speed=req.measure_speed,
+                        threshold_overrides=req.threshold_overrides, measure_speed=req.measure_speed,
                         producer="vitedge build", data_role=(val_record or {}).get("role"), config=req.config_record,
                         reference_cache=req.cache),
                         log=log, bundle_label=str(bundle_dir))
@@ -338,7 +363,7 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
             budget_failure = record_speed_verdict(manifest, None if report is None else report.speedup, t.thresholds, profile, log)
             not_met = budget_not_met(t.shared.budget, t.loaded.spec.output_kind)
             if not_met:  # the closest INT8 graph the budget found: shipped for inspection, marked failed
-                manifest.quantization["budget"]["verdict"] = {"passed": False, "detail": not_met}
+                record_budget_not_met(manifest, not_met)
                 log.info("FAIL " + not_met)
                 budget_failure = not_met if budget_failure is None else f"{not_met}; {budget_failure}"
 
@@ -350,13 +375,13 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
     if budget_failure and passed is None:  # not validated here (built on the device), but the budget already failed
         passed = False
     summary = _summary(bundle_dir, artifact, report)
-    summary["budget"] = describe_record(manifest.quantization["budget"])
-    summary["budget_float"] = list(t.shared.budget.returned)
+    summary.budget = describe_record(manifest.quantization.budget)
+    summary.budget_float = list(t.shared.budget.returned)
     guessed = guess_notice(t.loaded.spec)
     if guessed:
-        summary["warnings"] = [guessed, *summary.get("warnings", ())]
+        summary.warnings = [guessed, *summary.warnings]
     if budget_failure:
-        summary.setdefault("failures", []).append(budget_failure)
+        summary.failures.append(budget_failure)
     return TargetResult(profile, bundle_dir, artifact.built, passed, summary)
 
 
@@ -426,23 +451,17 @@ def _input_section(qdq: Path, spec: ModelSpec) -> InputSection:
                         preprocess_baked=fmt.startswith("uint8"))
 
 
-def _summary(bundle: Path, artifact: BuiltArtifact, report: ValidationReport | None) -> dict[str, Any]:
+def _summary(bundle: Path, artifact: BuiltArtifact, report: ValidationReport | None) -> BuildSummary:
     size = (bundle / artifact.model).stat().st_size if (bundle / artifact.model).exists() else None
     if size is not None and (bundle / (artifact.model + ".data")).is_file():  # ONNX external data (graphs past 2 GB)
         size += (bundle / (artifact.model + ".data")).stat().st_size
     for extra in artifact.extra_files:
         if extra.endswith(".bin") and extra.startswith(Path(artifact.model).stem) and (bundle / extra).exists():
             size = (size or 0) + (bundle / extra).stat().st_size
-    out: dict[str, Any] = {"artifact": artifact.model, "artifact_bytes": size}
-    if report is not None:
-        acc = report.accuracy
-        out.update({
-            "top1_fp32": acc.fp32_top1, "top1_int8": acc.int8_top1, "agreement": acc.top1_agreement,
-            "embedding_cosine_mean": acc.embedding_cosine_mean, "embedding_cosine_low": acc.embedding_cosine_low,
-            "speedup": report.speedup,
-            "fp32_ms": report.latency.p50_ms("fp32"),
-            "int8_ms": report.latency.p50_ms("int8"),
-            "failures": [r.detail for r in report.gate if not r.passed],
-            "warnings": acc.warnings,
-        })
-    return out
+    if report is None:
+        return BuildSummary(artifact.model, size)
+    acc = report.accuracy
+    return BuildSummary(artifact.model, size, top1_fp32=acc.fp32_top1, top1_int8=acc.int8_top1, agreement=acc.top1_agreement,
+                        embedding_cosine_mean=acc.embedding_cosine_mean, embedding_cosine_low=acc.embedding_cosine_low,
+                        speedup=report.speedup, fp32_ms=report.latency.p50_ms("fp32"), int8_ms=report.latency.p50_ms("int8"),
+                        failures=[r.detail for r in report.gate if not r.passed], warnings=acc.warnings)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
+from types import ModuleType
 from typing import Any
 
 from vitedge.backends.tensorrt.backend import BoundTensorRtBackend, TensorRtBackend
@@ -36,7 +37,6 @@ from vitedge.camera_apps.exports import CAMERA_DIR, write_bundle_exports
 from vitedge.errors import BundleError, UsageError
 from vitedge.fsutil import atomic_output_dir
 from vitedge.manifest import Manifest, verify_bundle
-from vitedge.manifest_sections import ArtifactsSection, TargetSection
 from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.report import VALIDATION_FILES
 
@@ -63,7 +63,7 @@ class EngineRequest:
 
 
 def complete_bundle(bundle: Path, *, val: Path | None = None, force: bool = False, measure_speed: bool = True,
-                    log: Callable[[str], None] | None = None, trt: Any = None, cudart: Any = None,
+                    log: Callable[[str], None] | None = None, trt: ModuleType | None = None, cudart: ModuleType | None = None,
                     facts: DeviceFacts | None = None, profile_name: str | None = None) -> EngineResult:
     """Build the bundle's engines on this device, validate them when ``val`` is given, and
     replace the bundle atomically with the completed one (manifest rewritten with hashes)."""
@@ -71,12 +71,12 @@ def complete_bundle(bundle: Path, *, val: Path | None = None, force: bool = Fals
     return _complete(request, log or (lambda _m: None), trt, cudart, facts)
 
 
-def _complete(req: EngineRequest, say: Callable[[str], None], trt: Any, cudart: Any, facts: DeviceFacts | None) -> EngineResult:
+def _complete(req: EngineRequest, say: Callable[[str], None], trt: ModuleType, cudart: ModuleType, facts: DeviceFacts | None) -> EngineResult:
     bundle = req.bundle
     manifest = verify_bundle(bundle)
-    if manifest.target.get("backend") != TensorRtBackend.name:
-        raise UsageError(f"{bundle} is a {manifest.target.get('backend')} bundle; `vitedge engine` builds TensorRT engines")
-    if manifest.artifacts.get("built") and not req.force:
+    if manifest.target.backend != TensorRtBackend.name:
+        raise UsageError(f"{bundle} is a {manifest.target.backend} bundle; `vitedge engine` builds TensorRT engines")
+    if manifest.artifacts.built and not req.force:
         device = DeviceFacts.from_dict((manifest.backend_info or {}).get("device") or {})
         raise UsageError(f"{bundle} already holds an engine built on {device.describe()}; pass --force to rebuild it here")
     if trt is None:
@@ -101,12 +101,12 @@ def _complete(req: EngineRequest, say: Callable[[str], None], trt: Any, cudart: 
                                       previous=manifest.backend_info)
         if TYPED_GRAPH not in extra:
             (tmp / TYPED_GRAPH).unlink(missing_ok=True)  # planned for another TensorRT than the one found here
-        artifacts = ArtifactsSection.from_json(manifest.artifacts)
+        artifacts = manifest.artifacts
         artifacts.extra = [f for f in artifacts.extra or [] if (tmp / f).exists()]
-        manifest.artifacts = artifacts.completed(ENGINE, REFERENCE_ENGINE, extra).to_json()
+        manifest.artifacts = artifacts.completed(ENGINE, REFERENCE_ENGINE, extra)
         manifest.backend_info = info
         if family is not None:  # the chosen member is the bundle's profile now; the family stays for rebuilds
-            manifest.target = TargetSection.from_json(manifest.target).with_member(profile, family).to_json()
+            manifest.target = manifest.target.with_member(profile, family)
         manifest.validation = None
         manifest.toolchain = dict(manifest.toolchain, tensorrt=str(getattr(trt, "__version__", "?")))
         _build_deepstream_engine(tmp, manifest, trt, options, batch_sizes, say)
@@ -123,7 +123,7 @@ def _complete(req: EngineRequest, say: Callable[[str], None], trt: Any, cudart: 
     return EngineResult(bundle, manifest, passed)
 
 
-def _build_deepstream_engine(tmp: Path, manifest: Manifest, trt: Any, options: TensorRtOptions,
+def _build_deepstream_engine(tmp: Path, manifest: Manifest, trt: ModuleType, options: TensorRtOptions,
                              batch_sizes: tuple[int, ...], say: Callable[[str], None]) -> None:
     """The engine of the graph the bundle's nvinfer config runs, when that is not the bundle's own
     (normalisation baked in front, a Softmax behind) or when the bundle's own is version-compatible:
@@ -138,11 +138,11 @@ def _build_deepstream_engine(tmp: Path, manifest: Manifest, trt: Any, options: T
         if not options.version_compatible:
             say(f"DeepStream: {CAMERA_DIR}/deepstream/{DEEPSTREAM_CONFIG} runs the bundle's graph and {ENGINE}")
             return
-        graph = manifest.artifacts["qdq"]  # the bundle's own graph, its engine again without VERSION_COMPATIBLE
+        graph = manifest.artifacts.qdq  # the bundle's own graph, its engine again without VERSION_COMPATIBLE
     ds_options = dataclasses.replace(options, version_compatible=False)
     ds = build_graph_engine(trt, tmp, graph, DEEPSTREAM_ENGINE, ds_options, batch_sizes, log=say)
     manifest.backend_info = dict(manifest.backend_info or {}, deepstream_engine=ds)
-    manifest.artifacts = dict(manifest.artifacts, extra=sorted(set(manifest.artifacts.get("extra") or ()) | {DEEPSTREAM_ENGINE}))
+    manifest.artifacts = manifest.artifacts.with_extra({DEEPSTREAM_ENGINE})
     compat = (" It is not version-compatible (nvinfer cannot load such an engine): it loads with this TensorRT only."
               if options.version_compatible else "")
     say(f"DeepStream: {CAMERA_DIR}/deepstream/{DEEPSTREAM_CONFIG} points at {DEEPSTREAM_ENGINE} ({ds['precision']}; "

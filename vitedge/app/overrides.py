@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from vitedge.errors import UsageError
-from vitedge.profiles import TargetProfile, Thresholds
+from vitedge.profiles import THRESHOLD_FIELDS, TargetProfile, ThresholdOverrides  # noqa: F401 - their old import path
 from vitedge.quantize.config import QuantConfig
 
 
@@ -65,50 +65,3 @@ class QuantOverrides:
 
 
 QUANT_FLAGS = ("method", "percentile", "smoothquant_alpha", "no_smoothquant", "quantize_attention", "weight_range")
-THRESHOLD_FIELDS = ("max_top1_drop", "min_agreement", "min_speedup", "max_p99_ms", "min_embedding_cosine",
-                    "min_embedding_cosine_low", "min_nn_agreement", "near_tie_margin", "drop_confidence",
-                    "min_decisive_agreement")
-
-
-@dataclass(frozen=True, kw_only=True)
-class ThresholdOverrides:
-    """The gate flags of `vitedge build` (and a matrix's ``[build]`` table), each named as the
-    ``vitedge.profiles.Thresholds`` field it sets."""
-
-    max_top1_drop: float | None = None
-    min_agreement: float | None = None
-    min_speedup: float | None = None
-    max_p99_ms: float | None = None
-    min_embedding_cosine: float | None = None
-    min_embedding_cosine_low: float | None = None
-    min_nn_agreement: float | None = None
-    near_tie_margin: float | None = None
-    drop_confidence: float | None = None
-    min_decisive_agreement: float | None = None
-
-    @classmethod
-    def of(cls, values: Mapping[str, float | None]) -> ThresholdOverrides:
-        """From a mapping of field -> value (unknown names are a bug of the caller: TypeError)."""
-        return cls(**dict(values))
-
-    @classmethod
-    def pop_flags(cls, flags: dict[str, object]) -> ThresholdOverrides:
-        """Take the gate flags (``THRESHOLD_FIELDS``) out of a command's flags and read them."""
-        return cls.of({k: flags.pop(k, None) for k in THRESHOLD_FIELDS})  # type: ignore[misc]
-
-    def as_dict(self) -> dict[str, float | None]:
-        """Every field -> its value or None (what ``vitedge.validation.bundle.ValidateOptions`` takes)."""
-        return {k: getattr(self, k) for k in THRESHOLD_FIELDS}
-
-    def set_values(self) -> dict[str, float]:
-        """Only the fields set."""
-        return {k: v for k, v in self.as_dict().items() if v is not None}
-
-    def apply(self, base: Thresholds) -> Thresholds:
-        """``base`` with these values over it; a value out of range names the flag, not the profile key."""
-        for k, v in self.set_values().items():
-            try:
-                dataclasses.replace(Thresholds(), **{k: v})
-            except UsageError as err:
-                raise UsageError(f"--{k.replace('_', '-')}: {err}") from None
-        return base.with_overrides(self.as_dict())

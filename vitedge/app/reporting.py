@@ -9,12 +9,14 @@ The validation part is rendered by vitedge.validation.report, the same Markdown 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from vitedge.backends import get_backend
 from vitedge.budget import write_budget_report
+from vitedge.budget.speed import budget_not_met
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_write_path
+from vitedge.manifest import Manifest
+from vitedge.manifest_sections import QuantizationSection
 from vitedge.target_table import (
     cpu_profile_gates,
     int8_not_faster_sentence,
@@ -25,38 +27,38 @@ from vitedge.validation.normalisation import notice_text
 from vitedge.validation.report import SCHEMA, gate_table, validation_markdown
 
 
-def build_report_markdown(manifest) -> str:
+def build_report_markdown(manifest: Manifest) -> str:
 
     m = manifest
-    spec = m.model["spec"]
+    spec = m.model.spec
     lines = [
-        f"# vitedge bundle: {m.target['name']} ({m.target['backend']}, {m.target['precision']})",
+        f"# vitedge bundle: {m.target.name} ({m.target.backend}, {m.target.precision})",
         "",
-        f"- model: `{m.model['source']}` ({spec['family']} {spec['variant']}, {spec['image_size'][0]}x{spec['image_size'][1]})",
-        f"- artifact: `{m.artifacts['model']}`" + ("" if m.artifacts.get("built", True) else " (not built here: finish it on the device)"),
-        f"- FP32 reference: `{m.artifacts['reference']}`",
-        f"- input: `{m.input['name']}` {m.input['format']} {m.input['shape']}",
+        f"- model: `{m.model.source}` ({spec['family']} {spec['variant']}, {spec['image_size'][0]}x{spec['image_size'][1]})",
+        f"- artifact: `{m.artifacts.model}`" + ("" if m.artifacts.is_built else " (not built here: finish it on the device)"),
+        f"- FP32 reference: `{m.artifacts.reference}`",
+        f"- input: `{m.input.name}` {m.input.format} {m.input.shape}",
         f"- calibration: {m.calibration.get('summary_line', '')}",
-        f"- quantization: {m.quantization.get('summary_line', '')}",
+        f"- quantization: {m.quantization.summary_line or ''}",
     ]
-    verdict = (m.quantization.get("budget") or {}).get("verdict") or {}
-    if verdict.get("passed") is False:
-        lines.append(f"- **FAILED: {verdict.get('detail', 'accuracy budget not met')}**")
-    executed = executed_int8_line(m.backend_info.get("int8_layers"), m.target.get("backend", ""))
+    not_met = budget_not_met(m)
+    if not_met:
+        lines.append(f"- **FAILED: {not_met}**")
+    executed = executed_int8_line(m.backend_info.get("int8_layers"), m.target.backend or "")
     if executed:
         lines.append(f"- {executed}")
-    if m.quantization.get("weight_range"):
-        lines.append(f"- INT8 weight range: {m.quantization['weight_range']} (correct on: "
-                     f"{'every CPU' if m.quantization.get('cpu_requirement') == 'any-x86' else 'x86 CPUs with VNNI/AMX, Arm, GPUs'})")
+    if m.quantization.weight_range:
+        lines.append(f"- INT8 weight range: {m.quantization.weight_range} (correct on: "
+                     f"{'every CPU' if m.quantization.cpu_requirement == 'any-x86' else 'x86 CPUs with VNNI/AMX, Arm, GPUs'})")
     pre = spec.get("preprocess") or {}
     guessed = notice_text((spec.get("sources") or {}).get("preprocess"), pre.get("mean", ()), pre.get("std", ()), pre.get("channels"))
     if guessed:
         lines.append(f"- **{guessed[0].upper() + guessed[1:]}**")
-    backend_name = str(m.target.get("backend", ""))
-    speedup = (m.validation or {}).get("speedup")
+    backend_name = str(m.target.backend or "")
+    speedup = ValidationReport.from_json(m.validation).speedup if m.validation else None
     # one bundle's report: no other target's timing is at hand, so it names what to try, claiming nothing
-    not_faster = int8_not_faster_sentence(m.target["name"], backend_name, speedup if isinstance(speedup, (int, float)) else None,
-                                          to_try=targets_to_try(backend_name, cpu_profile_gates(), exclude=(m.target["name"],)))
+    not_faster = int8_not_faster_sentence(m.target.name, backend_name, speedup if isinstance(speedup, (int, float)) else None,
+                                          to_try=targets_to_try(backend_name, cpu_profile_gates(), exclude=(m.target.name,)))
     if not_faster:
         lines.append(f"- {not_faster}")
     lines += [f"- {line}" for line in (payoff_line(m.quantization), still_slower_line(m.backend_info, speedup)) if line]
@@ -78,7 +80,7 @@ def build_report_markdown(manifest) -> str:
 def _backend_lines(m) -> list[str]:
 
     try:
-        backend = get_backend(str(m.target.get("backend")))
+        backend = get_backend(str(m.target.backend))
     except (UsageError, ImportError):  # unknown or not importable here: the report is still written, without it
         return []
     return backend.report_lines(m.backend_info or {})
@@ -97,9 +99,9 @@ def executed_int8_line(counts, backend: str) -> str | None:
             f"matrix layers" + (f" ({detail})" if detail else ""))
 
 
-def payoff_line(quantization: dict) -> str | None:
+def payoff_line(quantization: QuantizationSection) -> str | None:
     """The layers the target kept float because INT8 did not pay there, and why, in one line."""
-    rec = quantization.get("int8_payoff") or {}
+    rec = quantization.int8_payoff or {}
     kept = rec.get("kept_float") or []
     if not kept:
         return None
@@ -107,7 +109,7 @@ def payoff_line(quantization: dict) -> str | None:
     return f"kept float where INT8 does not pay (decided on {rec.get('cpu', 'this CPU')}): {shown}"
 
 
-def still_slower_line(info: dict, speedup: Any) -> str | None:
+def still_slower_line(info: dict, speedup: object) -> str | None:
     """For a bundle whose INT8 still ran slower than FP32: what the build tried to make it faster, in one line."""
     if not isinstance(speedup, (int, float)) or speedup >= 1.0 or not info:
         return None
@@ -125,7 +127,7 @@ def still_slower_line(info: dict, speedup: Any) -> str | None:
     return f"INT8 still ran slower than FP32 here ({speedup:.2f}x FP32 speed at batch 1) after: " + ", ".join(tried)
 
 
-def write_build_report(bundle: Path, manifest) -> Path:
+def write_build_report(bundle: Path, manifest: Manifest) -> Path:
 
     path = bundle / "report.md"
     with atomic_write_path(path) as tmp:
@@ -133,7 +135,7 @@ def write_build_report(bundle: Path, manifest) -> Path:
     return path
 
 
-def write_bundle_reports(bundle: Path, manifest, checked=None, *, budget_note: str | None = None) -> None:
+def write_bundle_reports(bundle: Path, manifest: Manifest, checked=None, *, budget_note: str | None = None) -> None:
     """Every report of a bundle: report/ with the validation's files (``checked``: a
     vitedge.validation.bundle.BundleValidation, None when nothing was validated), report.md and its
     accuracy-budget section (``budget_note``: a line on where the budget ran)."""

@@ -30,15 +30,15 @@ def summary_rows(results: Sequence[TargetResult]) -> list[tuple[str, ...]]:
     rows = []
     for r in results:
         s = r.summary
-        size = f"{s['artifact_bytes'] / 1e6:.2f} MB" if s.get("artifact_bytes") else "-"
+        size = f"{s.artifact_bytes / 1e6:.2f} MB" if s.artifact_bytes else "-"
         if r.passed is None:
             gate = "not validated here" if not r.built else "not run here"
         else:
             gate = "PASS" if r.passed else "FAIL"
-        top1 = f"{_pct(s.get('top1_fp32'))} -> {_pct(s.get('top1_int8'))}" if s.get("top1_fp32") is not None else "-"
-        lat = f"{s['fp32_ms']:.2f} -> {s['int8_ms']:.2f}" if s.get("fp32_ms") and s.get("int8_ms") else "-"
-        speed = f"{s['speedup']:.2f}x" if s.get("speedup") else "-"
-        agree = _pct(s.get("agreement")) if s.get("embedding_cosine_mean") is None else f"cos {s['embedding_cosine_mean']:.4f}"
+        top1 = f"{_pct(s.top1_fp32)} -> {_pct(s.top1_int8)}" if s.top1_fp32 is not None else "-"
+        lat = f"{s.fp32_ms:.2f} -> {s.int8_ms:.2f}" if s.fp32_ms and s.int8_ms else "-"
+        speed = f"{s.speedup:.2f}x" if s.speedup else "-"
+        agree = _pct(s.agreement) if s.embedding_cosine_mean is None else f"cos {s.embedding_cosine_mean:.4f}"
         rows.append((r.profile.name, size, top1, agree, lat, speed, gate))
     return rows
 
@@ -48,8 +48,8 @@ def not_faster_lines(results: Sequence[TargetResult], cpu: CpuInfo | None = None
     """One plain line per CPU target whose INT8 measured slower than its FP32 here. It names another target
     as faster only when this build measured that one faster (target_table.measured_faster); otherwise
     it names profiles to try, outside this build, saying that nothing measured them."""
-    measured = [MeasuredSpeed(r.profile.name, r.profile.backend, _number(r.summary.get("speedup")),
-                              _number(r.summary.get("int8_ms"))) for r in results]
+    measured = [MeasuredSpeed(r.profile.name, r.profile.backend, _number(r.summary.speedup),
+                              _number(r.summary.int8_ms)) for r in results]
     lines = []
     for m in measured:
         if m.speedup is None or m.speedup >= 1:
@@ -63,7 +63,7 @@ def not_faster_lines(results: Sequence[TargetResult], cpu: CpuInfo | None = None
     return lines
 
 
-def _number(v: Any) -> float | None:
+def _number(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
@@ -79,7 +79,7 @@ def print_build_summary(results: Sequence[TargetResult], timings: dict[str, floa
     console = Console(width=max(Console().width, 110))
     console.print(table)
     for r in results:
-        console.print("  " + literal(f"{r.profile.name}: {r.bundle}/ ({r.summary.get('artifact', '-')}"
+        console.print("  " + literal(f"{r.profile.name}: {r.bundle}/ ({r.summary.artifact or '-'}"
                                      f"{'' if r.built else ', engine to be built on the device'})"), highlight=False, soft_wrap=True)
     for line in not_faster_lines(results):
         console.print(f"  {literal(line)}", highlight=False, soft_wrap=True)

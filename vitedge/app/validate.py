@@ -22,6 +22,7 @@ from vitedge.distributed.cluster import ClusterSettings
 from vitedge.distributed.ray_validate import ray_session, scale_from_flags, sharded_validator
 from vitedge.errors import CalibrationError, DataError, UsageError
 from vitedge.manifest import Manifest, verify_bundle
+from vitedge.profiles import ThresholdOverrides
 from vitedge.ui import StageLog
 from vitedge.validation.bundle import BundleValidation, ValidateOptions, validate_bundle
 from vitedge.validation.data_record import DataRecord, open_recorded
@@ -42,7 +43,7 @@ class ValidateRequest:
     data: Path | None = None  # labelled data; None: what the build validated on (manifest.json)
     data_size: int | None = None  # a seeded subset of ``data``
     seed: int = 0
-    threshold_overrides: dict[str, float | None] = field(default_factory=dict)  # flags over the profile's thresholds
+    threshold_overrides: ThresholdOverrides = field(default_factory=ThresholdOverrides)  # flags over the profile's thresholds
     measure_speed: bool = True
     latency_seconds: float = DEFAULT_LATENCY_SECONDS
     sensitivity: bool = True
@@ -100,8 +101,8 @@ def run_validate(request: ValidateRequest, log: StageLog) -> ValidateOutcome:
 def _verify(bundle: Path, log: StageLog) -> Manifest:
     with log.stage("verify", str(bundle)):
         manifest = verify_bundle(bundle)
-        log.info(f"{len(manifest.files)} files match manifest.json; target {manifest.target.get('name')} "
-                 f"({manifest.target.get('backend')}), model {manifest.model.get('source')}")
+        log.info(f"{len(manifest.files)} files match manifest.json; target {manifest.target.name} "
+                 f"({manifest.target.backend}), model {manifest.model.source}")
     return manifest
 
 
@@ -144,7 +145,7 @@ def _validate(request: ValidateRequest, manifest: Manifest, data: _Data, log: St
         sensitivity_samples=request.sensitivity_samples, threads=request.threads, producer=PRODUCER,
         reference_cache=request.reference_cache, config=request.config,
     )
-    what = f"{manifest.target.get('name')}: INT8 vs FP32 on {len(data.source)} inputs, same runtime"
+    what = f"{manifest.target.name}: INT8 vs FP32 on {len(data.source)} inputs, same runtime"
     with log.stage("validate", what):
         scale = request.scale
         if scale is None:

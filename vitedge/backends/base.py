@@ -25,7 +25,7 @@ import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Iterator
+from typing import Any, Callable, ClassVar, Generic, Iterable, Iterator, TypeVar
 
 import numpy as np
 
@@ -82,16 +82,19 @@ class EnvironmentStatus:
     install_hint: str | None = None
 
 
+O = TypeVar("O")  # a backend's typed options (a frozen dataclass of the profile's [backend_options])
+
+
 @dataclass
-class BuildContext:
+class BuildContext(Generic[O]):
     """What every backend gets to build its artifact."""
 
     qdq_path: Path  # the one INT8 Q/DQ ONNX graph
     fp32_path: Path  # the FP32 ONNX graph it was calibrated from
     out_dir: Path  # the bundle folder being written (a temporary folder until the build succeeds)
-    options: Any  # the backend's own typed options, parsed from the profile
+    options: O  # the backend's own typed options, parsed from the profile
     batch_sizes: tuple[int, ...]
-    log: Any = None  # callable(str) for progress lines
+    log: Callable[[str], None] | None = None  # progress lines
 
 
 @dataclass
@@ -157,23 +160,23 @@ class Runner(ABC):
     def _infer_impl(self, batch: np.ndarray) -> np.ndarray: ...
 
 
-class Backend(ABC):
-    """Builds an artifact from the Q/DQ graph and opens runners on it."""
+class Backend(ABC, Generic[O]):
+    """Builds an artifact from the Q/DQ graph and opens runners on it; generic in its options type ``O``."""
 
     name: ClassVar[str]
-    options_type: ClassVar[type]  # a dataclass of the profile's [backend_options]
+    options_type: ClassVar[type]  # O: a dataclass of the profile's [backend_options]
     facts: ClassVar[BackendFacts]  # what it runs on, needs and installs; no runtime import to read it
 
     @abstractmethod
     def check_environment(self) -> EnvironmentStatus: ...
 
     @abstractmethod
-    def build(self, ctx: BuildContext) -> BuiltArtifact: ...
+    def build(self, ctx: BuildContext[O]) -> BuiltArtifact: ...
 
     @abstractmethod
-    def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner: ...
+    def open_runner(self, model_path: Path, options: O, *, threads: int | None = None) -> Runner: ...
 
-    def shipped_graph(self, src: Path, role: str, options: Any, out_dir: Path) -> Path:
+    def shipped_graph(self, src: Path, role: str, options: O, out_dir: Path) -> Path:
         """The file this backend's ``build`` ships for the ONNX graph ``src`` (``role`` "model": the Q/DQ
         graph, "reference": the FP32 one), written under ``out_dir`` when it is not ``src`` itself. The
         accuracy budget runs these files, so validation can reuse its outputs of byte-identical ones.
@@ -192,7 +195,7 @@ class Backend(ABC):
         """Markdown lines about the built artifact for report.md (none by default)."""
         return []
 
-    def check_options(self, options: Any) -> None:
+    def check_options(self, options: O) -> None:
         """Before any work: refuse [backend_options] this machine cannot honour (a one-line VitedgeError)."""
 
 

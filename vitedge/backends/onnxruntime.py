@@ -9,7 +9,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -32,6 +32,9 @@ from vitedge.onnxutil import (
     save_onnx,
 )
 from vitedge.swap import work_prefix
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ class OnnxRuntimeRunner(Runner):
         return self.session.run(None, {self.input_name: batch})[0]
 
 
-class OnnxRuntimeBackend(Backend):
+class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
     name = "onnxruntime"
     options_type = OnnxRuntimeOptions
     facts = BackendFacts(runtime="ONNX Runtime", runs_on=CPU, runtime_modules=("onnxruntime",),
@@ -114,7 +117,7 @@ class OnnxRuntimeBackend(Backend):
 
         return {"onnxruntime": ort.__version__}
 
-    def build(self, ctx: BuildContext) -> BuiltArtifact:
+    def build(self, ctx: BuildContext[OnnxRuntimeOptions]) -> BuiltArtifact:
         model = ctx.out_dir / "model.int8.onnx"
         info: dict[str, Any] = {"execution_provider": "CPUExecutionProvider"}
         options = ctx.options or OnnxRuntimeOptions()
@@ -138,7 +141,7 @@ class OnnxRuntimeBackend(Backend):
         info["int8_layers"] = int8_layer_share(model, options)
         return BuiltArtifact(model=model.name, reference=reference.name, info=info)
 
-    def shipped_graph(self, src: Path, role: str, options: Any, out_dir: Path) -> Path:
+    def shipped_graph(self, src: Path, role: str, options: OnnxRuntimeOptions, out_dir: Path) -> Path:
         """``build`` ships the FP32 graph as it is and the Q/DQ graph with its attention cores, GEMM biases and
         patch embedding fused (when the profile fuses them), both written by the same code as here."""
         if role != "model" or not (options or OnnxRuntimeOptions()).fuse_attention:
@@ -146,7 +149,7 @@ class OnnxRuntimeBackend(Backend):
         _fuse_file(src, out_dir / "model.int8.onnx")
         return out_dir / "model.int8.onnx"
 
-    def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
+    def open_runner(self, model_path: Path, options: OnnxRuntimeOptions, *, threads: int | None = None) -> Runner:
         return OnnxRuntimeRunner(model_path, options or OnnxRuntimeOptions(), threads)
 
 
@@ -183,7 +186,7 @@ def _fuse_file(src: Path, dst: Path) -> tuple[AttentionFusion, GemmBiasFusion, P
 
 
 
-def unfold_int8_rewrites(model: Any) -> int:
+def unfold_int8_rewrites(model: ModelProto) -> int:
     """The onnx artifact's INT8 layers in their Q/DQ form again, under their node names (in place): what
     ``_fuse_file`` made MatMulIntegerToFloat (the GEMMs with their biases, the patch embedding) back to
     ``DequantizeLinear -> MatMul`` / ``-> Conv``. The attention fusion stays (it holds no INT8 layer). For readers

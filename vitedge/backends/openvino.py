@@ -18,7 +18,7 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from vitedge.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.limits import MAX_PROFILE_THREADS, check_number, usable_cpus
 from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, copy_onnx, get_metadata, onnx_sha256
 from vitedge.signals import raise_if_interrupted
+
+if TYPE_CHECKING:
+    import openvino
 
 _HINTS = ("LATENCY", "THROUGHPUT")
 _FLOAT_PRECISIONS = ("f32", "bf16")
@@ -68,7 +71,7 @@ class OpenVinoOptions:
         check_number("num_streams", self.num_streams, 0, MAX_PROFILE_THREADS, integer=True)
 
 
-def float_precision_used(core: Any, device: str, requested: str) -> str:
+def float_precision_used(core: openvino.Core, device: str, requested: str) -> str:
     """``requested``, or f32 when it is bf16 and the device reports no BF16 capability, or when oneDNN is capped
     below AVX-512 (``ONEDNN_MAX_CPU_ISA=AVX2`` on a bf16 CPU: the plugin still reports BF16 but cannot compile it)."""
     if requested != "bf16" or bf16_capped_off():
@@ -80,7 +83,7 @@ def float_precision_used(core: Any, device: str, requested: str) -> str:
     return "bf16" if "BF16" in caps else "f32"
 
 
-def _rt_str(model: Any, key: str) -> str | None:
+def _rt_str(model: openvino.Model, key: str) -> str | None:
     """A string the build stored in the model's rt_info (``set_rt_info(value, key)``), else None."""
     try:
         return str(model.get_rt_info([key]).astype(str)) if model.has_rt_info([key]) else None
@@ -222,7 +225,7 @@ class OpenVinoRunner(Runner):
         return np.asarray(next(iter(result.values()))).copy()
 
 
-class OpenVinoBackend(Backend):
+class OpenVinoBackend(Backend[OpenVinoOptions]):
     name = "openvino"
     options_type = OpenVinoOptions
     facts = BackendFacts(runtime="OpenVINO", runs_on=CPU, runtime_modules=("openvino",), install_hint=INSTALL,
@@ -253,7 +256,7 @@ class OpenVinoBackend(Backend):
         ov = _ov()
         return {"openvino": ov.__version__}
 
-    def build(self, ctx: BuildContext) -> BuiltArtifact:
+    def build(self, ctx: BuildContext[OpenVinoOptions]) -> BuiltArtifact:
         fmt = _input_format(ctx.qdq_path)
         _convert(ctx.qdq_path, "model", fmt, ctx.out_dir)
         _convert(ctx.fp32_path, "reference", fmt, ctx.out_dir, source_sha256=onnx_sha256(ctx.fp32_path))
@@ -277,7 +280,7 @@ class OpenVinoBackend(Backend):
             info=info,
         )
 
-    def shipped_graph(self, src: Path, role: str, options: Any, out_dir: Path) -> Path:
+    def shipped_graph(self, src: Path, role: str, options: OpenVinoOptions, out_dir: Path) -> Path:
         """The IR ``build`` writes for ``src``, by the same conversion (the input format read from ``src``,
         which for the FP32 graph is the Q/DQ graph's: both carry the export's). The IR records its source's
         file name (``conversion_parameters``), so ``src`` is converted under the name the bundle gives it."""
@@ -288,7 +291,7 @@ class OpenVinoBackend(Backend):
             src = named
         return _convert(src, role, _input_format(src), out_dir, source_sha256=source_sha256)
 
-    def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
+    def open_runner(self, model_path: Path, options: OpenVinoOptions, *, threads: int | None = None) -> Runner:
         return OpenVinoRunner(model_path, options or OpenVinoOptions(), threads)
 
 
@@ -363,7 +366,7 @@ def _convert(src: Path, role: str, fmt: str, out_dir: Path, *, source_sha256: st
 _GENERATED_NAME = re.compile(r"^[A-Za-z]+_\d+$")
 
 
-def _stable_names(model: Any) -> None:
+def _stable_names(model: openvino.Model) -> None:
     """Number OpenVINO's generated node names in graph order, so that one Q/DQ graph gives the same IR bytes
     whatever the process converted before (the accuracy budget converts candidates before the build does, and
     the validation cache and `tools/bundle_diff.py` compare artifacts by their bytes). Names the ONNX graph

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from vitedge.onnxutil import (
     require_opset_import,
     topological_sort,
 )
+
+if TYPE_CHECKING:
+    from onnx import ModelProto, NodeProto
 
 MS_DOMAIN = "com.microsoft"
 LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Split", "Gather", "Slice", "Flatten", "Identity"})
@@ -99,7 +102,7 @@ class _Core:
 
 
 class _Graph:
-    def __init__(self, model: Any):
+    def __init__(self, model: ModelProto):
         from onnx import numpy_helper, shape_inference
 
         g = model.graph
@@ -127,7 +130,7 @@ class _Graph:
     def is_scalar(self, tensor: str) -> bool:
         return self.numel.get(tensor) == 1
 
-    def data_input(self, node: Any) -> str | None:
+    def data_input(self, node: NodeProto) -> str | None:
         """The tensor a layout or scalar-scaling node passes along, else None."""
         if node.op_type in LAYOUT_OPS:
             return node.input[0]
@@ -157,7 +160,7 @@ class _Graph:
         return users[0] if len(users) == 1 and tensor not in self.outputs else None
 
 
-def _is_float_cast(node: Any) -> bool:
+def _is_float_cast(node: NodeProto) -> bool:
     """Identity, or a Cast to float32 (a no-op on the float32 probabilities)."""
     if node.op_type == "Identity":
         return True
@@ -305,7 +308,7 @@ def _private(gr: _Graph, core: _Core) -> bool:
 PROBE_BATCH = 2  # a dynamic batch is probed at 2, so batch-first and sequence-first layouts differ
 
 
-def _random_input(model: Any) -> tuple[dict[str, np.ndarray], int]:
+def _random_input(model: ModelProto) -> tuple[dict[str, np.ndarray], int]:
     from onnx import helper
 
     inp = model.graph.input[0]
@@ -319,7 +322,7 @@ def _random_input(model: Any) -> tuple[dict[str, np.ndarray], int]:
     return {inp.name: rng.standard_normal(dims).astype(dtype)}, batch
 
 
-def _capture(model: Any, tensors: list[str]) -> tuple[dict[str, np.ndarray], int]:
+def _capture(model: ModelProto, tensors: list[str]) -> tuple[dict[str, np.ndarray], int]:
     import onnx
     from onnx import TensorProto, helper
 
@@ -436,7 +439,7 @@ def _check_as(core: _Core, values: dict[str, np.ndarray], src: list[np.ndarray],
     return f"the traced output {y.shape} is not softmax(q.k^T) v with contiguous heads"
 
 
-def _rewrite(core: _Core, plan: _Plan, names: Any, inits: list[Any]) -> list[Any]:
+def _rewrite(core: _Core, plan: _Plan, names: NameScope, inits: list[Any]) -> list[Any]:
     """The nodes that replace the core: [Transpose] -> [Split] -> MultiHeadAttention -> [Transpose] [Reshape]."""
     from onnx import helper, numpy_helper
 
@@ -480,7 +483,7 @@ def _rewrite(core: _Core, plan: _Plan, names: Any, inits: list[Any]) -> list[Any
     return nodes
 
 
-def fuse_attention(model: Any) -> AttentionFusion:
+def fuse_attention(model: ModelProto) -> AttentionFusion:
     """Replace every float attention core that checks out with MultiHeadAttention (in place)."""
 
     gr = _Graph(model)

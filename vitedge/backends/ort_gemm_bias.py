@@ -32,11 +32,14 @@ Like MultiHeadAttention, the result needs ONNX Runtime (contrib operators ship i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.onnxutil import NameScope, cleanup, node_index, require_opset_import, splice_nodes
+from vitedge.onnxutil import NameScope, NodeIndex, cleanup, node_index, require_opset_import, splice_nodes
+
+if TYPE_CHECKING:
+    from onnx import ModelProto, NodeProto
 
 MS_DOMAIN = "com.microsoft"
 _UINT8, _INT8, _FLOAT = 2, 3, 1  # TensorProto element types
@@ -60,7 +63,7 @@ class GemmBiasFusion:
 class _Constants:
     """Constant tensors of a graph: initializers, Constant nodes, and Identity of either."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: ModelProto):
         from onnx import numpy_helper
 
         self.init = {t.name: t for t in model.graph.initializer}
@@ -92,7 +95,7 @@ class _Constants:
         return int(p.data_type) if p is not None else None
 
 
-def _dq_inputs(dq: Any) -> tuple[str, str, str] | None:
+def _dq_inputs(dq: NodeProto) -> tuple[str, str, str] | None:
     """(quantized, scale, zero point) of a DequantizeLinear with all three inputs, else None."""
     if dq is None or dq.op_type != "DequantizeLinear" or dq.domain not in ("", "ai.onnx") or len(dq.input) < 3 or not dq.input[2]:
         return None
@@ -101,7 +104,7 @@ def _dq_inputs(dq: Any) -> tuple[str, str, str] | None:
     return dq.input[0], dq.input[1], dq.input[2]
 
 
-def quantized_inputs(node: Any, gr: Any, consts: _Constants, subject: str) -> str | tuple[tuple[str, str, str], tuple[str, str, str]]:
+def quantized_inputs(node: NodeProto, gr: NodeIndex, consts: _Constants, subject: str) -> str | tuple[tuple[str, str, str], tuple[str, str, str]]:
     """((quantized, scale, zero point) of ``node``'s first input, the same of its second) when both are
     DequantizeLinears read by ``node`` alone and the first is a per-tensor 8-bit ``subject`` (an int8 one written
     by a QuantizeLinear of the same scale and zero point, which the uint8 twin copies); else why not. ONNX Runtime
@@ -130,7 +133,7 @@ class _Fold:
     transpose_weight: bool = False  # a Gemm with transB=1: the int8 weight is stored transposed [K, N]
 
 
-def _bias(add: Any, read: str, consts: _Constants, n: int) -> str | None:
+def _bias(add: NodeProto, read: str, consts: _Constants, n: int) -> str | None:
     bias = add.input[1] if add.input[0] == read else add.input[0]
     bdims = consts.dims(bias)
     if bias == read or consts.dtype(bias) != _FLOAT or not bdims or bdims[-1] != n or any(d != 1 for d in bdims[:-1]):
@@ -138,20 +141,20 @@ def _bias(add: Any, read: str, consts: _Constants, n: int) -> str | None:
     return bias
 
 
-def _keeps_last_axis(reshape: Any, consts: _Constants, n: int) -> bool:
+def _keeps_last_axis(reshape: NodeProto, consts: _Constants, n: int) -> bool:
     from onnx import numpy_helper
 
     p = consts.proto(reshape.input[1]) if len(reshape.input) > 1 else None
     return p is not None and p.dims and int(numpy_helper.to_array(p).reshape(-1)[-1]) == n
 
 
-def _gemm_attrs_plain(node: Any) -> bool:
+def _gemm_attrs_plain(node: NodeProto) -> bool:
     a = {x.name: x for x in node.attribute}
     return (a["transA"].i == 0 if "transA" in a else True) and (a["alpha"].f == 1.0 if "alpha" in a else True) and (
         a["beta"].f == 1.0 if "beta" in a else True)
 
 
-def _why_not(mm: Any, gr: Any, consts: _Constants, outputs: set[str], before_gelu: bool) -> str | _Fold:
+def _why_not(mm: NodeProto, gr: NodeIndex, consts: _Constants, outputs: set[str], before_gelu: bool) -> str | _Fold:
     """The MatMulIntegerToFloat inputs and the nodes it replaces, or why this GEMM stays as it is."""
     pair = quantized_inputs(mm, gr, consts, "activation")
     if isinstance(pair, str):
@@ -189,8 +192,8 @@ def _why_not(mm: Any, gr: Any, consts: _Constants, outputs: set[str], before_gel
     return _Fold([x[0], w[0], x[1], w[1], x[2], w[2], bias], [mm] + ([reshape] if reshape else []) + [add], add.output[0], reshape)
 
 
-def _as_uint8(x_q: str, scale: str, zp: str, gr: Any, consts: _Constants, names: NameScope,
-              unsigned: dict[str, tuple[str, str]], added: list[Any], model: Any) -> tuple[str, str]:
+def _as_uint8(x_q: str, scale: str, zp: str, gr: NodeIndex, consts: _Constants, names: NameScope,
+              unsigned: dict[str, tuple[str, str]], added: list[Any], model: ModelProto) -> tuple[str, str]:
     """A uint8 twin of an int8 activation: ``QuantizeLinear(x, scale, zp + 128)``, the same integers shifted by 128.
 
     ONNX Runtime on x86 runs int8 activations this way: its ``QDQS8ToU8Transformer`` rewrites every int8 Q -> DQ
@@ -211,13 +214,13 @@ def _as_uint8(x_q: str, scale: str, zp: str, gr: Any, consts: _Constants, names:
     return unsigned[x_q]
 
 
-def _attrs(node: Any) -> dict[str, Any]:
+def _attrs(node: NodeProto) -> dict[str, Any]:
     from onnx import helper
 
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _transposed(weight: str, consts: _Constants, names: NameScope, model: Any) -> str:
+def _transposed(weight: str, consts: _Constants, names: NameScope, model: ModelProto) -> str:
     """A [K, N] copy of a Gemm's transB=1 int8 weight [N, K] (its per-row scale becomes per-column)."""
     from onnx import numpy_helper
 
@@ -226,7 +229,7 @@ def _transposed(weight: str, consts: _Constants, names: NameScope, model: Any) -
     return name
 
 
-def fuse_gemm_bias(model: Any, *, before_gelu: bool = True) -> GemmBiasFusion:
+def fuse_gemm_bias(model: ModelProto, *, before_gelu: bool = True) -> GemmBiasFusion:
     """Replace each ``DQ(x), DQ(W) -> MatMul -> Add(bias)`` that qualifies with MatMulIntegerToFloat (in place).
 
     ``before_gelu=False`` leaves a bias whose sum feeds an erf-GELU (ORT fuses that one into BiasGelu)."""
@@ -267,7 +270,7 @@ def fuse_gemm_bias(model: Any, *, before_gelu: bool = True) -> GemmBiasFusion:
     return GemmBiasFusion(gemms, folded, tuple(skipped))
 
 
-def unfold_gemm_bias(model: Any) -> int:
+def unfold_gemm_bias(model: ModelProto) -> int:
     """The inverse, for readers that want the Q/DQ form (per-layer sensitivity finds INT8 layers by their
     ``DequantizeLinear -> MatMul`` inputs and their node names): each MatMulIntegerToFloat this module wrote
     becomes ``DQ(x), DQ(W) -> MatMul -> Add(bias)`` again, the MatMul under its original name (in place).

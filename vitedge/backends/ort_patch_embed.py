@@ -28,12 +28,15 @@ Needs ONNX Runtime's contrib operators, like the other rewrites of the ``onnx`` 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vitedge.backends.ort_gemm_bias import _FLOAT, _INT8, _UINT8, MS_DOMAIN, _as_uint8, _Constants, _dq_inputs, quantized_inputs
-from vitedge.onnxutil import NameScope, cleanup, node_index, require_opset_import, splice_nodes
+from vitedge.onnxutil import NameScope, NodeIndex, cleanup, node_index, require_opset_import, splice_nodes
+
+if TYPE_CHECKING:
+    from onnx import ModelProto, NodeProto
 
 AS_GEMM_SUFFIX = "/as_gemm"  # the GEMM's node name: the Conv's name and this; its helper nodes: that and "/..."
 
@@ -51,7 +54,7 @@ class PatchEmbedFusion:
         return line + (f" (first left as is: {self.skipped[0]})" if self.skipped else "")
 
 
-def _attr(node: Any, name: str, default: Any) -> Any:
+def _attr(node: NodeProto, name: str, default: object) -> Any:
     # vitedge.quantize.graph.attr's twin: importing that would pull the whole quantize package into every
     # `vitedge.runtime` load of the onnx backend (0.3 s here)
     from onnx import helper
@@ -62,7 +65,7 @@ def _attr(node: Any, name: str, default: Any) -> Any:
     return default
 
 
-def _declared_shape(model: Any, name: str) -> tuple[int, ...] | None:
+def _declared_shape(model: ModelProto, name: str) -> tuple[int, ...] | None:
     """The shape the graph declares for ``name`` (graph input or value_info), every dimension but the batch fixed
     (the batch: 0), else None."""
     for vi in list(model.graph.input) + list(model.graph.value_info):
@@ -77,7 +80,7 @@ _SAME_SHAPE = ("Cast", "Identity", "QuantizeLinear", "DequantizeLinear", "Relu",
 _BROADCAST = ("Add", "Sub", "Mul", "Div")
 
 
-def _static_shape(model: Any, name: str, gr: Any, consts: _Constants, depth: int = 8) -> tuple[int, ...] | None:
+def _static_shape(model: ModelProto, name: str, gr: NodeIndex, consts: _Constants, depth: int = 8) -> tuple[int, ...] | None:
     """The shape of ``name`` with the batch as 0, from its declaration or worked out back to one through the few
     ops a baked preprocessing puts before the image's QuantizeLinear (Cast, Transpose, Mul/Add by constants), else
     None."""
@@ -106,7 +109,7 @@ def _static_shape(model: Any, name: str, gr: Any, consts: _Constants, depth: int
     return None
 
 
-def _why_not(conv: Any, gr: Any, consts: _Constants, model: Any) -> str | dict[str, Any]:
+def _why_not(conv: NodeProto, gr: NodeIndex, consts: _Constants, model: ModelProto) -> str | dict[str, Any]:
     """The pieces of the rewrite, or why this Conv stays as it is."""
     pair = quantized_inputs(conv, gr, consts, "image")
     if isinstance(pair, str):
@@ -139,7 +142,7 @@ def _why_not(conv: Any, gr: Any, consts: _Constants, model: Any) -> str | dict[s
     return {"x": x, "w": w, "bias": bias, "o": o, "c": c, "kh": kh, "kw": kw, "h": h, "wd": wd}
 
 
-def fuse_patch_embedding(model: Any) -> PatchEmbedFusion:
+def fuse_patch_embedding(model: ModelProto) -> PatchEmbedFusion:
     """Replace each INT8 patch-embedding Conv that qualifies by patches -> MatMulIntegerToFloat (in place)."""
     from onnx import helper, numpy_helper
 
@@ -193,7 +196,7 @@ def fuse_patch_embedding(model: Any) -> PatchEmbedFusion:
     return PatchEmbedFusion(convs, folded, tuple(skipped))
 
 
-def unfold_patch_embedding(model: Any) -> int:
+def unfold_patch_embedding(model: ModelProto) -> int:
     """The inverse: each GEMM this module wrote becomes ``DQ(image), DQ(W) -> Conv`` again under the Conv's name,
     the weight in its (O, C, kh, kw) layout (in place). The image stays uint8 where it was made so (the same real
     values). Returns how many were unfolded."""

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from vitedge.backends.float_layers import int8_layers, return_to_float
 from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio, timed_steps_line
 from vitedge.onnxutil import SessionSettings, node_index, ort_session
 from vitedge.swap import work_prefix
+
+if TYPE_CHECKING:
+    from onnx import ModelProto, NodeProto
 
 _FLOAT_MATRIX = frozenset({"MatMul", "Gemm", "Conv", "FusedConv", "FusedMatMul", "FusedGemm", "NhwcFusedConv", "ConvTranspose"})
 
@@ -53,7 +56,7 @@ class Int8Payoff:
         return {"cpu": self.cpu, "source": self.source, "kept_float": [dict(l) for l in self.layers]}
 
 
-def _float_weights(model: Any) -> dict[str, str]:
+def _float_weights(model: ModelProto) -> dict[str, str]:
     """int8 weight initializer -> the float op ONNX Runtime (this machine, this version) feeds it to dequantized."""
     import onnx
 
@@ -74,7 +77,7 @@ def _float_weights(model: Any) -> dict[str, str]:
     return found
 
 
-def keep_unpaid_float(model: Any, cpu: str) -> Int8Payoff:
+def keep_unpaid_float(model: ModelProto, cpu: str) -> Int8Payoff:
     """Return to float, in place, every INT8 layer this machine's ONNX Runtime would run as a float kernel."""
     try:
         unpaid = _float_weights(model)

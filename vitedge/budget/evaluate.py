@@ -97,7 +97,7 @@ class Evaluator:
         facts = self._facts(name)
         return eval_batch(facts[2]) if facts is not None else _EVAL_BATCH
 
-    def _reference(self, fp32: Any, name: str, opener: Callable[[Path], Any] | None) -> np.ndarray:
+    def _reference(self, fp32: str | Path | ModelProto, name: str, opener: Callable[[Path], Any] | None) -> np.ndarray:
         """FP32 outputs on runtime ``name``: of the reference file its target ships (``Backend.shipped_graph``),
         under validation's own key, so its FP32 side reads them instead of running again."""
         facts = self._facts(name)
@@ -163,7 +163,7 @@ class Evaluator:
             memo.append(b)
         return memo
 
-    def _infer_fn(self, model: Any, opener: Callable[[Path], Any] | None, tmp: Path) -> tuple[Callable[[np.ndarray], np.ndarray], Any]:
+    def _infer_fn(self, model: str | Path | ModelProto, opener: Callable[[Path], Any] | None, tmp: Path) -> tuple[Callable[[np.ndarray], np.ndarray], Any]:
         if opener is None:
 
             sess = ort_session(Path(model) if isinstance(model, str) else model, threads=self.threads)  # past 2 GB via external data
@@ -183,7 +183,7 @@ class Evaluator:
             return feed_for(runner, images, self.preprocess)
         return np.ascontiguousarray(images, dtype=np.float32)
 
-    def _outputs(self, model: Any, opener: Callable[[Path], Any] | None = None,
+    def _outputs(self, model: str | Path | ModelProto, opener: Callable[[Path], Any] | None = None,
                  stop: Callable[[np.ndarray], str | None] | None = None, ref: np.ndarray | None = None, *,
                  batch: int = _EVAL_BATCH, census: tuple[str, str] = ("int8", "onnxruntime")) -> tuple[np.ndarray, str | None]:
         """Outputs of ``model`` on the data, ``batch`` inputs per call; ``census``: (side, runtime) for the pass record."""
@@ -212,7 +212,7 @@ class Evaluator:
             self.labels = np.concatenate(labels)
         return values, reason
 
-    def _record(self, model: Any, census: tuple[str, str], items: int, batch: int) -> None:
+    def _record(self, model: str | Path | ModelProto, census: tuple[str, str], items: int, batch: int) -> None:
         side, name = census
         facts = self._facts(name)
         runtime = facts[0].name if facts is not None else "onnxruntime"

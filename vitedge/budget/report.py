@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.fsutil import atomic_write_path
+from vitedge.manifest import Manifest
 
 
 def describe_record(rec: dict[str, Any]) -> str:
@@ -136,11 +137,11 @@ def budget_plot(rec: dict[str, Any], title: str, top: int = 40) -> bytes | None:
 BUDGET_NOT_RUN = "Not run: this bundle records no accuracy budget (it was built without one)."
 
 
-def write_budget_report(bundle: Path, manifest, *, note: str | None = None) -> None:
+def write_budget_report(bundle: Path, manifest: Manifest, *, note: str | None = None) -> None:
     """The budget's section of report.md and its plot (report/budget.png: ranking, float layers marked).
     A bundle without a budget record says so; ``note`` is a line on where the budget ran."""
 
-    rec = manifest.quantization.get("budget")
+    rec = manifest.quantization.budget
     section = budget_markdown(rec) if rec else f"## Accuracy budget\n\n{BUDGET_NOT_RUN}"
     if note:
         heading, _, body = section.partition("\n\n")
@@ -149,7 +150,7 @@ def write_budget_report(bundle: Path, manifest, *, note: str | None = None) -> N
     text = report.read_text() if report.is_file() else ""
     with atomic_write_path(report) as tmp:
         tmp.write_text(text.rstrip("\n") + "\n\n" + section + "\n")
-    png = budget_plot(rec, f"accuracy budget, {manifest.target['name']}") if rec else None
+    png = budget_plot(rec, f"accuracy budget, {manifest.target.name}") if rec else None
     if png:
         with atomic_write_path(bundle / "report" / "budget.png") as tmp:
             tmp.write_bytes(png)

@@ -36,7 +36,7 @@ def record_speed_verdict(manifest: Manifest, speedup: float | None, thresholds: 
                          log: StageLog) -> str | None:
     """Record (and log) whether the layers the budget returned to float left INT8 no faster than FP32
     on this target's runtime (``speedup``: its validation's batch-1 speedup; None: not measured or not validated)."""
-    rec = manifest.quantization.get("budget")
+    rec = manifest.quantization.budget
     if not rec:
         return None
     failure = speed_verdict(rec, speedup, thresholds.min_speedup, f"{profile.name} ({profile.backend})")
@@ -45,3 +45,14 @@ def record_speed_verdict(manifest: Manifest, speedup: float | None, thresholds: 
     if failure:
         log.info("FAIL " + failure)
     return failure
+
+
+def record_budget_not_met(manifest: Manifest, detail: str) -> None:
+    """Mark the budget's record: the closest INT8 graph it found is shipped for inspection, failed."""
+    manifest.quantization.budget["verdict"] = {"passed": False, "detail": detail}
+
+
+def budget_not_met(manifest: Manifest) -> str | None:
+    """Why the accuracy budget recorded in the manifest was not met; None when it was, or when none ran."""
+    verdict = (manifest.quantization.budget or {}).get("verdict") or {}
+    return verdict.get("detail", "accuracy budget not met") if verdict.get("passed") is False else None

@@ -41,6 +41,7 @@ from vitedge.camera_apps.labels import nvinfer_labels, nvinfer_rewritten
 from vitedge.camera_apps.nvinfer_rules import nvinfer_engine_name
 from vitedge.camera_apps.serving import ServedBy, dla_core_of, tensorrt_engine
 from vitedge.errors import BundleError
+from vitedge.manifest import Manifest
 from vitedge.onnxutil import graph_inputs, save_onnx
 
 CONFIG_FILE = "config_infer.txt"
@@ -107,21 +108,21 @@ class DeepStreamGraph:
         return self.arith.baked or self.softmax
 
 
-def deepstream_graph(manifest: Any) -> DeepStreamGraph:
+def deepstream_graph(manifest: Manifest) -> DeepStreamGraph:
     """The DeepStream graph of a bundle, from its manifest (raises BundleError where nvinfer cannot feed it)."""
     inp, outp = manifest.input, manifest.output
-    if inp.get("preprocess_baked"):
+    if inp.preprocess_baked:
         raise BundleError("this bundle's graph takes uint8 NHWC frames (--bake-preprocess); nvinfer feeds float NCHW: "
                           "rebuild without --bake-preprocess for DeepStream")
-    pre = inp.get("preprocess") or {}
+    pre = inp.preprocess or {}
     channels = len(pre.get("mean") or ())
     if channels not in COLOR_FORMAT:
         raise BundleError(f"this model takes {channels}-channel input; nvinfer feeds RGB/BGR (3) or GRAY (1) frames: "
                           "feed it through nvdspreprocess with your own tensor preparation instead")
-    return DeepStreamGraph(arithmetic_for(pre["mean"], pre["std"]), softmax=outp.get("kind") != "embedding")
+    return DeepStreamGraph(arithmetic_for(pre["mean"], pre["std"]), softmax=outp.kind != "embedding")
 
 
-def nvinfer_can_feed(manifest: Any) -> bool:
+def nvinfer_can_feed(manifest: Manifest) -> bool:
     try:
         deepstream_graph(manifest)
     except BundleError:
@@ -180,7 +181,7 @@ class NvinferEngine:
         return nvinfer_engine_name(self.onnx_file, self.batch, dla_core=self.dla_core)
 
 
-def _engine_lines(manifest: Any, graph: DeepStreamGraph, rel: str, tensorrt: bool, target: NvinferEngine) -> list[str]:
+def _engine_lines(manifest: Manifest, graph: DeepStreamGraph, rel: str, tensorrt: bool, target: NvinferEngine) -> list[str]:
     """model-engine-file (with its precision and TensorRT version) where an engine exists, else the name
     nvinfer saves its own build under, and int8-calib-file, with what nvinfer does at each start.
     ``tensorrt``: the bundle's artifact is a TensorRT engine."""
@@ -211,7 +212,7 @@ def _engine_lines(manifest: Any, graph: DeepStreamGraph, rel: str, tensorrt: boo
              " and this config then points at it" if tensorrt
              else "a TensorRT bundle of this model (vitedge build --target jetson) ships one built by `vitedge engine`")
     if engine is None and version:  # a version-compatible engine: nvinfer cannot load it (nvinfer_rules)
-        where = (f"the bundle's {manifest.artifacts.get('model')} is version-compatible, which nvinfer cannot load (it never "
+        where = (f"the bundle's {manifest.artifacts.model} is version-compatible, which nvinfer cannot load (it never "
                  "allows engine host code); `vitedge engine` builds a DeepStream engine without it, absent here")
     return [f"# No engine vitedge built for nvinfer yet: {where}.",
             "# nvinfer loads only model-engine-file. At the first start this file does not exist: nvinfer logs",
@@ -222,18 +223,18 @@ def _engine_lines(manifest: Any, graph: DeepStreamGraph, rel: str, tensorrt: boo
             f"model-engine-file={own}", *nvinfer_builds]
 
 
-def _loadable_engine(manifest: Any, graph: DeepStreamGraph, tensorrt: bool) -> tuple[str | None, str | None, str | None]:
+def _loadable_engine(manifest: Manifest, graph: DeepStreamGraph, tensorrt: bool) -> tuple[str | None, str | None, str | None]:
     """(engine, TensorRT version, precision) of the engine vitedge built that nvinfer can load, or
     (None, version, None) when the only one is version-compatible, (None, None, None) when there is none."""
     info = manifest.backend_info or {}
     ds = info.get("deepstream_engine") or {}
     if ds.get("engine"):
         return ds["engine"], ds.get("tensorrt"), ds.get("precision")
-    if not graph.own_graph and tensorrt and manifest.artifacts.get("built"):
+    if not graph.own_graph and tensorrt and manifest.artifacts.built:
         version = (info.get("device") or {}).get("tensorrt")
         if info.get("version_compatible"):
             return None, version, None
-        return manifest.artifacts["model"], version, _precision(info.get("plan") or {})
+        return manifest.artifacts.model, version, _precision(info.get("plan") or {})
     return None, None, None
 
 
@@ -266,16 +267,16 @@ def _crop_lines(pre: dict[str, Any], h: int, w: int) -> list[str]:
     return lines
 
 
-def write_deepstream(bundle: Path, manifest: Any, out: Path, *, rel: str, served: ServedBy) -> list[str]:
+def write_deepstream(bundle: Path, manifest: Manifest, out: Path, *, rel: str, served: ServedBy) -> list[str]:
     """Write config_infer.txt, labels.txt (classifiers), the DeepStream graph where it differs from
     the bundle's and the empty INT8 flag file into ``out``; ``rel`` is the path from ``out`` back to
     the bundle, ``served`` the bundle backend's facts. Returns the files written."""
     graph = deepstream_graph(manifest)
     inp, outp = manifest.input, manifest.output
-    pre = inp.get("preprocess") or {}
+    pre = inp.preprocess or {}
     channels = len(pre["mean"])
-    h, w = (inp.get("shape") or [None, channels, 0, 0])[2:4]
-    profile = manifest.target.get("profile") or {}
+    h, w = (inp.shape or [None, channels, 0, 0])[2:4]
+    profile = manifest.target.profile or {}
     options = profile.get("backend_options") or {}
     batch = int(options.get("opt_batch") or max(profile.get("batch_sizes") or [1])) if "members" not in options else 1
     dla_core = dla_core_of(manifest)
@@ -283,26 +284,26 @@ def write_deepstream(bundle: Path, manifest: Any, out: Path, *, rel: str, served
     interpolation = pre.get("interpolation", "bilinear")
     files: list[str] = []
     lines = [
-        f"# DeepStream nvinfer config written by vitedge for {manifest.target.get('name')} ({manifest.model.get('source')}).",
+        f"# DeepStream nvinfer config written by vitedge for {manifest.target.name} ({manifest.model.source}).",
         "# Not run on a device by vitedge: check it with deepstream-app or gst-launch-1.0 (docs/camera-apps.md).",
         f"# Preprocessing the model was trained and validated with: {'grey' if channels == 1 else 'RGB'}, mean {pre['mean']}, "
         f"std {pre['std']}, {interpolation} resize.",
         *_crop_lines(pre, h, w),
     ]
     if graph.own_graph:
-        write_deepstream_graph(bundle / arts["qdq"], out / BAKED_GRAPH, graph)
+        write_deepstream_graph(bundle / arts.qdq, out / BAKED_GRAPH, graph)
         files.append(BAKED_GRAPH)
         onnx_file = BAKED_GRAPH
-        lines.append(f"# {BAKED_GRAPH} is the bundle's validated Q/DQ graph ({arts['qdq']}) with, added:")
+        lines.append(f"# {BAKED_GRAPH} is the bundle's validated Q/DQ graph ({arts.qdq}) with, added:")
         if arith.baked:
             lines += ["#   a Mul/Add per channel in front: per-channel std cannot be expressed by nvinfer's single",
                       "#   net-scale-factor, so the graph computes (x/255 - mean)/std from 0-255 pixels, and",
                       "#   net-scale-factor = 1 with zero offsets passes them through (the normalisation is baked in);"]
         if graph.softmax:
             lines += [f"#   a Softmax behind the logits ('{PROBS_OUTPUT}'): the probabilities vitedge's runtime reports."]
-        lines.append(f"# Its engine is {ENGINE_FILE} (the bundle's {arts.get('model')} takes normalised input and gives logits).")
+        lines.append(f"# Its engine is {ENGINE_FILE} (the bundle's {arts.model} takes normalised input and gives logits).")
     else:
-        onnx_file = f"{rel}/{arts['qdq']}"
+        onnx_file = f"{rel}/{arts.qdq}"
     if not arith.baked:
         lines.append("# net-scale-factor = 1/(255*std), offsets = 255*mean: exactly (x/255 - mean)/std, as vitedge computes it.")
     (out / CALIB_FILE).write_bytes(b"")
@@ -331,7 +332,7 @@ def write_deepstream(bundle: Path, manifest: Any, out: Path, *, rel: str, served
         lines += ["# an embedding model: the raw output tensor is attached as NvDsInferTensorMeta for your app",
                   "network-type=100", "output-tensor-meta=1"]
     else:
-        labels = outp.get("class_names") or [str(i) for i in range(_num_outputs(bundle / arts["qdq"]))]
+        labels = outp.class_names or [str(i) for i in range(_num_outputs(bundle / arts.qdq))]
         (out / LABELS_FILE).write_text(nvinfer_labels(labels))
         files.append(LABELS_FILE)
         rewritten = nvinfer_rewritten(labels)

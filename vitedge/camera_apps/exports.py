@@ -14,7 +14,7 @@ from vitedge.camera_apps.serving import ServedBy, tensorrt_engine
 from vitedge.camera_apps.triton import config_text, model_name, triton_backend, write_labels, write_triton
 from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_output_dir
-from vitedge.manifest import verify_bundle
+from vitedge.manifest import Manifest, verify_bundle
 from vitedge.outputs import check_output
 
 CAMERA_DIR = "camera"
@@ -34,7 +34,7 @@ def export_config(kind: str, bundle: Path, out: Path, *, facts_of: Callable[[str
     if kind not in WRITERS:
         raise UsageError(f"unknown camera app '{kind}'; known: {', '.join(WRITERS)}")
     manifest = verify_bundle(bundle)
-    served = facts_of(str(manifest.target.get("backend")))
+    served = facts_of(str(manifest.target.backend))
     # the one replace rule: never the bundle, a folder holding it or one inside it; --force replaces only a folder
     # export-config wrote (recognised by the first line of its config), checked before anything is written
     check_output(out, "camera", force=force, reads=(bundle,))
@@ -52,7 +52,7 @@ def _same_bytes(src: Path, dst: Path) -> None:
         shutil.copyfile(src, dst)
 
 
-def write_bundle_exports(bundle: Path, manifest: Any, served: ServedBy) -> list[str]:
+def write_bundle_exports(bundle: Path, manifest: Manifest, served: ServedBy) -> list[str]:
     """camera/deepstream/ and camera/triton/<name>/ in an NVIDIA bundle (one whose artifact is a TensorRT
     engine: ``served``, its backend's facts, say so); once its engine exists the repository's
     1/model.plan is that engine (a hard link or a copy, hashed in the manifest with the rest), so
@@ -72,9 +72,9 @@ def write_bundle_exports(bundle: Path, manifest: Any, served: ServedBy) -> list[
     (folder / "1").mkdir(parents=True)
     (folder / "config.pbtxt").write_text(config_text(manifest, bundle, name, served))
     written.append(f"{CAMERA_DIR}/triton/{name}/config.pbtxt")
-    if manifest.artifacts.get("built"):
-        plan = folder / "1" / triton_backend(served, str(manifest.target.get("backend"))).files[0][1]
-        _same_bytes(bundle / manifest.artifacts["model"], plan)
+    if manifest.artifacts.built:
+        plan = folder / "1" / triton_backend(served, str(manifest.target.backend)).files[0][1]
+        _same_bytes(bundle / manifest.artifacts.model, plan)
         written.append(f"{CAMERA_DIR}/triton/{name}/1/{plan.name}")
     if write_labels(bundle, manifest, folder):  # config.pbtxt names it: Triton fails the load without it
         written.append(f"{CAMERA_DIR}/triton/{name}/labels.txt")

@@ -7,7 +7,9 @@ has these fields), and the functions here read only what Triton and DeepStream n
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
+
+from vitedge.manifest import Manifest
 
 # Triton's platform for TensorRT engines: the artifact is an engine nvinfer and Triton load as such.
 TENSORRT_PLAN = "tensorrt_plan"
@@ -31,16 +33,16 @@ def tensorrt_engine(served: ServedBy) -> bool:
     return served.triton_platform == TENSORRT_PLAN
 
 
-def dla_core_of(manifest: Any) -> int | None:
+def dla_core_of(manifest: Manifest) -> int | None:
     """The DLA core the bundle's engine runs on (its profile's ``dla_core`` >= 0), else None."""
-    options = (manifest.target.get("profile") or {}).get("backend_options") or {}
+    options = (manifest.target.profile or {}).get("backend_options") or {}
     core = options.get("dla_core")
     return int(core) if core is not None and int(core) >= 0 else None
 
 
-def dla_static_batch(manifest: Any) -> int:
+def dla_static_batch(manifest: Manifest) -> int:
     """The one batch a DLA engine takes: the DLA needs static shapes, so the plan builds for the
     profile's opt batch, else its largest (vitedge.backends.tensorrt.plan, ``_dla``)."""
-    profile = manifest.target.get("profile") or {}
+    profile = manifest.target.profile or {}
     options = profile.get("backend_options") or {}
     return int(options.get("opt_batch") or max(int(b) for b in profile.get("batch_sizes") or [1]))

@@ -8,11 +8,11 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from vitedge.camera_apps.labels import triton_labels
 from vitedge.camera_apps.serving import TENSORRT_PLAN, ServedBy, dla_core_of, dla_static_batch, tensorrt_engine
 from vitedge.errors import BundleError
+from vitedge.manifest import Manifest
 from vitedge.onnxutil import graph_inputs
 
 
@@ -45,9 +45,9 @@ def triton_backend(served: ServedBy, backend: str) -> TritonBackend:
     return TritonBackend((line,), MODEL_FILES[key], "KIND_GPU" if served.runs_on == "gpu" else "KIND_CPU")
 
 
-def model_name(manifest: Any) -> str:
-    stem = Path(str(manifest.model.get("source") or "model")).stem
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{stem}_{manifest.target.get('name')}")
+def model_name(manifest: Manifest) -> str:
+    stem = Path(str(manifest.model.source or "model")).stem
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{stem}_{manifest.target.name}")
 
 
 def _tensor_facts(onnx_path: Path) -> tuple[tuple[str, str, list[int]], tuple[str, str, list[int]]]:
@@ -63,15 +63,15 @@ def _tensor_facts(onnx_path: Path) -> tuple[tuple[str, str, list[int]], tuple[st
     return facts(graph_inputs(graph)[0]), facts(graph.output[0])
 
 
-def _tensorrt_notes(manifest: Any, served: ServedBy) -> list[str]:
+def _tensorrt_notes(manifest: Manifest, served: ServedBy) -> list[str]:
     """What the server needs for a TensorRT bundle's plan (comments in config.pbtxt)."""
     if not tensorrt_engine(served):
         return []
     info = manifest.backend_info or {}
-    options = (manifest.target.get("profile") or {}).get("backend_options") or {}
+    options = (manifest.target.profile or {}).get("backend_options") or {}
     version = (info.get("device") or {}).get("tensorrt")
     lines = [f"# 1/model.plan: the engine `vitedge engine` built with TensorRT {version}; serve it with the Triton release"
-             " that ships that TensorRT." if version and manifest.artifacts.get("built") else
+             " that ships that TensorRT." if version and manifest.artifacts.built else
              "# 1/model.plan is added by `vitedge engine BUNDLE` on the device (a link to the bundle's engine);"
              " serve it with the Triton release that ships the TensorRT it recorded."]
     if info.get("version_compatible", options.get("version_compatible")):
@@ -94,19 +94,19 @@ def _dla_notes(dla: int | None, batch: int) -> list[str]:
             f"# min = max = {batch}); Triton pads no batch, so send batches of {batch}."]
 
 
-def config_text(manifest: Any, bundle: Path, name: str, served: ServedBy) -> str:
+def config_text(manifest: Manifest, bundle: Path, name: str, served: ServedBy) -> str:
     """config.pbtxt for the bundle; ``served``: its backend's facts (vitedge.backends.backend_facts)."""
-    spec = triton_backend(served, str(manifest.target.get("backend")))
-    profile = manifest.target.get("profile") or {}
+    spec = triton_backend(served, str(manifest.target.backend))
+    profile = manifest.target.profile or {}
     sizes = sorted(int(b) for b in profile.get("batch_sizes") or [1])
     dla = dla_core_of(manifest) if tensorrt_engine(served) else None
     if dla is not None:  # a DLA engine is static at one batch: the TensorRT backend refuses a larger max_batch_size
         sizes = [dla_static_batch(manifest)]
-    (in_name, in_type, in_dims), (out_name, out_type, out_dims) = _tensor_facts(bundle / manifest.artifacts["qdq"])
-    fmt = "FORMAT_NHWC" if manifest.input.get("preprocess_baked") else "FORMAT_NCHW"
-    labels = manifest.output.get("kind") != "embedding"
-    lines = [f"# Triton model configuration written by vitedge for {manifest.target.get('name')} "
-             f"({manifest.model.get('source')}); not run on a server by vitedge (docs/camera-apps.md).",
+    (in_name, in_type, in_dims), (out_name, out_type, out_dims) = _tensor_facts(bundle / manifest.artifacts.qdq)
+    fmt = "FORMAT_NHWC" if manifest.input.preprocess_baked else "FORMAT_NCHW"
+    labels = manifest.output.kind != "embedding"
+    lines = [f"# Triton model configuration written by vitedge for {manifest.target.name} "
+             f"({manifest.model.source}); not run on a server by vitedge (docs/camera-apps.md).",
              *_tensorrt_notes(manifest, served),
              *_dla_notes(dla, sizes[-1]),
              f'name: "{name}"', *spec.config_lines, f"max_batch_size: {sizes[-1]}",
@@ -123,19 +123,19 @@ def config_text(manifest: Any, bundle: Path, name: str, served: ServedBy) -> str
     return "\n".join(lines) + "\n"
 
 
-def write_triton(bundle: Path, manifest: Any, out: Path, served: ServedBy) -> list[str]:
+def write_triton(bundle: Path, manifest: Manifest, out: Path, served: ServedBy) -> list[str]:
     """Write the repository <out>/<name>/ (config.pbtxt, labels.txt, 1/<artifact>); files relative to ``out``.
     ``served``: the bundle backend's facts."""
-    if not manifest.artifacts.get("built", True):
-        raise BundleError(f"{bundle} holds no {manifest.artifacts.get('model')} yet: build the engine on the device "
+    if not manifest.artifacts.is_built:
+        raise BundleError(f"{bundle} holds no {manifest.artifacts.model} yet: build the engine on the device "
                           "(vitedge engine BUNDLE), then export the Triton repository there")
     name = model_name(manifest)
     text = config_text(manifest, bundle, name, served)
     folder = out / name
     (folder / "1").mkdir(parents=True, exist_ok=True)
     written = []
-    for key, dst in triton_backend(served, str(manifest.target.get("backend"))).files:
-        src = bundle / (manifest.artifacts.get(key) or key) if key == "model" else bundle / (Path(manifest.artifacts["model"]).with_suffix(".bin").name)
+    for key, dst in triton_backend(served, str(manifest.target.backend)).files:
+        src = bundle / (manifest.artifacts.model or key) if key == "model" else bundle / (Path(manifest.artifacts.model).with_suffix(".bin").name)
         if not src.is_file():
             raise BundleError(f"{src} is missing; rebuild the bundle")
         shutil.copyfile(src, folder / "1" / dst)
@@ -147,14 +147,14 @@ def write_triton(bundle: Path, manifest: Any, out: Path, served: ServedBy) -> li
     return written
 
 
-def write_labels(bundle: Path, manifest: Any, folder: Path) -> bool:
+def write_labels(bundle: Path, manifest: Manifest, folder: Path) -> bool:
     """labels.txt beside a classifier's config.pbtxt, which names it (``label_filename``): Triton's
     label provider fails the model's load when the file is missing. A model without class names
     (a timm state_dict) gets its class indices, one per line. False for an embedding model."""
-    if manifest.output.get("kind") == "embedding":
+    if manifest.output.kind == "embedding":
         return False
-    classes = manifest.output.get("class_names") or []
+    classes = manifest.output.class_names or []
     if not classes:
-        classes = [str(i) for i in range(_tensor_facts(bundle / manifest.artifacts["qdq"])[1][2][-1])]
+        classes = [str(i) for i in range(_tensor_facts(bundle / manifest.artifacts.qdq)[1][2][-1])]
     (folder / LABELS_FILE).write_text(triton_labels(classes))
     return True

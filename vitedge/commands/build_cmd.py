@@ -90,12 +90,12 @@ def command(**flags: object) -> None:
     failed = [r for r in results if r.passed is False]
     if failed:
         raise GateFailure(f"{len(failed)} of {len(results)} target(s) failed the parity gate: "
-                          + "; ".join(f"{r.profile.name}: {', '.join(r.summary.get('failures', []))}" for r in failed))
+                          + "; ".join(f"{r.profile.name}: {', '.join(r.summary.failures)}" for r in failed))
 
 
 def _print_budget_and_warnings(results: list[TargetResult]) -> None:
     """Each accuracy-budget line once (with the layers it kept in float), then each warning once."""
-    for line, names in dict.fromkeys((r.summary["budget"], tuple(r.summary.get("budget_float", ()))) for r in results if r.summary.get("budget")):
+    for line, names in dict.fromkeys((r.summary.budget, tuple(r.summary.budget_float)) for r in results if r.summary.budget):
         click.echo("  " + line + ("".join(f"\n    float: {n}" for n in names)))
-    for w in dict.fromkeys(w for r in results for w in r.summary.get("warnings", ())):
+    for w in dict.fromkeys(w for r in results for w in r.summary.warnings):
         click.echo(f"vitedge: WARNING: {w}", err=True)

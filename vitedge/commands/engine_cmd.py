@@ -40,7 +40,7 @@ def command(bundle: Path, val: Path | None, force: bool, no_latency: bool, profi
     info = result.manifest.backend_info
     device = info.get("device") or {}
     where = f"{device.get('gpu_name')} (compute {device.get('compute_capability')}), TensorRT {device.get('tensorrt')}"
-    family = result.manifest.target.get("family")
+    family = result.manifest.target.family
     if family:
         where += f", profile {family['selected']} of the {family['name']} family"
     if result.passed is None:

@@ -25,7 +25,7 @@ from vitedge.commands.embedding_flags import embedding_gate_flags, embedding_ove
 from vitedge.errors import GateFailure, UsageError
 from vitedge.outlock import output_locks
 from vitedge.outputs import check_output
-from vitedge.profiles import Thresholds
+from vitedge.profiles import ThresholdOverrides, Thresholds
 from vitedge.project_config import config_bundles, with_project_config
 from vitedge.ui import StageLog
 from vitedge.validation.defaults import (
@@ -102,14 +102,14 @@ def command(bundle, data, data_size, seed, report_dir, max_top1_drop, min_agreem
 
 
 def _threshold_overrides(ctx: click.Context, no_latency: bool, gate_flags: dict[str, object],
-                         **flags: float | None) -> dict[str, float | None]:
+                         **flags: float | None) -> ThresholdOverrides:
     """The threshold flags over the profile's; bad values and --no-latency with a speed limit: exit 2 before any work."""
     overrides = {**flags, **embedding_overrides(gate_flags), **noise_overrides(gate_flags)}
     Thresholds(**{k: v for k, v in overrides.items() if v is not None})
     speed_flags = [k for k in ("min_speedup", "max_p99_ms") if ctx.get_parameter_source(k) == ParameterSource.COMMANDLINE]
     if no_latency and speed_flags:
         raise UsageError("--no-latency cannot check --min-speedup or --max-p99-ms; drop one")
-    return overrides
+    return ThresholdOverrides.of(overrides)
 
 
 def _report_dirs(ctx: click.Context, bundles: list[Path], report_dir: Path | None, data: Path | None) -> dict[Path, Path]:

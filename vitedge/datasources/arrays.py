@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -24,6 +24,9 @@ from vitedge.limits import physical_memory
 from vitedge.preprocess import ImageTooLarge, preprocess_array, resized_size
 from vitedge.spec import Preprocess
 from vitedge.ui import literal
+
+if TYPE_CHECKING:
+    from numpy.lib.npyio import NpzFile
 
 IMAGE_KEYS = ("images", "x")
 LABEL_KEYS = ("labels", "y")
@@ -76,7 +79,7 @@ def _load(file: Path, path_text: str) -> tuple[np.ndarray, np.ndarray | None]:
         ) from None
 
 
-def _check_unpacked_size(npz: Any, key: str, path_text: str) -> None:
+def _check_unpacked_size(npz: NpzFile, key: str, path_text: str) -> None:
     """A .npz member is decompressed whole into memory (a .npy is mapped from disk): refuse one whose header says it
     needs more than half of this machine's RAM, before it is unpacked (a small compressed file can unpack to many GB,
     and Linux lets the allocation through, then kills the process as it fills)."""

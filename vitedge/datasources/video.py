@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -47,7 +48,7 @@ class _SeekFailed(Exception):
     pass
 
 
-def _open(cv2: Any, file: Path, path_text: str) -> Any:
+def _open(cv2: ModuleType, file: Path, path_text: str) -> Any:
     cap = cv2.VideoCapture(str(file))
     if not cap.isOpened():
         cap.release()
@@ -58,7 +59,7 @@ def _open(cv2: Any, file: Path, path_text: str) -> Any:
     return cap
 
 
-def frame_count(cv2: Any, file: Path, path_text: str) -> int:
+def frame_count(cv2: ModuleType, file: Path, path_text: str) -> int:
     """The container's frame count, or 0 when it does not say."""
     cap = _open(cv2, file, path_text)
     try:
@@ -68,7 +69,7 @@ def frame_count(cv2: Any, file: Path, path_text: str) -> int:
         cap.release()
 
 
-def iter_seek(cv2: Any, file: Path, path_text: str, indices: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+def iter_seek(cv2: ModuleType, file: Path, path_text: str, indices: list[int]) -> Iterator[tuple[int, np.ndarray]]:
     """(index, BGR frame) for each index, by seeking; raises _SeekFailed if any seek misses."""
     cap = _open(cv2, file, path_text)
     try:
@@ -87,7 +88,7 @@ def iter_seek(cv2: Any, file: Path, path_text: str, indices: list[int]) -> Itera
         cap.release()
 
 
-def iter_sequential(cv2: Any, file: Path, path_text: str, indices: Iterable[int] | None
+def iter_sequential(cv2: ModuleType, file: Path, path_text: str, indices: Iterable[int] | None
                     ) -> Iterator[tuple[int, np.ndarray | None]]:
     """Read front to back. With ``indices``: (index, BGR frame or None if undecodable) for
     each wanted index. Without: (index, None) for every frame, to count them cheaply."""
@@ -146,7 +147,7 @@ def _frames_to_sample(limit: int | None, video_frames: int) -> int:
     return n
 
 
-def _open_video_file(cv2: Any, file: Path, path_text: str) -> tuple[_VideoFile, int]:
+def _open_video_file(cv2: ModuleType, file: Path, path_text: str) -> tuple[_VideoFile, int]:
     """The video and the frame count its container states (0 when it does not say)."""
     total = frame_count(cv2, file, path_text)  # a CalibrationError before hashing a non-video
     stat = file.stat()

@@ -14,7 +14,7 @@ import socket
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from vitedge import telemetry
 from vitedge.errors import (
@@ -113,7 +113,11 @@ def cluster_nodes() -> list[str]:
     return sorted(n.get("NodeManagerHostname", "?") for n in ray.nodes() if n.get("Alive"))
 
 
-def _with_node(fn: Callable[[Any], Any], payload: Any) -> tuple[Any, dict[str, str]]:
+P = TypeVar("P")  # a task's payload
+R = TypeVar("R")  # its result
+
+
+def _with_node(fn: Callable[[P], R], payload: P) -> tuple[R, dict[str, str]]:
     """Run ``fn(payload)`` on a worker and say where it ran."""
 
     import ray

@@ -24,6 +24,7 @@ from vitedge.distributed.contract import (
     open_data,
 )
 from vitedge.distributed.sharding import Shard
+from vitedge.manifest import Manifest
 from vitedge.validation.accuracy import collect_outputs, eval_batch
 from vitedge.validation.bundle import bundle_profile
 from vitedge.validation.latency import (
@@ -72,10 +73,10 @@ class LatencyOutputs:
     device: dict[str, Any] | None = None  # what the timing ran on (Backend.timing_device), this worker's
 
 
-def _backend_for(manifest, bundle: Path):
+def _backend_for(manifest: Manifest, bundle: Path):
 
     profile = bundle_profile(manifest, bundle)
-    return get_backend(manifest.target.get("backend", profile.backend)), profile
+    return get_backend(manifest.target.backend or profile.backend), profile
 
 
 def run_shard(task: ShardTask) -> ShardOutputs:
@@ -90,10 +91,10 @@ def run_shard(task: ShardTask) -> ShardOutputs:
     batch = eval_batch(profile.batch_sizes)  # the single-process batch: the shard starts on a multiple of it
     memory: dict[str, Any] = {}
     rss0 = current_rss()
-    with backend.open_runner(bundle / arts["reference"], profile.backend_options, threads=task.threads) as runner:
+    with backend.open_runner(bundle / arts.reference, profile.backend_options, threads=task.threads) as runner:
         ref = collect_outputs(runner, source, pre, batch_size=batch)
         rss1 = current_rss()
-    with backend.open_runner(bundle / arts["model"], profile.backend_options, threads=task.threads) as runner:
+    with backend.open_runner(bundle / arts.model, profile.backend_options, threads=task.threads) as runner:
         got = collect_outputs(runner, source, pre, batch_size=batch)
         rss2 = current_rss()
     if rss0 is not None and rss1 is not None and rss2 is not None:
@@ -115,9 +116,9 @@ def run_latency(task: LatencyTask) -> LatencyOutputs:
     first = next(iter(source.batches(max(task.batch_sizes))))
     memory: dict[str, Any] = {}
     rss0 = current_rss()
-    with backend.open_runner(bundle / arts["reference"], profile.backend_options, threads=task.threads) as ref_runner:
+    with backend.open_runner(bundle / arts.reference, profile.backend_options, threads=task.threads) as ref_runner:
         rss1 = current_rss()
-        with backend.open_runner(bundle / arts["model"], profile.backend_options, threads=task.threads) as int8_runner:
+        with backend.open_runner(bundle / arts.model, profile.backend_options, threads=task.threads) as int8_runner:
             rss2 = current_rss()
             stats, speedup = measure_speed_pair(ref_runner, int8_runner, first.images, task.batch_sizes, pre, task.settings,
                                                 lambda _m: None)

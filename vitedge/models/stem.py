@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -48,11 +47,11 @@ class StemSize:
     grid: int
 
 
-def _first(v: Any) -> int:
+def _first(v: object) -> int:
     return int(v[0] if isinstance(v, (tuple, list)) else v)
 
 
-def stem_layers(module: Any) -> list[StemLayer]:
+def stem_layers(module: object) -> list[StemLayer]:
     """The stem's spatial layers, up to the first token layer; [] for a module that is not an nn.Module or has no
     square convolution or pooling first."""
     import torch

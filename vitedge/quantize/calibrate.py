@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -76,6 +76,9 @@ from vitedge.quantize.refine import Refinement, correct_biases, refinable, refin
 from vitedge.quantize.select import SELECT_CONTEND_RATIO, SELECT_FIRST_LOOK, SELECT_MIN_RATIO, SELECT_MIN_T, choose
 from vitedge.quantize.smooth_search import choose_alphas
 from vitedge.spec import ModelSpec
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
 
 # The old private names (tests and benchmarks import them from here).
 _Runner = Runner
@@ -256,7 +259,7 @@ def _measure(plan: _Plan, meta: dict[str, str], source: CalibrationSource, confi
     return st
 
 
-def _select_samples(model: Any) -> int:
+def _select_samples(model: ModelProto) -> int:
     """Method select: how many of the first calibration images its candidates are scored on."""
     return SELECT_SAMPLES_LARGE if is_large(model) else SELECT_SAMPLES
 
@@ -446,8 +449,8 @@ def _selection(cache: CalibrationCache, parts: dict[str, Any], config: QuantConf
     return selection, passes + selection.runs
 
 
-def _refinement(cache: CalibrationCache, parts: dict[str, Any], config: QuantConfig, prepared: Any, meta: dict[str, str],
-                source: CalibrationSource, progress: bool, smoothed: Any, layers: tuple[QuantLayer, ...],
+def _refinement(cache: CalibrationCache, parts: dict[str, Any], config: QuantConfig, prepared: ModelProto, meta: dict[str, str],
+                source: CalibrationSource, progress: bool, smoothed: ModelProto, layers: tuple[QuantLayer, ...],
                 thresholds: dict[str, float], candidates: dict[str, dict[str, float]],
                 moments: dict[str, tuple[np.ndarray, np.ndarray]] | None):
     """GPTQ weights / corrected biases: from the cache, from the calibration pass's channel
@@ -558,7 +561,7 @@ def _read_entry(entry: dict[str, Any], sites: list[SmoothSite], tensors: list[st
 
 def quantize(
     fp32_onnx_path: str | Path,
-    source: Any,
+    source: CalibrationSource,
     config: QuantConfig | None = None,
     out_path: str | Path | None = None,
     *,

@@ -11,13 +11,16 @@ The ONNX Runtime and OpenVINO targets consume the same graph.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from vitedge.errors import QuantizationError
 from vitedge.onnxutil import opset_version
 from vitedge.quantize.graph import GraphIndex, attr
+
+if TYPE_CHECKING:
+    from onnx import ModelProto, NodeProto
 
 MIN_OPSET = 13  # per-axis QuantizeLinear / DequantizeLinear
 
@@ -44,7 +47,7 @@ class Violation:
         return f"{self.node or 'graph'}: {self.message}"
 
 
-def check_qdq_graph(model: Any) -> list[Violation]:
+def check_qdq_graph(model: ModelProto) -> list[Violation]:
     """Every TensorRT explicit-quantization rule ``model`` (an onnx.ModelProto) breaks."""
     from onnx import TensorProto
 
@@ -122,7 +125,7 @@ def check_qdq_graph(model: Any) -> list[Violation]:
     return out
 
 
-def _check_axis(gi: Any, dq: Any, name: str, weight: np.ndarray | None, scale: np.ndarray) -> list[Violation]:
+def _check_axis(gi: GraphIndex, dq: NodeProto, name: str, weight: np.ndarray | None, scale: np.ndarray) -> list[Violation]:
 
     if weight is None:
         return []
@@ -141,7 +144,7 @@ def _check_axis(gi: Any, dq: Any, name: str, weight: np.ndarray | None, scale: n
     return found
 
 
-def _output_channel_axis(node: Any, idx: int, rank: int) -> int | None:
+def _output_channel_axis(node: NodeProto, idx: int, rank: int) -> int | None:
 
     if node.op_type == "MatMul" and idx == 1:
         return rank - 1
@@ -152,7 +155,7 @@ def _output_channel_axis(node: Any, idx: int, rank: int) -> int | None:
     return None
 
 
-def assert_qdq_graph(model: Any) -> None:
+def assert_qdq_graph(model: ModelProto) -> None:
     """Raise QuantizationError naming the broken rules, if any."""
     found = check_qdq_graph(model)
     if found:

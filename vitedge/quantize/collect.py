@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
@@ -48,6 +48,10 @@ from vitedge.quantize.histogram import ChannelHistogram
 from vitedge.safefile import parse_json
 from vitedge.spec import ModelSpec
 
+if TYPE_CHECKING:
+    from google.protobuf.message import Message
+    from onnx import ModelProto
+
 # Fixed so the statistics do not depend on the machine. (ONNX Runtime's CPU results were
 # bit-identical for 1-4 threads and batch 1 vs 8 in our measurements; fixing both anyway
 # costs little.)
@@ -66,14 +70,14 @@ CALIBRATION_SESSION = SessionSettings(spinning=False)
 COUNTING_THREADS = min(CALIBRATION_THREADS, usable_cpus())
 
 
-def _detached(message: Any) -> Any:
+def _detached(message: Message) -> Any:
     """A copy of a protobuf sub-message that does not hold on to the message it came from."""
     copy = type(message)()
     copy.CopyFrom(message)
     return copy
 
 
-def _large_graph_run(model: Any) -> tuple[int | None, SessionSettings]:
+def _large_graph_run(model: ModelProto) -> tuple[int | None, SessionSettings]:
     """(batch size or None for the default, session settings) for running ``model`` in calibration."""
     if is_large(model):
         return LARGE_GRAPH_BATCH, lean_settings(CALIBRATION_SESSION)
@@ -217,7 +221,7 @@ class Collector:
 class Runner:
     """Runs a graph with extra outputs over the calibration source, batch by batch."""
 
-    def __init__(self, model: Any, meta: dict[str, str], source: CalibrationSource, progress: bool):
+    def __init__(self, model: ModelProto, meta: dict[str, str], source: CalibrationSource, progress: bool):
         self.model = model
         self.source = source
         self.progress = progress

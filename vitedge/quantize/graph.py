@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from vitedge.onnxutil import (
     opset_version,
     weightless_copy,
 )
+
+if TYPE_CHECKING:
+    from onnx import ModelProto, NodeProto
 
 # Ops that only move or select data: a patch embedding's input reaches it through these.
 DATA_MOVEMENT = frozenset({
@@ -67,7 +70,7 @@ class QuantLayer:
                 "weight": self.weight, "weight_axis": self.weight_axis, "channels": self.channels}
 
 
-def attr(node: Any, name: str, default: Any = None) -> Any:
+def attr(node: NodeProto, name: str, default: object = None) -> Any:
     from onnx import helper
 
     for a in node.attribute:
@@ -79,7 +82,7 @@ def attr(node: Any, name: str, default: Any = None) -> Any:
 class GraphIndex:
     """Producers, consumers, constant-ness and ranks of one ModelProto (read-only view)."""
 
-    def __init__(self, model: Any):
+    def __init__(self, model: ModelProto):
         self.model = model
         g = model.graph
         self.inits = {t.name: t for t in g.initializer}
@@ -174,7 +177,7 @@ class GraphIndex:
         return self.ranks.get(name)
 
 
-def _constant_node_value(node: Any) -> np.ndarray:
+def _constant_node_value(node: NodeProto) -> np.ndarray:
     from onnx import numpy_helper
 
     for a in node.attribute:
@@ -190,7 +193,7 @@ def _constant_node_value(node: Any) -> np.ndarray:
 # --------------------------------------------------------------------------- preparation
 
 
-def prepare(model: Any) -> Any:
+def prepare(model: ModelProto) -> Any:
     """A copy of the FP32 graph ready for analysis: every node has a unique name and shapes
     are inferred (ranks let SmoothQuant follow channels through Transposes)."""
     import onnx
@@ -357,7 +360,7 @@ def _from_graph_input(gi: GraphIndex, tensor: str) -> bool:
     return found
 
 
-def _reaches_output(gi: GraphIndex, start: Any, layer_nodes: set[int]) -> bool:
+def _reaches_output(gi: GraphIndex, start: NodeProto, layer_nodes: set[int]) -> bool:
     """A data path from ``start``'s output to a graph output meeting no layer and no LayerNorm."""
     todo = [o for o in start.output if o]
     seen: set[str] = set()
@@ -461,7 +464,7 @@ def _input_channels(gi: GraphIndex, layer: QuantLayer) -> int:
     return int(w.shape[1 - layer.weight_axis])  # type: ignore[operator]
 
 
-def _channel_preserving(gi: GraphIndex, node: Any, idx: int, rank: int) -> tuple[str, int] | None:
+def _channel_preserving(gi: GraphIndex, node: NodeProto, idx: int, rank: int) -> tuple[str, int] | None:
     """The output of ``node`` when it keeps the last (channel) axis last, else None."""
     if idx != 0 or not node.output:
         return None

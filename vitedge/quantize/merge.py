@@ -20,11 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vitedge.onnxutil import NameScope, SessionSettings, cleanup, graph_inputs, node_index, ort_session, splice_nodes
+
+if TYPE_CHECKING:
+    from onnx import ModelProto, NodeProto
 
 # Between a projection and the attention matmul reading it: data movement and scalar scaling only.
 _PASS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Identity", "Cast", "Mul", "Div", "Split", "Slice", "Gather"})
@@ -57,7 +60,7 @@ class _Linear:
 
 
 class _Index:
-    def __init__(self, model: Any, constant: Callable[[str], Any] | None):
+    def __init__(self, model: ModelProto, constant: Callable[[str], Any] | None):
         from onnx import numpy_helper
 
         self.model = model
@@ -83,7 +86,7 @@ class _Index:
         return None if value is None else np.asarray(value)
 
 
-def _gemm_linear(ix: _Index, gemm: Any, order: int) -> _Linear | None:
+def _gemm_linear(ix: _Index, gemm: NodeProto, order: int) -> _Linear | None:
     """A Gemm y = x W^T + b (or x W + b) with constant W and b, as the same MatMul + Add."""
     a = {x.name: x for x in gemm.attribute}
     if (a["transA"].i if "transA" in a else 0) or (a["alpha"].f if "alpha" in a else 1.0) != 1.0 or (
@@ -99,7 +102,7 @@ def _gemm_linear(ix: _Index, gemm: Any, order: int) -> _Linear | None:
     return _Linear(gemm, w, None, None if b is None else b.reshape(-1), gemm.output[0], order)
 
 
-def _linear(ix: _Index, mm: Any, order: int) -> _Linear | None:
+def _linear(ix: _Index, mm: NodeProto, order: int) -> _Linear | None:
     if mm.op_type == "Gemm" and mm.domain in ("", "ai.onnx"):
         return _gemm_linear(ix, mm, order)
     if mm.op_type != "MatMul" or mm.domain not in ("", "ai.onnx") or len(mm.input) != 2:
@@ -177,12 +180,12 @@ def _rewrite(ix: _Index, group: list[_Linear], names: NameScope) -> list[Any]:
     return nodes
 
 
-def _run(model: Any, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
+def _run(model: ModelProto, feed: dict[str, np.ndarray]) -> list[np.ndarray]:
     sess = ort_session(model.SerializeToString(), SessionSettings(optimization="disabled"))
     return [np.asarray(v) for v in sess.run(None, feed)]
 
 
-def _probe_feed(model: Any) -> dict[str, np.ndarray]:
+def _probe_feed(model: ModelProto) -> dict[str, np.ndarray]:
     from onnx import helper
 
     feed = {}
@@ -205,7 +208,7 @@ def _same(before: list[np.ndarray], after: list[np.ndarray]) -> str | None:
     return None
 
 
-def merge_sibling_linears(model: Any, *, check: bool = True, constant: Callable[[str], Any] | None = None) -> LinearMerge:
+def merge_sibling_linears(model: ModelProto, *, check: bool = True, constant: Callable[[str], Any] | None = None) -> LinearMerge:
     """Merge every set of MatMuls (and Gemms) with constant 2-D weights reading one activation into one MatMul (in
     place); their bias Adds too when every one has one. ``check``: run the graph before and after on one random
     input and keep the rewrite only when the outputs agree. ``constant``: the value of a tensor computed from

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,10 @@ from vitedge.quantize.gptq import gptq_quantize
 from vitedge.quantize.graph import GraphIndex, QuantLayer, attr
 from vitedge.quantize.stats import safe_scale
 from vitedge.quantize.weight_range import quantize_weight
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
+    from vitedge.quantize.collect import Runner
 
 HESSIAN_BUDGET_BYTES = 512 * 2**20  # float64 Hessians accumulated in one pass
 
@@ -124,7 +128,7 @@ def fake_quant(x: np.ndarray, threshold: float) -> np.ndarray:
     return np.clip(np.rint(x / s), -128, 127) * s
 
 
-def refine(runner: Any, model: Any, layers: tuple[QuantLayer, ...], thresholds: dict[str, float], *, gptq: bool,
+def refine(runner: Runner, model: ModelProto, layers: tuple[QuantLayer, ...], thresholds: dict[str, float], *, gptq: bool,
            bias_correction: bool, weight_range: str, candidates: dict[str, dict[str, float]] | None = None) -> Refinement:
     """Run the refinement pass(es) over ``runner``'s calibration data on ``model`` (the
     smoothed FP32 graph) and decide weights and biases."""
@@ -178,7 +182,7 @@ def refine(runner: Any, model: Any, layers: tuple[QuantLayer, ...], thresholds: 
     return Refinement(weights=weights, biases=biases, thresholds=auto, chosen={t: picked[t] for t in auto}, forward_passes=runner.runs - runs_before, seconds=time.perf_counter() - start)
 
 
-def correct_biases(model: Any, layers: tuple[QuantLayer, ...], moments: dict[str, tuple[np.ndarray, np.ndarray]],
+def correct_biases(model: ModelProto, layers: tuple[QuantLayer, ...], moments: dict[str, tuple[np.ndarray, np.ndarray]],
                    weight_range: str) -> Refinement:
     """Bias correction from channel means measured elsewhere (the calibration pass):
     ``moments[t] = (E[x], E[Q(x)])`` per input channel of activation ``t``, in ``model``'s

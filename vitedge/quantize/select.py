@@ -27,16 +27,20 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vitedge.errors import QuantizationError
 from vitedge.onnxutil import SessionSettings, ort_session
 from vitedge.quantize.qdq import build_qdq
-from vitedge.quantize.record import Calibration, CandidateScore, Selection
+from vitedge.quantize.record import Calibration, CandidateScore, Selection, Variant
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
 
 SELECT_THREADS = 2
 SELECT_MIN_T = 2.0  # paired t of the per-image log distances a candidate must beat the first one by
@@ -99,7 +103,7 @@ def _log_softmax(z: np.ndarray) -> np.ndarray:
     return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
 
 
-def _outputs(model: Any, input_name: str, feeds: Sequence[np.ndarray], settings: SessionSettings) -> np.ndarray:
+def _outputs(model: str | Path | bytes | ModelProto, input_name: str, feeds: Sequence[np.ndarray], settings: SessionSettings) -> np.ndarray:
     try:
         sess = ort_session(model, settings, threads=SELECT_THREADS)
     except Exception as err:
@@ -142,7 +146,7 @@ class _Scorer:
 
 
 def choose(calibration: Calibration, input_name: str, feeds: Sequence[np.ndarray], *, declared_kind: str | None = None,
-           settings: SessionSettings | None = None, log: Any = None, reference: np.ndarray | None = None) -> Selection:
+           settings: SessionSettings | None = None, log: Callable[[str], None] | None = None, reference: np.ndarray | None = None) -> Selection:
     """Score every variant of ``calibration`` (its full-INT8 graph, the config's attention setting)
     against the FP32 graph on ``feeds`` (model-ready batches), best first. Every candidate runs on the
     first ``SELECT_FIRST_LOOK`` images; the first candidate and those ``SELECT_CONTEND_RATIO`` times
@@ -220,7 +224,7 @@ def _distinct(calibration: Calibration) -> dict[str, str | None]:
     return out
 
 
-def _same_variant(a: Any, b: Any) -> bool:
+def _same_variant(a: Variant, b: Variant) -> bool:
     if a.thresholds != b.thresholds:
         return False
     if a.refinement is None or b.refinement is None:

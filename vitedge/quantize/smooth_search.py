@@ -10,7 +10,7 @@ weight-range rule. One extra pass over the calibration data (``QuantConfig.smoot
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,10 +19,13 @@ from vitedge.quantize.graph import GraphIndex, SmoothSite
 from vitedge.quantize.refine import fake_quant
 from vitedge.quantize.weight_range import quantize_weight
 
+if TYPE_CHECKING:
+    from vitedge.quantize.collect import Runner
+
 ALPHA_GRID = (0.25, 0.4, 0.5, 0.6, 0.75, 0.9)
 
 
-def choose_alphas(runner: Any, gi: GraphIndex, sites: list[SmoothSite], chan: dict[str, np.ndarray], weight_range: str) -> dict[str, float]:
+def choose_alphas(runner: Runner, gi: GraphIndex, sites: list[SmoothSite], chan: dict[str, np.ndarray], weight_range: str) -> dict[str, float]:
     """LayerNorm node name -> chosen alpha."""
     plans = []  # (site, tensor, [(w_kn, {alpha: (s, wq_kn, threshold)})])
     for site in sites:

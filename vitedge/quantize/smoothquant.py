@@ -20,12 +20,15 @@ front of the Linear layer(s) instead. Whether that pays is measured
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vitedge.onnxutil import NameScope, cleanup, topological_sort
 from vitedge.quantize.graph import GraphIndex, SmoothSite, attr
+
+if TYPE_CHECKING:
+    from onnx import ModelProto, NodeProto
 
 S_MIN, S_MAX = 1e-5, 1e5
 
@@ -41,7 +44,7 @@ def weight_input_absmax(gi: GraphIndex, site: SmoothSite) -> np.ndarray:
     return out
 
 
-def _in_axis(node: Any) -> int:
+def _in_axis(node: NodeProto) -> int:
     """The input-channel axis of a Linear layer's 2-D weight."""
     if node.op_type == "Gemm" and attr(node, "transB", 0):
         return 1
@@ -57,7 +60,7 @@ def smoothing_scales(x_absmax: np.ndarray, w_absmax: np.ndarray, alpha: float) -
     return np.clip(s, S_MIN, S_MAX)
 
 
-def apply(model: Any, sites: list[SmoothSite], scales: dict[str, np.ndarray]) -> tuple[Any, dict[str, str]]:
+def apply(model: ModelProto, sites: list[SmoothSite], scales: dict[str, np.ndarray]) -> tuple[Any, dict[str, str]]:
     """A smoothed copy of ``model`` and the renamed activation tensors (old -> new; only
     where an explicit Mul was inserted)."""
     import onnx

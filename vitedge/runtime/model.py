@@ -57,15 +57,15 @@ def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: i
     telemetry.silence()  # the backend's own usage reporting stays off in the app that loads a bundle
     bundle = Path(bundle)
     manifest = verify_bundle(bundle) if verify else read_manifest(bundle)
-    if not manifest.artifacts.get("built", True):
-        raise BundleError(f"{bundle} holds no {manifest.target.get('backend', '')} engine yet (artifacts.built is false): "
+    if not manifest.artifacts.is_built:
+        raise BundleError(f"{bundle} holds no {manifest.target.backend} engine yet (artifacts.built is false): "
                           f"run `vitedge engine {bundle}` on the device to build it there")
-    backend_name = str(manifest.target.get("backend", ""))
+    backend_name = str(manifest.target.backend or "")
     backend_type = _backend_class(backend_name)
     _check_cpu(bundle, manifest, backend_type.facts, allow_cpu_mismatch)
     backend = _backend(backend_name, backend_type, manifest)
     options = _options(backend, manifest, bundle)
-    model_path = bundle / manifest.artifacts["model"]
+    model_path = bundle / manifest.artifacts.model
     opened = []
     try:
         for _ in range(runners):
@@ -85,8 +85,8 @@ def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: i
     return model
 
 
-def check_load_arguments(bundle: Any, *, verify: Any, warmup: Any, threads: Any, runners: Any, max_batch: Any,
-                         allow_cpu_mismatch: Any) -> None:
+def check_load_arguments(bundle: object, *, verify: object, warmup: object, threads: object, runners: object, max_batch: object,
+                         allow_cpu_mismatch: object) -> None:
     """Refuse an argument of `load` of the wrong type or out of range, before anything is opened, in one line naming
     it: a thread count past this machine's cores made the backend crash the process (SIGSEGV), ``max_batch=0`` or a
     string ``warmup`` failed later or not at all."""
@@ -120,7 +120,7 @@ def _check_cpu(bundle: Path, manifest: Manifest, facts: BackendFacts, allow: boo
     """Refuse (or, when allowed, warn about) a CPU bundle whose INT8 kernels would saturate here."""
     if not facts.on_cpu:
         return
-    check = check_requirement((manifest.quantization or {}).get("cpu_requirement"))
+    check = check_requirement(manifest.quantization.cpu_requirement or None)
     if check.ok and check.message is None:
         return
     if check.ok or (allow if allow is not None else mismatch_allowed()):
@@ -130,7 +130,7 @@ def _check_cpu(bundle: Path, manifest: Manifest, facts: BackendFacts, allow: boo
 
 
 def _missing(facts: BackendFacts, manifest: Manifest) -> MissingDependencyError:
-    return MissingDependencyError(f"{facts.runtime} (the runtime of this {manifest.target.get('name', facts.runtime)} bundle)",
+    return MissingDependencyError(f"{facts.runtime} (the runtime of this {manifest.target.name or facts.runtime} bundle)",
                                   facts.runtime_hint())
 
 
@@ -155,7 +155,7 @@ def _backend(name: str, backend_type: type[Backend], manifest: Manifest) -> Back
 
 
 def _options(backend: Backend, manifest: Manifest, bundle: Path):
-    values = dict((manifest.target.get("profile") or {}).get("backend_options") or {})
+    values = dict((manifest.target.profile or {}).get("backend_options") or {})
     known = {f.name for f in dataclasses.fields(backend.options_type)}
     try:
         return backend.options_type(**{k: v for k, v in values.items() if k in known})
@@ -200,20 +200,20 @@ class Model:
     def __init__(self, bundle: Path, manifest: Manifest, runners: list, *, max_batch: int | None = None):
         self.bundle = Path(bundle)
         self.manifest = manifest
-        self.backend = str(manifest.target.get("backend"))
-        self.target = str(manifest.target.get("name"))
+        self.backend = str(manifest.target.backend)
+        self.target = str(manifest.target.name)
         try:
             inp, out = manifest.input, manifest.output
-            self.preprocessing: Preprocess = Preprocess.from_dict(inp["preprocess"])
-            self.input_format: str = str(inp.get("format", FLOAT_NCHW))
+            self.preprocessing: Preprocess = Preprocess.from_dict(inp.preprocess)
+            self.input_format: str = str(inp.format or FLOAT_NCHW)
             self.baked: bool = self.input_format == UINT8_NHWC_RGB
             self.input_size: tuple[int, int] = tuple(self.preprocessing.crop_size)  # type: ignore[assignment]
             self.channels: int = self.preprocessing.channels
             self.color_mode: str = self.preprocessing.color_mode
-            self.output_kind: str = str(out.get("kind", "logits"))
-            names = out.get("class_names")
+            self.output_kind: str = str(out.kind or "logits")
+            names = out.class_names
             self.class_names: tuple[str, ...] | None = tuple(str(n) for n in names) if names else None
-            sizes = (manifest.target.get("profile") or {}).get("batch_sizes") or [1]
+            sizes = (manifest.target.profile or {}).get("batch_sizes") or [1]
             self.max_batch = int(max_batch if max_batch is not None else max(sizes))
         except (TypeError, ValueError, KeyError, AttributeError) as err:  # a field of the wrong type in manifest.json
             detail = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
@@ -265,7 +265,7 @@ class Model:
 
     # -- the four calls ----------------------------------------------------------------------------
 
-    def preprocess(self, frames: Any, *, color: str = "rgb") -> np.ndarray:
+    def preprocess(self, frames: object, *, color: str = "rgb") -> np.ndarray:
         """Frames -> the model-input batch this bundle's artifact takes (always batched, N first):
         float32 Nx3xHxW normalised, or uint8 NxHxWx3 RGB resized+cropped when the bundle bakes
         normalisation into its graph (``model.baked``)."""
@@ -285,7 +285,7 @@ class Model:
             return pool.infer(batch)
         return np.concatenate([pool.infer(batch[i:i + self.max_batch]) for i in range(0, n, self.max_batch)])
 
-    def logits(self, frames: Any, *, color: str = "rgb") -> np.ndarray:
+    def logits(self, frames: object, *, color: str = "rgb") -> np.ndarray:
         """Raw outputs (logits, before softmax) for FRAMES, preprocessed as `predict` does.
 
         Equal to ``model.infer(model.preprocess(frames, color=color))``: (N, C) for a list or
@@ -295,7 +295,7 @@ class Model:
         out = self._run(items, check_color(color))
         return out[0] if single else out
 
-    def predict(self, frames: Any, *, top_k: int = 5, color: str = "rgb") -> Prediction | Predictions:
+    def predict(self, frames: object, *, top_k: int = 5, color: str = "rgb") -> Prediction | Predictions:
         """Top-k classes with softmax probabilities: a `Prediction` for one HxWx3 frame,
         `Predictions` (N of them, plus (N, k) arrays) for a list or an NxHxWx3 array."""
         if self.output_kind != "logits":
@@ -313,7 +313,7 @@ class Model:
         result = Predictions(indices, probs, self.class_names)
         return result[0] if single else result
 
-    def embed(self, frames: Any, *, color: str = "rgb", normalize: bool = False) -> np.ndarray:
+    def embed(self, frames: object, *, color: str = "rgb", normalize: bool = False) -> np.ndarray:
         """Embeddings of an encoder bundle: (N, D) for a list or NxHxWx3 array, (D,) for one
         frame; ``normalize=True`` scales each to unit L2 norm."""
         if self.output_kind != "embedding":

@@ -27,8 +27,10 @@ from vitedge.backends.base import Backend
 from vitedge.bundle_trust import locked_thresholds
 from vitedge.datasources._common import CalibrationSource
 from vitedge.errors import BundleError, VitedgeError
+from vitedge.json_sections import ABSENT
 from vitedge.manifest import Manifest
-from vitedge.profiles import TargetProfile, Thresholds, parse_profile
+from vitedge.manifest_sections import ArtifactsSection, QuantizationSection as ManifestQuantization
+from vitedge.profiles import TargetProfile, ThresholdOverrides, Thresholds, parse_profile
 from vitedge.validation import report as rpt
 from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
 from vitedge.validation.document import (
@@ -60,7 +62,7 @@ class InfoLog(Protocol):
 
 @dataclass(frozen=True)
 class ValidateOptions:
-    threshold_overrides: dict[str, float | None] = field(default_factory=dict)  # CLI flags over the profile's
+    threshold_overrides: ThresholdOverrides = field(default_factory=ThresholdOverrides)  # CLI flags over the profile's
     measure_speed: bool = True
     latency: LatencySettings = field(default_factory=LatencySettings)
     sensitivity: bool = False
@@ -72,9 +74,9 @@ class ValidateOptions:
     config: dict[str, Any] | None = None  # the project config the command read, why, and what it set (project_config.config_record)
 
 
-def bundle_profile(manifest, bundle: Path) -> TargetProfile:
+def bundle_profile(manifest: Manifest, bundle: Path) -> TargetProfile:
     """The target profile recorded in the manifest, parsed (and checked) again."""
-    data = manifest.target.get("profile")
+    data = manifest.target.profile
     if not isinstance(data, dict):
         raise BundleError(f"{bundle}/manifest.json records no target profile; rebuild the bundle")
     clean: dict[str, Any] = {}
@@ -85,8 +87,8 @@ def bundle_profile(manifest, bundle: Path) -> TargetProfile:
     return parse_profile(clean, Path(bundle) / "manifest.json:target.profile")
 
 
-def resolve_thresholds(base: Thresholds, overrides: dict[str, Any]) -> Thresholds:
-    return base.with_overrides(overrides)
+def resolve_thresholds(base: Thresholds, overrides: ThresholdOverrides) -> Thresholds:
+    return overrides.over(base)
 
 
 def artifact_bytes(bundle: Path, rel: str | None, extra: list[str] | None = None) -> int | None:
@@ -148,7 +150,7 @@ class BundleValidation:
             pngs["latency.png"] = rpt.latency_plot(self.result.latency, f"latency, {title}")
         sens = self.report.sensitivity
         if sens is not None and sens.layers:
-            pngs["sensitivity.png"] = rpt.sensitivity_plot(sens.section_json(), f"per-layer sensitivity, {title}")
+            pngs["sensitivity.png"] = rpt.sensitivity_plot(sens.to_json(), f"per-layer sensitivity, {title}")
         return {name: png for name, png in pngs.items() if png}
 
     def markdown(self, plots: list[str] | None = None) -> str:
@@ -176,23 +178,24 @@ def validate_bundle(bundle: Path, manifest: Manifest, source: CalibrationSource,
     for note in threshold_notes:
         info("NOTE " + note)
     thresholds = resolve_thresholds(locked, options.threshold_overrides)
-    backend_name = manifest.target.get("backend", profile.backend)
+    backend_name = manifest.target.backend or profile.backend
     backend = backend if backend is not None else get_backend(backend_name)
     env = backend.check_environment()
     if not env.can_run:
-        raise BundleError(f"target {manifest.target.get('name')} runs on {backend_name}, which is not usable here: {env.detail}"
+        raise BundleError(f"target {manifest.target.name} runs on {backend_name}, which is not usable here: {env.detail}"
                           + (f"; {env.install_hint}" if env.install_hint else ""))
     backend.check_options(profile.backend_options)  # e.g. an OpenVINO device this machine lacks: exit 2, not a crash
     arts = manifest.artifacts
-    if not arts.get("built", True):
-        raise BundleError(f"{bundle}: the artifact was not built here ({arts.get('model')}); "
+    if not arts.is_built:
+        raise BundleError(f"{bundle}: the artifact was not built here ({arts.model}); "
                           "finish it on the device, then validate there")
     for role in ("model", "reference"):
-        if not arts.get(role) or not (bundle / arts[role]).is_file():
-            raise BundleError(f"{bundle}: the {role} file {arts.get(role)!r} named in manifest.json is missing; rebuild the bundle")
+        rel = arts.model if role == "model" else arts.reference
+        if not rel or not (bundle / rel).is_file():
+            raise BundleError(f"{bundle}: the {role} file {rel or None!r} named in manifest.json is missing; rebuild the bundle")
     spec = manifest.spec
-    kind = manifest.output.get("kind", spec.output_kind)
-    result = artifact_validator(backend, profile.backend_options, bundle / arts["model"], bundle / arts["reference"], source, spec,
+    kind = manifest.output.kind or spec.output_kind
+    result = artifact_validator(backend, profile.backend_options, bundle / arts.model, bundle / arts.reference, source, spec,
                                thresholds, profile.batch_sizes, measure_speed=options.measure_speed, threads=options.threads,
                                latency=options.latency, output_kind=kind, log=info, reference_cache=options.reference_cache)
     sens = None
@@ -205,10 +208,10 @@ def validate_bundle(bundle: Path, manifest: Manifest, source: CalibrationSource,
     return BundleValidation(manifest, thresholds, result, report, sens)
 
 
-def _sensitivity(bundle: Path, manifest, source, kind: str, spec, options: ValidateOptions, info):
+def _sensitivity(bundle: Path, manifest: Manifest, source, kind: str, spec, options: ValidateOptions, info):
 
     arts = manifest.artifacts
-    fp32, qdq = arts.get("fp32_onnx"), arts.get("qdq")
+    fp32, qdq = arts.fp32_onnx, arts.qdq
     if not fp32 or not qdq or not (bundle / fp32).is_file() or not (bundle / qdq).is_file():
         return None, {"error": "the bundle holds no FP32 ONNX graph and Q/DQ graph to compare"}
     x = first_inputs(source, options.sensitivity_samples)
@@ -225,21 +228,21 @@ def _sensitivity(bundle: Path, manifest, source, kind: str, spec, options: Valid
     return sens, sens.to_dict()
 
 
-def _report(bundle: Path, manifest, profile: TargetProfile, thresholds: Thresholds, options: ValidateOptions,
+def _report(bundle: Path, manifest: Manifest, profile: TargetProfile, thresholds: Thresholds, options: ValidateOptions,
             result: ValidationResult, sens_doc: dict[str, Any] | None, backend, bundle_label: str | None) -> ValidationReport:
-    overridden = sorted(k for k, v in options.threshold_overrides.items() if v is not None)
+    overridden = sorted(options.threshold_overrides.set_values())
     return ValidationReport(
         schema=rpt.SCHEMA, producer=options.producer, vitedge_version=__version__,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         passed=result.passed, failures=[row.detail for row in result.failures()],
         bundle=BundleSection(bundle_label if bundle_label is not None else str(bundle), manifest.created, manifest.vitedge_version),
-        model=_model_section(manifest), target=TargetSection(manifest.target.get("name"), manifest.target.get("backend"),
-                                                              manifest.target.get("precision"), list(profile.batch_sizes)),
-        quantization=_quantization_section(manifest.quantization or {}),
+        model=_model_section(manifest), target=TargetSection(_or_none(manifest.target.name), _or_none(manifest.target.backend),
+                                                              _or_none(manifest.target.precision), list(profile.batch_sizes)),
+        quantization=_quantization_section(manifest.quantization),
         artifact=_artifact_section(bundle, manifest.artifacts),
-        runtime=RuntimeSection(manifest.target.get("backend"), _versions(backend), options.threads, platform.platform(),
+        runtime=RuntimeSection(_or_none(manifest.target.backend), _versions(backend), options.threads, platform.platform(),
                                platform.machine(), os.cpu_count()),
-        data=DataSection.section_from(dict(result.data, role=options.data_role) if options.data_role else result.data),
+        data=DataSection.from_json(dict(result.data, role=options.data_role) if options.data_role else result.data),
         thresholds=ThresholdsSection(thresholds.to_dict(), overridden),
         accuracy=AccuracySection(result.accuracy),
         latency=_latency_section(result, backend),
@@ -262,21 +265,26 @@ def _latency_section(result: ValidationResult, backend: Backend) -> LatencySecti
                           device=backend.timing_device() if settings is not None else None)  # sharded: the timing worker's
 
 
-def _model_section(manifest) -> ModelSection:
-    spec = manifest.model.get("spec", {})
-    return ModelSection(manifest.model.get("source"), manifest.model.get("source_sha256"), spec.get("family"), spec.get("variant"),
-                        spec.get("image_size"), spec.get("num_classes"), manifest.output.get("kind", spec.get("output_kind")))
+def _model_section(manifest: Manifest) -> ModelSection:
+    spec = manifest.model.spec or {}
+    return ModelSection(_or_none(manifest.model.source), _or_none(manifest.model.source_sha256), spec.get("family"), spec.get("variant"),
+                        spec.get("image_size"), spec.get("num_classes"), manifest.output.kind or spec.get("output_kind"))
 
 
-def _quantization_section(q: dict[str, Any]) -> QuantizationSection:
-    return QuantizationSection(q.get("layers_int8"), q.get("layers_total"), q.get("summary_line"), q.get("config"))
+def _quantization_section(q: ManifestQuantization) -> QuantizationSection:
+    return QuantizationSection(_or_none(q.layers_int8), _or_none(q.layers_total), _or_none(q.summary_line), _or_none(q.config))
 
 
-def _artifact_section(bundle: Path, arts: dict[str, Any]) -> ArtifactSection:
-    extra = list(arts.get("extra") or [])
-    size = artifact_bytes(bundle, arts.get("model"), extra)
-    ref_size = artifact_bytes(bundle, arts.get("reference"), extra)
-    return ArtifactSection(arts.get("model"), size, arts.get("reference"), ref_size,
+def _or_none(value: object) -> Any:
+    """A manifest key its file lacks is null in validation.json, as it always was."""
+    return None if value is ABSENT else value
+
+
+def _artifact_section(bundle: Path, arts: ArtifactsSection) -> ArtifactSection:
+    extra = list(arts.extra or [])
+    size = artifact_bytes(bundle, _or_none(arts.model), extra)
+    ref_size = artifact_bytes(bundle, _or_none(arts.reference), extra)
+    return ArtifactSection(_or_none(arts.model), size, _or_none(arts.reference), ref_size,
                            (ref_size / size) if size and ref_size else None)
 
 

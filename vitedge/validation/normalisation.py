@@ -19,17 +19,22 @@ The images are decoded once, and FP32 runs once per candidate on at most ``MAX_I
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vitedge.datasources._common import CalibrationSource
 from vitedge.errors import UsageError
 from vitedge.onnxutil import graph_inputs, ort_session
-from vitedge.spec import IMAGENET_MEAN, IMAGENET_STD, SOURCE_DEFAULT, ModelSpec, default_stats
+from vitedge.spec import IMAGENET_MEAN, IMAGENET_STD, SOURCE_DEFAULT, ModelSpec, Preprocess, default_stats
 from vitedge.validation.noise import PROBE_MAX_P, PROBE_MIN_GAIN_POINTS, binom_sf
 from vitedge.validation.sanity import fp32_at_chance
+
+if TYPE_CHECKING:
+    import onnxruntime
 
 MAX_IMAGES = 512  # labelled images scored per candidate (exact test on their discordant pairs)
 STATS_IMAGES = 256  # calibration images the "own statistics" candidate is measured on
@@ -54,7 +59,7 @@ def is_guess(spec: ModelSpec) -> bool:
     return _guessed(spec.sources.get("preprocess"))
 
 
-def _guessed(source: Any) -> bool:
+def _guessed(source: CalibrationSource) -> bool:
     """A ``sources.preprocess`` of the default with neither --mean nor --std among its flags ("default + flags
     (crop_pct)" is still a guessed mean/std; "default + flags (mean)" is the user's word, never questioned)."""
     text = str(source or "")
@@ -68,7 +73,7 @@ def guess_notice(spec: ModelSpec) -> str | None:
     return notice_text(spec.sources.get("preprocess"), pre.mean, pre.std, pre.channels)
 
 
-def notice_text(source: Any, mean: Any, std: Any, channels: Any) -> str | None:
+def notice_text(source: CalibrationSource, mean: Sequence[float], std: Sequence[float], channels: int | None) -> str | None:
     """``guess_notice`` from a spec's parts (a manifest's ``model.spec``: its ``sources.preprocess`` and preprocessing)."""
     if not _guessed(source):
         return None
@@ -93,7 +98,7 @@ def candidates(channels: int, own: tuple[tuple[float, ...], tuple[float, ...]] |
     return found
 
 
-def pixel_statistics(source: Any, pre: Any, limit: int = STATS_IMAGES) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
+def pixel_statistics(source: CalibrationSource, pre: Preprocess, limit: int = STATS_IMAGES) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
     """Per channel, the mean and std of the pixels in [0, 1] of the first ``limit`` items of ``source`` (read
     back from its model-ready batches)."""
     mean, std = _stats_arrays(pre)
@@ -116,11 +121,11 @@ def pixel_statistics(source: Any, pre: Any, limit: int = STATS_IMAGES) -> tuple[
     return tuple(round(float(v), 3) for v in m), tuple(round(float(v), 3) for v in s)
 
 
-def _stats_arrays(pre: Any) -> tuple[np.ndarray, np.ndarray]:
+def _stats_arrays(pre: Preprocess) -> tuple[np.ndarray, np.ndarray]:
     return (np.asarray(pre.mean, dtype=np.float64).reshape(1, -1, 1, 1), np.asarray(pre.std, dtype=np.float64).reshape(1, -1, 1, 1))
 
 
-def _labelled_batches(source: Any, limit: int) -> tuple[list[np.ndarray], np.ndarray] | None:
+def _labelled_batches(source: CalibrationSource, limit: int) -> tuple[list[np.ndarray], np.ndarray] | None:
     if not getattr(source.summary, "labeled", False):
         return None
     images, labels, n = [], [], 0
@@ -136,7 +141,7 @@ def _labelled_batches(source: Any, limit: int) -> tuple[list[np.ndarray], np.nda
     return (images, np.concatenate(labels)) if n else None
 
 
-def _top1_right(session: Any, input_name: str, batches: list[np.ndarray], pre: Any, target: Normalisation | None,
+def _top1_right(session: onnxruntime.InferenceSession, input_name: str, batches: list[np.ndarray], pre: Preprocess, target: Normalisation | None,
                 labels: np.ndarray) -> np.ndarray:
     mean, std = _stats_arrays(pre)
     preds = []
@@ -150,7 +155,7 @@ def _top1_right(session: Any, input_name: str, batches: list[np.ndarray], pre: A
     return np.concatenate(preds) == labels
 
 
-def question_normalisation(fp32: Path, spec: ModelSpec, calib: Any, val: Any, info=print) -> dict[str, Any] | None:
+def question_normalisation(fp32: Path, spec: ModelSpec, calib: CalibrationSource, val: CalibrationSource, info=print) -> dict[str, Any] | None:
     """When the normalisation is a guess and ``val`` is labelled: FP32's top-1 under every candidate, paired with
     the guess's; raises UsageError (exit 2) naming the flags of one clearly better. Returns what it scored (None
     when it had nothing to score: not a guess, an encoder, no labels, uint8-frame input)."""

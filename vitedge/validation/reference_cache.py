@@ -80,7 +80,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -91,6 +91,9 @@ from vitedge.fsutil import atomic_write_path, sha256_file
 from vitedge.onnxutil import onnx_sha256
 from vitedge.quantize.cache import cache_key, default_cache_dir
 from vitedge.validation.accuracy import Outputs, collect_outputs
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
 
 FORMAT = "vitedge-reference-cache-2"  # 2: entries carry an HMAC (see the module docstring)
 KEY_FILE = ".key"
@@ -182,7 +185,7 @@ def graph_sha256(path: Path) -> str:
 _IR_NAMES = re.compile(r'\s(?:name|names)="[^"]*"')
 
 
-def model_sha256(model: Any) -> str | None:
+def model_sha256(model: str | Path | ModelProto) -> str | None:
     """``graph_sha256`` of a model file, or the sha256 of an in-memory ONNX ModelProto's deterministic
     serialization; None when it cannot be serialized (past protobuf's 2 GiB): then nothing is cached."""
     if isinstance(model, (str, Path)):
@@ -218,7 +221,7 @@ def key_parts(reference_path: Path | None, source, pre, backend, options, thread
     }
 
 
-def _plain(options: Any) -> Any:
+def _plain(options: object) -> Any:
     if options is None:
         return None
     if hasattr(options, "to_dict"):

@@ -36,7 +36,7 @@ COMPARE_FILES = ("compare.json", "compare.md", "compare-junit.xml")
 PLOTS_HINT = "plots skipped: matplotlib is not installed (pip install 'vitedge[plots]' or pip install matplotlib)"
 
 
-def schema_major(schema: Any) -> tuple[str, int] | None:
+def schema_major(schema: object) -> tuple[str, int] | None:
     """("vitedge.validation", 1) for "vitedge.validation/1" (or "/1.2"); None when malformed."""
     if not isinstance(schema, str) or "/" not in schema:
         return None
@@ -108,7 +108,7 @@ def check_validation_document(doc: Any) -> list[str]:
     return problems
 
 
-def _missing(where: str, obj: Any, keys: tuple[str, ...]) -> list[str]:
+def _missing(where: str, obj: object, keys: tuple[str, ...]) -> list[str]:
     if not isinstance(obj, dict):
         return [f"{where or 'document'} is not an object"]
     return [f"{where + '.' if where else ''}{k} is missing" for k in keys if k not in obj]
@@ -161,7 +161,7 @@ def _number_problems(doc: dict[str, Any]) -> list[str]:
 FRACTION_KEYS = ("fp32_top1", "int8_top1", "fp32_top5", "int8_top5", "top1_agreement")
 
 
-def _outside(where: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> list[str]:
+def _outside(where: str, value: object, lo: float, hi: float, *, lo_open: bool = False) -> list[str]:
     """``where`` is a finite number in [lo, hi] ((lo, hi] with ``lo_open``), or says what it is instead."""
     if value is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return []  # absent, or not a number: said by _number_problems
@@ -224,17 +224,17 @@ def _conditional_problems(doc: dict[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- formatting
 
 
-def _pct(v: Any, digits: int = 2) -> str:
+def _pct(v: object, digits: int = 2) -> str:
     return "–" if v is None else f"{100 * v:.{digits}f}%"
 
 
-def _num(v: Any, fmt: str = ".3f") -> str:
+def _num(v: object, fmt: str = ".3f") -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
         return "–"
     return format(v, fmt)
 
 
-def _mb(v: Any) -> str:
+def _mb(v: object) -> str:
     return "–" if v is None else f"{v / 1e6:.2f} MB"
 
 

@@ -31,11 +31,12 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vitedge.backends.onnxruntime import unfold_int8_rewrites
+from vitedge.datasources._common import CalibrationSource
 from vitedge.errors import BundleError, QuantizationError
 from vitedge.onnxutil import (
     FLOAT_NCHW,
@@ -49,12 +50,16 @@ from vitedge.onnxutil import (
     graph_inputs,
     ort_session,
 )
-from vitedge.quantize.graph import GraphIndex, attr, find_layers, prepare
+from vitedge.quantize.graph import GraphIndex, QuantLayer, attr, find_layers, prepare
 from vitedge.quantize.qdq import METADATA_KEY
 from vitedge.safefile import parse_json
 from vitedge.spec import ModelSpec
 from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
 from vitedge.validation.inputs import to_uint8_frames
+
+if TYPE_CHECKING:
+    from onnx import ModelProto, NodeProto
+    from vitedge.spec import Preprocess
 
 RUNTIME = "onnxruntime (CPUExecutionProvider)"
 _UNSMOOTHED_TOL = 0.02  # |s - 1| below this on every channel: the weight was not smoothed
@@ -140,7 +145,7 @@ def rank_metric(output_kind: str) -> str:
 # --------------------------------------------------------------------------- graphs
 
 
-def _load(model: Any) -> Any:
+def _load(model: ModelProto) -> Any:
     import onnx
 
     if isinstance(model, (str, Path)):
@@ -163,7 +168,7 @@ class _Prepared:
     notes: list[str]
 
 
-def _prepare(fp32: Any, qdq: Any, recover_smoothing: bool = True) -> _Prepared:
+def _prepare(fp32: str | Path | ModelProto, qdq: str | Path | ModelProto, recover_smoothing: bool = True) -> _Prepared:
     import onnx
     from onnx import numpy_helper
 
@@ -215,7 +220,7 @@ def _prepare(fp32: Any, qdq: Any, recover_smoothing: bool = True) -> _Prepared:
     return _Prepared(m, quantized, [l.name for l in kept], twin_weight, notes)
 
 
-def _dequantize(gi: Any, dq: Any) -> np.ndarray:
+def _dequantize(gi: GraphIndex, dq: NodeProto) -> np.ndarray:
 
     q = np.asarray(gi.value(dq.input[0]), dtype=np.float64)
     scale = np.asarray(gi.value(dq.input[1]), dtype=np.float64)
@@ -227,7 +232,7 @@ def _dequantize(gi: Any, dq: Any) -> np.ndarray:
     return (q - zero) * scale
 
 
-def _input_channel_scale(w_ref: np.ndarray, w_dq: np.ndarray, layer: Any) -> np.ndarray | None:
+def _input_channel_scale(w_ref: np.ndarray, w_dq: np.ndarray, layer: QuantLayer) -> np.ndarray | None:
     """Per-input-channel s with w_dq ~= s * w_ref (least squares), shaped to broadcast; None if ~1."""
     if w_ref.ndim == 2:
         in_axis = 1 - int(layer.weight_axis if layer.weight_axis is not None else 1)
@@ -274,7 +279,7 @@ def _variant(prep: _Prepared, keep: set[str]) -> Any:
 # --------------------------------------------------------------------------- running
 
 
-def _input_feed(model: Any, inputs: np.ndarray, preprocess: Any) -> tuple[str, np.ndarray]:
+def _input_feed(model: ModelProto, inputs: np.ndarray, preprocess: Preprocess) -> tuple[str, np.ndarray]:
 
     meta = get_metadata(model)
     name = graph_inputs(model)[0].name
@@ -287,7 +292,7 @@ def _input_feed(model: Any, inputs: np.ndarray, preprocess: Any) -> tuple[str, n
     return name, to_uint8_frames(inputs, preprocess)
 
 
-def _run(model: Any, name: str, feed: np.ndarray, batch: int, threads: int | None) -> np.ndarray:
+def _run(model: ModelProto, name: str, feed: np.ndarray, batch: int, threads: int | None) -> np.ndarray:
 
     sess = ort_session(model, SessionSettings(threads=threads, optimization="disabled"))  # reference Q/DQ semantics, quick to open
     outs = [np.asarray(sess.run(None, {name: feed[i : i + batch]})[0], dtype=np.float32) for i in range(0, len(feed), batch)]
@@ -295,13 +300,13 @@ def _run(model: Any, name: str, feed: np.ndarray, batch: int, threads: int | Non
 
 
 def layer_sensitivity(
-    fp32: Any,
-    qdq: Any,
+    fp32: str | Path | ModelProto,
+    qdq: str | Path | ModelProto,
     inputs: np.ndarray,
     *,
     output_kind: str = "logits",
     layers: Iterable[str] | None = None,
-    preprocess: Any = None,
+    preprocess: Preprocess = None,
     batch_size: int = 16,
     threads: int | None = None,
     progress: Callable[[int, int, str], None] | None = None,
@@ -361,7 +366,7 @@ def layer_sensitivity(
     )
 
 
-def quantization_metadata(qdq: Any) -> dict[str, Any]:
+def quantization_metadata(qdq: str | Path | ModelProto) -> dict[str, Any]:
     """The ``vitedge.quantization`` metadata the quantizer writes into the Q/DQ graph ({} if none)."""
 
     raw = get_metadata(_load(qdq)).get(METADATA_KEY)
@@ -371,7 +376,7 @@ def quantization_metadata(qdq: Any) -> dict[str, Any]:
         return {}
 
 
-def first_inputs(source: Any, count: int = DEFAULT_SENSITIVITY_SAMPLES) -> np.ndarray:
+def first_inputs(source: CalibrationSource, count: int = DEFAULT_SENSITIVITY_SAMPLES) -> np.ndarray:
     """The first ``count`` model-ready inputs of a calibration source (its fixed order)."""
     parts: list[np.ndarray] = []
     total = 0

@@ -23,11 +23,11 @@ def test_nvidia_profiles_quantize_attention_and_cpu_profiles_do_not(name):
 def test_nvidia_graph_has_int8_attention_where_the_budget_allows_and_the_cpu_graph_keeps_it_float(example_bundles):
     root = example_bundles[0]
     jetson, cpu = read_manifest(root / "jetson"), read_manifest(root / "intel-cpu")
-    assert jetson.quantization["config"]["quantize_attention"] is True
-    assert cpu.quantization["config"]["quantize_attention"] is False
-    assert jetson.quantization["qdq_sha256"] != cpu.quantization["qdq_sha256"]  # a separate NVIDIA graph, validated by its own budget
+    assert jetson.quantization.config["quantize_attention"] is True
+    assert cpu.quantization.config["quantize_attention"] is False
+    assert jetson.quantization.qdq_sha256 != cpu.quantization.qdq_sha256  # a separate NVIDIA graph, validated by its own budget
     blocks = attention_blocks(onnx.load(str(root / "jetson" / "model.int8.onnx")))
-    kept = set(jetson.quantization["kept_float"])
+    kept = set(jetson.quantization.kept_float)
     assert len(blocks) == 6
     for b in blocks:  # Q/DQ on both inputs of each matmul the budget did not return to float
         assert b.qk_quantized == (b.qk_matmul not in kept) and b.pv_quantized == (b.pv_matmul not in kept), b

@@ -59,8 +59,8 @@ def test_gpu_less_build_writes_the_planned_bundle(planned):
     assert {"model.int8.onnx", "reference.fp32.onnx", "build_plan.json", "trtexec.txt", "manifest.json", "report.md"} <= names
     assert not {"model.engine", "reference.fp32.engine", "timing.cache", "engine_facts.json"} & names
     manifest = verify_bundle(out)  # every listed file present with its hash
-    assert manifest.artifacts["built"] is False and manifest.artifacts["model"] == "model.engine"
-    assert set(manifest.artifacts["extra"]) == {"build_plan.json", "trtexec.txt"}
+    assert manifest.artifacts.built is False and manifest.artifacts.model == "model.engine"
+    assert set(manifest.artifacts.extra) == {"build_plan.json", "trtexec.txt"}
     info = manifest.backend_info
     assert info["engine_built"] is False and info["next_step"] == NEXT_STEP
     assert info["reason"] == "TensorRT is not installed" and "vitedge[tensorrt]" in info["install_hint"]
@@ -71,7 +71,7 @@ def test_gpu_less_build_writes_the_planned_bundle(planned):
     # tokens), so INT8 fused MHA is allowed wherever the accuracy budget kept both matmuls of a block INT8
     blocks = info["attention"]["blocks"]
     assert len(blocks) == 6 and blocks[0]["head_size"] == 32 and blocks[0]["tokens"] == 65
-    kept = set(manifest.quantization["kept_float"])
+    kept = set(manifest.quantization.kept_float)
     float_blocks = sum(1 for b in blocks if b["qk_matmul"] in kept or b["pv_matmul"] in kept)
     assert all(b["qk_quantized"] and b["pv_quantized"] for b in blocks if b["qk_matmul"] not in kept and b["pv_matmul"] not in kept)
     report = (out / "report.md").read_text()
@@ -173,7 +173,7 @@ def test_engine_completion_with_the_standin(planned, tmp_path, monkeypatch):
     manifest = verify_bundle(bundle)  # rewritten with every file's hash
     for name in ("model.engine", "reference.fp32.engine", "timing.cache", "engine_facts.json"):
         assert name in manifest.files, name
-    assert manifest.artifacts["built"] is True and {"timing.cache", "engine_facts.json"} <= set(manifest.artifacts["extra"])
+    assert manifest.artifacts.built is True and {"timing.cache", "engine_facts.json"} <= set(manifest.artifacts.extra)
     info = manifest.backend_info
     assert info["engine_built"] is True and info["device"]["gpu_name"] == STANDIN_GPU.gpu_name
     assert info["device"]["l4t"] == "36.4.0" and info["device"]["jetpack"] == "6.1+b123"
@@ -428,5 +428,5 @@ def test_real_engine_builds_runs_and_validates(tmp_path):
     code, text = run_vitedge(["build", "--target", "desktop-gpu", str(EXAMPLE), "--calib", str(CALIB_DIR), "--val", str(VAL_DIR), "-o", str(out)])
     assert code == 0, text
     manifest = verify_bundle(out)
-    assert manifest.artifacts["built"] is True and (out / "model.engine").is_file() and (out / "timing.cache").is_file()
+    assert manifest.artifacts.built is True and (out / "model.engine").is_file() and (out / "timing.cache").is_file()
     assert manifest.validation["passed"] is True and manifest.backend_info["device"]["gpu_name"]

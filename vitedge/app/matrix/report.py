@@ -20,7 +20,7 @@ FILES = ("matrix.md", "matrix-junit.xml", "matrix.json")
 COLUMNS = ("model", "target", "gate", "top-1 FP32 -> INT8", "agreement", "speedup", "calibration", "run", "node")
 
 
-def _pct(v: Any) -> str:
+def _pct(v: object) -> str:
     return "-" if v is None else f"{100 * v:.2f}%"
 
 

@@ -72,35 +72,34 @@ def resume_mismatch(row: MatrixRow, manifest: Manifest) -> str | None:
     accuracy budget) and the same data (the content hash of the calibration and validation items
     the build used, computed again here)."""
 
-    if manifest.target.get("name") != row.target_name or manifest.model.get("source") != row.model.name:
+    if manifest.target.name != row.target_name or manifest.model.source != row.model.name:
         return "another model or target"
     if not row.model.is_file():
         return "the model is a folder, whose content the manifest does not hash"
     digest = (onnx_sha256 if row.model.suffix.lower() == ".onnx" else sha256_file)(row.model)
-    if manifest.model.get("source_sha256") != digest:
+    if manifest.model.source_sha256 != digest:
         return "the model file changed"
     try:
         profile = load_profile(row.target)
     except VitedgeError as err:
         return f"its profile cannot be read ({err})"
-    recorded = dict(manifest.target.get("profile") or {})
+    recorded = dict(manifest.target.profile or {})
     current = profile.to_dict()
     for d in (recorded, current):
         d.pop("source", None)
     if recorded != current:
         return "the target profile changed"
-    validation = manifest.validation or {}
+    report = ValidationReport.from_json(manifest.validation) if manifest.validation else None
     s = row.settings
-    wanted = profile.thresholds.with_overrides(s.thresholds.as_dict()).to_dict()
-    got = {k: v for k, v in (validation.get("thresholds") or {}).items() if k not in ("overridden", "notes")}
-    if validation and got != wanted:
+    wanted = s.thresholds.over(profile.thresholds).to_dict()
+    if report is not None and report.thresholds.limits != wanted:
         return "other thresholds"
     calibration = (manifest.calibration or {}).get("calibration") or {}
     if calibration.get("subset_size") != s.calib_size or int(calibration.get("seed") or 0) != s.seed:
         return "another calibration subset or seed"
-    if validation and bool((validation.get("latency") or {}).get("measured")) != s.latency:
+    if report is not None and bool(report.latency.measured) != s.latency:
         return "latency measured differently"
-    budget = (manifest.quantization or {}).get("budget") or {}
+    budget = manifest.quantization.budget or {}
     if (budget.get("status", "off") != "off") != s.fallback:  # "off": the build ran without the budget
         return "another accuracy-budget setting"
     return _data_mismatch(row, manifest, calibration)
@@ -143,7 +142,7 @@ def result_from_manifest(row: MatrixRow, manifest: Manifest, resumed: bool) -> R
     if validation is None:
         status, detail = NOT_VALIDATED, "not validated here (artifact finished on the device, or its runtime is missing)"
     else:
-        status = PASS if validation.get("passed") else FAIL
+        status = PASS if ValidationReport.from_json(validation).passed else FAIL
         detail = "; ".join(metrics["failures"])
     reused = (manifest.calibration or {}).get("reused")
     return RowResult(row.label, row.model_name, row.target_name, str(row.bundle), status, resumed,

@@ -13,12 +13,16 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from vitedge.backends.tensorrt.engine_inspect import one_line, summarize_layers
 from vitedge.backends.tensorrt.plan import BuildPlan
 from vitedge.errors import BundleError
 from vitedge.fsutil import atomic_write_path
+
+if TYPE_CHECKING:
+    import tensorrt
 
 __all__ = ["EngineBuild", "apply_plan", "make_logger", "summarize_layers", "write_engine"]
 
@@ -47,7 +51,7 @@ class EngineBuild:
         return out
 
 
-def _enum(trt: Any, enum_name: str, member: str) -> Any:
+def _enum(trt: ModuleType, enum_name: str, member: str) -> Any:
     enum = getattr(trt, enum_name)
     try:
         return getattr(enum, member)
@@ -57,12 +61,12 @@ def _enum(trt: Any, enum_name: str, member: str) -> Any:
                           "TensorRT (rebuild it with `vitedge engine BUNDLE`, which plans for the TensorRT it finds)") from None
 
 
-def _first_line(text: Any, limit: int = 200) -> str:
+def _first_line(text: object, limit: int = 200) -> str:
     lines = str(text).strip().splitlines()
     return lines[0][:limit] if lines else ""
 
 
-def make_logger(trt: Any) -> Any:
+def make_logger(trt: ModuleType) -> Any:
     """An ILogger that keeps TensorRT's errors and warnings, so a failure can be reported in
     one line with TensorRT's own reason (TensorRT reports failures through the logger and a
     None/False return, not by raising)."""
@@ -76,7 +80,7 @@ def make_logger(trt: Any) -> Any:
             self.errors: list[str] = []
             self.warnings: list[str] = []
 
-        def log(self, severity: Any, msg: str) -> None:
+        def log(self, severity: tensorrt.ILogger.Severity, msg: str) -> None:
             level = int(severity)
             if level <= int(base.Severity.ERROR):
                 self.errors.append(_first_line(msg, 300))
@@ -86,12 +90,12 @@ def make_logger(trt: Any) -> Any:
     return CapturingLogger()
 
 
-def last_error(logger: Any) -> str:
+def last_error(logger: tensorrt.ILogger) -> str:
     errors = getattr(logger, "errors", None) or []
     return errors[-1] if errors else ""
 
 
-def _parse_errors(parser: Any) -> list[str]:
+def _parse_errors(parser: tensorrt.OnnxParser) -> list[str]:
     out = []
     for i in range(int(getattr(parser, "num_errors", 0) or 0)):
         try:
@@ -106,8 +110,8 @@ def _parse_errors(parser: Any) -> list[str]:
     return out
 
 
-def apply_plan(trt: Any, plan: BuildPlan, onnx_path: Path | str, *, timing_cache: bytes | None = None,
-               log: Callable[[str], None] | None = None, logger: Any = None,
+def apply_plan(trt: ModuleType, plan: BuildPlan, onnx_path: Path | str, *, timing_cache: bytes | None = None,
+               log: Callable[[str], None] | None = None, logger: tensorrt.ILogger | None = None,
                attention: list[dict[str, Any]] | None = None) -> EngineBuild:
     """Build the engine ``plan`` describes from ``onnx_path`` with the TensorRT module ``trt``.
 
@@ -141,7 +145,7 @@ def apply_plan(trt: Any, plan: BuildPlan, onnx_path: Path | str, *, timing_cache
                        dla_fallback=dla_fallback, layers=layers, warnings=warnings)
 
 
-def _parsed_network(trt: Any, builder: Any, logger: Any, plan: BuildPlan, onnx_path: Path) -> tuple[Any, Any]:
+def _parsed_network(trt: ModuleType, builder: tensorrt.Builder, logger: tensorrt.ILogger, plan: BuildPlan, onnx_path: Path) -> tuple[Any, Any]:
     """(network, parser): the ONNX graph parsed into a network with the plan's creation flags."""
     flags = 0
     for name in plan.network_flags:
@@ -158,7 +162,7 @@ def _parsed_network(trt: Any, builder: Any, logger: Any, plan: BuildPlan, onnx_p
     return network, parser
 
 
-def _builder_config(trt: Any, builder: Any, plan: BuildPlan) -> Any:
+def _builder_config(trt: ModuleType, builder: tensorrt.Builder, plan: BuildPlan) -> Any:
     """The builder config: workspace, optimization level, builder flags set and cleared, profiling
     verbosity, and the one optimization profile (min/opt/max batch)."""
     config = builder.create_builder_config()
@@ -179,7 +183,7 @@ def _builder_config(trt: Any, builder: Any, plan: BuildPlan) -> Any:
     return config
 
 
-def _place_on_dla(trt: Any, builder: Any, network: Any, config: Any, plan: BuildPlan, say: Callable[[str], None]) -> list[str]:
+def _place_on_dla(trt: ModuleType, builder: tensorrt.Builder, network: tensorrt.INetworkDefinition, config: tensorrt.IBuilderConfig, plan: BuildPlan, say: Callable[[str], None]) -> list[str]:
     """Make the plan's DLA core the default device; returns the layers that cannot run on it."""
     cores = int(getattr(builder, "num_DLA_cores", 0) or 0)
     if plan.dla_core >= cores:
@@ -194,7 +198,7 @@ def _place_on_dla(trt: Any, builder: Any, network: Any, config: Any, plan: Build
     return fallback
 
 
-def _attach_timing_cache(config: Any, plan: BuildPlan, saved: bytes | None, warnings: list[str]) -> tuple[Any, bool]:
+def _attach_timing_cache(config: tensorrt.IBuilderConfig, plan: BuildPlan, saved: bytes | None, warnings: list[str]) -> tuple[Any, bool]:
     """(the timing cache the build fills, or None; whether the saved one was reused)."""
     if not plan.timing_cache:
         return None, False
@@ -208,7 +212,7 @@ def _attach_timing_cache(config: Any, plan: BuildPlan, saved: bytes | None, warn
     return cache, bool(saved)
 
 
-def _build_serialized(trt: Any, builder: Any, network: Any, config: Any, logger: Any, plan: BuildPlan, onnx_path: Path,
+def _build_serialized(trt: ModuleType, builder: tensorrt.Builder, network: tensorrt.INetworkDefinition, config: tensorrt.IBuilderConfig, logger: tensorrt.ILogger, plan: BuildPlan, onnx_path: Path,
                       say: Callable[[str], None]) -> bytes:
     say(f"building {plan.engine} with TensorRT {getattr(trt, '__version__', '?')} ({plan.role}); this takes a while")
     serialized = builder.build_serialized_network(network, config)
@@ -218,7 +222,7 @@ def _build_serialized(trt: Any, builder: Any, network: Any, config: Any, logger:
     return bytes(serialized)
 
 
-def _constrain_fp32_layers(trt: Any, network: Any, plan: BuildPlan, warnings: list[str]) -> list[str]:
+def _constrain_fp32_layers(trt: ModuleType, network: tensorrt.INetworkDefinition, plan: BuildPlan, warnings: list[str]) -> list[str]:
     """Pin the normalization layers (and any named in the plan) to FP32 (8.6-10.x)."""
     wanted = set(plan.fp32_layers)
     types = {getattr(trt.LayerType, t) for t in plan.fp32_layer_types if hasattr(trt.LayerType, t)}
@@ -238,7 +242,7 @@ def _constrain_fp32_layers(trt: Any, network: Any, plan: BuildPlan, warnings: li
     return done
 
 
-def _inspect(trt: Any, logger: Any, engine_bytes: bytes, plan: BuildPlan, warnings: list[str],
+def _inspect(trt: ModuleType, logger: tensorrt.ILogger, engine_bytes: bytes, plan: BuildPlan, warnings: list[str],
              attention: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """Per-layer facts from the engine inspector. The engine just built must deserialise
     here (same TensorRT, same GPU): when it does not, the build failed."""
@@ -262,7 +266,7 @@ def _inspect(trt: Any, logger: Any, engine_bytes: bytes, plan: BuildPlan, warnin
         return None
 
 
-def _bind_opt_context(engine: Any, inspector: Any, plan: BuildPlan, warnings: list[str]) -> bool:
+def _bind_opt_context(engine: tensorrt.ICudaEngine, inspector: tensorrt.EngineInspector, plan: BuildPlan, warnings: list[str]) -> bool:
     """Give the inspector an execution context with the input at the profile's opt shape. Without one,
     an engine with a dynamic profile reports "N/A due to dynamic shapes" for every tensor's format and
     type (TensorRT's Engine Inspector docs: ``inspector.execution_context = context``). The opt shape is

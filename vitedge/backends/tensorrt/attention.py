@@ -19,9 +19,12 @@ cannot become INT8 fused MHA and why. After the build, engine_inspect checks wha
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vitedge.onnxutil import NodeIndex, graph_inputs, node_index
+
+if TYPE_CHECKING:
+    from onnx import ModelProto, NodeProto
 
 MHA_HEAD_SIZES = (16, 32, 64)
 MHA_MAX_TOKENS = 512
@@ -83,7 +86,7 @@ SHAPE_OPS = ("Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze")
 SCALE_OPS = ("Mul", "Div")  # by a constant, between Q.K^T and the softmax: TensorRT's MHA pattern includes the scale
 
 
-def pv_output_qdq(pv: Any, index: NodeIndex) -> str:
+def pv_output_qdq(pv: NodeProto, index: NodeIndex) -> str:
     """Where the Q/DQ after the P.V matmul sits: "direct" (a QuantizeLinear reads its output), "after_shape_ops"
     (one is reached through shape-only layers alone), else "none"."""
     frontier, hops = [pv.output[0]], 0
@@ -97,7 +100,7 @@ def pv_output_qdq(pv: Any, index: NodeIndex) -> str:
     return "none"
 
 
-def attention_blocks(model: Any) -> list[AttentionBlock]:
+def attention_blocks(model: ModelProto) -> list[AttentionBlock]:
     """Each Softmax between two MatMuls is an attention core (a Mul or Div by a constant may sit between Q.K^T and
     the Softmax: models that scale the scores rather than q); its shapes come from shape
     inference on a batch-1 copy of the graph (None where they cannot be inferred)."""

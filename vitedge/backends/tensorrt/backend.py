@@ -22,6 +22,7 @@ bundle on the device (`vitedge engine`) is the application layer's job: vitedge.
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from vitedge.backends.base import GPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
@@ -31,7 +32,7 @@ from vitedge.backends.tensorrt.bundle import (
     offline_info,
     plan_bundle,
 )
-from vitedge.backends.tensorrt.device import cudart_module, read_device_facts
+from vitedge.backends.tensorrt.device import DeviceFacts, cudart_module, read_device_facts
 from vitedge.backends.tensorrt.family import build_family
 from vitedge.backends.tensorrt.members import FamilyOptions
 from vitedge.backends.tensorrt.plan import (
@@ -50,7 +51,7 @@ INSTALL_HINT = ("on the device: pip install 'vitedge[tensorrt]' --extra-index-ur
 GPU_HINT = "build the engine where the NVIDIA GPU is (on a Jetson, the Jetson itself): vitedge engine BUNDLE"
 
 
-class TensorRtBackend(Backend):
+class TensorRtBackend(Backend[TensorRtOptions]):
     name = "tensorrt"
     options_type = TensorRtOptions
     # builds_without_runtime: the pipeline may call build() where check_environment() says it
@@ -104,7 +105,7 @@ class TensorRtBackend(Backend):
 
         return report_lines(backend_info)
 
-    def build(self, ctx: BuildContext) -> BuiltArtifact:
+    def build(self, ctx: BuildContext[TensorRtOptions]) -> BuiltArtifact:
 
 
         if isinstance(ctx.options, FamilyOptions):  # --target jetson / nvidia-gpu: plans for every member
@@ -139,7 +140,7 @@ class TensorRtBackend(Backend):
             return assumed_capabilities(0)
         return capabilities_from_module(trt)  # TensorRT is here, only the GPU is missing
 
-    def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
+    def open_runner(self, model_path: Path, options: TensorRtOptions, *, threads: int | None = None) -> Runner:
 
         return TensorRtRunner(model_path, options or TensorRtOptions())
 
@@ -148,7 +149,7 @@ class BoundTensorRtBackend(TensorRtBackend):
     """The TensorRT backend on given modules: the tensorrt and cuda-python found on the device
     (or the recording stand-in), and the facts of that device, as `vitedge engine` builds with."""
 
-    def __init__(self, trt: Any, cudart: Any = None, facts: Any = None):
+    def __init__(self, trt: ModuleType, cudart: ModuleType | None = None, facts: DeviceFacts | None = None):
         self.trt, self.cudart, self.device_facts = trt, cudart, facts  # `facts` is the backend's own (BackendFacts)
 
     def check_environment(self) -> EnvironmentStatus:
@@ -163,7 +164,7 @@ class BoundTensorRtBackend(TensorRtBackend):
         facts = self.device_facts if self.device_facts is not None else read_device_facts(self.trt, self.cudart)
         return facts.timing_device()
 
-    def open_runner(self, model_path: Path, options: Any, *, threads: int | None = None) -> Runner:
+    def open_runner(self, model_path: Path, options: TensorRtOptions, *, threads: int | None = None) -> Runner:
 
         return TensorRtRunner(model_path, options or TensorRtOptions(), trt=self.trt, cudart=self.cudart,
                               device_facts=self.device_facts)

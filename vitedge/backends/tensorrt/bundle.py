@@ -13,7 +13,8 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from vitedge.backends.tensorrt.attention import attention_blocks, fusion_warnings
 from vitedge.backends.tensorrt.apply import EngineBuild, apply_plan, write_engine
@@ -41,6 +42,9 @@ from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_write_path, sha256_bytes
 from vitedge.onnxutil import save_onnx
 from vitedge.paths import cache_dir
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
 
 NEXT_STEP = "build the engine on the device: vitedge engine BUNDLE"
 NOT_MEASURED = "no engine was built here, so no TensorRT accuracy or latency was measured"
@@ -74,7 +78,7 @@ def load_checked_graph(qdq_path: Path) -> Any:
 
 
 def plan_bundle(out_dir: Path, options: TensorRtOptions, batch_sizes: tuple[int, ...], caps: TrtCapabilities,
-                *, model: Any = None) -> PlannedBuild:
+                *, model: ModelProto | None = None) -> PlannedBuild:
     """Check the Q/DQ graph, plan both engines and write the plan files (and the strongly
     typed graph when the plan builds from it) into ``out_dir``."""
     if model is None:
@@ -192,8 +196,8 @@ def _store_user_cache(key: str, data: bytes) -> None:
 
 # -- the on-device build ---------------------------------------------------------------------
 
-def build_on_device(trt: Any, out_dir: Path, options: TensorRtOptions, batch_sizes: tuple[int, ...], *,
-                    log: Callable[[str], None] | None = None, cudart: Any = None, facts: DeviceFacts | None = None,
+def build_on_device(trt: ModuleType, out_dir: Path, options: TensorRtOptions, batch_sizes: tuple[int, ...], *,
+                    log: Callable[[str], None] | None = None, cudart: ModuleType | None = None, facts: DeviceFacts | None = None,
                     previous: dict[str, Any] | None = None) -> tuple[dict[str, Any], list[str]]:
     """Plan for the TensorRT found here, build the INT8 and FP32-reference engines into
     ``out_dir`` and record the device. Returns (backend_info, extra files)."""

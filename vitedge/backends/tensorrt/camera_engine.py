@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from vitedge.backends.tensorrt.apply import apply_plan, write_engine
@@ -33,7 +34,7 @@ def engine_precision(plan: BuildPlan) -> str:
     return f"INT8 where the graph has Q/DQ, {floats} elsewhere{pinned}"
 
 
-def build_graph_engine(trt: Any, bundle_dir: Path, graph_rel: str, engine_rel: str, options: TensorRtOptions,
+def build_graph_engine(trt: ModuleType, bundle_dir: Path, graph_rel: str, engine_rel: str, options: TensorRtOptions,
                        batch_sizes: tuple[int, ...], *, log: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Build ``engine_rel`` from ``graph_rel`` (both inside ``bundle_dir``) with the INT8 plan the
     bundle's own engine was built with; reuses the bundle's timing cache when it matches.

@@ -20,9 +20,11 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from vitedge.errors import BundleError, IncompatibleEngineError, MissingDependencyError
+from vitedge.manifest import Manifest
 
 FACTS_FILE = "engine_facts.json"
 NV_TEGRA_RELEASE = Path("/etc/nv_tegra_release")
@@ -174,7 +176,7 @@ def cuda_call(result: Any, what: str) -> Any:
     return rest[0] if len(rest) == 1 else rest
 
 
-def read_device_facts(trt: Any = None, cudart: Any = None, *, device: int = 0) -> DeviceFacts:
+def read_device_facts(trt: ModuleType | None = None, cudart: ModuleType | None = None, *, device: int = 0) -> DeviceFacts:
     """Facts of this machine. Needs TensorRT and cuda-python for the GPU facts; any that
     cannot be read stay None."""
     gpu = cc = runtime = driver = None
@@ -211,7 +213,7 @@ def compare_facts(recorded: DeviceFacts, current: DeviceFacts, *, hardware_compa
     refuse: list[str] = []
     relaxed: list[str] = []
 
-    def differ(label: str, a: Any, b: Any) -> str:
+    def differ(label: str, a: object, b: object) -> str:
         return f"{label} {b!r} here vs {a!r} recorded"
 
     if recorded.machine != current.machine:
@@ -283,7 +285,7 @@ def read_facts_file(folder: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def check_engine_manifest(manifest: Any, current: DeviceFacts) -> list[str]:
+def check_engine_manifest(manifest: Manifest, current: DeviceFacts) -> list[str]:
     """The same check from a bundle's manifest (backend_info written by the engine build)."""
     info = manifest.backend_info if hasattr(manifest, "backend_info") else dict(manifest)
     if not info.get("engine_built"):

@@ -55,7 +55,7 @@ def _datatype(t: dict[str, Any]) -> Any:
     return next((t[k] for k in DATATYPE_KEYS if t.get(k) is not None), None)
 
 
-def tensor_type(t: Any) -> str | None:
+def tensor_type(t: object) -> str | None:
     """One tensor's type text from a 10.x ("Format/Datatype") or 11.x ("DataType", "Format") record;
     None when the inspector could not say (dynamic shapes without a bound context)."""
     if isinstance(t, dict) and any(k in t for k in (*DATATYPE_KEYS, "Format")):
@@ -113,7 +113,7 @@ def is_mha(layer: dict[str, Any]) -> bool:
     return bool(_MHA.search(text))
 
 
-def io_tensors(info: Any) -> list[dict[str, Any]]:
+def io_tensors(info: object) -> list[dict[str, Any]]:
     """The engine's I/O tensors from 10.x "Bindings" (names) or 11.x "I/O Tensors" (objects)."""
     if not isinstance(info, dict):
         return []
@@ -124,7 +124,7 @@ def io_tensors(info: Any) -> list[dict[str, Any]]:
     return [{"name": str(n), "mode": None, "dtype": None} for n in info.get("Bindings") or []]
 
 
-def summarize_layers(info: Any, attention: list[dict[str, Any]] | None = None, *, context_bound: bool | None = None
+def summarize_layers(info: object, attention: list[dict[str, Any]] | None = None, *, context_bound: bool | None = None
                      ) -> dict[str, Any]:
     """Layer count, DLA layers, per-layer precision, per-block MHA fusion and the I/O tensors.
     ``context_bound`` records whether the inspection had an execution context at the opt shape."""

@@ -22,6 +22,7 @@ from vitedge.backends.tensorrt.device import DeviceFacts
 from vitedge.backends.tensorrt.members import FamilyOptions, ModuleFacts, select_member
 from vitedge.backends.tensorrt.plan import ENGINE, REFERENCE_ENGINE, TensorRtOptions
 from vitedge.errors import BundleError
+from vitedge.manifest_sections import TargetSection
 
 PLANS_DIR = "plans"
 
@@ -65,25 +66,25 @@ def module_facts(facts: DeviceFacts) -> ModuleFacts:
                        tensorrt=facts.tensorrt, gpu_name=facts.gpu_name)
 
 
-def family_record(target: dict[str, Any]) -> dict[str, Any] | None:
+def family_record(target: TargetSection) -> dict[str, Any] | None:
     """The family profile a bundle was built for: kept under target.family once an engine was
     built (target.profile is then the chosen member's), else target.profile itself."""
-    kept = (target.get("family") or {}).get("profile")
+    kept = (target.family or {}).get("profile")
     if kept:
         return kept
-    profile = target.get("profile") or {}
+    profile = target.profile or {}
     options = profile.get("backend_options") or {}
     return profile if "members" in options and "family" in options else None
 
 
-def choose_member(target: dict[str, Any], facts: DeviceFacts, requested: str | None, bundle: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def choose_member(target: TargetSection, facts: DeviceFacts, requested: str | None, bundle: Path) -> tuple[dict[str, Any], dict[str, Any] | None]:
     """(profile to build with, the target.family record to write) for a bundle's manifest target."""
     family = family_record(target)
     if family is None:
         if requested is not None:
-            raise BundleError(f"{bundle} was built for the single target {target.get('name')}; "
+            raise BundleError(f"{bundle} was built for the single target {target.name}; "
                               "--profile chooses among a family bundle's profiles (vitedge build --target jetson)")
-        return target.get("profile") or {}, None
+        return target.profile or {}, None
     options = FamilyOptions(**family["backend_options"])
     name, why = select_member(options, module_facts(facts), requested)
     return options.members[name], {"name": family.get("name"), "selected": name, "why": why,

@@ -28,7 +28,8 @@ import json
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from vitedge.backends.tensorrt import versions as tv
 from vitedge.backends.tensorrt.versions import trtexec_flag_available
@@ -36,6 +37,9 @@ from vitedge.errors import UsageError
 from vitedge.fsutil import atomic_write_path
 from vitedge.limits import MAX_BATCH, MAX_DLA_CORE, MAX_WORKSPACE_MB, check_number
 from vitedge.onnxutil import graph_inputs, opset_version
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
 
 FLOAT_PRECISIONS = ("fp16", "fp32")
 HARDWARE_COMPAT = ("none", "ampere_plus", "same_compute_capability")
@@ -136,7 +140,7 @@ def parse_version(text: str) -> tuple[int, int]:
         raise UsageError(f"cannot read a TensorRT version from '{text}'") from None
 
 
-def capabilities_from_module(trt: Any) -> TrtCapabilities:
+def capabilities_from_module(trt: ModuleType) -> TrtCapabilities:
     """Feature-detect a ``tensorrt`` module (or a stand-in with the same names)."""
     version = str(getattr(trt, "__version__", "0.0"))
     major, minor = parse_version(version)
@@ -194,7 +198,7 @@ class GraphFacts:
     opset: int = 17
 
     @classmethod
-    def from_model(cls, model: Any) -> "GraphFacts":
+    def from_model(cls, model: ModelProto) -> "GraphFacts":
         from onnx import TensorProto
 
         inputs = graph_inputs(model)

@@ -14,6 +14,7 @@ engine (engine_facts.json) and refuses a mismatch with IncompatibleEngineError.
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -21,12 +22,14 @@ import numpy as np
 from vitedge.backends.base import Runner
 from vitedge.backends.tensorrt.apply import last_error, make_logger
 from vitedge.backends.tensorrt.device import (
+    DeviceFacts,
     check_engine_facts,
     cuda_call,
     cudart_module,
     read_device_facts,
     read_facts_file,
 )
+from vitedge.backends.tensorrt.plan import TensorRtOptions
 from vitedge.errors import BundleError, MissingDependencyError
 from vitedge.onnxutil import FLOAT_NCHW, UINT8_NHWC_RGB
 
@@ -61,8 +64,8 @@ class _Tensor:
 class TensorRtRunner(Runner):
     backend_name = "tensorrt"
 
-    def __init__(self, model_path: Path, options: Any = None, *, trt: Any = None, cudart: Any = None,
-                 device_facts: Any = None, check_device: bool = True):
+    def __init__(self, model_path: Path, options: TensorRtOptions | None = None, *, trt: ModuleType | None = None, cudart: ModuleType | None = None,
+                 device_facts: DeviceFacts | None = None, check_device: bool = True):
         self.model_path = Path(model_path)
         self.options = options
         self._trt, self._cudart, self._facts = trt, cudart, device_facts
@@ -121,7 +124,7 @@ class TensorRtRunner(Runner):
         why = last_error(getattr(self, "_logger", None))
         return f": {why}" if why else ""
 
-    def _io_tensors(self, trt: Any) -> list[_Tensor]:
+    def _io_tensors(self, trt: ModuleType) -> list[_Tensor]:
         e = self.engine
         out: list[_Tensor] = []
         for i in range(e.num_io_tensors):

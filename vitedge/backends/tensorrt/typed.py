@@ -23,13 +23,17 @@ numerically against FP32.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from vitedge.errors import QuantizationError, UsageError
 from vitedge.onnxutil import opset_version
+
+if TYPE_CHECKING:
+    from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto
 
 TYPED_OPSET = 19  # QuantizeLinear / DequantizeLinear with float16 scales
 FP16_MAX = float(np.finfo(np.float16).max)
@@ -72,7 +76,7 @@ def _fp16_scale(scale: np.ndarray) -> np.ndarray:
     return h.reshape(np.shape(scale))
 
 
-def make_strongly_typed(model: Any, *, float_precision: str = "fp16", layernorm_fp32: bool = True) -> tuple[Any, TypedGraphReport]:
+def make_strongly_typed(model: ModelProto, *, float_precision: str = "fp16", layernorm_fp32: bool = True) -> tuple[Any, TypedGraphReport]:
     """A copy of ``model`` whose float regions are typed ``float_precision`` by explicit casts.
 
     The steps: bring the graph to opset 19 (FP16 Q/DQ scales), read every tensor's type, retype
@@ -95,7 +99,7 @@ def make_strongly_typed(model: Any, *, float_precision: str = "fp16", layernorm_
     return m, report
 
 
-def _at_typed_opset(model: Any, opset: int, report: TypedGraphReport) -> Any:
+def _at_typed_opset(model: ModelProto, opset: int, report: TypedGraphReport) -> Any:
     """A copy of ``model`` at opset 19 or later (float16 Q/DQ scales), its metadata kept."""
     if opset >= TYPED_OPSET:
         return copy.deepcopy(model)
@@ -121,7 +125,7 @@ class _GraphTypes:
     const_nodes: dict[str, Any]  # output of a Constant node -> its value (TensorProto)
 
     @classmethod
-    def read(cls, m: Any) -> "_GraphTypes":
+    def read(cls, m: ModelProto) -> "_GraphTypes":
         import onnx
 
         inferred = onnx.shape_inference.infer_shapes(m)
@@ -159,7 +163,7 @@ class _Retyper:
         self.new_inits: list[Any] = []
         self.pending: list[Any] = []  # casts to insert before the node being processed
 
-    def rewrite(self, nodes: Any) -> list[Any]:
+    def rewrite(self, nodes: Iterable[NodeProto]) -> list[Any]:
         new_nodes: list[Any] = []
         for node in nodes:
             if node.op_type == "Constant" and node.output[0] in self.types.const_nodes:
@@ -171,7 +175,7 @@ class _Retyper:
             new_nodes.append(node)
         return new_nodes
 
-    def _retype(self, node: Any) -> None:
+    def _retype(self, node: NodeProto) -> None:
         """Type one node: its float inputs, a Cast's or ConstantOfShape's float, its float outputs."""
         from onnx import numpy_helper
 
@@ -198,7 +202,7 @@ class _Retyper:
             if out and dtype.get(out) == FLOAT:
                 self.current[out] = target
 
-    def _typed(self, name: str, want: int, node: Any, index: int) -> str:
+    def _typed(self, name: str, want: int, node: NodeProto, index: int) -> str:
         """``name`` as type ``want``: itself, a converted constant, or the output of a Cast queued before ``node``."""
         from onnx import helper
 
@@ -217,7 +221,7 @@ class _Retyper:
         self.cache[key] = out
         return out
 
-    def _converted_constant(self, name: str, want: int, node: Any, index: int) -> str:
+    def _converted_constant(self, name: str, want: int, node: NodeProto, index: int) -> str:
         """A new initializer: the constant in type ``want`` (a Q/DQ scale rounded up into FP16's range, other
         values clipped to +-65504)."""
         from onnx import numpy_helper
@@ -237,7 +241,7 @@ class _Retyper:
         return out
 
 
-def _cast_outputs_to_fp32(outputs: Any, new_nodes: list[Any], retyper: _Retyper) -> None:
+def _cast_outputs_to_fp32(outputs: Iterable[ValueInfoProto], new_nodes: list[Any], retyper: _Retyper) -> None:
     """Each float graph output keeps its name and FP32 type: the node making it writes NAME__fp16, cast back."""
     from onnx import helper
 
@@ -257,7 +261,7 @@ def _cast_outputs_to_fp32(outputs: Any, new_nodes: list[Any], retyper: _Retyper)
         retyper.report.casts_inserted += 1
 
 
-def _replace_and_check(m: Any, new_nodes: list[Any], new_inits: list[Any]) -> None:
+def _replace_and_check(m: ModelProto, new_nodes: list[Any], new_inits: list[Any]) -> None:
     """Put the rewritten nodes and new initializers in the graph, drop the unused, and type-check it strictly."""
     import onnx
 
@@ -303,7 +307,7 @@ def _requantize_weights(nodes: list[Any], inits: dict[str, Any], new_inits: list
     return count
 
 
-def _drop_unused_initializers(g: Any) -> None:
+def _drop_unused_initializers(g: GraphProto) -> None:
     used = {name for node in g.node for name in node.input} | {o.name for o in g.output}
     live = [n for n in g.node if n.op_type != "Constant" or any(o in used for o in n.output)]
     if len(live) != len(g.node):
