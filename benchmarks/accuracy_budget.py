@@ -94,7 +94,7 @@ def environment() -> dict[str, Any]:
 
 
 def ort_logits(model: Any, x: np.ndarray) -> np.ndarray:
-    from vitedge.onnxutil import ort_session
+    from vitedge.onnxkit.graph import ort_session
 
     src = model.SerializeToString() if hasattr(model, "SerializeToString") else Path(model)
     sess = ort_session(src)
@@ -218,9 +218,9 @@ def main() -> None:
     from vitedge.budget import BudgetSearch, BudgetSettings, measure_costs, meet_budget
     from vitedge.validation.reference_cache import ReferenceCacheSettings
     from vitedge.datasources.sources import open_source
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
-    from vitedge.profiles import Thresholds
+    from vitedge.targets.profiles import Thresholds
     from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
     env = environment()

@@ -46,7 +46,7 @@ def main() -> None:
     if Path(vitedge.__file__).resolve().parents[1] != checkout:
         sys.exit(f"vitedge was imported from {vitedge.__file__}, not from {checkout}: put the checkout first on PYTHONPATH")
     commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    # /proc/cpuinfo read here, not vitedge.cpu: the vitedge imported is the older checkout's, which may lack it
+    # /proc/cpuinfo read here, not vitedge.core.cpu: the vitedge imported is the older checkout's, which may lack it
     flags = next((line.split(":", 1)[1].split() for line in open("/proc/cpuinfo") if line.startswith("flags")), [])
     load = [os.getloadavg()[0]]
     start = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())

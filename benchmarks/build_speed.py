@@ -96,7 +96,7 @@ def build_vitb(work: Path, calib_size: int, rows: dict[str, dict] | None = None)
     from vitedge.app.build import BuildRequest, run_build
     from vitedge.models.intake import IntakeOptions
     from vitedge.validation.reference_cache import ReferenceCacheSettings
-    from vitedge.ui import StageLog
+    from vitedge.core.ui import StageLog
 
     torch.manual_seed(0)
     pt = work / "vit_base_patch16_224.pt"
@@ -175,8 +175,8 @@ def ort_variants(work: Path, bundles: Path) -> dict[str, Path]:
     import onnx
     from onnxruntime.transformers.optimizer import optimize_model
 
-    from vitedge.backends.ort_attention import fuse_attention
-    from vitedge.onnxutil import save_onnx
+    from vitedge.backends.onnxruntime.attention import fuse_attention
+    from vitedge.onnxkit.graph import save_onnx
 
     log("== ONNX Runtime variants: plain Q/DQ, FP32 fused, transformer optimizer")
     # the intel-cpu bundle keeps the shared Q/DQ graph its IR was converted from: the onnx
@@ -396,7 +396,7 @@ def build_only(calib_size: int, baseline: Path | None = None, latency_rounds: in
     `quantize_static` on the same graph and images in the same run (the anchor for the calibrate stage)."""
     from quant_accuracy import environment
 
-    from vitedge.cpu import read_cpu
+    from vitedge.core.cpu import read_cpu
     from vitedge.models.intake import IntakeOptions, load_model
 
     env = environment()
@@ -500,7 +500,7 @@ def main() -> None:
         return
     from quant_accuracy import environment
 
-    from vitedge.cpu import read_cpu
+    from vitedge.core.cpu import read_cpu
     from vitedge.models.intake import IntakeOptions, load_model
 
     env = environment()

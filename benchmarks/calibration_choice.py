@@ -48,7 +48,7 @@ def log(msg: str) -> None:
 
 
 def ort_predict(path: Path, x: np.ndarray) -> np.ndarray:
-    from vitedge.onnxutil import ort_session
+    from vitedge.onnxkit.graph import ort_session
 
     sess = ort_session(path, threads=2)
     name = sess.get_inputs()[0].name
@@ -84,7 +84,7 @@ def corpus_split(corpus: Path, model_id: str, n_calib: int, n_val: int, work: Pa
 
 def load(which: str, corpus: Path, work: Path, args, mean_shift: float = 0.0):
     """(fp32 onnx, spec, calib dir, val dir) of a digits ViT or a corpus model."""
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
 
     if which in DIGITS:
@@ -108,7 +108,7 @@ def load(which: str, corpus: Path, work: Path, args, mean_shift: float = 0.0):
 
 
 def evaluate(ref: np.ndarray, got: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
-    from vitedge.profiles import Thresholds
+    from vitedge.targets.profiles import Thresholds
     from vitedge.validation.accuracy import compare_logits
     from vitedge.validation.run import evaluate_gate
 
@@ -247,8 +247,8 @@ def probe_all(results: list[dict[str, Any]], work: Path) -> list[dict[str, Any]]
     import onnx
 
     from vitedge.datasources.sources import open_source
-    from vitedge.onnxutil import SPEC_KEY, get_metadata
-    from vitedge.spec import ModelSpec
+    from vitedge.onnxkit.graph import SPEC_KEY, get_metadata
+    from vitedge.bundle.spec import ModelSpec
     from vitedge.validation.noise import preprocessing_probe, probe_shifts
 
     out = []
@@ -295,7 +295,7 @@ def judge_all(work: Path) -> dict[str, Any]:
     sees (its INT8 follows FP32 faithfully), so it is counted apart."""
     import dataclasses as dc
 
-    from vitedge.profiles import Thresholds
+    from vitedge.targets.profiles import Thresholds
     from vitedge.validation.accuracy import compare_logits
     from vitedge.validation.run import evaluate_gate
 
@@ -365,7 +365,7 @@ def main() -> None:
         print(text)
         return
     args.work.mkdir(parents=True, exist_ok=True)
-    from vitedge.cpu import read_cpu
+    from vitedge.core.cpu import read_cpu
 
     cpu = read_cpu()
     start = time.perf_counter()

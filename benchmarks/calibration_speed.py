@@ -30,7 +30,7 @@ statistics, everything) of vitedge's ``calibrate()`` on ``--memory-arch`` at eac
 
 Caveats: a shared, noisy 2-core machine (other jobs run beside; the load average is
 recorded with every row): read ratios measured side by side, not absolute seconds. The
-CPU's ISA is recorded (vitedge.cpu). Writes benchmarks/results/calibration_speed_<isa>.json and adds the run as a
+CPU's ISA is recorded (vitedge.core.cpu). Writes benchmarks/results/calibration_speed_<isa>.json and adds the run as a
 section at the top of benchmarks/results/calibration_speed.md (earlier runs and notes there stay).
 """
 
@@ -66,7 +66,7 @@ def export_random(arch: str, work: Path) -> Path:
     import timm
     import torch
 
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
 
     out = work / f"{arch}.fp32.onnx"
@@ -100,8 +100,8 @@ def synthetic_images(folder: Path, count: int, size: int = 224) -> Path:
 def _spec(fp32: Path):
     import onnx
 
-    from vitedge.onnxutil import SPEC_KEY, get_metadata
-    from vitedge.spec import ModelSpec
+    from vitedge.onnxkit.graph import SPEC_KEY, get_metadata
+    from vitedge.bundle.spec import ModelSpec
 
     return ModelSpec.from_json(get_metadata(onnx.load(str(fp32), load_external_data=False))[SPEC_KEY])
 
@@ -254,7 +254,7 @@ def environment() -> dict[str, Any]:
     import onnx
     import onnxruntime
 
-    from vitedge.cpu import read_cpu
+    from vitedge.core.cpu import read_cpu
 
     cpu = read_cpu()
     return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "python": platform.python_version(), "numpy": np.__version__,

@@ -238,7 +238,7 @@ def build(model, fmt: str, split: Path, work: Path, targets: list[str], extra: l
 def export_check(model, fmt: str, work: Path) -> BuildRow:
     """The part of a build where formats differ, in this process: vitedge's intake of the saved file and its
     FP32 ONNX export with the parity check against PyTorch (--export-only)."""
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
 
     try:
@@ -325,7 +325,7 @@ def anchors(model, split: Path, work: Path, ort_methods: tuple[str, ...] | None 
     import quant_methods as qm
 
     from vitedge.datasources.sources import open_source
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
 
     opts = IntakeOptions(model_class=f"{MODELS_PY}:{model.model_class}", mean=model.mean, std=model.std,

@@ -26,7 +26,7 @@ them (``torch.save(model.state_dict())``), at the family's real width with fewer
 and 112x112 inputs, and then:
 
 * read by ``vitedge.models.intake.load_model`` (no --arch; the family comes from the keys),
-  exported by ``vitedge.export.export_onnx`` (checked against PyTorch);
+  exported by ``vitedge.models.export.export_onnx`` (checked against PyTorch);
 * calibrated on calibration/digits/calib (seeded subset) with vitedge's defaults, Q/DQ
   placed by ``build_qdq``; INT8 vs FP32 on calibration/digits/val (397 images) in
   ONNX Runtime and in OpenVINO (``compile_model(qdq.onnx, "CPU")``, f32 float regions);
@@ -124,7 +124,7 @@ def sweep_one(name: str, work: Path, calib_size: int) -> dict[str, Any]:
     from onnxruntime.quantization import CalibrationDataReader, quantize_static
 
     from vitedge.datasources.sources import open_source
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
     from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
@@ -257,7 +257,7 @@ def ort_anchor(fp32: Path, pre, x: np.ndarray, labels: np.ndarray, ref: np.ndarr
 
 def sweep_trained(name: str, ckpt: Path, facts: dict[str, Any], work: Path) -> dict[str, Any]:
     from vitedge.datasources.sources import open_source
-    from vitedge.spec import Preprocess
+    from vitedge.bundle.spec import Preprocess
 
     log(f"== {name} (trained): vitedge build {ckpt.relative_to(REPO)} {' '.join(facts['vitedge_flags'])}")
     t0 = time.perf_counter()

@@ -45,7 +45,7 @@ def models(tmp: Path):
 def measure(name: str, loaded, tmp: Path, items: int, batch: int) -> str:
     from vitedge.backends.base import get_backend
     from vitedge.datasources.sources import open_source
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.validation.inputs import feed_for
 
     folder = tmp / name.split()[0].replace("-", "")

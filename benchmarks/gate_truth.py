@@ -125,7 +125,7 @@ def run_outputs(model_id: str, corpus: Path, work: Path) -> Path:
             for factor in (SCALE_OFF, 1 / SCALE_OFF):
                 tampered, tensor = scale_off(q.model, factor)
                 tpath = work / f"{model_id}.scale{factor:g}.int8.onnx"
-                from vitedge.onnxutil import save_onnx
+                from vitedge.onnxkit.graph import save_onnx
 
                 save_onnx(tampered, tpath)
                 arrays[f"got{len(VARIANTS) + len(notes)}"] = cc.ort_predict(tpath, x)
@@ -157,7 +157,7 @@ def truth_of(ref: np.ndarray, got: np.ndarray, labels: np.ndarray, limit: float)
     """The truth of one build on the truth set, against FP32 with the model's right mean: its top-1 drop and its
     agreement on the images FP32 is decisive on (margin 0.5). ``bad``: a false pass if the gate passes it; ``good``:
     a false fail if the gate fails it (the issue's definitions); neither: not counted."""
-    from vitedge.profiles import DEFAULT_NEAR_TIE_MARGIN
+    from vitedge.targets.profiles import DEFAULT_NEAR_TIE_MARGIN
     from vitedge.validation.noise import fp32_margins
 
     rp, gp = ref.argmax(1), got.argmax(1)
@@ -237,7 +237,7 @@ def rates(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[int]]]:
 
 def judge(work: Path, label: str, decisive_limit: float | None = None) -> dict[str, Any]:
     """Judge every stored model with this checkout's gate at the onnx profile's thresholds; ``<work>/judged_<label>.json``."""
-    from vitedge.profiles import load_profile
+    from vitedge.targets.profiles import load_profile
 
     t = load_profile("onnx").thresholds
     if decisive_limit is not None:
@@ -296,7 +296,7 @@ def markdown(after: dict[str, Any], before: dict[str, Any] | None, header: str) 
 
 def write_results(work: Path) -> None:
     from vitedge import __version__
-    from vitedge.cpu import read_cpu
+    from vitedge.core.cpu import read_cpu
 
     cpu = read_cpu()
     after = json.loads((work / "judged_after.json").read_text())

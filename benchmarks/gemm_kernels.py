@@ -89,7 +89,7 @@ def measure(k: int, n: int, rows: int, rounds: int) -> list[tuple[str, float, fl
     """(graph, median ms, relative error) per graph, fp32 first."""
     from timing import interleaved_rounds
 
-    from vitedge.onnxutil import SessionSettings, ort_session
+    from vitedge.onnxkit.graph import SessionSettings, ort_session
 
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((k, n)) * 0.05).astype(np.float32)
@@ -100,7 +100,7 @@ def measure(k: int, n: int, rows: int, rounds: int) -> list[tuple[str, float, fl
             for level in (0, 4):
                 graphs[f"nbits{bits}_b{block}_acc{level}"] = nbits_gemm(w, bits, block, level, rows)
     # 2 intra-op threads that sleep when idle: the rounds run every graph in turn, and one graph's spinning
-    # workers would slow the next one (vitedge.onnxutil.SessionSettings.spinning)
+    # workers would slow the next one (vitedge.onnxkit.graph.SessionSettings.spinning)
     settings = SessionSettings(threads=2, spinning=False)
     sessions = {}
     for name, model in graphs.items():

@@ -37,7 +37,7 @@ sys.path.insert(1, str(REPO / "benchmarks"))
 from timing import interleaved_rounds, machine_line  # noqa: E402
 
 from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio  # noqa: E402
-from vitedge.cpu import read_cpu  # noqa: E402
+from vitedge.core.cpu import read_cpu  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from vitedge.budget import BudgetSettings
 from vitedge.app.build import BuildRequest, run_build
 from vitedge.validation.reference_cache import ReferenceCacheSettings
-from vitedge.ui import StageLog
+from vitedge.core.ui import StageLog
 
 
 def status(key):

@@ -85,7 +85,7 @@ def build(layout: str, pt: Path, out: Path, calib_size: int) -> dict[str, Any]:
     from vitedge.app.build import BuildRequest, run_build
     from vitedge.budget import BudgetSettings
     from vitedge.models.intake import IntakeOptions
-    from vitedge.ui import StageLog
+    from vitedge.core.ui import StageLog
     from vitedge.validation.reference_cache import ReferenceCacheSettings
 
     cls, kwargs = LAYOUTS[layout]
@@ -246,7 +246,7 @@ def main() -> None:
     from build_speed import isa_slug
     from quant_accuracy import environment
 
-    from vitedge.cpu import read_cpu
+    from vitedge.core.cpu import read_cpu
 
     cpu = read_cpu()
     res = {"environment": environment(), "isa": cpu.isa, "int8_dot_product": cpu.int8_dot_product, "calib_size": args.calib_size,

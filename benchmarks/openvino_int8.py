@@ -29,7 +29,7 @@ from PIL import Image
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from vitedge.cpu import read_cpu
+from vitedge.core.cpu import read_cpu
 
 # OpenVINO compile settings, one option per row (added to the baseline: LATENCY hint, f32 float regions).
 OPTIONS: dict[str, dict[str, object]] = {

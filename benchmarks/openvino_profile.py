@@ -26,7 +26,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from vitedge.cpu import read_cpu  # noqa: E402
+from vitedge.core.cpu import read_cpu  # noqa: E402
 
 GEMM_TYPES = ("FullyConnected", "MatMul", "Convolution", "GroupConvolution")
 

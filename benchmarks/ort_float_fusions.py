@@ -4,7 +4,7 @@ NOT shipped (benchmarks/results/ort_int8_avx2_profile.md, ort_fusion_accuracy_av
     python benchmarks/ort_float_fusions.py IN.onnx OUT.onnx [--no-skip-layernorm]
     python benchmarks/ort_float_fusions.py BUNDLE/model.int8.onnx OUT.onnx --unfold-gemm-bias
 
-The second form undoes the shipped GEMM-bias fold (vitedge/backends/ort_gemm_bias.py), so that the artifact can be
+The second form undoes the shipped GEMM-bias fold (vitedge/backends/onnxruntime/gemm_bias.py), so that the artifact can be
 profiled beside its unfused self. On an artifact with that fold the two rewrites below find no projection-bias
 ``Add`` left to fold (the biases are inside MatMulIntegerToFloat): run them on an unfolded graph.
 
@@ -48,7 +48,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vitedge.onnxutil import NameScope, SessionSettings, cleanup, node_index, ort_session, require_opset_import  # noqa: E402
+from vitedge.onnxkit.graph import NameScope, SessionSettings, cleanup, node_index, ort_session, require_opset_import  # noqa: E402
 
 MS_DOMAIN = "com.microsoft"
 # Outputs of the float twins (see _float_twin) must agree to this fraction of their largest
@@ -237,7 +237,7 @@ def _agrees(before: list[np.ndarray], after: list[np.ndarray]) -> bool:
 
 
 def _apply(model: Any, drop: list[Any], add: list[Any]) -> None:
-    from vitedge.onnxutil import topological_sort
+    from vitedge.onnxkit.graph import topological_sort
 
     gone = {id(n) for n in drop}
     ordered = topological_sort(add + [n for n in model.graph.node if id(n) not in gone])
@@ -294,7 +294,7 @@ def main() -> None:
     args = ap.parse_args()
     model = onnx.load(str(args.source))
     if args.unfold_gemm_bias:
-        from vitedge.backends.ort_gemm_bias import unfold_gemm_bias
+        from vitedge.backends.onnxruntime.gemm_bias import unfold_gemm_bias
 
         print(f"{unfold_gemm_bias(model)} GEMM biases unfolded")
     else:

@@ -2,10 +2,10 @@
 
     python benchmarks/ort_fusion_accuracy.py [--gemm-bias | --patch-embed] BUNDLE/onnx [BUNDLE/onnx ...]
 
-``--gemm-bias`` measures the shipped GEMM-bias fold instead (vitedge/backends/ort_gemm_bias.py, issue 28 item 1),
+``--gemm-bias`` measures the shipped GEMM-bias fold instead (vitedge/backends/onnxruntime/gemm_bias.py, issue 28 item 1),
 on bundles built before it (their model.int8.onnx unfolded) or unfolded first (``unfold_gemm_bias``).
 ``--patch-embed`` does the same for the patch-embedding Conv run as an INT8 GEMM
-(vitedge/backends/ort_patch_embed.py): the bundle's artifact with it unfolded (the float Conv) against it folded.
+(vitedge/backends/onnxruntime/patch_embed.py): the bundle's artifact with it unfolded (the float Conv) against it folded.
 
 For each bundle: its validation data (the manifest's path, the bundle's preprocessing) runs through the FP32
 reference, the bundle's INT8 artifact as built, and that artifact passed through
@@ -26,9 +26,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from ort_float_fusions import fuse_float_ops  # noqa: E402
-from vitedge.cpu import read_cpu  # noqa: E402
+from vitedge.core.cpu import read_cpu  # noqa: E402
 from vitedge.datasources.sources import open_source  # noqa: E402
-from vitedge.spec import Preprocess  # noqa: E402
+from vitedge.bundle.spec import Preprocess  # noqa: E402
 
 
 def run(model: bytes | str, x: np.ndarray, batch: int = 32) -> np.ndarray:
@@ -45,8 +45,8 @@ def measure(bundle: Path, shipped: str = "") -> dict:
     """``shipped``: "" (the experimental float fusions), "gemm-bias" or "patch-embed" (a shipped rewrite)."""
     import onnx
 
-    from vitedge.backends.ort_gemm_bias import fuse_gemm_bias, unfold_gemm_bias
-    from vitedge.backends.ort_patch_embed import fuse_patch_embedding, unfold_patch_embedding
+    from vitedge.backends.onnxruntime.gemm_bias import fuse_gemm_bias, unfold_gemm_bias
+    from vitedge.backends.onnxruntime.patch_embed import fuse_patch_embedding, unfold_patch_embedding
 
     manifest = json.loads((bundle / "manifest.json").read_text())
     data = manifest["validation_data"]["path"]

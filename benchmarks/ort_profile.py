@@ -33,7 +33,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from vitedge.cpu import read_cpu  # noqa: E402
+from vitedge.core.cpu import read_cpu  # noqa: E402
 
 
 def profile(path: Path, x: np.ndarray, threads: int, runs: int) -> tuple[float, dict[str, tuple[float, int]]]:
@@ -90,7 +90,7 @@ def anchor_graphs(bundle: Path, work: Path, images: int) -> list[tuple[str, Path
 
     from vitedge.backends.openvino import block_vendor_telemetry
     from vitedge.datasources.sources import open_source
-    from vitedge.spec import Preprocess
+    from vitedge.bundle.spec import Preprocess
 
     manifest = json.loads((bundle / "manifest.json").read_text())
     src = open_source(manifest["validation_data"]["path"], Preprocess.from_dict(manifest["input"]["preprocess"]), limit=images, seed=0)

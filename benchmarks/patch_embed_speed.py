@@ -1,5 +1,5 @@
 """The patch embedding alone: ONNX Runtime's float Conv over dequantized inputs vs the INT8 GEMM the onnx target
-ships (vitedge/backends/ort_patch_embed.py, issue 28 item 1), paired and interleaved.
+ships (vitedge/backends/onnxruntime/patch_embed.py, issue 28 item 1), paired and interleaved.
 
     python benchmarks/patch_embed_speed.py BUNDLE/onnx [--rounds 30] [--runs 10]
 
@@ -21,7 +21,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from vitedge.cpu import read_cpu  # noqa: E402
+from vitedge.core.cpu import read_cpu  # noqa: E402
 
 
 def patch_paths(bundle: Path) -> tuple[dict[str, bytes], str]:
@@ -30,7 +30,7 @@ def patch_paths(bundle: Path) -> tuple[dict[str, bytes], str]:
     import onnx
     from onnx.utils import Extractor
 
-    from vitedge.backends.ort_patch_embed import AS_GEMM_SUFFIX, fuse_patch_embedding, unfold_patch_embedding
+    from vitedge.backends.onnxruntime.patch_embed import AS_GEMM_SUFFIX, fuse_patch_embedding, unfold_patch_embedding
 
     conv = onnx.load(str(bundle / "model.int8.onnx"))
     unfold_patch_embedding(conv)

@@ -102,7 +102,7 @@ def environment() -> dict[str, Any]:
 
 
 def ort_predict(path_or_bytes, x: np.ndarray, threads: int = 2) -> np.ndarray:
-    from vitedge.onnxutil import ort_session
+    from vitedge.onnxkit.graph import ort_session
 
     src = Path(path_or_bytes) if isinstance(path_or_bytes, (str, Path)) else path_or_bytes
     sess = ort_session(src, threads=threads)
@@ -140,7 +140,7 @@ def kl(ref: np.ndarray, got: np.ndarray) -> float:
 
 
 def load_bundled(which: str, work: Path):
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
 
     if which == "digits":
@@ -292,7 +292,7 @@ def latency(work: Path, rounds: int) -> dict[str, Any]:
     import torch
 
     from vitedge.datasources.sources import open_source
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
     from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
@@ -495,7 +495,7 @@ def main() -> None:
     res["seconds"] = time.perf_counter() - start
     args.out.mkdir(parents=True, exist_ok=True)
     md = markdown(res)
-    from vitedge.fsutil import atomic_write_path
+    from vitedge.files.atomic import atomic_write_path
 
     with atomic_write_path(args.out / "quant_accuracy.json") as tmp_json:
         tmp_json.write_text(json.dumps(res, indent=1, default=str))

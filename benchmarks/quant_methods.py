@@ -62,7 +62,7 @@ VARIANTS: list[tuple[str, dict[str, Any]]] = [
 def load_model(which: str, work: Path):
     if which != "lowconf":
         return qa.load_bundled(which, work)
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model as intake
 
     pt = REPO / "examples" / "lowconf_digits_vit.pt"
@@ -246,7 +246,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 def write_section(md: str, path: Path) -> None:
-    from vitedge.fsutil import atomic_write_path
+    from vitedge.files.atomic import atomic_write_path
 
     old = path.read_text() if path.exists() else ""
     if BEGIN in old and END in old:
@@ -270,7 +270,7 @@ def main() -> None:
     ap.add_argument("--merge", action="store_true",
                     help="add this run's vitedge rows to the saved quant_methods.json (same models; anchors and FP32 kept from it)")
     args = ap.parse_args()
-    from vitedge.cpu import read_cpu
+    from vitedge.core.cpu import read_cpu
 
     variants = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else VARIANTS
     saved = args.out / "quant_methods.json"

@@ -44,7 +44,7 @@ def log(msg: str) -> None:
 def build(out: Path, cache: Path, *, reference_cache: bool, force: bool, int8_cache: bool = True) -> dict:
     from vitedge.app.build import BuildRequest, run_build
     from vitedge.validation.reference_cache import ReferenceCacheSettings
-    from vitedge.ui import StageLog
+    from vitedge.core.ui import StageLog
 
     stage_log = StageLog(quiet=True)
     t0 = time.perf_counter()
@@ -68,7 +68,7 @@ def batch_check(bundle: Path) -> dict:
     """FP32 and INT8 outputs of the bundle at batch 1, 8 and 32: accuracy figures and the largest output difference."""
     from vitedge.backends import get_backend
     from vitedge.datasources.sources import open_source
-    from vitedge.manifest import read_manifest
+    from vitedge.bundle.manifest import read_manifest
     from vitedge.validation.accuracy import collect_outputs, compare_logits
     from vitedge.validation.bundle import bundle_profile
 
@@ -91,7 +91,7 @@ def batch_check(bundle: Path) -> dict:
 
 
 def main() -> None:
-    from vitedge.cpu import read_cpu
+    from vitedge.core.cpu import read_cpu
 
     cpu = read_cpu()
     record: dict = {"cpu": cpu.to_dict(), "targets": list(TARGETS), "runs": {}}

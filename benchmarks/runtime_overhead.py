@@ -205,7 +205,7 @@ out["rss_after_import_mb"] = rss()["VmRSS"]
 bundle, module = sys.argv[1], sys.argv[2]
 t = time.perf_counter(); __import__(module); out["import_backend_ms"] = 1e3 * (time.perf_counter() - t)
 out["rss_after_backend_import_mb"] = rss()["VmRSS"]
-from vitedge.manifest import verify_bundle
+from vitedge.bundle.manifest import verify_bundle
 t = time.perf_counter(); verify_bundle(bundle); out["verify_ms"] = 1e3 * (time.perf_counter() - t)
 t = time.perf_counter(); model = vitedge.runtime.load(bundle); out["load_ms"] = 1e3 * (time.perf_counter() - t)
 frame = numpy.zeros((480, 640, 3), numpy.uint8)

@@ -42,7 +42,7 @@ def build(model: Path, out: Path, calib: Path, val: Path | None, calib_size: int
     from vitedge.app.build import BuildRequest, run_build
     from vitedge.validation.reference_cache import ReferenceCacheSettings
     from vitedge.models.intake import IntakeOptions
-    from vitedge.ui import StageLog
+    from vitedge.core.ui import StageLog
 
     run_build(BuildRequest(model=model, targets=("onnx",), calib=calib, val=val, out=out, calib_size=calib_size,
                            cache=ReferenceCacheSettings(root=cache), intake=IntakeOptions(arch=arch) if arch else IntakeOptions(), measure_speed=False,
@@ -53,7 +53,7 @@ def build(model: Path, out: Path, calib: Path, val: Path | None, calib_size: int
 
 def accuracy_pass(bundle: Path, data: Path, size: int | None, validator=None, threads: int | None = None) -> tuple[float, dict[str, Any]]:
     from vitedge.datasources.sources import open_source
-    from vitedge.manifest import verify_bundle
+    from vitedge.bundle.manifest import verify_bundle
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
 
     manifest = verify_bundle(bundle)
@@ -148,7 +148,7 @@ def main() -> None:
 
     from quant_accuracy import environment
 
-    from vitedge.cpu import read_cpu
+    from vitedge.core.cpu import read_cpu
 
     res: dict[str, Any] = {"environment": environment(), "cpu": read_cpu().to_dict(), "cpu_count": os.cpu_count(),
                            "ray": ray.__version__, "benchmarks": []}

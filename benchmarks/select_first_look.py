@@ -61,7 +61,7 @@ def jobs() -> list[tuple[str, list[str]]]:
 
 def per_image_errors(args: list[str]) -> dict[str, list[float]]:
     """Every candidate's per-image error on all the images select keeps (the first look switched off)."""
-    from vitedge import cli
+    from vitedge.cli import entry as cli
     from vitedge.quantize import select
 
     seen: dict[str, list[float]] = {}

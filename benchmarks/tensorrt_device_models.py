@@ -93,7 +93,7 @@ def run_model(name: str, args: Any, work: Path) -> ModelRun:
 
 def _engine_facts(row: ModelRun, bundle: Path) -> None:
     """INT8 layers, MHA fusion and the validation from the manifest, against what the plan promised."""
-    from vitedge.manifest import verify_bundle
+    from vitedge.bundle.manifest import verify_bundle
 
     manifest = verify_bundle(bundle)
     promise_check(row, manifest.backend_info or {}, manifest.validation or {})

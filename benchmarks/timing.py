@@ -21,7 +21,7 @@ TIMED_PER_ROUND = 3
 
 def machine_line() -> str:
     """The CPU a figure was measured on, for a results header: model, ISA, cores."""
-    from vitedge.cpu import read_cpu
+    from vitedge.core.cpu import read_cpu
 
     cpu = read_cpu()
     return f"{cpu.model or platform.processor()} (ISA {cpu.isa}), {os.cpu_count()} cores"

@@ -30,11 +30,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from vitedge.backends.onnxruntime import OnnxRuntimeOptions, OnnxRuntimeRunner  # noqa: E402
+from vitedge.backends.onnxruntime.backend import OnnxRuntimeOptions, OnnxRuntimeRunner  # noqa: E402
 from vitedge.backends.openvino import OpenVinoOptions, OpenVinoRunner  # noqa: E402
 from vitedge.datasources.sources import open_source  # noqa: E402
-from vitedge.cpu import read_cpu  # noqa: E402
-from vitedge.export import ExportOptions, export_onnx  # noqa: E402
+from vitedge.core.cpu import read_cpu  # noqa: E402
+from vitedge.models.export import ExportOptions, export_onnx  # noqa: E402
 from vitedge.models.intake import IntakeOptions, load_model  # noqa: E402
 from vitedge.quantize.calibrate import calibrate  # noqa: E402
 from vitedge.quantize.config import QuantConfig  # noqa: E402

@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("camera_loop: OpenCV is not installed; pip install opencv-python-headless", file=sys.stderr)
         return 2
-    from vitedge.errors import VitedgeError
+    from vitedge.core.errors import VitedgeError
     from vitedge.runtime import load
 
     try:

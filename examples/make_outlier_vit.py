@@ -120,7 +120,7 @@ def make_checkpoint(out_path: Path, *, k: float = DEFAULT_K, source: Path = SOUR
 def val_images(limit: int | None = None) -> np.ndarray:
     sys.path.insert(0, str(REPO))
     from vitedge.datasources.sources import open_source
-    from vitedge.spec import Preprocess
+    from vitedge.bundle.spec import Preprocess
 
     meta = load_source()["vitedge"]
     pre = Preprocess.from_dict(meta["preprocess"])

@@ -10,7 +10,7 @@ Writes
   calibration/digits/calib/<class>/<index>.png   200 held-out calibration images
   calibration/digits/val/<class>/<index>.png     397 held-out validation images
 
-Inputs go through vitedge's own preprocessing (``vitedge.preprocess.preprocess_image``),
+Inputs go through vitedge's own preprocessing (``vitedge.bundle.preprocess.preprocess_image``),
 so the model sees at training time exactly what vitedge feeds it at calibration,
 validation and deployment time. The reported top-1 is measured by reloading the saved
 checkpoint and running it on the PNGs as read back from disk.
@@ -46,8 +46,8 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from PIL import Image  # noqa: E402
 
-from vitedge.preprocess import image_to_uint8, preprocess_image  # noqa: E402
-from vitedge.spec import Preprocess  # noqa: E402
+from vitedge.bundle.preprocess import image_to_uint8, preprocess_image  # noqa: E402
+from vitedge.bundle.spec import Preprocess  # noqa: E402
 
 SEED = 0
 NUM_THREADS = 2  # fixed: float reductions may split differently with another count

@@ -7,7 +7,7 @@ PNGs under ``calibration/digits/`` (this script reads them, never writes them)::
 
 Same split and determinism as the RGB examples, but the model takes ONE channel: the
 preprocessing has ``channels=1``, so vitedge (and this script, through
-``vitedge.preprocess``) converts every image to Pillow "L" before resizing. Writes
+``vitedge.bundle.preprocess``) converts every image to Pillow "L" before resizing. Writes
 ``examples/gray_digits_vit.pt`` (a vitedge checkpoint: state_dict, the class's kwargs
 and the 1-channel preprocessing; load it with ``--model-class examples/gray_vit.py:GrayViT``)
 and ``examples/gray_digits_vit.json`` with the FP32 top-1 of the reloaded weights on the
@@ -33,8 +33,8 @@ import torch  # noqa: E402
 import train_digits_vit as common  # noqa: E402
 from gray_vit import GrayViT  # noqa: E402
 
-from vitedge.preprocess import image_to_uint8  # noqa: E402
-from vitedge.spec import Preprocess  # noqa: E402
+from vitedge.bundle.preprocess import image_to_uint8  # noqa: E402
+from vitedge.bundle.spec import Preprocess  # noqa: E402
 
 MODEL_KWARGS = {
     "image_size": 32,
@@ -125,7 +125,7 @@ def main() -> None:
             "schedule": f"linear warm-up {common.WARMUP_EPOCHS} epochs, then cosine to 0",
             "label_smoothing": common.LABEL_SMOOTHING, "dropout": DROPOUT,
             "augmentation": "random affine on the 64x64 image: shift <=3 px, rotate <=10 deg, scale 0.9-1.1",
-            "input": "digits converted to Pillow 'L' (ITU-R 601 luma) by vitedge.preprocess",
+            "input": "digits converted to Pillow 'L' (ITU-R 601 luma) by vitedge.bundle.preprocess",
             "torch_threads": common.NUM_THREADS,
         },
         "train_wall_time_s": round(wall, 1),

@@ -36,7 +36,7 @@ import torch  # noqa: E402
 
 import digits_data  # noqa: E402
 import train_digits_vit as common  # noqa: E402
-from vitedge.spec import Preprocess  # noqa: E402
+from vitedge.bundle.spec import Preprocess  # noqa: E402
 
 MODEL_KWARGS = {
     "img_size": 32,

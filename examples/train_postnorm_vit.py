@@ -32,7 +32,7 @@ import torch  # noqa: E402
 import train_digits_vit as common  # noqa: E402
 from postnorm_vit import PostNormViT  # noqa: E402
 
-from vitedge.spec import Preprocess  # noqa: E402
+from vitedge.bundle.spec import Preprocess  # noqa: E402
 
 MODEL_KWARGS = {
     "image_size": 32,
@@ -114,7 +114,7 @@ def main() -> None:
         monitor=(calib_x, calib_y),
     )
 
-    from vitedge.fsutil import atomic_write_path
+    from vitedge.files.atomic import atomic_write_path
 
     with atomic_write_path(WEIGHTS) as tmp:
         torch.save({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}, tmp)

@@ -76,7 +76,7 @@ def timm_qdq(timm_vit, tmp_path_factory):
     """(the Q/DQ graph ``build_qdq`` writes for ``timm_vit`` from 16 digits calibration images, its depth): what
     the onnx target's rewrites (attention, GEMM bias, patch embedding) start from. Tests copy it before rewriting."""
     from vitedge.datasources.sources import open_source
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.models.intake import load_model
     from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
@@ -124,7 +124,7 @@ def example_bundles(tmp_path_factory):
 def built_bundle(tmp_path_factory) -> Path:
     """One `onnx` bundle of examples/digits_vit.pt per test process (latency not measured)."""
     from vitedge.app.build import BuildRequest, run_build
-    from vitedge.ui import StageLog
+    from vitedge.core.ui import StageLog
 
     out = tmp_path_factory.mktemp("validate-bundles") / "onnx"
     run_build(BuildRequest(model=EXAMPLES / "digits_vit.pt", targets=("onnx",), calib=CALIB_DIR, val=VAL_DIR, out=out,
@@ -158,7 +158,7 @@ def earlier_onnx_bundle(tmp_path_factory) -> tuple[Path, Path]:
     (tests/reliability/test_sigterm*.py) build over copies of it; the late ones start from its calibration statistics."""
     from helpers.once_per_run import once_per_run
     from vitedge.app.build import BuildRequest, run_build
-    from vitedge.ui import StageLog
+    from vitedge.core.ui import StageLog
     from vitedge.validation.reference_cache import ReferenceCacheSettings
 
     def make(root: Path) -> None:
@@ -198,6 +198,6 @@ def tiny(tmp_path_factory):
 @pytest.fixture
 def force_external(monkeypatch):
     """Every graph counts as past protobuf's 2 GiB limit, so a small model takes the external-data path."""
-    from vitedge.onnxutil import EXTERNAL_DATA_ENV
+    from vitedge.onnxkit.graph import EXTERNAL_DATA_ENV
 
     monkeypatch.setenv(EXTERNAL_DATA_ENV, "0")

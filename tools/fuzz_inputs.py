@@ -15,7 +15,7 @@ Input kinds (each a valid input of the bundled digits example, mutated):
     images       a labelled image folder: image bytes, headers, names, layout -> `validate --data`
     arrays       a .npz / .npy of frames and labels: dtype, shape, labels, keys, header, bytes -> `validate --data`
 
-Each run goes through `vitedge.cli.main` in this process (its real error mapping: one line and an exit code), or,
+Each run goes through `vitedge.cli.entry.main` in this process (its real error mapping: one line and an exit code), or,
 for the two library entry points, through the same mapping (a VitedgeError's exit code, an OSError the machine
 caused -> 2, anything else -> 3). A run fails the pass when it exits 3, runs past its timeout (SIGALRM), or changes
 any file outside its output folder (every input of the case and the shared valid inputs are hashed before and after).
@@ -80,7 +80,7 @@ class Outcome:
 
 
 def run_cli(args: list[Any], cwd: Path, timeout: float) -> Outcome:
-    from vitedge.cli import main
+    from vitedge.cli.entry import main
 
     out, err = io.StringIO(), io.StringIO()
     old = os.getcwd()
@@ -105,7 +105,7 @@ def run_cli(args: list[Any], cwd: Path, timeout: float) -> Outcome:
 
 def run_api(fn: Callable[[], Any], timeout: float) -> Outcome:
     """A library entry point under the CLI's mapping: VitedgeError -> its code, a machine's OSError -> 2, else 3."""
-    from vitedge.errors import VitedgeError, environment_error
+    from vitedge.core.errors import VitedgeError, environment_error
 
     signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -275,7 +275,7 @@ def make_bases(root: Path, seed: int) -> Bases:
     from PIL import Image
 
     from vitedge.app.build import BuildRequest, run_build
-    from vitedge.ui import StageLog
+    from vitedge.core.ui import StageLog
     from vitedge.validation.reference_cache import ReferenceCacheSettings
 
     bundle = root / "base" / "onnx"
@@ -599,8 +599,8 @@ def _data_case(b: Bases, d: Path, rng: random.Random, kind: str, note: str, data
         return Case(kind, note, cli=["validate", b.bundle, "--data", data, "--no-latency", "--report-dir", d / "out", "-q",
                                      "--cache-dir", d / "out" / "cache"])
     from vitedge.datasources.sources import open_source
-    from vitedge.manifest import read_manifest
-    from vitedge.spec import Preprocess
+    from vitedge.bundle.manifest import read_manifest
+    from vitedge.bundle.spec import Preprocess
 
     pre = b.cache.setdefault("pre", Preprocess.from_dict(read_manifest(b.bundle).model.spec["preprocess"]))
     names = [str(i) for i in range(10)]
@@ -637,7 +637,7 @@ def plan(runs: int, rng: random.Random) -> list[str]:
 
 
 def fuzz(seed: int, runs: int, work: Path, kinds_only: set[str] | None = None, progress: bool = True) -> dict[str, Any]:
-    from vitedge import telemetry
+    from vitedge.core import telemetry
 
     telemetry.silence()
     rng = random.Random(seed)

@@ -6,6 +6,6 @@ only by the modules that use them.
 
 __version__ = "0.1.0"
 
-from vitedge.errors import VitedgeError  # noqa: E402  (light, no third-party imports)
+from vitedge.core.errors import VitedgeError  # noqa: E402  (light, no third-party imports)
 
 __all__ = ["VitedgeError", "__version__"]

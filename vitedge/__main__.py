@@ -1,3 +1,3 @@
-from vitedge.cli import main
+from vitedge.cli.entry import main
 
 main()

@@ -10,16 +10,16 @@ import onnx
 import pytest
 from conftest import CALIB_DIR, EXAMPLES, REPO, VAL_DIR
 
-from vitedge.backends.ort_attention import fuse_attention
-from vitedge.backends.ort_gemm_bias import fuse_gemm_bias
-from vitedge.backends.ort_patch_embed import fuse_patch_embedding
+from vitedge.backends.onnxruntime.attention import fuse_attention
+from vitedge.backends.onnxruntime.gemm_bias import fuse_gemm_bias
+from vitedge.backends.onnxruntime.patch_embed import fuse_patch_embedding
 from vitedge.app.build import BuildRequest, run_build
 from vitedge.validation import passes
 from vitedge.validation.reference_cache import ReferenceCacheSettings, graph_sha256
-from vitedge.errors import UsageError
-from vitedge.fsutil import sha256_file
-from vitedge.manifest import read_manifest, verify_bundle
-from vitedge.ui import StageLog
+from vitedge.core.errors import UsageError
+from vitedge.files.atomic import sha256_file
+from vitedge.bundle.manifest import read_manifest, verify_bundle
+from vitedge.core.ui import StageLog
 
 DIGITS = EXAMPLES / "digits_vit.pt"
 pytestmark = pytest.mark.skipif(not DIGITS.exists(), reason="bundled example not present")
@@ -193,8 +193,8 @@ def test_openvino_float_regions_follow_the_profile_and_the_reference_stays_f32(t
 
 
 def test_openvino_float_precision_must_be_known(tmp_path):
-    from vitedge.errors import ProfileError
-    from vitedge.profiles import load_profile
+    from vitedge.core.errors import ProfileError
+    from vitedge.targets.profiles import load_profile
 
     profile = tmp_path / "mine.toml"
     profile.write_text((REPO / "targets" / "intel-cpu.toml").read_text().replace('float_precision = "bf16"', 'float_precision = "fp16"'))

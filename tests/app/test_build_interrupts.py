@@ -11,7 +11,7 @@ import pytest
 from conftest import CALIB_DIR, EXAMPLES
 from helpers.cli import spawn_vitedge
 
-from vitedge.manifest import verify_bundle
+from vitedge.bundle.manifest import verify_bundle
 
 DIGITS = EXAMPLES / "digits_vit.pt"
 pytestmark = pytest.mark.skipif(not DIGITS.exists(), reason="bundled example not present")

@@ -19,7 +19,7 @@ from helpers.tensorrt_standin import (
     skip_if_real_tensorrt,
 )
 
-from vitedge.manifest import read_manifest, verify_bundle
+from vitedge.bundle.manifest import read_manifest, verify_bundle
 from vitedge.validation.reference_cache import HIT, MISS, OFF, SHARED
 
 # Free-form maps whose keys name things of the backend or the machine, not schema fields.

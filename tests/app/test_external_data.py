@@ -14,11 +14,11 @@ from conftest import CALIB_DIR
 
 from vitedge.app.build import BuildRequest, run_build
 from vitedge.validation.reference_cache import ReferenceCacheSettings
-from vitedge.errors import BundleError, UsageError
-from vitedge.export import ExportOptions, export_onnx
-from vitedge.manifest import read_manifest, verify_bundle
+from vitedge.core.errors import BundleError, UsageError
+from vitedge.models.export import ExportOptions, export_onnx
+from vitedge.bundle.manifest import read_manifest, verify_bundle
 from vitedge.models.intake import load_model
-from vitedge.onnxutil import (
+from vitedge.onnxkit.graph import (
     EXTERNAL_DATA_ENV,
     copy_onnx,
     external_data_files,
@@ -26,7 +26,7 @@ from vitedge.onnxutil import (
     ort_session,
     save_onnx,
 )
-from vitedge.ui import StageLog
+from vitedge.core.ui import StageLog
 
 
 def test_export_writes_external_data_and_checks_parity(tmp_path, timm_vit, force_external):

@@ -14,9 +14,9 @@ from vitedge.app.build_flags import BuildFlags
 from vitedge.app.overrides import QuantOverrides, ThresholdOverrides
 from vitedge.budget import BudgetSettings
 from vitedge.app.matrix.config import load_matrix
-from vitedge.errors import UsageError
+from vitedge.core.errors import UsageError
 from vitedge.models.intake import IntakeOptions
-from vitedge.profiles import Thresholds, load_profile
+from vitedge.targets.profiles import Thresholds, load_profile
 from vitedge.quantize.config import QuantConfig
 from vitedge.validation.reference_cache import ReferenceCacheSettings
 
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGE = REPO / "vitedge"
 # the modules whose signatures must say what they take (issue 27: the build, the budget and the build matrix)
 TYPED = [PACKAGE / "app" / "build.py", PACKAGE / "app" / "build_flags.py", PACKAGE / "app" / "overrides.py", PACKAGE / "app" / "summary.py",
-         *sorted((PACKAGE / "budget").glob("*.py")), *sorted((PACKAGE / "commands").glob("build*.py")),
+         *sorted((PACKAGE / "budget").glob("*.py")), *sorted((PACKAGE / "cli" / "commands").glob("build*.py")),
          *sorted((PACKAGE / "distributed").glob("matrix*.py"))]
 # a JSON document (a manifest section, an accuracy record) is the one place Any is honest: the value of a str-keyed mapping
 JSON_DOCUMENT = {"dict[str, Any]", "Mapping[str, Any]"}

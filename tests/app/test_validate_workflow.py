@@ -10,8 +10,8 @@ import pytest
 from conftest import VAL_DIR
 
 from vitedge.app.validate import ValidateRequest, run_validate, run_validations
-from vitedge.errors import UsageError
-from vitedge.ui import StageLog
+from vitedge.core.errors import UsageError
+from vitedge.core.ui import StageLog
 from vitedge.validation.document import ValidationReport
 
 

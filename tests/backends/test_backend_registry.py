@@ -35,8 +35,8 @@ from vitedge.backends import (
     register_backend,
     unregister_backend,
 )
-from vitedge.errors import MissingDependencyError
-from vitedge.onnxutil import copy_onnx
+from vitedge.core.errors import MissingDependencyError
+from vitedge.onnxkit.graph import copy_onnx
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "fakert"  # the backend
@@ -273,8 +273,8 @@ def test_no_module_outside_the_backends_decides_by_a_backend_name():
 
 def test_a_targets_path_folder_comes_first_and_its_families_are_found(tmp_path, monkeypatch):
     """VITEDGE_TARGETS_PATH folders are searched before vitedge's own targets/: a profile of the same name hides it."""
-    from vitedge.profiles import list_profiles, load_profile
-    from vitedge.target_families import is_family, list_families
+    from vitedge.targets.profiles import list_profiles, load_profile
+    from vitedge.targets.families import is_family, list_families
 
     (tmp_path / "onnx.toml").write_text('backend = "onnxruntime"\nprecision = "int8"\nbatch_sizes = [2]\n')
     (tmp_path / "families").mkdir()

@@ -21,8 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 from vitedge.backends.float_layers import int8_layers, return_to_float
 from vitedge.backends.int8_timing import timed_steps_line
 from vitedge.backends.ov_payoff import OvPayoff, onnx_layer
-from vitedge.errors import UsageError
-from vitedge.onnxutil import SessionSettings, ort_session
+from vitedge.core.errors import UsageError
+from vitedge.onnxkit.graph import SessionSettings, ort_session
 
 LAYOUTS_PY = Path(__file__).resolve().parents[1] / "helpers" / "vit_layouts.py"
 
@@ -114,7 +114,7 @@ def test_int8_payoff_option_must_be_a_boolean(backend):
     if backend == "openvino":
         from vitedge.backends.openvino import OpenVinoOptions as Options
     else:
-        from vitedge.backends.onnxruntime import OnnxRuntimeOptions as Options
+        from vitedge.backends.onnxruntime.backend import OnnxRuntimeOptions as Options
     with pytest.raises(UsageError, match="int8_payoff must be true or false"):
         Options(int8_payoff="yes")
 
@@ -127,10 +127,10 @@ def test_build_ships_what_its_payoff_record_says(tmp_path):
     pytest.importorskip("openvino")
     from vitedge.app.build import BuildRequest, run_build
     from vitedge.budget import BudgetSettings
-    from vitedge.cpu import read_cpu
-    from vitedge.manifest import read_manifest
+    from vitedge.core.cpu import read_cpu
+    from vitedge.bundle.manifest import read_manifest
     from vitedge.models.intake import IntakeOptions
-    from vitedge.ui import StageLog
+    from vitedge.core.ui import StageLog
     from vitedge.validation.reference_cache import ReferenceCacheSettings
 
     spec = importlib.util.spec_from_file_location("vit_layouts", LAYOUTS_PY)

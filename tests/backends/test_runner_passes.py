@@ -14,9 +14,9 @@ import pytest
 from helpers.runtime_bundles import TARGETS
 
 from vitedge.backends import get_backend
-from vitedge.errors import UsageError
-from vitedge.manifest import read_manifest
-from vitedge.onnxutil import UINT8_NHWC_RGB
+from vitedge.core.errors import UsageError
+from vitedge.bundle.manifest import read_manifest
+from vitedge.onnxkit.graph import UINT8_NHWC_RGB
 
 
 def _runner(bundle, threads: int = 2):

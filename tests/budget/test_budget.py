@@ -21,7 +21,7 @@ from helpers.budget_builds import NO_SQ, PLANTED, budget_build, int8_nodes
 from vitedge.budget import BudgetSettings, speed_verdict
 from vitedge.app.overrides import QuantOverrides
 from vitedge.validation.reference_cache import ReferenceCacheSettings
-from vitedge.manifest import read_manifest
+from vitedge.bundle.manifest import read_manifest
 
 DIGITS = EXAMPLES / "digits_vit.pt"
 pytestmark = pytest.mark.skipif(not DIGITS.exists(), reason="bundled example not present")
@@ -117,7 +117,7 @@ def test_evaluation_cap_is_respected(fallback, work):
     the result carries the closest graph evaluated (the build ships it marked failed)."""
     from vitedge.budget import BudgetSearch, meet_budget
     from vitedge.datasources.sources import open_source
-    from vitedge.profiles import Thresholds
+    from vitedge.targets.profiles import Thresholds
     from vitedge.quantize import QuantConfig, calibrate
 
     bundle = fallback[0].bundle

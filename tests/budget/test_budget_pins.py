@@ -13,8 +13,8 @@ from helpers.budget_builds import NO_SQ, PLANTED, budget_build, int8_nodes
 
 from vitedge.app.build import BuildRequest, run_build
 from vitedge.app.overrides import ThresholdOverrides
-from vitedge.manifest import read_manifest
-from vitedge.ui import StageLog
+from vitedge.bundle.manifest import read_manifest
+from vitedge.core.ui import StageLog
 from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 pytestmark = pytest.mark.skipif(not (EXAMPLES / "digits_vit.pt").exists(), reason="bundled example not present")
@@ -46,7 +46,7 @@ def test_impossible_budget_ships_its_closest_graph_marked_failed(work, outlier_v
     every flip and every lost point counts): no graph with an INT8 layer left meets it, so the build
     writes the closest INT8 graph it found, marks the bundle failed in its manifest and report, and
     exits 1 (issue 30 item 5: there is something to inspect)."""
-    from vitedge.cli import main
+    from vitedge.cli.entry import main
 
     fp32_layers = [l for l in _all_layers(work / "pinned") if l != "/blocks/blocks.3/mlp/fc1/MatMul"]
     out = work / "impossible"
@@ -75,7 +75,7 @@ def _all_layers(bundle: Path) -> list[str]:
 
 
 def test_no_fallback_ships_full_int8_and_fails_its_gate(work, outlier_vit, capsys):
-    from vitedge.cli import main
+    from vitedge.cli.entry import main
 
     args = ["build", str(outlier_vit), "-t", "onnx", "--calib", str(CALIB_DIR), "--val", str(VAL_DIR), "-o", str(work / "nofb"),
             "--cache-dir", str(work / "cache"), "--no-smoothquant", "--method", "percentile", "--no-latency", "--max-top1-drop", "0.2", "--no-fallback", "-q"]

@@ -9,7 +9,7 @@ import numpy as np
 from vitedge.budget.evaluate import Evaluator
 from vitedge.budget.record import Evaluation
 from vitedge.budget.search import _closeness, closest_passing
-from vitedge.profiles import Thresholds
+from vitedge.targets.profiles import Thresholds
 
 
 def _acc(agreement: float, decisive_flips: int, expected: float, decisive: int = 400) -> dict:

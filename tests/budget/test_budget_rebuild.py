@@ -10,8 +10,8 @@ from helpers.budget_builds import NO_SQ
 
 from vitedge.app.build import BuildRequest, run_build
 from vitedge.app.overrides import ThresholdOverrides
-from vitedge.manifest import read_manifest
-from vitedge.ui import StageLog
+from vitedge.bundle.manifest import read_manifest
+from vitedge.core.ui import StageLog
 from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 pytestmark = pytest.mark.skipif(not (EXAMPLES / "digits_vit.pt").exists(), reason="bundled example not present")

@@ -13,9 +13,9 @@ from conftest import CALIB_DIR
 
 from vitedge.app.build import BuildRequest, run_build
 from vitedge.validation.reference_cache import ReferenceCacheSettings
-from vitedge.manifest import read_manifest
-from vitedge.profiles import Thresholds
-from vitedge.ui import StageLog
+from vitedge.bundle.manifest import read_manifest
+from vitedge.targets.profiles import Thresholds
+from vitedge.core.ui import StageLog
 
 
 @pytest.fixture(scope="module")

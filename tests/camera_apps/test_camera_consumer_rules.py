@@ -16,8 +16,8 @@ from helpers.tensorrt_standin import make_fake_cudart, make_fake_trt
 
 from vitedge.camera_apps.nvinfer_rules import check_nvinfer_config
 from vitedge.camera_apps.triton_rules import ServedModel, check_triton_model
-from vitedge.manifest import read_manifest, verify_bundle
-from vitedge.profiles import load_profile
+from vitedge.bundle.manifest import read_manifest, verify_bundle
+from vitedge.targets.profiles import load_profile
 
 pytest.importorskip("tritonclient.grpc.model_config_pb2")
 TARGETS = Path(__file__).resolve().parents[2] / "targets"

@@ -18,9 +18,9 @@ from vitedge.datasources.sources import (
     SourceSummary,
     open_source,
 )
-from vitedge.errors import CalibrationError, MissingDependencyError, UsageError
-from vitedge.preprocess import preprocess_array, preprocess_image
-from vitedge.spec import Preprocess
+from vitedge.core.errors import CalibrationError, MissingDependencyError, UsageError
+from vitedge.bundle.preprocess import preprocess_array, preprocess_image
+from vitedge.bundle.spec import Preprocess
 
 PRE = Preprocess(crop_size=(32, 32), crop_pct=0.875, interpolation="bilinear")
 

@@ -34,7 +34,7 @@ def split_dir(tmp_path_factory) -> Path:
 
 
 def run_cli(capsys, *args) -> tuple[int, str, str]:
-    from vitedge.cli import main
+    from vitedge.cli.entry import main
 
     with pytest.raises(SystemExit) as exc:
         main([str(a) for a in args])
@@ -69,7 +69,7 @@ def test_split_layouts_are_recognised_and_class_folders_are_not(tmp_path, split_
 @pytest.fixture(scope="module")
 def split_bundle(split_dir, tmp_path_factory) -> Path:
     """`vitedge build --calib PARENT` (a split, no --val): calibrates on calib/, validates on val/."""
-    from vitedge.cli import main
+    from vitedge.cli.entry import main
 
     out = tmp_path_factory.mktemp("split-bundle") / "onnx"
     with pytest.raises(SystemExit) as exc:

@@ -37,7 +37,7 @@ def ray_cluster():
 
 
 def test_core_imports_never_load_ray():
-    code = ("import sys, vitedge, vitedge.runtime, vitedge.cli, vitedge.commands.validate_cmd, vitedge.commands.build_matrix_cmd, "
+    code = ("import sys, vitedge, vitedge.runtime, vitedge.cli.entry, vitedge.cli.commands.validate_cmd, vitedge.cli.commands.build_matrix_cmd, "
             "vitedge.distributed.ray_validate, vitedge.app.matrix.run, vitedge.app.matrix.report, "
             "vitedge.distributed.cluster; bad = [m for m in ('ray',) if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
@@ -120,8 +120,8 @@ def test_worker_refuses_files_the_driver_did_not_see(ray_cluster, bundle):
     from vitedge.distributed.contract import BundleAddress, DataAddress
     from vitedge.distributed.shard_tasks import ShardTask, run_shard
     from vitedge.distributed.sharding import Shard
-    from vitedge.errors import BundleError, DataError
-    from vitedge.manifest import read_manifest
+    from vitedge.core.errors import BundleError, DataError
+    from vitedge.bundle.manifest import read_manifest
 
     spec = read_manifest(bundle).spec
     data = DataAddress.of(open_source(VAL_DIR, spec.preprocess, limit=40, seed=0, class_names=spec.class_names), 40, 0)
@@ -136,7 +136,7 @@ def test_worker_refuses_files_the_driver_did_not_see(ray_cluster, bundle):
 
 
 def test_without_ray_the_flag_says_how_to_install(bundle):
-    code = ("import sys; sys.modules['ray'] = None; from vitedge.cli import main; "
+    code = ("import sys; sys.modules['ray'] = None; from vitedge.cli.entry import main; "
             f"main(['validate', {str(bundle)!r}, '--data', {str(VAL_DIR)!r}, '--workers', '2', '--no-latency'])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert proc.returncode == 2, proc.stderr
@@ -189,7 +189,7 @@ def test_build_matrix_on_ray_shares_calibration_names_failures_and_resumes(ray_c
     again = json.loads((tmp_path / "out" / "matrix.json").read_text())
     assert all(r["resumed"] for r in again["rows"])
     # without Ray: the same matrix, sequentially, and it says so
-    script = ("import sys; sys.modules['ray'] = None; from vitedge.cli import main; "
+    script = ("import sys; sys.modules['ray'] = None; from vitedge.cli.entry import main; "
               f"main(['build-matrix', {str(matrix)!r}])")
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert proc.returncode == 1, proc.stderr

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from vitedge.app.build import BuildRequest, TargetResult, run_build
 from vitedge.app.overrides import QuantOverrides, ThresholdOverrides
-from vitedge.ui import StageLog
+from vitedge.core.ui import StageLog
 from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,7 +34,7 @@ def int8_nodes(bundle: Path) -> set[str]:
     """The names of the MatMul/Gemm/Conv layers of ``bundle``'s model.int8.onnx that read a dequantized input."""
     import onnx
 
-    from vitedge.backends.onnxruntime import unfold_int8_rewrites
+    from vitedge.backends.onnxruntime.backend import unfold_int8_rewrites
 
     m = onnx.load(str(bundle / "model.int8.onnx"))
     unfold_int8_rewrites(m)  # the onnx target ships its INT8 layers as MatMulIntegerToFloat: back to DQ -> MatMul/Conv, same names

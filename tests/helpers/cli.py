@@ -12,7 +12,7 @@ import pytest
 
 def run_vitedge(args: list[str]) -> tuple[int, str]:
     """(exit code, stdout and stderr together) of ``vitedge ARGS``."""
-    from vitedge.cli import main
+    from vitedge.cli.entry import main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
@@ -26,7 +26,7 @@ def run_vitedge(args: list[str]) -> tuple[int, str]:
 
 def run_cli(capsys, *args) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of ``vitedge ARGS``, captured by pytest's ``capsys``."""
-    from vitedge.cli import main
+    from vitedge.cli.entry import main
 
     with pytest.raises(SystemExit) as exc:
         main([str(a) for a in args])

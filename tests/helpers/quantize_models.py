@@ -99,7 +99,7 @@ def fp32_model(name: str) -> tuple[Path, object]:
     """(FP32 ONNX path, ModelSpec) of a small random-weight model, exported once per process."""
     import torch
 
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
 
     torch.manual_seed(0)
@@ -153,7 +153,7 @@ def fp32_model(name: str) -> tuple[Path, object]:
 @functools.lru_cache(maxsize=None)
 def bundled_model(which: str = "digits") -> tuple[Path, object]:
     """The trained example models (skips the test when they are not in the checkout)."""
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
 
     pt = DIGITS_PT if which == "digits" else POSTNORM_PT
@@ -183,7 +183,7 @@ def graph_io(model):
 
 
 def run_ort(model_or_path, x: np.ndarray) -> np.ndarray:
-    from vitedge.onnxutil import ort_session
+    from vitedge.onnxkit.graph import ort_session
 
     src = model_or_path.SerializeToString() if hasattr(model_or_path, "SerializeToString") else Path(model_or_path)
     sess = ort_session(src, threads=2)

@@ -12,7 +12,7 @@ HEAVY = ("torch", "onnx", "click", "rich", "nncf", "timm", "torchvision", "trans
 
 def build_runtime_bundles(root: Path, model: Path, calib: Path, val: Path) -> None:
     from vitedge.app.build import BuildRequest, run_build
-    from vitedge.ui import StageLog
+    from vitedge.core.ui import StageLog
 
     for kind in KINDS:
         req = BuildRequest(model=model, targets=TARGETS, calib=calib, val=val,

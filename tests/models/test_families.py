@@ -15,7 +15,7 @@ import re
 import pytest
 from conftest import CALIB_DIR, VAL_DIR
 
-from vitedge.errors import ModelLoadError, UsageError
+from vitedge.core.errors import ModelLoadError, UsageError
 from vitedge.models.intake import IntakeOptions, load_model
 
 # name -> (builder, input size, expected variant, heads the file says (None: from --num-heads), linear layers)
@@ -94,7 +94,7 @@ def test_family_exports_and_places_int8_vit_aware(family_files, tmp_path, name):
     query are constants, not layers."""
     import onnx
 
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.quantize.graph import GraphIndex, find_layers, prepare
 
     _, path = family_files[name]
@@ -138,8 +138,8 @@ def test_family_builds_and_validates_on_both_cpu_targets(family_files, tmp_path,
     from vitedge.app.build import BuildRequest, run_build
     from vitedge.app.overrides import ThresholdOverrides
     from vitedge.validation.reference_cache import ReferenceCacheSettings
-    from vitedge.manifest import verify_bundle
-    from vitedge.ui import StageLog
+    from vitedge.bundle.manifest import verify_bundle
+    from vitedge.core.ui import StageLog
 
     _, path = family_files[name]
     req = BuildRequest(model=path, targets=("onnx", "intel-cpu"), calib=CALIB_DIR, val=VAL_DIR, out=tmp_path / "out", intake=_options(name),

@@ -77,7 +77,7 @@ def test_family_checkpoint_reads_as_its_family_and_keeps_its_accuracy(name):
 
 
 def test_trained_family_builds_for_both_cpu_targets_and_passes_the_default_gate(tmp_path, capsys):
-    from vitedge.cli import main
+    from vitedge.cli.entry import main
 
     facts = _sidecar(BUILT)
     out = tmp_path / "bundles"

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import CUSTOM_VIT_SOURCE, EXAMPLES
 
-from vitedge.errors import ModelLoadError, UnsafePickleError, UsageError
+from vitedge.core.errors import ModelLoadError, UnsafePickleError, UsageError
 from vitedge.models.intake import IntakeOptions, load_model
 
 

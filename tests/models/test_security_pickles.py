@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from vitedge.errors import UnsafePickleError
+from vitedge.core.errors import UnsafePickleError
 from vitedge.models.archive_safety import pickle_globals
 from vitedge.models.formats import read_model_file
 

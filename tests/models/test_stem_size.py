@@ -13,7 +13,7 @@ import torch
 
 from helpers.cli import run_vitedge
 
-from vitedge.errors import ModelLoadError
+from vitedge.core.errors import ModelLoadError
 from vitedge.models.intake import IntakeOptions, load_model
 from vitedge.models.stem import StemLayer, stem_input_size
 

@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
-from vitedge.errors import ExportError, ModelLoadError
-from vitedge.export import export_onnx
+from vitedge.core.errors import ExportError, ModelLoadError
+from vitedge.models.export import export_onnx
 from vitedge.models.intake import IntakeOptions, load_model
-from vitedge.onnxutil import ort_session
+from vitedge.onnxkit.graph import ort_session
 
 
 def _traced(module: nn.Module, x: torch.Tensor, path) -> None:

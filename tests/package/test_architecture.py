@@ -23,20 +23,20 @@ PACKAGE = Path(__file__).resolve().parents[2] / "vitedge"
 
 # Lowest first. A module is placed by its longest matching prefix.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("core", ["vitedge", "vitedge.errors", "vitedge.paths", "vitedge.signals", "vitedge.swap", "vitedge.fsutil",
-              "vitedge.safefile", "vitedge.spec", "vitedge.cpu", "vitedge.preprocess", "vitedge.ui",
-              "vitedge.json_sections", "vitedge.bundle_trust", "vitedge.manifest_types", "vitedge.manifest_sections", "vitedge.manifest",
-              "vitedge.outputs", "vitedge.onnxutil", "vitedge.memory",
-              "vitedge.limits", "vitedge.outlock", "vitedge.telemetry"]),
-    ("inputs", ["vitedge.datasources", "vitedge.calibration", "vitedge.models", "vitedge.export", "vitedge.camera_apps"]),
+    ("core", ["vitedge", "vitedge.core", "vitedge.files", "vitedge.bundle", "vitedge.onnxkit", "vitedge.core.errors", "vitedge.core.paths", "vitedge.core.signals", "vitedge.files.swap", "vitedge.files.atomic",
+              "vitedge.files.safefile", "vitedge.spec", "vitedge.core.cpu", "vitedge.bundle.preprocess", "vitedge.core.ui",
+              "vitedge.core.json_sections", "vitedge.bundle.trust", "vitedge.bundle.fields", "vitedge.bundle.sections", "vitedge.bundle.manifest",
+              "vitedge.files.outputs", "vitedge.onnxkit.graph", "vitedge.core.memory",
+              "vitedge.core.limits", "vitedge.files.lock", "vitedge.core.telemetry"]),
+    ("inputs", ["vitedge.datasources", "vitedge.calibration", "vitedge.models", "vitedge.models.export", "vitedge.camera_apps"]),
     ("quantize", ["vitedge.quantize"]),
     ("backends", ["vitedge.backends"]),
-    ("targets", ["vitedge.runtime", "vitedge.profiles", "vitedge.target_families", "vitedge.target_table"]),
-    ("validation", ["vitedge.validation", "vitedge.preflight"]),
+    ("targets", ["vitedge.targets", "vitedge.runtime", "vitedge.targets.profiles", "vitedge.targets.families", "vitedge.targets.table"]),
+    ("validation", ["vitedge.validation", "vitedge.app.preflight"]),
     ("budget", ["vitedge.budget"]),
     ("scale-out", ["vitedge.distributed"]),
-    ("application", ["vitedge.app", "vitedge.project_config", "vitedge.project_init"]),
-    ("interface", ["vitedge.commands", "vitedge.cli", "vitedge.cli_options", "vitedge.cli_stats",
+    ("application", ["vitedge.app", "vitedge.cli.project_config", "vitedge.cli.project_init"]),
+    ("interface", ["vitedge.cli", "vitedge.cli.commands", "vitedge.cli.entry", "vitedge.cli.options", "vitedge.cli.stats",
                    "vitedge.__main__"]),
 ]
 
@@ -224,7 +224,7 @@ def test_function_local_imports_are_only_for_heavy_libraries():
     assert not wrong, ("function-local imports of light modules (import them at the top):\n" + "\n".join(wrong))
 
 
-@pytest.mark.parametrize("entry", ["vitedge", "vitedge.runtime", "vitedge.cli"])
+@pytest.mark.parametrize("entry", ["vitedge", "vitedge.runtime", "vitedge.cli.entry"])
 def test_light_entry_points_import_no_heavy_library(entry):
     import subprocess
 

@@ -80,7 +80,7 @@ def test_the_rule_sees_every_import_form():
 # sys.path for tests/backends/test_*.py, and then `import tensorrt` found tests/backends/tensorrt/ (a namespace
 # package with no __version__), so TensorRT looked installed to every later test in that worker. Such a folder
 # takes another name, mapped here to the package it mirrors.
-RENAMED = {"backends/trt": "backends/tensorrt"}
+RENAMED = {"backends/trt": "backends/tensorrt", "backends/ort": "backends/onnxruntime"}
 # Libraries vitedge imports that no test folder may be named after.
 SHADOWED = {"tensorrt", "onnx", "onnxruntime", "openvino", "torch", "torchvision", "timm", "transformers", "ray", "nncf",
             "cuda", "numpy", "PIL", "cv2", "click", "rich", "safetensors", "tritonclient", "scipy", "sklearn", "psutil"}

@@ -109,7 +109,7 @@ def test_one_pass_bias_correction_matches_the_refinement_pass(tmp_path):
     cal = calibrate(path, src, QuantConfig(), cache_dir=tmp_path)
     import onnx
 
-    from vitedge.onnxutil import get_metadata
+    from vitedge.onnxkit.graph import get_metadata
 
     meta = get_metadata(onnx.load(str(path)))
     by_pass = refine(_Runner(cal.model, meta, src, False), cal.model, cal.layers, cal.thresholds, gptq=False,
@@ -151,7 +151,7 @@ def test_counting_on_threads_gives_the_same_calibration_as_one_at_a_time(tmp_pat
 
 
 def test_a_non_finite_activation_is_named_whichever_thread_counted_it():
-    from vitedge.errors import CalibrationError
+    from vitedge.core.errors import CalibrationError
     from vitedge.quantize.collect import Collector
 
     c = Collector(["a", "b", "c"], [], set(), 64, set())

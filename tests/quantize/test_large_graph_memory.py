@@ -12,10 +12,10 @@ import onnx
 import pytest
 from helpers.quantize_models import fp32_model, source_for
 
-from vitedge.errors import ExportError
-from vitedge.export import ExportOptions, export_onnx
+from vitedge.core.errors import ExportError
+from vitedge.models.export import ExportOptions, export_onnx
 from vitedge.models.intake import load_model
-from vitedge.onnxutil import (
+from vitedge.onnxkit.graph import (
     EXTERNAL_ALIGN,
     EXTERNAL_DATA_ENV,
     _session_options,
@@ -103,7 +103,7 @@ def test_saved_graph_record_drops_both_graphs(tmp_path):
 
 
 def test_size_estimate_matches_protobuf(tmp_path):
-    from vitedge.onnxutil import serialized_size
+    from vitedge.onnxkit.graph import serialized_size
 
     model = onnx.load(str(fp32_model("timm")[0]))
     # ByteSize() would encode the whole graph (upb): the estimate counts raw weights by their length
@@ -124,7 +124,7 @@ def test_prepare_infers_shapes_of_large_graphs_without_their_weights(monkeypatch
 def test_cleanup_deletes_unused_initializers_in_place():
     from onnx import numpy_helper
 
-    from vitedge.onnxutil import cleanup
+    from vitedge.onnxkit.graph import cleanup
 
     model = onnx.load(str(fp32_model("timm")[0]))
     names = [t.name for t in model.graph.initializer]

@@ -194,7 +194,7 @@ def test_old_opset():
 
 
 def test_assert_raises_one_line_quantization_error():
-    from vitedge.errors import QuantizationError
+    from vitedge.core.errors import QuantizationError
     from vitedge.quantize import assert_qdq_graph
 
     m = good()

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from vitedge.errors import UsageError
+from vitedge.core.errors import UsageError
 from vitedge.quantize import QuantConfig, stats
 
 
@@ -66,9 +66,9 @@ def test_calibration_data_of_the_wrong_size(tmp_path):
     from helpers.quantize_models import CALIB_DIR, fp32_model
 
     from vitedge.datasources.sources import open_source
-    from vitedge.errors import CalibrationError
+    from vitedge.core.errors import CalibrationError
     from vitedge.quantize import calibrate
-    from vitedge.spec import Preprocess
+    from vitedge.bundle.spec import Preprocess
 
     path, _ = fp32_model("timm")
     wrong = open_source(CALIB_DIR, Preprocess(crop_size=(48, 48)), limit=2)
@@ -147,7 +147,7 @@ def test_all_zero_tensor_gets_a_positive_threshold():
 def test_cli_errors_are_one_line(capsys):
     from helpers.quantize_models import CALIB_DIR, DIGITS_PT
 
-    from vitedge.cli import main
+    from vitedge.cli.entry import main
 
     cases = [
         (["--method", "minmax", "--percentile", "99"], "--percentile only applies to --method percentile"),

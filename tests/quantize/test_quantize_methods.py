@@ -24,7 +24,7 @@ def _with_outputs(model, names):
 
 
 def _run(model, names, x):
-    from vitedge.onnxutil import ort_session
+    from vitedge.onnxkit.graph import ort_session
 
     sess = ort_session(_with_outputs(model, names).SerializeToString(), threads=2)
     return dict(zip(names, sess.run(names, {sess.get_inputs()[0].name: x})))
@@ -47,7 +47,7 @@ def digits(tmp_path_factory):
 
 
 def test_config_validates_the_new_settings():
-    from vitedge.errors import UsageError
+    from vitedge.core.errors import UsageError
     from vitedge.quantize import QuantConfig
 
     with pytest.raises(UsageError, match="--weight-rounding"):

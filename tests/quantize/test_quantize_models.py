@@ -201,7 +201,7 @@ def test_weights_are_int8_per_output_channel_and_the_file_shrinks(calibrations, 
 
 
 def test_keep_float_by_name_kind_and_pattern_without_recalibrating(calibrations):
-    from vitedge.errors import UsageError
+    from vitedge.core.errors import UsageError
     from vitedge.quantize import build_qdq
 
     cal = calibrations["timm"]
@@ -224,7 +224,7 @@ def test_metadata_keeps_spec_and_records_the_quantizer(calibrations):
 
     import onnx
 
-    from vitedge.onnxutil import INPUT_FORMAT_KEY, SPEC_KEY, get_metadata
+    from vitedge.onnxkit.graph import INPUT_FORMAT_KEY, SPEC_KEY, get_metadata
     from vitedge.quantize import METADATA_KEY, build_qdq
 
     path, _ = fp32_model("deit_distilled")

@@ -70,7 +70,7 @@ def test_two_runs_same_seed_give_byte_identical_graphs(tmp_path):
 
 def test_uint8_input_graph_calibrates_like_the_float_graph(tmp_path):
     """A graph with the preprocessing baked in (uint8 NHWC frames) gets the same statistics."""
-    from vitedge.export import ExportOptions, export_onnx
+    from vitedge.models.export import ExportOptions, export_onnx
     from vitedge.models.intake import IntakeOptions, load_model
     from vitedge.quantize import QuantConfig, calibrate
 
@@ -88,7 +88,7 @@ def test_uint8_input_graph_calibrates_like_the_float_graph(tmp_path):
 def test_calibrate_command_caches_and_writes_the_graph(tmp_path, capsys):
     import onnx
 
-    from vitedge.cli import main
+    from vitedge.cli.entry import main
     from vitedge.quantize import check_qdq_graph
 
     if not DIGITS_PT.exists():

@@ -5,7 +5,7 @@ The runtime probes build one Q/DQ layer whose activations sit at the top of the 
 that any int16 pair sum of a pre-VNNI kernel (VPMADDUBSW) would saturate, then run it in
 ONNX Runtime and OpenVINO on the CPU at hand. The default "pairwise" weights must give the
 exact result on every CPU; "full" weights must be exact exactly when this CPU has VNNI/AMX,
-which checks both the cause and vitedge.cpu's reading of the machine.
+which checks both the cause and vitedge.core.cpu's reading of the machine.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from helpers.weight_range_probe import probe_graph, rel_error
 
-from vitedge.cpu import ANY_X86, VNNI, CpuInfo, check_requirement, read_cpu
+from vitedge.core.cpu import ANY_X86, VNNI, CpuInfo, check_requirement, read_cpu
 from vitedge.quantize.weight_range import (
     CPU_REQUIREMENT,
     WEIGHT_RANGES,
@@ -60,7 +60,7 @@ def test_conv_pairs_are_bounded_across_input_channels_and_kernel_positions():
 
 
 def test_quant_config_takes_and_checks_the_weight_range():
-    from vitedge.errors import UsageError
+    from vitedge.core.errors import UsageError
     from vitedge.quantize.config import QuantConfig
 
     assert QuantConfig().weight_range == "pairwise"
@@ -135,7 +135,7 @@ def test_requirement_check_refuses_full_range_on_pre_vnni_x86_only():
 
 
 def test_speed_floor_depends_on_the_cpu():
-    from vitedge.profiles import Thresholds, load_profile
+    from vitedge.targets.profiles import Thresholds, load_profile
 
     t = load_profile("intel-cpu").thresholds
     assert t.speedup_floor(SPR) == (1.0, "")
@@ -151,8 +151,8 @@ def test_speed_floor_depends_on_the_cpu():
 
 @pytest.mark.parametrize("rule", ["pairwise", "full"])
 def test_onnxruntime_int8_kernels_on_this_cpu(tmp_path, rule):
-    from vitedge.backends.onnxruntime import OnnxRuntimeOptions, int8_layer_share
-    from vitedge.onnxutil import ort_session
+    from vitedge.backends.onnxruntime.backend import OnnxRuntimeOptions, int8_layer_share
+    from vitedge.onnxkit.graph import ort_session
 
     path = tmp_path / "probe.onnx"
     x, exact = probe_graph(path, rule, "MatMul")
@@ -182,7 +182,7 @@ def _assert_kernel_verdict(rule: str, err: float, runtime: str) -> None:
     if rule == "pairwise" or CPU.int8_dot_product:
         assert err < 2e-3, f"{rule} weights: relative error {err:.4f} in {where}"
     elif CPU.int8_dot_product is False:  # the cause, seen on this very machine
-        assert err > 0.05, f"full-range weights did not saturate in {where} (error {err:.4f}): revisit vitedge.cpu"
+        assert err > 0.05, f"full-range weights did not saturate in {where} (error {err:.4f}): revisit vitedge.core.cpu"
 
 
 # OpenVINO's CPU plugin honours oneDNN's ISA cap, so the pre-VNNI kernels of every x86 level can

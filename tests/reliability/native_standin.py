@@ -3,10 +3,10 @@
 signals: pthread_join on a C thread sleeping (SIGTERM blocked in that thread, so the signal reaches this one)."""
 import ctypes, os, signal, sys, tempfile
 from pathlib import Path
-from vitedge import signals
-from vitedge.fsutil import atomic_output_dir
-from vitedge.outlock import output_locks
-from vitedge.swap import work_prefix
+from vitedge.core import signals
+from vitedge.files.atomic import atomic_output_dir
+from vitedge.files.lock import output_locks
+from vitedge.files.swap import work_prefix
 signals.install()
 out = Path(sys.argv[1]); seconds = int(sys.argv[2])
 libc = ctypes.CDLL(None)

@@ -1,6 +1,6 @@
 """Running the vitedge CLI as a user does, and checking what a failed run left behind.
 
-`cli` runs `vitedge.cli.main(argv)` in this process (stdout/stderr captured, exit code from
+`cli` runs `vitedge.cli.entry.main(argv)` in this process (stdout/stderr captured, exit code from
 SystemExit) so torch is imported once per session; `cli_proc` runs `python -m vitedge` in a
 child process for the cases that need one (sys.exit at import, resource limits).
 """
@@ -31,7 +31,7 @@ class Run:
 
 
 def cli(*args, cwd: Path | None = None) -> Run:
-    from vitedge.cli import main
+    from vitedge.cli.entry import main
 
     out, err = io.StringIO(), io.StringIO()
     old = os.getcwd()

@@ -14,7 +14,7 @@ import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from rel_cli import debris
 
-from vitedge.outlock import lock_path
+from vitedge.files.lock import lock_path
 
 DIGITS = EXAMPLES / "digits_vit.pt"
 LINE = "vitedge: terminated (SIGTERM); nothing partial was left behind"

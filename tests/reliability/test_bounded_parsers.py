@@ -1,6 +1,6 @@
 """Every parser is bounded and answers in one line (issue 46, class 5): JSON (a bundle's manifest, a report given to
 `vitedge compare`, a model's `vitedge.spec` metadata) and TOML (vitedge.toml, a target profile, matrix.toml) are read
-through one helper (vitedge/safefile.py: a size bound, a depth bound, no NaN/Infinity, the type expected), so nesting
+through one helper (vitedge/files/safefile.py: a size bound, a depth bound, no NaN/Infinity, the type expected), so nesting
 that used to raise RecursionError, metadata that is not JSON or lacks a field, and NaN are exit 2 in one line. An ONNX
 graph's external-data offsets and lengths are checked numbers; a fixed-batch graph and an INT8 graph are refused
 when the model is read, not deep inside ONNX Runtime. Every case asserts that nothing changed."""
@@ -58,7 +58,7 @@ def test_a_manifest_no_parser_can_use_is_one_line(tmp_path, case):
 
 @pytest.mark.parametrize("case", ["deep list", "deep under a key", "NaN"])
 def test_runtime_load_answers_a_bad_manifest_with_a_bundle_error(tmp_path, case):
-    from vitedge.errors import BundleError
+    from vitedge.core.errors import BundleError
     from vitedge.runtime import load
 
     bundle = tmp_path / "b"

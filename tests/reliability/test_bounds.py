@@ -1,6 +1,6 @@
 """Bounded input and honest exit codes (issue 26 item 4), end to end through the CLI.
 
-Every number a flag, a profile or a manifest gives is finite and within a sane bound (vitedge.limits);
+Every number a flag, a profile or a manifest gives is finite and within a sane bound (vitedge.core.limits);
 `.`, `''` and `/` are resolved before use; data folders do not follow symlinks out of themselves;
 a decompression bomb is refused naming the limit; a second writer to one output is refused up front;
 SIGTERM while OpenVINO converts exits 143. Each case asserts the exit code, the one line, and that
@@ -24,7 +24,7 @@ import pytest
 from conftest import CALIB_DIR
 from rel_cli import assert_one_line, cli, debris, snapshot
 
-from vitedge import limits
+from vitedge.core import limits
 
 
 @pytest.fixture(scope="module")
@@ -140,7 +140,7 @@ CASES = [
     ("manifest-image-size-huge", lambda ws: ws.validate(bundle=ws.bundle(_set("model.spec.image_size", [100000, 100000]))), 2,
      ["model.spec.image_size", "4096"]),
     ("manifest-std-nan", lambda ws: ws.validate(bundle=ws.bundle(_set("model.spec.preprocess.std", [float("nan")] * 3))), 2,
-     ["manifest.json holds NaN"]),  # refused as it is read: JSON has no NaN (vitedge/safefile.py)
+     ["manifest.json holds NaN"]),  # refused as it is read: JSON has no NaN (vitedge/files/safefile.py)
     ("manifest-batch-size-huge", lambda ws: ws.validate(bundle=ws.bundle(_set("target.profile.batch_sizes", [1, 10**9]))), 2,
      ["batch_sizes"]),
     ("manifest-threads-huge", lambda ws: ws.validate(bundle=ws.bundle(_set("target.profile.backend_options.threads", 100000))), 2,
@@ -178,7 +178,7 @@ def test_bounded_input_is_refused_in_one_line_and_changes_nothing(make, code, fr
 def test_symlinks_out_of_a_data_folder_and_loops_are_left_out_and_counted(tmp_path):
     """A link to / inside a calibration folder is not walked (the scan stays quick) and a loop is walked once."""
     from vitedge.datasources.sources import open_source
-    from vitedge.spec import Preprocess
+    from vitedge.bundle.spec import Preprocess
 
     data = tmp_path / "calib"
     shutil.copytree(Path(CALIB_DIR) / "3", data / "3")
@@ -196,7 +196,7 @@ def test_symlinks_out_of_a_data_folder_and_loops_are_left_out_and_counted(tmp_pa
 # ------------------------------------------------------------------ one writer per output
 
 def _hold_lock(output: Path):
-    from vitedge.outlock import lock_path
+    from vitedge.files.lock import lock_path
 
     lock = lock_path(output)
     lock.parent.mkdir(parents=True, exist_ok=True)
@@ -228,7 +228,7 @@ def test_two_real_builds_into_one_output_the_second_is_refused_at_once(timm_vit,
     """A real first build in a child process holds the lock; the second, started meanwhile, exits 2 before any work,
     and the first completes its bundle untouched."""
     ws = Ws(tmp_path, timm_vit[1])
-    from vitedge.outlock import lock_path
+    from vitedge.files.lock import lock_path
 
     first = subprocess.Popen([sys.executable, "-m", "vitedge", *map(str, ws.build())], cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -277,7 +277,7 @@ def test_sigterm_while_openvino_builds_exits_143(delay, timm_vit, tmp_path):
     assert lines == ["vitedge: terminated (SIGTERM); nothing partial was left behind"], lines
     assert debris(tmp_path) == []
     if ws.out.exists():  # on a quick machine the signal can land after the bundle was complete: it must be whole
-        from vitedge.manifest import verify_bundle
+        from vitedge.bundle.manifest import verify_bundle
 
         manifests = list(ws.out.rglob("manifest.json"))
         assert manifests, sorted(p.name for p in ws.out.rglob("*"))

@@ -132,7 +132,7 @@ def _bug(*_a, **_k):
 
 
 def test_a_bug_is_exit_3_in_one_line(monkeypatch, tmp_path):
-    monkeypatch.setattr("vitedge.target_table.list_profiles", _bug)
+    monkeypatch.setattr("vitedge.targets.table.list_profiles", _bug)
     run = cli("targets", cwd=tmp_path)
     assert_one_line(run, 3, "internal error", "ZeroDivisionError", "--debug")
 
@@ -140,7 +140,7 @@ def test_a_bug_is_exit_3_in_one_line(monkeypatch, tmp_path):
 def test_debug_shows_the_traceback_and_keeps_the_exit_code(monkeypatch, tmp_path):
     run = cli("--debug", "inspect", tmp_path / "missing.pt")
     assert run.code == 2 and "Traceback" in run.err and run.lines[-1].startswith("vitedge: error:")
-    monkeypatch.setattr("vitedge.target_table.list_profiles", _bug)
+    monkeypatch.setattr("vitedge.targets.table.list_profiles", _bug)
     run = cli("--debug", "targets")
     assert run.code == 3 and "Traceback" in run.err and "ZeroDivisionError" in run.err
 

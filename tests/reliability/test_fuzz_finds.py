@@ -10,7 +10,7 @@ import shutil
 import pytest
 from rel_cli import assert_one_line, cli, snapshot
 
-from vitedge.errors import BundleError
+from vitedge.core.errors import BundleError
 from vitedge.runtime import load
 
 SPEC_EDITS = {

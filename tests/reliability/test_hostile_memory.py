@@ -18,8 +18,8 @@ from conftest import CALIB_DIR, EXAMPLES
 from PIL import Image
 from rel_cli import assert_one_line, cli, snapshot
 
-from vitedge import limits
-from vitedge.errors import BundleError
+from vitedge.core import limits
+from vitedge.core.errors import BundleError
 from vitedge.runtime import FrameError, load
 
 MODEL = EXAMPLES / "digits_vit.pt"
@@ -47,7 +47,7 @@ def test_one_thin_image_among_good_ones_is_left_out_and_counted(tmp_path):
     """The datasource skips it with its reason (as it does a corrupt file) and reads the others."""
     from vitedge.datasources._common import SourceRequest
     from vitedge.datasources.images import open_image_folder
-    from vitedge.spec import Preprocess
+    from vitedge.bundle.spec import Preprocess
 
     root = tmp_path / "calib"
     shutil.copytree(CALIB_DIR / "0", root / "0")
@@ -152,7 +152,7 @@ def test_npz_of_format_3_with_frames_still_reads(tmp_path):
 
 @pytest.mark.parametrize("shortest_edge", [10000, 0, "x"])
 def test_a_hugging_face_crop_ratio_past_the_floor_is_one_line(tmp_path, shortest_edge):
-    from vitedge.errors import ModelLoadError
+    from vitedge.core.errors import ModelLoadError
     from vitedge.models.hf import read_preprocess
 
     (tmp_path / "preprocessor_config.json").write_text(json.dumps({"do_center_crop": True, "size": {"shortest_edge": shortest_edge},

@@ -120,7 +120,7 @@ def test_environment_folders_the_os_refuses(tmp_path, name, value, message):
 
 def test_a_long_name_past_the_flags_is_still_exit_2(tmp_path):
     """The last line of defence: an ENAMETOOLONG from anywhere maps to a usage error, never exit 3."""
-    from vitedge.errors import environment_error
+    from vitedge.core.errors import environment_error
 
     err = OSError(36, "File name too long", str(tmp_path / LONG))
     mapped = environment_error(err)

@@ -16,9 +16,9 @@ import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from rel_cli import assert_one_line, cli, cli_proc, snapshot
 
-from vitedge.errors import FORMAT_RANGES, BundleError, UsageError, one_line, shown_controls
+from vitedge.core.errors import FORMAT_RANGES, BundleError, UsageError, one_line, shown_controls
 from vitedge.runtime import load
-from vitedge.ui import literal
+from vitedge.core.ui import literal
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def test_empty_signing_key_is_refused_by_runtime_load(bundle, monkeypatch):
 
 
 def test_a_key_that_is_not_utf8_signs_and_checks(bundle, monkeypatch):
-    from vitedge import bundle_trust
+    from vitedge.bundle import trust as bundle_trust
 
     monkeypatch.setitem(os.environb, b"VITEDGE_SIGNING_KEY", b"k\xff\xfe")
     bundle_trust.sign(bundle)

@@ -117,7 +117,7 @@ def test_build_cleans_only_its_own_work_folders_in_tmpdir(tmp_path, monkeypatch)
 
 
 def test_temporary_names_carry_the_token_and_the_pid():
-    from vitedge.swap import debris_pid, old_name, partial_prefix, work_prefix
+    from vitedge.files.swap import debris_pid, old_name, partial_prefix, work_prefix
 
     pid = os.getpid()
     assert partial_prefix(Path("a/b.onnx")) == f".b.onnx.vitedge-{pid}-"

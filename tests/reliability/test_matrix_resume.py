@@ -29,7 +29,7 @@ def _matrix(root: Path, model: Path, *, name: str | None = None, targets=("onnx"
 
 def _twin_profile(root: Path) -> str:
     """A copy of targets/onnx.toml in another folder: the same file stem, so the same profile name 'onnx'."""
-    from vitedge.paths import targets_dir
+    from vitedge.core.paths import targets_dir
 
     (root / "mine").mkdir()
     shutil.copy(targets_dir() / "onnx.toml", root / "mine" / "onnx.toml")

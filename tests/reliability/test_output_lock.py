@@ -1,6 +1,6 @@
-"""One writer per output, for every command that writes (issue 26 items 2 and 4, vitedge/outlock.py).
+"""One writer per output, for every command that writes (issue 26 items 2 and 4, vitedge/files/lock.py).
 
-A live process holds the output's lock (through vitedge.outlock itself, in a child process): each writer
+A live process holds the output's lock (through vitedge.files.lock itself, in a child process): each writer
 (init, export, calibrate, export-config, engine, validate --report-dir, build, build-matrix) exits 2 at once
 with one line naming the holder's pid, and nothing in the case's folder changes. The lock is taken before
 any work, even before the replace rule and before the model is looked at. Two real writers started one
@@ -20,10 +20,10 @@ import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from rel_cli import assert_one_line, cli, debris, snapshot
 
-from vitedge.outlock import lock_path
+from vitedge.files.lock import lock_path
 
 DIGITS = EXAMPLES / "digits_vit.pt"
-_HOLDER = ("import sys\nfrom pathlib import Path\nfrom vitedge.outlock import output_locks\n"
+_HOLDER = ("import sys\nfrom pathlib import Path\nfrom vitedge.files.lock import output_locks\n"
            "with output_locks([Path(sys.argv[1])]):\n    print('held', flush=True)\n    sys.stdin.read()\n")
 
 

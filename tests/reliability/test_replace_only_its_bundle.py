@@ -1,7 +1,7 @@
 """A run deletes only what it wrote (issue 46, class 3). With one --target, -o names the bundle itself, so
 `build -o OUT --force` over an OUT holding several targets' bundles used to replace OUT whole, deleting bundles
 the run never rebuilds. A folder of bundles, a bundle holding bundles, or a place inside a bundle is refused
-before any work (vitedge/outputs.py); every case asserts exit 2, the one line, and that every bundle is intact."""
+before any work (vitedge/files/outputs.py); every case asserts exit 2, the one line, and that every bundle is intact."""
 
 from __future__ import annotations
 

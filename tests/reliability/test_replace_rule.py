@@ -1,4 +1,4 @@
-"""One replace rule for every writer (issue #26 item 2, vitedge/outputs.py check_output): --force replaces only
+"""One replace rule for every writer (issue #26 item 2, vitedge/files/outputs.py check_output): --force replaces only
 an output of the command's own kind that vitedge wrote, never an input, a folder holding an input or the bundle
 it reads, nor the user's file or folder; it is checked before any work.
 

@@ -1,4 +1,4 @@
-"""SIGTERM anywhere exits 143 (issue 26 item 4), vitedge/signals.py.
+"""SIGTERM anywhere exits 143 (issue 26 item 4), vitedge/core/signals.py.
 
 A real `vitedge build --force` over an earlier bundle is sent SIGTERM as soon as its log shows a stage
 starting (no timing assumed: the test reads the stage lines and signals then; a case is skipped, saying
@@ -56,7 +56,7 @@ def test_sigterm_in_a_native_call_that_never_returns_exits_143_without_debris(tm
 
 _FORKED_POOL = """
 import multiprocessing as mp, time
-from vitedge import signals
+from vitedge.core import signals
 signals.install()
 def work(x):
     time.sleep(60)
@@ -82,7 +82,7 @@ def test_sigterm_to_a_forked_worker_never_ends_the_parent(tmp_path):
 
 _EXITING = """
 import atexit, sys, time
-from vitedge.cli import main
+from vitedge.cli.entry import main
 def report():  # an atexit handler of some library (torch's dynamo reports its compile times there)
     print("exiting", flush=True)
     time.sleep(30)
@@ -93,7 +93,7 @@ main(["targets"])
 
 def test_sigterm_while_the_interpreter_exits_after_the_command_is_no_traceback(tmp_path):
     """The command is over (its line printed, its code chosen); a SIGTERM in an atexit handler raised Terminated there
-    ("Traceback ... vitedge.signals.Terminated", exit 1). Now the default action ends the process: killed by SIGTERM."""
+    ("Traceback ... vitedge.core.signals.Terminated", exit 1). Now the default action ends the process: killed by SIGTERM."""
     p = subprocess.Popen([sys.executable, "-c", _EXITING], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for line in p.stdout:
         if line.strip() == "exiting":

@@ -1,4 +1,4 @@
-"""SIGTERM in the build stages after calibration exits 143 (issue 26 item 4), vitedge/signals.py: the same checks as
+"""SIGTERM in the build stages after calibration exits 143 (issue 26 item 4), vitedge/core/signals.py: the same checks as
 test_sigterm.py's stage cases (tests/reliability/sigterm_build.py), in a file of its own so `--dist loadfile` can run
 the two halves on two workers.
 

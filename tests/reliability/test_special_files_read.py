@@ -1,6 +1,6 @@
 """Special files are never read as files, and data is only read (issue 46, class 6). What vitedge reads where a small
 regular file belongs (a bundle's swap journal, manifest.sig, a config named with --config, matrix.toml) is opened only
-as a regular file within a size bound (vitedge/safefile.py): a FIFO there used to hang `validate` and
+as a regular file within a size bound (vitedge/files/safefile.py): a FIFO there used to hang `validate` and
 `runtime.load`, and a huge file or a device to be read whole. A data folder vitedge cannot read is said to be
 unreadable, not reported as a place it failed to write ("choose another -o"). Each case asserts the exit code, the
 one line and that nothing changed; the cases that could hang run in a child process with a timeout."""

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 ORT_PROBE = """
 import sys
 from onnx import TensorProto, helper
-from vitedge.onnxutil import ort_session
+from vitedge.onnxkit.graph import ort_session
 graph = helper.make_graph([helper.make_node('Relu', ['x'], ['y'])], 'g',
                           [helper.make_tensor_value_info('x', TensorProto.FLOAT, [1])],
                           [helper.make_tensor_value_info('y', TensorProto.FLOAT, [1])])
@@ -77,7 +77,7 @@ def test_cli_process_leaves_home_untouched(tmp_path, allow):
 
 def test_switches_are_set_and_onnxruntime_events_off(monkeypatch):
     """In-process: silence() sets every library's switch and turns ONNX Runtime's event sink off."""
-    from vitedge import telemetry
+    from vitedge.core import telemetry
 
     for name in telemetry.OFF_SWITCHES:
         monkeypatch.delenv(name, raising=False)
@@ -89,7 +89,7 @@ def test_switches_are_set_and_onnxruntime_events_off(monkeypatch):
 
 
 def test_opt_in_leaves_the_environment_alone(monkeypatch):
-    from vitedge import telemetry
+    from vitedge.core import telemetry
 
     monkeypatch.setenv(telemetry.ALLOW_TELEMETRY_ENV, "1")
     for name in telemetry.OFF_SWITCHES:

@@ -17,8 +17,8 @@ from conftest import EXAMPLES, VAL_DIR
 from helpers.runtime_bundles import HEAVY, TARGETS
 from PIL import Image
 
-from vitedge.errors import BundleError, MissingDependencyError, UsageError
-from vitedge.preprocess import preprocess_array
+from vitedge.core.errors import BundleError, MissingDependencyError, UsageError
+from vitedge.bundle.preprocess import preprocess_array
 from vitedge.runtime import FrameError, Prediction, Predictions, load
 
 
@@ -120,7 +120,7 @@ def test_bgr_frames_with_color_bgr_equal_rgb_frames(models, val_set, target):
 
 @pytest.mark.parametrize("kind", ["plain", "baked"])
 def test_preprocess_is_bit_identical_to_vitedge_preprocess(models, kind):
-    from vitedge.preprocess import image_to_uint8
+    from vitedge.bundle.preprocess import image_to_uint8
 
     model = models[(kind, "onnx")]
     pre = model.preprocessing
@@ -405,10 +405,10 @@ def test_runtime_refuses_a_full_range_bundle_where_it_would_be_wrong(runtime_bun
     x86 (or opened with a warning when allowed)."""
     import warnings
 
-    import vitedge.cpu as cpu_mod
+    import vitedge.core.cpu as cpu_mod
     from vitedge import runtime
-    from vitedge.cpu import ANY_X86, VNNI, CpuInfo
-    from vitedge.manifest import read_manifest
+    from vitedge.core.cpu import ANY_X86, VNNI, CpuInfo
+    from vitedge.bundle.manifest import read_manifest
 
     avx2_only = CpuInfo(machine="x86_64", model="AMD EPYC", flags=frozenset({"avx2"}), known=True)
     vnni = CpuInfo(machine="x86_64", model="Intel Xeon", flags=frozenset({"avx2", "avx512_vnni"}), known=True)
@@ -433,7 +433,7 @@ def test_runtime_refuses_a_full_range_bundle_where_it_would_be_wrong(runtime_bun
 def test_int8_layer_counts_come_from_each_runtime(runtime_bundles):
     """backend_info.int8_layers is read from what the runtime executes (issue 13: OpenVINO's
     count said 0 of 26 while its runtime model ran 25 FullyConnected in i8 and the conv in u8)."""
-    from vitedge.manifest import read_manifest
+    from vitedge.bundle.manifest import read_manifest
 
     ov = read_manifest(runtime_bundles["plain"]["intel-cpu"])
     counts = ov.backend_info["int8_layers"]

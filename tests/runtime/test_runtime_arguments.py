@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from vitedge import limits
+from vitedge.core import limits
 from vitedge.backends import backend_class
-from vitedge.errors import UsageError
+from vitedge.core.errors import UsageError
 from vitedge.runtime import load
 
 

@@ -13,9 +13,9 @@ import pytest
 from conftest import VAL_DIR
 
 from vitedge.app.validate import ValidateRequest, run_validate
-from vitedge.fsutil import sha256_file
-from vitedge.manifest import read_manifest
-from vitedge.ui import StageLog
+from vitedge.files.atomic import sha256_file
+from vitedge.bundle.manifest import read_manifest
+from vitedge.core.ui import StageLog
 from vitedge.validation import passes
 from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.document import ValidationReport

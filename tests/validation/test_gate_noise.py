@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from vitedge.budget.evaluate import certain_miss
-from vitedge.profiles import Thresholds
+from vitedge.targets.profiles import Thresholds
 from vitedge.validation.accuracy import compare_logits
 from vitedge.validation.noise import (
     binom_sf,
@@ -368,7 +368,7 @@ def test_a_wrong_mean_is_refused_by_the_fp32_preprocessing_probe():
     from helpers.quantize_models import VAL_DIR, bundled_model
 
     from vitedge.datasources.sources import open_source
-    from vitedge.onnxutil import ort_session
+    from vitedge.onnxkit.graph import ort_session
     from vitedge.validation.noise import preprocessing_probe, probe_shifts
 
     path, spec = bundled_model("digits")

@@ -24,8 +24,8 @@ import pytest
 from conftest import VAL_DIR
 
 from vitedge.datasources.sources import open_source
-from vitedge.manifest import read_manifest
-from vitedge.profiles import ThresholdOverrides
+from vitedge.bundle.manifest import read_manifest
+from vitedge.targets.profiles import ThresholdOverrides
 from vitedge.validation import passes
 from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.reference_cache import ReferenceCache, ReferenceCacheSettings

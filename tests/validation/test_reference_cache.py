@@ -59,7 +59,7 @@ def test_a_changed_int8_graph_runs_again_and_its_new_outputs_count(bundle, tmp_p
     from onnx import numpy_helper
 
     from vitedge.datasources.sources import open_source
-    from vitedge.manifest import read_manifest
+    from vitedge.bundle.manifest import read_manifest
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
     from vitedge.validation.reference_cache import ReferenceCacheSettings
 
@@ -95,7 +95,7 @@ def test_another_fp32_graph_misses(bundle, tmp_path):
     import onnx
 
     from vitedge.datasources.sources import open_source
-    from vitedge.manifest import read_manifest
+    from vitedge.bundle.manifest import read_manifest
     from vitedge.validation.bundle import ValidateOptions, validate_bundle
     from vitedge.validation.reference_cache import ReferenceCacheSettings
 
@@ -177,7 +177,7 @@ def test_targets_sharing_a_runtime_and_a_warm_rebuild_reuse_fp32(tmp_path):
 
     from vitedge.app.build import BuildRequest, run_build
     from vitedge.validation.reference_cache import ReferenceCacheSettings
-    from vitedge.ui import StageLog
+    from vitedge.core.ui import StageLog
 
     twin = tmp_path / "onnx-twin.toml"
     twin.write_text((REPO / "targets" / "onnx.toml").read_text().replace('name = "onnx"', 'name = "onnx-twin"'))
@@ -214,7 +214,7 @@ def test_openvino_ir_key_ignores_generated_names_not_weights(built_bundle, tmp_p
     import pytest
 
     ov = pytest.importorskip("openvino")
-    from vitedge.fsutil import sha256_file
+    from vitedge.files.atomic import sha256_file
     from vitedge.validation.reference_cache import graph_sha256
 
     irs = []

@@ -25,16 +25,16 @@ from vitedge.budget import (
 )
 from vitedge.budget import budget_failure as budget_not_met
 from vitedge.budget.speed import record_budget_not_met
-from vitedge.bundle_trust import signing_key
+from vitedge.bundle.trust import signing_key
 from vitedge.camera_apps.exports import write_bundle_exports
 from vitedge.datasources._common import CalibrationSource
 from vitedge.datasources.sources import open_source
 from vitedge.datasources.split import resolve_data
-from vitedge.errors import BundleError, UsageError
-from vitedge.export import ExportOptions, bake_file, export_onnx
-from vitedge.fsutil import atomic_output_dir, sha256_file
-from vitedge.manifest import Manifest, toolchain_versions
-from vitedge.manifest_sections import (
+from vitedge.core.errors import BundleError, UsageError
+from vitedge.models.export import ExportOptions, bake_file, export_onnx
+from vitedge.files.atomic import atomic_output_dir, sha256_file
+from vitedge.bundle.manifest import Manifest, toolchain_versions
+from vitedge.bundle.sections import (
     ArtifactsSection,
     InputSection,
     ModelSection,
@@ -42,19 +42,19 @@ from vitedge.manifest_sections import (
     QuantizationSection,
     TargetSection,
 )
-from vitedge.memory import release_freed_memory
+from vitedge.core.memory import release_freed_memory
 from vitedge.models.intake import IntakeOptions, LoadedModel, load_model
-from vitedge.onnxutil import INPUT_FORMAT_KEY, copy_onnx, get_metadata, onnx_sha256
-from vitedge.outlock import output_locks
-from vitedge.outputs import interrupted_after, prepare_outputs, work_prefix
-from vitedge.preflight import check_data_labels, preflight
-from vitedge.profiles import TargetProfile, Thresholds, load_profile
+from vitedge.onnxkit.graph import INPUT_FORMAT_KEY, copy_onnx, get_metadata, onnx_sha256
+from vitedge.files.lock import output_locks
+from vitedge.files.outputs import interrupted_after, prepare_outputs, work_prefix
+from vitedge.app.preflight import check_data_labels, preflight
+from vitedge.targets.profiles import TargetProfile, Thresholds, load_profile
 from vitedge.quantize.calibrate import calibrate
 from vitedge.quantize.config import CPU_REQUIREMENT, QuantConfig
 from vitedge.quantize.qdq import QuantizedGraph, build_qdq
 from vitedge.quantize.record import Calibration
-from vitedge.spec import ModelSpec
-from vitedge.ui import StageLog
+from vitedge.bundle.spec import ModelSpec
+from vitedge.core.ui import StageLog
 from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.data_record import DataRecord
 from vitedge.validation.document import ValidationReport
@@ -416,7 +416,7 @@ def quantization_record(graph: QuantizedGraph, budget: BudgetResult | None = Non
         "kept_float": list(graph.kept_float),
         "layer_kinds": {k: {"int8": a, "total": b} for k, (a, b) in graph.layer_kinds().items()},
         "summary_line": graph.one_line(),
-        # which CPUs give correct INT8 results with these weights (vitedge.cpu, checked at load)
+        # which CPUs give correct INT8 results with these weights (vitedge.core.cpu, checked at load)
         "weight_range": graph.calibration.config.weight_range,
         "cpu_requirement": CPU_REQUIREMENT[graph.calibration.config.weight_range],
     }

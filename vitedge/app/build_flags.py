@@ -1,6 +1,6 @@
 """`vitedge build`'s flags, typed (``BuildFlags``), to the one ``BuildRequest`` the build workflow takes.
 
-The command (``vitedge.commands.build_cmd``) receives the flags from click, after the project
+The command (``vitedge.cli.commands.build_cmd``) receives the flags from click, after the project
 config (vitedge.toml) filled in what the command line left out, and hands them over as they are:
 ``BuildFlags.from_click(flags).request()``. Each field is named as the command's parameter."""
 

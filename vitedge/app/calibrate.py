@@ -13,11 +13,11 @@ from pathlib import Path
 
 from vitedge.datasources.sources import CalibrationSource, open_source
 from vitedge.datasources.split import calibration_part
-from vitedge.export import ExportOptions, export_onnx
+from vitedge.models.export import ExportOptions, export_onnx
 from vitedge.models.intake import IntakeOptions, load_model
 from vitedge.quantize import Calibration, QuantConfig, build_qdq, calibrate
-from vitedge.spec import ModelSpec
-from vitedge.swap import work_prefix
+from vitedge.bundle.spec import ModelSpec
+from vitedge.files.swap import work_prefix
 
 
 @dataclass(frozen=True)

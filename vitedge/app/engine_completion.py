@@ -34,9 +34,9 @@ from vitedge.camera_apps.deepstream import BAKED_GRAPH as DEEPSTREAM_GRAPH
 from vitedge.camera_apps.deepstream import CONFIG_FILE as DEEPSTREAM_CONFIG
 from vitedge.camera_apps.deepstream import ENGINE_FILE as DEEPSTREAM_ENGINE
 from vitedge.camera_apps.exports import CAMERA_DIR, write_bundle_exports
-from vitedge.errors import BundleError, UsageError
-from vitedge.fsutil import atomic_output_dir
-from vitedge.manifest import Manifest, verify_bundle
+from vitedge.core.errors import BundleError, UsageError
+from vitedge.files.atomic import atomic_output_dir
+from vitedge.bundle.manifest import Manifest, verify_bundle
 from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.report import VALIDATION_FILES
 

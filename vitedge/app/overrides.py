@@ -8,8 +8,8 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from vitedge.errors import UsageError
-from vitedge.profiles import THRESHOLD_FIELDS, TargetProfile, ThresholdOverrides  # noqa: F401 - their old import path
+from vitedge.core.errors import UsageError
+from vitedge.targets.profiles import THRESHOLD_FIELDS, TargetProfile, ThresholdOverrides  # noqa: F401 - their old import path
 from vitedge.quantize.config import QuantConfig
 
 

@@ -13,11 +13,11 @@ from pathlib import Path
 from vitedge.backends import get_backend
 from vitedge.budget import write_budget_report
 from vitedge.budget.speed import budget_not_met
-from vitedge.errors import UsageError
-from vitedge.fsutil import atomic_write_path
-from vitedge.manifest import Manifest
-from vitedge.manifest_sections import QuantizationSection
-from vitedge.target_table import (
+from vitedge.core.errors import UsageError
+from vitedge.files.atomic import atomic_write_path
+from vitedge.bundle.manifest import Manifest
+from vitedge.bundle.sections import QuantizationSection
+from vitedge.targets.table import (
     cpu_profile_gates,
     int8_not_faster_sentence,
     targets_to_try,

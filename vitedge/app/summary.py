@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.table import Table
 
-from vitedge.cpu import CpuInfo
-from vitedge.target_table import (
+from vitedge.core.cpu import CpuInfo
+from vitedge.targets.table import (
     MeasuredSpeed,
     cpu_profile_gates,
     int8_not_faster_sentence,
     measured_faster,
     targets_to_try,
 )
-from vitedge.ui import literal
+from vitedge.core.ui import literal
 
 if TYPE_CHECKING:
     from vitedge.app.build import TargetResult

@@ -20,10 +20,10 @@ from vitedge.datasources.sources import open_source
 from vitedge.datasources.split import validation_part
 from vitedge.distributed.cluster import ClusterSettings
 from vitedge.distributed.ray_validate import ray_session, scale_from_flags, sharded_validator
-from vitedge.errors import CalibrationError, DataError, UsageError
-from vitedge.manifest import Manifest, verify_bundle
-from vitedge.profiles import ThresholdOverrides
-from vitedge.ui import StageLog
+from vitedge.core.errors import CalibrationError, DataError, UsageError
+from vitedge.bundle.manifest import Manifest, verify_bundle
+from vitedge.targets.profiles import ThresholdOverrides
+from vitedge.core.ui import StageLog
 from vitedge.validation.bundle import BundleValidation, ValidateOptions, validate_bundle
 from vitedge.validation.data_record import DataRecord, open_recorded
 from vitedge.validation.defaults import DEFAULT_LATENCY_SECONDS, DEFAULT_SENSITIVITY_SAMPLES

@@ -11,7 +11,7 @@ Adding a backend (a runtime) touches nothing above this layer:
 2. Register it: a line in `_REGISTRY` below for a backend shipped with vitedge, or
    ``register_backend("name", MyBackend)`` (or ``"my.module:MyBackend"``) from your own code.
 3. Add a target profile naming it (``backend = "name"``): a TOML file in `targets/`, or in a
-   folder listed in the ``VITEDGE_TARGETS_PATH`` environment variable (`vitedge.paths.targets_dirs`).
+   folder listed in the ``VITEDGE_TARGETS_PATH`` environment variable (`vitedge.core.paths.targets_dirs`).
 
 `vitedge targets`, `vitedge build`, `vitedge validate`, `vitedge export-config`, the accuracy
 budget and `vitedge.runtime.load` then find it through `get_backend` and `backend_facts`.
@@ -29,9 +29,9 @@ from typing import Any, Callable, ClassVar, Generic, Iterable, Iterator, TypeVar
 
 import numpy as np
 
-from vitedge.cpu import timing_identity
-from vitedge.errors import UsageError
-from vitedge.onnxutil import FLOAT_NCHW, UINT8_NHWC_RGB
+from vitedge.core.cpu import timing_identity
+from vitedge.core.errors import UsageError
+from vitedge.onnxkit.graph import FLOAT_NCHW, UINT8_NHWC_RGB
 
 
 CPU = "cpu"
@@ -201,7 +201,7 @@ class Backend(ABC, Generic[O]):
 
 # name -> "module:Class" (imported on first use) or the Backend class itself.
 _REGISTRY: dict[str, str | type[Backend]] = {
-    "onnxruntime": "vitedge.backends.onnxruntime:OnnxRuntimeBackend",
+    "onnxruntime": "vitedge.backends.onnxruntime.backend:OnnxRuntimeBackend",
     "openvino": "vitedge.backends.openvino:OpenVinoBackend",
     "tensorrt": "vitedge.backends.tensorrt.backend:TensorRtBackend",
 }

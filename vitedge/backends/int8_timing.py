@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from vitedge.signals import raise_if_interrupted
+from vitedge.core.signals import raise_if_interrupted
 
 
 @dataclass(frozen=True)

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
-from vitedge import telemetry
+from vitedge.core import telemetry
 from vitedge.backends.ov_payoff import PayoffRun, settle
-from vitedge.cpu import bf16_capped_off, read_cpu
-from vitedge.errors import BundleError, MissingDependencyError, UsageError
-from vitedge.limits import MAX_PROFILE_THREADS, check_number, usable_cpus
-from vitedge.onnxutil import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, copy_onnx, get_metadata, onnx_sha256
-from vitedge.signals import raise_if_interrupted
+from vitedge.core.cpu import bf16_capped_off, read_cpu
+from vitedge.core.errors import BundleError, MissingDependencyError, UsageError
+from vitedge.core.limits import MAX_PROFILE_THREADS, check_number, usable_cpus
+from vitedge.onnxkit.graph import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, copy_onnx, get_metadata, onnx_sha256
+from vitedge.core.signals import raise_if_interrupted
 
 if TYPE_CHECKING:
     import openvino
@@ -94,13 +94,13 @@ def _rt_str(model: openvino.Model, key: str) -> str | None:
 # OpenVINO's converter (ovc) and NNCF send usage telemetry to Google Analytics unless the user opted
 # out or CI=true: a forked process per event, which on a closed network (a camera box, a CI runner
 # without DNS) hangs in getaddrinfo for good and keeps the parent's stdout pipe open (seen: a test run
-# that never closed its pipe). vitedge.telemetry switches theirs off (with every other library's) in
+# that never closed its pipe). vitedge.core.telemetry switches theirs off (with every other library's) in
 # vitedge's processes; both fall back to their own no-op stubs when `openvino_telemetry` cannot be imported.
 ALLOW_TELEMETRY_ENV = telemetry.ALLOW_TELEMETRY_ENV
 
 
 def block_vendor_telemetry() -> bool:
-    """Every library's telemetry off in this process (vitedge.telemetry.silence); True when blocked, False
+    """Every library's telemetry off in this process (vitedge.core.telemetry.silence); True when blocked, False
     when the user allowed it (VITEDGE_ALLOW_VENDOR_TELEMETRY=1) or `openvino_telemetry` was already imported
     by someone else before vitedge (then it is left as it is)."""
     return telemetry.silence() and sys.modules.get("openvino_telemetry", 0) is None

@@ -13,7 +13,7 @@ keeping what it has when a step does not help:
    (``float_layers.return_to_float``);
 3. the whole model in float: the shipped IR is the FP32 graph's (INT8 of this model does not pay on this CPU).
 
-The decision is made by timing on the machine that builds, and recorded with its CPU kind (``vitedge.cpu``): a
+The decision is made by timing on the machine that builds, and recorded with its CPU kind (``vitedge.core.cpu``): a
 bundle built on one CPU kind for another keeps its decision, which the manifest states with the kind it was made on.
 Timings on a shared machine are noisy: a step is taken only when its median INT8/FP32 ratio is lower.
 """

@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vitedge import telemetry
+from vitedge.core import telemetry
 from vitedge.budget.record import BudgetResult, LayerCost
-from vitedge.onnxutil import SessionSettings, ort_session
-from vitedge.outputs import work_prefix
+from vitedge.onnxkit.graph import SessionSettings, ort_session
+from vitedge.files.outputs import work_prefix
 from vitedge.quantize.qdq import build_qdq
 from vitedge.validation.latency import LatencySettings, measure_interleaved
 

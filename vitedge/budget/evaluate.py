@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.backends.base import Backend, Runner
-from vitedge.onnxutil import UINT8_NHWC_RGB, ort_session, save_onnx
-from vitedge.profiles import TargetProfile, Thresholds
-from vitedge.swap import work_prefix
-from vitedge.ui import StageLog
+from vitedge.onnxkit.graph import UINT8_NHWC_RGB, ort_session, save_onnx
+from vitedge.targets.profiles import TargetProfile, Thresholds
+from vitedge.files.swap import work_prefix
+from vitedge.core.ui import StageLog
 from vitedge.validation import passes
 from vitedge.validation.accuracy import Outputs, compare_embeddings, compare_logits, eval_batch
 from vitedge.validation.embedding_gate import ACCURACY_GATE_NAMES
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from onnx import ModelProto
 
     from vitedge.datasources._common import CalibrationSource
-    from vitedge.preprocess import Preprocess
+    from vitedge.bundle.preprocess import Preprocess
 
 _EVAL_BATCH = 64
 _MEMO_BYTES = 512 * 2**20  # keep the validation inputs in memory up to this size

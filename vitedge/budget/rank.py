@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from vitedge.budget.record import BudgetResult
 from vitedge.budget.settings import BUDGET_VERSION, BudgetSettings
-from vitedge.fsutil import atomic_write_path
+from vitedge.files.atomic import atomic_write_path
 from vitedge.quantize.cache import CalibrationCache
 from vitedge.validation.sensitivity import first_inputs, layer_sensitivity
 
 if TYPE_CHECKING:
     from vitedge.datasources._common import CalibrationSource
-    from vitedge.preprocess import Preprocess
+    from vitedge.bundle.preprocess import Preprocess
     from vitedge.quantize.qdq import QuantizedGraph
     from vitedge.quantize.record import Calibration
 

@@ -11,8 +11,8 @@ import io
 from pathlib import Path
 from typing import Any
 
-from vitedge.fsutil import atomic_write_path
-from vitedge.manifest import Manifest
+from vitedge.files.atomic import atomic_write_path
+from vitedge.bundle.manifest import Manifest
 
 
 def describe_record(rec: dict[str, Any]) -> str:

@@ -16,10 +16,10 @@ from vitedge.budget.record import BudgetResult
 from vitedge.budget.report import budget_criterion
 from vitedge.budget.search import BudgetSearch, meet_budget
 from vitedge.budget.settings import BudgetSettings
-from vitedge.errors import GateFailure
-from vitedge.profiles import TargetProfile, Thresholds
-from vitedge.spec import ModelSpec
-from vitedge.ui import StageLog
+from vitedge.core.errors import GateFailure
+from vitedge.targets.profiles import TargetProfile, Thresholds
+from vitedge.bundle.spec import ModelSpec
+from vitedge.core.ui import StageLog
 from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 if TYPE_CHECKING:

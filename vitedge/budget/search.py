@@ -32,7 +32,7 @@ from vitedge.budget.evaluate import Evaluator, RuntimeFacts, RuntimeOpener
 from vitedge.budget.rank import rank_layers
 from vitedge.budget.record import BudgetResult, Evaluation
 from vitedge.budget.settings import BudgetSettings
-from vitedge.profiles import Thresholds
+from vitedge.targets.profiles import Thresholds
 from vitedge.quantize.qdq import QuantizedGraph, build_qdq, resolve_keep_float
 from vitedge.validation.noise import MIN_DECISIVE
 from vitedge.validation.reference_cache import ReferenceCacheSettings
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from onnx import ModelProto
 
     from vitedge.datasources._common import CalibrationSource
-    from vitedge.preprocess import Preprocess
+    from vitedge.bundle.preprocess import Preprocess
     from vitedge.quantize.record import Calibration
 
 

@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from vitedge.errors import UsageError
+from vitedge.core.errors import UsageError
 from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
 
 BUDGET_VERSION = "1"  # bump when the search or the sensitivity it caches changes meaning

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from vitedge.manifest import Manifest
-from vitedge.profiles import TargetProfile, Thresholds
-from vitedge.ui import StageLog
+from vitedge.bundle.manifest import Manifest
+from vitedge.targets.profiles import TargetProfile, Thresholds
+from vitedge.core.ui import StageLog
 
 
 def speed_verdict(rec: dict[str, Any] | None, speedup: float | None, min_speedup: float, where: str) -> str | None:

@@ -40,9 +40,9 @@ import numpy as np
 from vitedge.camera_apps.labels import nvinfer_labels, nvinfer_rewritten
 from vitedge.camera_apps.nvinfer_rules import nvinfer_engine_name
 from vitedge.camera_apps.serving import ServedBy, dla_core_of, tensorrt_engine
-from vitedge.errors import BundleError
-from vitedge.manifest import Manifest
-from vitedge.onnxutil import graph_inputs, save_onnx
+from vitedge.core.errors import BundleError
+from vitedge.bundle.manifest import Manifest
+from vitedge.onnxkit.graph import graph_inputs, save_onnx
 
 CONFIG_FILE = "config_infer.txt"
 LABELS_FILE = "labels.txt"
@@ -84,7 +84,7 @@ def arithmetic_for(mean, std) -> NvinferArithmetic:
 
 def source_crop(frame_w: int, frame_h: int, crop_size, crop_pct: float) -> tuple[int, int, int, int]:
     """(left, top, width, height) of the frame region vitedge's preprocessing turns into the model
-    input (vitedge.preprocess.resize_and_crop: resize to cover crop/crop_pct keeping the aspect
+    input (vitedge.bundle.preprocess.resize_and_crop: resize to cover crop/crop_pct keeping the aspect
     ratio, then centre-crop), rounded to whole pixels as nvvideoconvert's src-crop takes them."""
     crop_h, crop_w = (int(v) for v in crop_size)
     target_h, target_w = int(round(crop_h / crop_pct)), int(round(crop_w / crop_pct))

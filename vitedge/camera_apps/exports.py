@@ -12,10 +12,10 @@ from typing import Any
 from vitedge.camera_apps.deepstream import nvinfer_can_feed, write_deepstream
 from vitedge.camera_apps.serving import ServedBy, tensorrt_engine
 from vitedge.camera_apps.triton import config_text, model_name, triton_backend, write_labels, write_triton
-from vitedge.errors import UsageError
-from vitedge.fsutil import atomic_output_dir
-from vitedge.manifest import Manifest, verify_bundle
-from vitedge.outputs import check_output
+from vitedge.core.errors import UsageError
+from vitedge.files.atomic import atomic_output_dir
+from vitedge.bundle.manifest import Manifest, verify_bundle
+from vitedge.files.outputs import check_output
 
 CAMERA_DIR = "camera"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from vitedge.manifest import Manifest
+from vitedge.bundle.manifest import Manifest
 
 # Triton's platform for TensorRT engines: the artifact is an engine nvinfer and Triton load as such.
 TENSORRT_PLAN = "tensorrt_plan"

@@ -11,9 +11,9 @@ from pathlib import Path
 
 from vitedge.camera_apps.labels import triton_labels
 from vitedge.camera_apps.serving import TENSORRT_PLAN, ServedBy, dla_core_of, dla_static_batch, tensorrt_engine
-from vitedge.errors import BundleError
-from vitedge.manifest import Manifest
-from vitedge.onnxutil import graph_inputs
+from vitedge.core.errors import BundleError
+from vitedge.bundle.manifest import Manifest
+from vitedge.onnxkit.graph import graph_inputs
 
 
 @dataclass(frozen=True)

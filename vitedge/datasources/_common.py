@@ -17,7 +17,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import track
 
-from vitedge.errors import CalibrationError, UsageError
+from vitedge.core.errors import CalibrationError, UsageError
 
 # Preprocessed items are kept in memory while their total stays under this; beyond it
 # they are decoded again for every pass (same order). Read at call time, so tests can

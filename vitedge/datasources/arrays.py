@@ -19,11 +19,11 @@ from vitedge.datasources._common import (
     ordered_map,
     summarize,
 )
-from vitedge.errors import CalibrationError
-from vitedge.limits import physical_memory
-from vitedge.preprocess import ImageTooLarge, preprocess_array, resized_size
-from vitedge.spec import Preprocess
-from vitedge.ui import literal
+from vitedge.core.errors import CalibrationError
+from vitedge.core.limits import physical_memory
+from vitedge.bundle.preprocess import ImageTooLarge, preprocess_array, resized_size
+from vitedge.bundle.spec import Preprocess
+from vitedge.core.ui import literal
 
 if TYPE_CHECKING:
     from numpy.lib.npyio import NpzFile

@@ -25,13 +25,13 @@ from vitedge.datasources._common import (
     ordered_map,
     summarize,
 )
-from vitedge.errors import CalibrationError
-from vitedge.fsutil import sha256_bytes
-from vitedge.limits import MAX_IMAGE_PIXELS, MAX_RESIZED_PIXELS
-from vitedge.preprocess import ImageModeError, ImageTooLarge, preprocess_image, resized_size
-from vitedge.safefile import MAX_IMAGE_BYTES, FileTooLarge, NotRegularFile, read_bounded
-from vitedge.spec import Preprocess
-from vitedge.ui import literal
+from vitedge.core.errors import CalibrationError
+from vitedge.files.atomic import sha256_bytes
+from vitedge.core.limits import MAX_IMAGE_PIXELS, MAX_RESIZED_PIXELS
+from vitedge.bundle.preprocess import ImageModeError, ImageTooLarge, preprocess_image, resized_size
+from vitedge.files.safefile import MAX_IMAGE_BYTES, FileTooLarge, NotRegularFile, read_bounded
+from vitedge.bundle.spec import Preprocess
+from vitedge.core.ui import literal
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 ARRAY_EXTENSIONS = (".npy", ".npz")

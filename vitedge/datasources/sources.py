@@ -32,9 +32,9 @@ from vitedge.datasources.images import (
     open_image_folder,
 )
 from vitedge.datasources.video import open_video
-from vitedge.errors import CalibrationError, UsageError
-from vitedge.safefile import check_regular
-from vitedge.spec import Preprocess
+from vitedge.core.errors import CalibrationError, UsageError
+from vitedge.files.safefile import check_regular
+from vitedge.bundle.spec import Preprocess
 
 __all__ = [
     "ARRAY_EXTENSIONS",

@@ -22,11 +22,11 @@ from vitedge.datasources._common import (
     fill_cache,
     summarize,
 )
-from vitedge.errors import CalibrationError, MissingDependencyError, UsageError
-from vitedge.fsutil import sha256_file
-from vitedge.preprocess import preprocess_array
-from vitedge.spec import Preprocess
-from vitedge.ui import literal
+from vitedge.core.errors import CalibrationError, MissingDependencyError, UsageError
+from vitedge.files.atomic import sha256_file
+from vitedge.bundle.preprocess import preprocess_array
+from vitedge.bundle.spec import Preprocess
+from vitedge.core.ui import literal
 
 
 def import_cv2() -> Any:

@@ -16,8 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from vitedge import telemetry
-from vitedge.errors import (
+from vitedge.core import telemetry
+from vitedge.core.errors import (
     EnvironmentFault,
     MissingDependencyError,
     UsageError,

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vitedge.datasources.sources import open_source
-from vitedge.errors import BundleError, CalibrationError, DataError
-from vitedge.fsutil import sha256_file
-from vitedge.manifest import verify_bundle
+from vitedge.core.errors import BundleError, CalibrationError, DataError
+from vitedge.files.atomic import sha256_file
+from vitedge.bundle.manifest import verify_bundle
 
 MANIFEST = "manifest.json"
 

@@ -24,7 +24,7 @@ from vitedge.distributed.contract import (
     open_data,
 )
 from vitedge.distributed.sharding import Shard
-from vitedge.manifest import Manifest
+from vitedge.bundle.manifest import Manifest
 from vitedge.validation.accuracy import collect_outputs, eval_batch
 from vitedge.validation.bundle import bundle_profile
 from vitedge.validation.latency import (

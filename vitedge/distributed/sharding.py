@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vitedge.errors import UsageError
+from vitedge.core.errors import UsageError
 from vitedge.validation.accuracy import EVAL_BATCH
 
 

@@ -27,9 +27,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitedge.errors import ModelLoadError, UsageError
+from vitedge.core.errors import ModelLoadError, UsageError
 from vitedge.models.loading import count_indices, load_strict, require_library
-from vitedge.spec import SOURCE_FILE, SOURCE_FLAG, SOURCE_PRESET
+from vitedge.bundle.spec import SOURCE_FILE, SOURCE_FLAG, SOURCE_PRESET
 
 # Heads of every published model of a width, per family (tiny/small/base/large/...).
 _HEADS_BY_WIDTH = {192: 3, 384: 6, 768: 12, 1024: 16, 1280: 16, 1408: 16, 1152: 16}

@@ -16,8 +16,8 @@ import re
 import zipfile
 from pathlib import Path
 
-from vitedge.errors import ModelLoadError, UnsafePickleError
-from vitedge.safefile import MAX_DOCUMENT_BYTES, parse_json
+from vitedge.core.errors import ModelLoadError, UnsafePickleError
+from vitedge.files.safefile import MAX_DOCUMENT_BYTES, parse_json
 
 _TRUST_HINT = "load it only if you trust its source, with --trust-pickle, or save the model.state_dict() instead"
 

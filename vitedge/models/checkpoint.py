@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from vitedge.fsutil import atomic_write_path
+from vitedge.files.atomic import atomic_write_path
 
 META_KEY = "vitedge"
 # Keys under which common training scripts nest the weights (DeiT uses "model").

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.errors import ModelLoadError, UsageError
-from vitedge.onnxutil import graph_inputs
-from vitedge.spec import INTERPOLATIONS, Preprocess
+from vitedge.core.errors import ModelLoadError, UsageError
+from vitedge.onnxkit.graph import graph_inputs
+from vitedge.bundle.spec import INTERPOLATIONS, Preprocess
 
 
 def check_finite_weights(tensors: Mapping[str, Any], where: str) -> None:

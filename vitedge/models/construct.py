@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from vitedge.errors import ModelLoadError, UsageError
+from vitedge.core.errors import ModelLoadError, UsageError
 from vitedge.models.layouts import Layout
 from vitedge.models.loading import load_strict, require_library
 from vitedge.models.user_code import import_user_file

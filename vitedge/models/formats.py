@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitedge.errors import MissingDependencyError, ModelLoadError, UnsafePickleError
+from vitedge.core.errors import MissingDependencyError, ModelLoadError, UnsafePickleError
 from vitedge.models import archive_safety
 from vitedge.models.checkpoint import META_KEY, STATE_DICT_KEYS
-from vitedge.safefile import check_regular, parse_json
+from vitedge.files.safefile import check_regular, parse_json
 
 # Prefixes added by DataParallel / DDP and torch.compile.
 _STRIP_PREFIXES = ("module.", "_orig_mod.")

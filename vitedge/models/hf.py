@@ -6,16 +6,16 @@ import json
 from pathlib import Path
 from typing import Any
 
-from vitedge import telemetry
-from vitedge.errors import (
+from vitedge.core import telemetry
+from vitedge.core.errors import (
     MissingDependencyError,
     ModelLoadError,
     UnsafePickleError,
     UsageError,
 )
 from vitedge.models.construct import resample_pos_embed
-from vitedge.safefile import read_json
-from vitedge.spec import (
+from vitedge.files.safefile import read_json
+from vitedge.bundle.spec import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     SOURCE_DEFAULT,

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vitedge.errors import ModelLoadError, UsageError
-from vitedge.limits import MIN_CROP_PCT, check_attention_fits, within
-from vitedge.manifest_types import check_spec_bounds
+from vitedge.core.errors import ModelLoadError, UsageError
+from vitedge.core.limits import MIN_CROP_PCT, check_attention_fits, within
+from vitedge.bundle.fields import check_spec_bounds
 from vitedge.models import architectures as families, checks, construct as build
 from vitedge.models import channels as chan
 from vitedge.models.formats import RawModel, read_model_file
@@ -29,9 +29,9 @@ from vitedge.models.presets import (
 )
 from vitedge.models.stem import candidates_text, stem_input_size, stem_layers
 from vitedge.models.timm_arch import load_timm_arch
-from vitedge.onnxutil import check_external_data, graph_inputs
-from vitedge.safefile import BadDocument
-from vitedge.spec import (
+from vitedge.onnxkit.graph import check_external_data, graph_inputs
+from vitedge.files.safefile import BadDocument
+from vitedge.bundle.spec import (
     IMAGENET_MEAN,
     IMAGENET_STD,
     INTERPOLATIONS,

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from vitedge.errors import ModelLoadError
+from vitedge.core.errors import ModelLoadError
 from vitedge.models.loading import count_indices
 from vitedge.models.timm_arch import closest_archs, format_matches
 

@@ -7,8 +7,8 @@ import importlib
 import re
 from typing import Any
 
-from vitedge import telemetry
-from vitedge.errors import MissingDependencyError, ModelLoadError
+from vitedge.core import telemetry
+from vitedge.core.errors import MissingDependencyError, ModelLoadError
 
 
 def require_library(module: str, what: str, extra: str):

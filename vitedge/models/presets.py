@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from vitedge.errors import UsageError
-from vitedge.spec import IMAGENET_MEAN, IMAGENET_STD, Preprocess
+from vitedge.core.errors import UsageError
+from vitedge.bundle.spec import IMAGENET_MEAN, IMAGENET_STD, Preprocess
 
 INCEPTION_MEAN = (0.5, 0.5, 0.5)
 INCEPTION_STD = (0.5, 0.5, 0.5)

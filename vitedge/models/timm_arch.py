@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from vitedge.errors import ModelLoadError, UsageError
+from vitedge.core.errors import ModelLoadError, UsageError
 from vitedge.models.architectures import explicit_attention
 from vitedge.models.loading import require_library
 

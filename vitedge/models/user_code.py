@@ -9,7 +9,7 @@ import io
 import sys
 from pathlib import Path
 
-from vitedge.errors import UsageError
+from vitedge.core.errors import UsageError
 
 _GUARD = "put the script part of the file under `if __name__ == \"__main__\":`"
 

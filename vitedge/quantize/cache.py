@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.fsutil import atomic_write_path
-from vitedge.paths import check_path
+from vitedge.files.atomic import atomic_write_path
+from vitedge.core.paths import check_path
 
 ENV_VAR = "VITEDGE_CACHE_DIR"
 _FORMAT = "vitedge-calibration-cache-1"

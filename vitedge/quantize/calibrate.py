@@ -38,9 +38,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.datasources._common import CalibrationSource, SourceSummary
-from vitedge.errors import QuantizationError, UsageError
-from vitedge.fsutil import sha256_bytes
-from vitedge.onnxutil import (
+from vitedge.core.errors import QuantizationError, UsageError
+from vitedge.files.atomic import sha256_bytes
+from vitedge.onnxkit.graph import (
     SPEC_KEY,
     get_metadata,
     is_large,
@@ -71,11 +71,11 @@ from vitedge.quantize.graph import (
 )
 from vitedge.quantize.qdq import QuantizedGraph, build_qdq
 from vitedge.quantize.record import Calibration, Selection, Variant
-from vitedge.safefile import parse_json
+from vitedge.files.safefile import parse_json
 from vitedge.quantize.refine import Refinement, correct_biases, refinable, refine
 from vitedge.quantize.select import SELECT_CONTEND_RATIO, SELECT_FIRST_LOOK, SELECT_MIN_RATIO, SELECT_MIN_T, choose
 from vitedge.quantize.smooth_search import choose_alphas
-from vitedge.spec import ModelSpec
+from vitedge.bundle.spec import ModelSpec
 
 if TYPE_CHECKING:
     from onnx import ModelProto

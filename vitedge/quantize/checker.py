@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vitedge.errors import QuantizationError
-from vitedge.onnxutil import opset_version
+from vitedge.core.errors import QuantizationError
+from vitedge.onnxkit.graph import opset_version
 from vitedge.quantize.graph import GraphIndex, attr
 
 if TYPE_CHECKING:

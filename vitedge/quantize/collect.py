@@ -30,9 +30,9 @@ from rich.progress import (
 )
 
 from vitedge.datasources._common import CalibrationSource, check_inputs_vary
-from vitedge.errors import CalibrationError, QuantizationError
-from vitedge.limits import usable_cpus
-from vitedge.onnxutil import (
+from vitedge.core.errors import CalibrationError, QuantizationError
+from vitedge.core.limits import usable_cpus
+from vitedge.onnxkit.graph import (
     FLOAT_NCHW,
     INPUT_FORMAT_KEY,
     SPEC_KEY,
@@ -45,8 +45,8 @@ from vitedge.onnxutil import (
 )
 from vitedge.quantize import stats
 from vitedge.quantize.histogram import ChannelHistogram
-from vitedge.safefile import parse_json
-from vitedge.spec import ModelSpec
+from vitedge.files.safefile import parse_json
+from vitedge.bundle.spec import ModelSpec
 
 if TYPE_CHECKING:
     from google.protobuf.message import Message

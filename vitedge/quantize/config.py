@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from vitedge.errors import UsageError
+from vitedge.core.errors import UsageError
 
 # The weight-range rules (vitedge.quantize.weight_range applies them).
 WEIGHT_RANGES = ("pairwise", "7bit", "full")

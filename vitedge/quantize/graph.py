@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.errors import QuantizationError
+from vitedge.core.errors import QuantizationError
 from vitedge.quantize.merge import merge_sibling_linears
-from vitedge.onnxutil import (
+from vitedge.onnxkit.graph import (
     graph_inputs,
     is_large,
     node_index,

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.onnxutil import NameScope, SessionSettings, cleanup, graph_inputs, node_index, ort_session, splice_nodes
+from vitedge.onnxkit.graph import NameScope, SessionSettings, cleanup, graph_inputs, node_index, ort_session, splice_nodes
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto

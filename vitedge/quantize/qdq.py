@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.errors import QuantizationError, UsageError
-from vitedge.onnxutil import (
+from vitedge.core.errors import QuantizationError, UsageError
+from vitedge.onnxkit.graph import (
     NameScope,
     cleanup,
     save_onnx,

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.errors import QuantizationError
-from vitedge.onnxutil import SessionSettings, ort_session
+from vitedge.core.errors import QuantizationError
+from vitedge.onnxkit.graph import SessionSettings, ort_session
 from vitedge.quantize.qdq import build_qdq
 from vitedge.quantize.record import Calibration, CandidateScore, Selection, Variant
 

@@ -4,7 +4,7 @@ A frame is a uint8 HxWx3 array of any size, RGB or BGR (what OpenCV delivers). A
 of a 1-channel (grayscale) model also takes HxW and HxWx1 grey frames, and converts HxWx3
 colour frames to grey with ITU-R 601 luma (L = 0.299 R + 0.587 G + 0.114 B), exactly as
 Pillow's ``convert("L")`` does; a bundle of a C-channel model (C = 2, 4...) takes HxWxC. Each one
-goes through `vitedge.preprocess` exactly as calibration and validation did: resize
+goes through `vitedge.bundle.preprocess` exactly as calibration and validation did: resize
 keeping aspect ratio to cover crop/crop_pct, centre crop, then (unless the bundle bakes
 it into its graph) scale to [0, 1] and normalise.
 """
@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import numpy as np
 from PIL import Image
 
-from vitedge.errors import UsageError
-from vitedge.preprocess import ImageTooLarge, crop_channels, image_to_uint8, normalize, resized_size
-from vitedge.spec import Preprocess
+from vitedge.core.errors import UsageError
+from vitedge.bundle.preprocess import ImageTooLarge, crop_channels, image_to_uint8, normalize, resized_size
+from vitedge.bundle.spec import Preprocess
 
 COLORS = ("rgb", "bgr")
 _UINT8 = np.dtype(np.uint8)
@@ -107,7 +107,7 @@ def check_color(color: str) -> bool:
 
 
 def crop_frame(frame: np.ndarray, pre: Preprocess, *, bgr: bool) -> np.ndarray:
-    """A checked frame -> the resized, centre-cropped uint8 HxWx3 RGB frame (vitedge.preprocess).
+    """A checked frame -> the resized, centre-cropped uint8 HxWx3 RGB frame (vitedge.bundle.preprocess).
 
     A BGR frame is resized and cropped as it is and its channels are swapped afterwards, on
     the small crop: Pillow resamples each channel on its own, so this is bit-identical to
@@ -136,7 +136,7 @@ def _grey_crop(frame: np.ndarray, pre: Preprocess, *, bgr: bool) -> np.ndarray:
 
 def prepare_batch(frames: list[np.ndarray], pre: Preprocess, *, bgr: bool, baked: bool) -> np.ndarray:
     """Checked frames -> one model-input batch: uint8 NxHxWx3 RGB when the graph normalises
-    (baked), else float32 Nx3xHxW normalised — the same as `vitedge.preprocess.preprocess_array`."""
+    (baked), else float32 Nx3xHxW normalised — the same as `vitedge.bundle.preprocess.preprocess_array`."""
     crops = [crop_frame(f, pre, bgr=bgr) for f in frames]
     if baked:
         return np.stack(crops)

@@ -4,7 +4,7 @@ The backend (ONNX Runtime, OpenVINO, TensorRT, or one registered with
 `vitedge.backends.register_backend`) is read from the bundle's manifest; its facts say which
 runtime modules it needs and how to install them, and it is opened through
 `vitedge.backends.get_backend(...).open_runner(...)`; the preprocessing is
-the manifest's, applied by `vitedge.preprocess`. Nothing here imports torch, onnx or the
+the manifest's, applied by `vitedge.bundle.preprocess`. Nothing here imports torch, onnx or the
 build-time tools, so a camera box needs only numpy, Pillow and its one backend.
 """
 
@@ -23,16 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from vitedge import limits, telemetry
+from vitedge.core import limits, telemetry
 from vitedge.backends import Backend, BackendFacts, backend_class, get_backend, list_backends
-from vitedge.cpu import check_requirement, mismatch_allowed
-from vitedge.errors import BundleError, MissingDependencyError, UsageError
-from vitedge.manifest import Manifest, read_manifest, verify_bundle
-from vitedge.onnxutil import FLOAT_NCHW, UINT8_NHWC_RGB
+from vitedge.core.cpu import check_requirement, mismatch_allowed
+from vitedge.core.errors import BundleError, MissingDependencyError, UsageError
+from vitedge.bundle.manifest import Manifest, read_manifest, verify_bundle
+from vitedge.onnxkit.graph import FLOAT_NCHW, UINT8_NHWC_RGB
 from vitedge.runtime.frames import as_frame_list, check_color, prepare_batch
 from vitedge.runtime.results import SMALL_HEAD, Prediction, Predictions, top_k_one
 from vitedge.runtime.results import top_k as _top_k
-from vitedge.spec import Preprocess
+from vitedge.bundle.spec import Preprocess
 
 
 def load(bundle: str | Path, *, verify: bool = True, warmup: int = 1, threads: int | None = None,

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from vitedge.profiles import DEFAULT_DROP_CONFIDENCE, DEFAULT_NEAR_TIE_MARGIN
+from vitedge.targets.profiles import DEFAULT_DROP_CONFIDENCE, DEFAULT_NEAR_TIE_MARGIN
 from vitedge.validation.inputs import feed_for
 from vitedge.validation.noise import near_ties, paired_drop
 from vitedge.validation.sanity import fp32_at_chance

@@ -24,13 +24,13 @@ from typing import Any, Protocol
 from vitedge import __version__
 from vitedge.backends import get_backend
 from vitedge.backends.base import Backend
-from vitedge.bundle_trust import locked_thresholds
+from vitedge.bundle.trust import locked_thresholds
 from vitedge.datasources._common import CalibrationSource
-from vitedge.errors import BundleError, VitedgeError
-from vitedge.json_sections import ABSENT
-from vitedge.manifest import Manifest
-from vitedge.manifest_sections import ArtifactsSection, QuantizationSection as ManifestQuantization
-from vitedge.profiles import TargetProfile, ThresholdOverrides, Thresholds, parse_profile
+from vitedge.core.errors import BundleError, VitedgeError
+from vitedge.core.json_sections import ABSENT
+from vitedge.bundle.manifest import Manifest
+from vitedge.bundle.sections import ArtifactsSection, QuantizationSection as ManifestQuantization
+from vitedge.targets.profiles import TargetProfile, ThresholdOverrides, Thresholds, parse_profile
 from vitedge.validation import report as rpt
 from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
 from vitedge.validation.document import (
@@ -55,7 +55,7 @@ from vitedge.validation.sensitivity import SensitivityResult, first_inputs, laye
 
 
 class InfoLog(Protocol):
-    """Where progress lines go: a ``vitedge.ui.StageLog``, or anything with ``info``."""
+    """Where progress lines go: a ``vitedge.core.ui.StageLog``, or anything with ``info``."""
 
     def info(self, message: str) -> None: ...
 

@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from vitedge import __version__
-from vitedge.errors import DataError, UsageError
-from vitedge.profiles import DEFAULT_DROP_CONFIDENCE
-from vitedge.safefile import BadDocument, read_json
+from vitedge.core.errors import DataError, UsageError
+from vitedge.targets.profiles import DEFAULT_DROP_CONFIDENCE
+from vitedge.files.safefile import BadDocument, read_json
 from vitedge.validation import per_sample
 from vitedge.validation import report as rpt
 from vitedge.validation.defaults import (

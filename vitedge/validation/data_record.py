@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.datasources.sources import open_source
-from vitedge.errors import CalibrationError, UsageError
+from vitedge.core.errors import CalibrationError, UsageError
 
 ROLES = ("validation", "calibration")
 

@@ -9,7 +9,7 @@ Sections with a fixed set of keys are dataclasses. The accuracy and sensitivity 
 whose keys depend on the model kind and on what the data allowed, keep their values in
 order and name the figures readers use as attributes. Keys a section does not name (written
 by a newer vitedge of the same major version) are kept in ``more`` and written back after
-the named ones. Every section is written and read by vitedge.json_sections, as the manifest's are.
+the named ones. Every section is written and read by vitedge.core.json_sections, as the manifest's are.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import ClassVar
 
-from vitedge.json_sections import JsonDict, Section, ValuesSection, as_object, register_codec, value
+from vitedge.core.json_sections import JsonDict, Section, ValuesSection, as_object, register_codec, value
 from vitedge.validation.gate import GateRow
 from vitedge.validation.latency import LatencyStats
 

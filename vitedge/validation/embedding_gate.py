@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vitedge.profiles import Thresholds
+from vitedge.targets.profiles import Thresholds
 from vitedge.validation.gate import FAIL, PASS, SKIP, GateRow
 
 # the rows an embedding model adds to the gate, in order (after min_agreement, before min_speedup)

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from vitedge.onnxutil import UINT8_NHWC_RGB
-from vitedge.spec import Preprocess
+from vitedge.onnxkit.graph import UINT8_NHWC_RGB
+from vitedge.bundle.spec import Preprocess
 
 
 def to_uint8_frames(batch: np.ndarray, pre: Preprocess) -> np.ndarray:
     """Invert the normalisation of a float NCHW batch back to the uint8 NHWC frames it came from.
 
-    Exact for batches made by vitedge.preprocess (the values were k/255 before normalising)."""
+    Exact for batches made by vitedge.bundle.preprocess (the values were k/255 before normalising)."""
     mean = np.asarray(pre.mean, dtype=np.float64).reshape(1, -1, 1, 1)
     std = np.asarray(pre.std, dtype=np.float64).reshape(1, -1, 1, 1)
     u = np.rint((batch.astype(np.float64) * std + mean) * 255.0)

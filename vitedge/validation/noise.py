@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.profiles import DEFAULT_DROP_CONFIDENCE, DEFAULT_MIN_DECISIVE_AGREEMENT, DEFAULT_NEAR_TIE_MARGIN  # noqa: F401 - the defaults live with Thresholds
+from vitedge.targets.profiles import DEFAULT_DROP_CONFIDENCE, DEFAULT_MIN_DECISIVE_AGREEMENT, DEFAULT_NEAR_TIE_MARGIN  # noqa: F401 - the defaults live with Thresholds
 from vitedge.validation.sanity import fp32_at_chance
 
 MIN_DECISIVE = 30  # decisive images the decisive-agreement row needs before it judges (fewer: plain agreement)

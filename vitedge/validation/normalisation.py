@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.datasources._common import CalibrationSource
-from vitedge.errors import UsageError
-from vitedge.onnxutil import graph_inputs, ort_session
-from vitedge.spec import IMAGENET_MEAN, IMAGENET_STD, SOURCE_DEFAULT, ModelSpec, Preprocess, default_stats
+from vitedge.core.errors import UsageError
+from vitedge.onnxkit.graph import graph_inputs, ort_session
+from vitedge.bundle.spec import IMAGENET_MEAN, IMAGENET_STD, SOURCE_DEFAULT, ModelSpec, Preprocess, default_stats
 from vitedge.validation.noise import PROBE_MAX_P, PROBE_MIN_GAIN_POINTS, binom_sf
 from vitedge.validation.sanity import fp32_at_chance
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.errors import UsageError
-from vitedge.fsutil import atomic_output_dir, atomic_write_path
+from vitedge.core.errors import UsageError
+from vitedge.files.atomic import atomic_output_dir, atomic_write_path
 from vitedge.validation.document import AccuracySection, LatencySection, SensitivitySection, ValidationReport
 from vitedge.validation.reference_cache import shared_text
 

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 
 from vitedge.backends.base import Runner
-from vitedge.errors import DataError
-from vitedge.onnxutil import UINT8_NHWC_RGB
-from vitedge.profiles import Thresholds
+from vitedge.core.errors import DataError
+from vitedge.onnxkit.graph import UINT8_NHWC_RGB
+from vitedge.targets.profiles import Thresholds
 from vitedge.validation.accuracy import (
     Outputs,
     collect_outputs,

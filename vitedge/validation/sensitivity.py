@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.backends.onnxruntime import unfold_int8_rewrites
+from vitedge.backends.onnxruntime.backend import unfold_int8_rewrites
 from vitedge.datasources._common import CalibrationSource
-from vitedge.errors import BundleError, QuantizationError
-from vitedge.onnxutil import (
+from vitedge.core.errors import BundleError, QuantizationError
+from vitedge.onnxkit.graph import (
     FLOAT_NCHW,
     INPUT_FORMAT_KEY,
     SPEC_KEY,
@@ -52,14 +52,14 @@ from vitedge.onnxutil import (
 )
 from vitedge.quantize.graph import GraphIndex, QuantLayer, attr, find_layers, prepare
 from vitedge.quantize.qdq import METADATA_KEY
-from vitedge.safefile import parse_json
-from vitedge.spec import ModelSpec
+from vitedge.files.safefile import parse_json
+from vitedge.bundle.spec import ModelSpec
 from vitedge.validation.defaults import DEFAULT_SENSITIVITY_SAMPLES
 from vitedge.validation.inputs import to_uint8_frames
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
-    from vitedge.spec import Preprocess
+    from vitedge.bundle.spec import Preprocess
 
 RUNTIME = "onnxruntime (CPUExecutionProvider)"
 _UNSMOOTHED_TOL = 0.02  # |s - 1| below this on every channel: the weight was not smoothed

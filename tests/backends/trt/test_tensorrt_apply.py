@@ -18,7 +18,7 @@ from vitedge.backends.tensorrt.plan import (
     plan_build,
     reference_plan,
 )
-from vitedge.errors import BundleError, UsageError
+from vitedge.core.errors import BundleError, UsageError
 
 
 def _run(tiny, version, options=TensorRtOptions(opt_batch=4), batch_sizes=(1, 4, 8), *, dla_cores=0, cache=None, plan_fn=None):

@@ -9,8 +9,8 @@ import onnx
 import pytest
 
 from vitedge.backends.tensorrt.attention import AttentionBlock, attention_blocks, fusion_table
-from vitedge.manifest import read_manifest
-from vitedge.profiles import load_profile
+from vitedge.bundle.manifest import read_manifest
+from vitedge.targets.profiles import load_profile
 
 
 @pytest.mark.parametrize("name", ["jetson-orin", "jetson-orin-nx", "jetson-orin-nano", "desktop-gpu", "jetson", "nvidia-gpu"])

@@ -21,8 +21,8 @@ from helpers.tensorrt_standin import (
 )
 
 from vitedge.backends.tensorrt.device import DeviceFacts
-from vitedge.errors import BundleError, IncompatibleEngineError, UsageError
-from vitedge.manifest import read_manifest, verify_bundle
+from vitedge.core.errors import BundleError, IncompatibleEngineError, UsageError
+from vitedge.bundle.manifest import read_manifest, verify_bundle
 
 EXAMPLE = EXAMPLES / "digits_vit.pt"
 NEXT_STEP = "build the engine on the device: vitedge engine BUNDLE"
@@ -134,7 +134,7 @@ def test_the_cast_graph_for_trt11_keeps_the_example_accurate(planned):
 
     from vitedge.backends.tensorrt.typed import make_strongly_typed
     from vitedge.datasources.sources import open_source
-    from vitedge.onnxutil import ort_session
+    from vitedge.onnxkit.graph import ort_session
 
     if not VAL_DIR.is_dir():
         pytest.skip("calibration/digits/val is not in this checkout yet")
@@ -212,7 +212,7 @@ def test_engine_completion_with_the_standin(planned, tmp_path, monkeypatch):
 
 def test_runner_binds_by_name_and_splits_batches(planned, tmp_path):
     from vitedge.backends.tensorrt.runner import TensorRtRunner
-    from vitedge.onnxutil import ort_session
+    from vitedge.onnxkit.graph import ort_session
 
     bundle = _copy(planned[0], tmp_path)
     _complete(bundle)
@@ -319,7 +319,7 @@ def test_engine_cli_reports_each_tensorrt_failure_in_one_line(planned, tmp_path,
     if not val:
         assert not caches  # the build itself failed: no timing cache entry
     for cache in caches:  # the engines were built, the run failed: a complete entry, checked by its hash
-        from vitedge.fsutil import sha256_file
+        from vitedge.files.atomic import sha256_file
 
         assert cache.with_suffix(".sha256").read_text().strip() == sha256_file(cache)
 
@@ -336,7 +336,7 @@ def test_a_bug_is_exit_code_3_in_one_line_and_debug_shows_the_traceback(planned,
     assert lines[0].startswith("vitedge: internal error: TypeError: build_serialized_network(): incompatible function arguments")
     assert lines[0].endswith("(re-run with --debug for the traceback)") and "Traceback" not in text
     assert _snapshot(bundle) == before and sorted(p.name for p in tmp_path.iterdir() if p.name != "user-cache") == [bundle.name]
-    from vitedge.cli import main
+    from vitedge.cli.entry import main
 
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:  # --debug adds the traceback, never changes the exit code
@@ -380,7 +380,7 @@ def test_timing_cache_is_reused_only_when_key_and_hash_match(tmp_path, monkeypat
         assumed_capabilities,
         plan_build,
     )
-    from vitedge.fsutil import sha256_bytes
+    from vitedge.files.atomic import sha256_bytes
 
     monkeypatch.setenv("VITEDGE_CACHE_DIR", str(tmp_path / "user-cache"))
     plan = plan_build(TensorRtOptions(), (1, 4), assumed_capabilities(10))

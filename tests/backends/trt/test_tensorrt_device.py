@@ -17,7 +17,7 @@ from vitedge.backends.tensorrt.device import (
     parse_nv_tegra_release,
     read_device_facts,
 )
-from vitedge.errors import BundleError, IncompatibleEngineError
+from vitedge.core.errors import BundleError, IncompatibleEngineError
 
 ORIN = DeviceFacts(tensorrt="10.3.0", gpu_name="Orin", compute_capability="8.7", cuda_runtime="12.6", cuda_driver="12.6",
                    l4t="36.4.0", jetpack="6.1+b123", machine="aarch64")
@@ -171,7 +171,7 @@ def test_cuda_python_missing_or_incomplete_is_reported(monkeypatch):
 
     from vitedge.backends.tensorrt.backend import TensorRtBackend
     from vitedge.backends.tensorrt.device import cudart_module
-    from vitedge.errors import MissingDependencyError
+    from vitedge.core.errors import MissingDependencyError
 
     monkeypatch.setitem(sys.modules, "tensorrt", make_fake_trt("10.3.0"))
     _cuda_package(monkeypatch)

@@ -23,7 +23,7 @@ from vitedge.backends.tensorrt.plan import (
     plan_build,
 )
 from vitedge.backends.tensorrt.runner import TensorRtRunner
-from vitedge.errors import BundleError
+from vitedge.core.errors import BundleError
 
 VERSIONS = ["8.6.1", "10.3.0", "11.4.0"]
 

@@ -60,7 +60,7 @@ def _source(spec, tmp_path_factory):
 @pytest.fixture(scope="module")
 def graphs(request, tmp_path_factory):
     """family -> (FP32 ONNX path, Q/DQ onnx.ModelProto, input batch)."""
-    from vitedge.export import export_onnx
+    from vitedge.models.export import export_onnx
     from vitedge.models.intake import load_model
     from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
@@ -90,7 +90,7 @@ def test_checker_passes_on_each_family(graphs, family):
 
 
 def _run(model_or_path, x):
-    from vitedge.onnxutil import ort_session
+    from vitedge.onnxkit.graph import ort_session
 
     src = model_or_path if not hasattr(model_or_path, "SerializeToString") else model_or_path.SerializeToString()
     session = ort_session(src, threads=2)

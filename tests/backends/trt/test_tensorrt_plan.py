@@ -20,8 +20,8 @@ from vitedge.backends.tensorrt.plan import (
     reference_plan,
     trtexec_command,
 )
-from vitedge.errors import ProfileError, UsageError
-from vitedge.profiles import load_profile, parse_profile
+from vitedge.core.errors import ProfileError, UsageError
+from vitedge.targets.profiles import load_profile, parse_profile
 
 LN = ("/blocks/blocks.0/norm1/LayerNormalization", "/blocks/blocks.0/norm2/LayerNormalization", "/norm/LayerNormalization")
 GRAPH = GraphFacts(input_name="input", input_shape=(3, 224, 224), layernorm_layers=LN)

@@ -31,14 +31,14 @@ from pathlib import Path
 from typing import Any
 
 
-from vitedge import limits
+from vitedge.core import limits
 from vitedge.app.overrides import ThresholdOverrides
-from vitedge.errors import ProfileError, UsageError
-from vitedge.limits import check_number
-from vitedge.outlock import SIBLING_EXTRA
-from vitedge.paths import NAME_MAX, path_problem
-from vitedge.profiles import Thresholds, load_profile
-from vitedge.safefile import BadDocument, read_toml
+from vitedge.core.errors import ProfileError, UsageError
+from vitedge.core.limits import check_number
+from vitedge.files.lock import SIBLING_EXTRA
+from vitedge.core.paths import NAME_MAX, path_problem
+from vitedge.targets.profiles import Thresholds, load_profile
+from vitedge.files.safefile import BadDocument, read_toml
 from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 BUILD_KEYS = {"calib_size": int, "seed": int, "latency": bool, "max_top1_drop": (int, float), "min_agreement": (int, float),
@@ -126,7 +126,7 @@ def _build_settings(matrix: Path, base: Path, data: Any) -> BuildSettings:
                                               "near_tie_margin", "drop_confidence") if k in data}
     if data.get("calib_size") is not None and data["calib_size"] < 1:
         raise UsageError(_where(matrix, "[build] calib_size must be at least 1"))
-    try:  # every number within its sane bound (vitedge.limits), before any row is built
+    try:  # every number within its sane bound (vitedge.core.limits), before any row is built
         if data.get("calib_size") is not None:
             check_number("calib_size", data["calib_size"], 1, limits.MAX_ITEMS, integer=True)
         check_number("seed", data.get("seed", 0), 0, limits.MAX_SEED, integer=True)

@@ -11,8 +11,8 @@ from rich.table import Table
 
 from vitedge.app.matrix.run import MatrixRun
 from vitedge.app.matrix.rows import ERROR, FAIL, NOT_VALIDATED, PASS, RowResult
-from vitedge.fsutil import atomic_write_path
-from vitedge.ui import literal
+from vitedge.files.atomic import atomic_write_path
+from vitedge.core.ui import literal
 from vitedge.validation.report import junit_xml
 
 SCHEMA = "vitedge.matrix/1"

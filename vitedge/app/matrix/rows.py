@@ -17,14 +17,14 @@ from vitedge.app.build import BuildRequest, run_build
 from vitedge.datasources.sources import open_source
 from vitedge.datasources.split import resolve_data
 from vitedge.app.matrix.config import MatrixRow
-from vitedge.errors import VitedgeError
-from vitedge.fsutil import sha256_file
-from vitedge.manifest import Manifest, read_manifest, verify_bundle
-from vitedge.onnxutil import onnx_sha256
-from vitedge.profiles import load_profile
+from vitedge.core.errors import VitedgeError
+from vitedge.files.atomic import sha256_file
+from vitedge.bundle.manifest import Manifest, read_manifest, verify_bundle
+from vitedge.onnxkit.graph import onnx_sha256
+from vitedge.targets.profiles import load_profile
 from vitedge.validation.data_record import DataRecord
 from vitedge.validation.document import ValidationReport
-from vitedge.ui import StageLog
+from vitedge.core.ui import StageLog
 
 PASS, FAIL, NOT_VALIDATED, ERROR = "pass", "fail", "not validated", "error"
 

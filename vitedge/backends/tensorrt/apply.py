@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 from vitedge.backends.tensorrt.engine_inspect import one_line, summarize_layers
 from vitedge.backends.tensorrt.plan import BuildPlan
-from vitedge.errors import BundleError
-from vitedge.fsutil import atomic_write_path
+from vitedge.core.errors import BundleError
+from vitedge.files.atomic import atomic_write_path
 
 if TYPE_CHECKING:
     import tensorrt

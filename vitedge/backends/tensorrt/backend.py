@@ -44,7 +44,7 @@ from vitedge.backends.tensorrt.plan import (
 )
 from vitedge.backends.tensorrt.report import report_lines
 from vitedge.backends.tensorrt.runner import TensorRtRunner
-from vitedge.errors import MissingDependencyError
+from vitedge.core.errors import MissingDependencyError
 
 INSTALL_HINT = ("on the device: pip install 'vitedge[tensorrt]' --extra-index-url https://pypi.nvidia.com "
                 "(desktop GPUs), or JetPack's python3-libnvinfer on a Jetson (sudo apt install python3-libnvinfer)")

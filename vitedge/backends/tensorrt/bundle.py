@@ -38,10 +38,10 @@ from vitedge.backends.tensorrt.plan import (
     write_plan_files,
 )
 from vitedge.backends.tensorrt.typed import make_strongly_typed
-from vitedge.errors import UsageError
-from vitedge.fsutil import atomic_write_path, sha256_bytes
-from vitedge.onnxutil import save_onnx
-from vitedge.paths import cache_dir
+from vitedge.core.errors import UsageError
+from vitedge.files.atomic import atomic_write_path, sha256_bytes
+from vitedge.onnxkit.graph import save_onnx
+from vitedge.core.paths import cache_dir
 
 if TYPE_CHECKING:
     from onnx import ModelProto

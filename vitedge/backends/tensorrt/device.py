@@ -23,8 +23,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from vitedge.errors import BundleError, IncompatibleEngineError, MissingDependencyError
-from vitedge.manifest import Manifest
+from vitedge.core.errors import BundleError, IncompatibleEngineError, MissingDependencyError
+from vitedge.bundle.manifest import Manifest
 
 FACTS_FILE = "engine_facts.json"
 NV_TEGRA_RELEASE = Path("/etc/nv_tegra_release")

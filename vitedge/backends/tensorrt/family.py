@@ -21,8 +21,8 @@ from vitedge.backends.tensorrt.bundle import (
 from vitedge.backends.tensorrt.device import DeviceFacts
 from vitedge.backends.tensorrt.members import FamilyOptions, ModuleFacts, select_member
 from vitedge.backends.tensorrt.plan import ENGINE, REFERENCE_ENGINE, TensorRtOptions
-from vitedge.errors import BundleError
-from vitedge.manifest_sections import TargetSection
+from vitedge.core.errors import BundleError
+from vitedge.bundle.sections import TargetSection
 
 PLANS_DIR = "plans"
 

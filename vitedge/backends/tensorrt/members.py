@@ -1,5 +1,5 @@
 """Target-family members: the pure rules that pick a family bundle's member profile for the device
-found at engine-build time (no files read here: vitedge.target_families loads the TOML files).
+found at engine-build time (no files read here: vitedge.targets.families loads the TOML files).
 
 A family record (TargetFamily.to_dict(), kept in the bundle's manifest) lists its member profiles
 and the rules that recognise each member's device from facts read on it (the device-tree model
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitedge.errors import ProfileError, UsageError
+from vitedge.core.errors import ProfileError, UsageError
 
 _TOP_KEYS = {"name", "description", "backend", "profiles", "match", "min_l4t"}
 _RULE_KEYS = {"profile", "model", "compatible", "jetson"}

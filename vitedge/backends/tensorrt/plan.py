@@ -33,10 +33,10 @@ from typing import TYPE_CHECKING, Any
 
 from vitedge.backends.tensorrt import versions as tv
 from vitedge.backends.tensorrt.versions import trtexec_flag_available
-from vitedge.errors import UsageError
-from vitedge.fsutil import atomic_write_path
-from vitedge.limits import MAX_BATCH, MAX_DLA_CORE, MAX_WORKSPACE_MB, check_number
-from vitedge.onnxutil import graph_inputs, opset_version
+from vitedge.core.errors import UsageError
+from vitedge.files.atomic import atomic_write_path
+from vitedge.core.limits import MAX_BATCH, MAX_DLA_CORE, MAX_WORKSPACE_MB, check_number
+from vitedge.onnxkit.graph import graph_inputs, opset_version
 
 if TYPE_CHECKING:
     from onnx import ModelProto

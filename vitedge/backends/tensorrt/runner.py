@@ -30,8 +30,8 @@ from vitedge.backends.tensorrt.device import (
     read_facts_file,
 )
 from vitedge.backends.tensorrt.plan import TensorRtOptions
-from vitedge.errors import BundleError, MissingDependencyError
-from vitedge.onnxutil import FLOAT_NCHW, UINT8_NHWC_RGB
+from vitedge.core.errors import BundleError, MissingDependencyError
+from vitedge.onnxkit.graph import FLOAT_NCHW, UINT8_NHWC_RGB
 
 INSTALL = "on the device: pip install 'vitedge[tensorrt]' (x86_64), or JetPack's python3-libnvinfer on Jetson"
 

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.errors import QuantizationError, UsageError
-from vitedge.onnxutil import opset_version
+from vitedge.core.errors import QuantizationError, UsageError
+from vitedge.onnxkit.graph import opset_version
 
 if TYPE_CHECKING:
     from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto

@@ -1,0 +1,206 @@
+"""The onnx target's rewrites on ViT layouts other than timm's (issue 47): per-head query/key/value Linear layers
+with a distillation token, one q/k/v Linear each per block, nn.TransformerEncoder (exported with its fast path off,
+and traced with it on), and a CCT's conv tokenizer. Each small model is written with our own code
+(tests/helpers/vit_layouts.py), loaded and exported by vitedge, quantized from one calibration; the tests count the
+fused attention cores and folded biases and compare the rewritten graph's outputs with the plain one's."""
+
+from __future__ import annotations
+
+import collections
+import functools
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from conftest import CALIB_DIR
+
+from vitedge.backends.onnxruntime.backend import _fuse_file
+from vitedge.backends.onnxruntime.attention import fuse_attention
+from vitedge.models.intake import IntakeOptions
+from vitedge.onnxkit.graph import SessionSettings, ort_session
+
+LAYOUTS_PY = Path(__file__).resolve().parents[2] / "helpers" / "vit_layouts.py"
+# name -> (class, kwargs): 2 blocks each; heads per block
+MODELS = {
+    "per_head_deit": ("PerHeadViT", {"dim": 48, "depth": 2, "heads": 3}),
+    "separate_qkv": ("SeparateQKVViT", {"dim": 48, "depth": 2, "heads": 3}),
+    "torch_encoder": ("EncoderViT", {"dim": 32, "depth": 2, "heads": 2, "channels": 1}),
+    "torch_encoder_fastpath": ("EncoderViT", {"dim": 32, "depth": 2, "heads": 2, "channels": 1}),
+    "cct": ("CCT", {"dim": 32, "depth": 2, "heads": 2}),
+}
+pytestmark = pytest.mark.skipif(not CALIB_DIR.is_dir(), reason="calibration/digits is not in this checkout")
+
+
+def _module(name):
+    spec = importlib.util.spec_from_file_location("vit_layouts", LAYOUTS_PY)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cls, kwargs = MODELS[name]
+    torch.manual_seed(0)
+    return getattr(mod, cls)(**kwargs).eval()
+
+
+def _checkpoint(name, folder):
+    """(file, IntakeOptions) as a user hands it to vitedge."""
+    cls, kwargs = MODELS[name]
+    model = _module(name)
+    if name == "torch_encoder_fastpath":  # traced under no_grad: aten::_transformer_encoder_layer_fwd, the fast path
+        with torch.no_grad():
+            traced = torch.jit.trace(model, torch.randn(2, 1, 32, 32), check_trace=False)
+        path = folder / "encoder.ts.pt"
+        torch.jit.save(traced, str(path))
+        return path, IntakeOptions(mean=(0.5,), std=(0.5,))
+    path = folder / f"{name}.pt"
+    torch.save(model.state_dict(), path)
+    return path, IntakeOptions(model_class=f"{LAYOUTS_PY}:{cls}", model_kwargs=kwargs)
+
+
+@pytest.fixture(scope="module")
+def graphs(tmp_path_factory):
+    """name -> (FP32 path, Q/DQ path, spec), exported and quantized (minmax, 16 images) once."""
+    from vitedge.datasources.sources import open_source
+    from vitedge.models.export import export_onnx
+    from vitedge.models.intake import load_model
+    from vitedge.quantize import QuantConfig, build_qdq, calibrate
+
+    cache = tmp_path_factory.mktemp("calib-cache")
+
+    @functools.lru_cache(maxsize=None)
+    def get(name):
+        folder = tmp_path_factory.mktemp(name)
+        loaded = load_model(*_checkpoint(name, folder))
+        fp32 = folder / "model.fp32.onnx"
+        export_onnx(loaded, fp32)
+        source = open_source(CALIB_DIR, loaded.spec.preprocess, limit=16, seed=0, class_names=None)
+        qdq = build_qdq(calibrate(fp32, source, QuantConfig(method="minmax"), cache_dir=cache)).save(folder / "model.qdq.onnx")
+        return fp32, qdq, loaded.spec
+
+    return get
+
+
+def _run(path_or_model, x):
+    src = path_or_model.SerializeToString() if isinstance(path_or_model, onnx.ModelProto) else path_or_model
+    sess = ort_session(src, SessionSettings(threads=2))
+    return sess.run(None, {sess.get_inputs()[0].name: x})[0]
+
+
+def _assert_same(a, b, spec, rel=1e-4):
+    for batch in (1, 3):
+        x = np.random.default_rng(batch).standard_normal((batch, spec.preprocess.channels, *spec.image_size)).astype(np.float32)
+        ref, got = _run(a, x), _run(b, x)
+        peak = float(np.max(np.abs(ref)))
+        assert peak > 0 and ref.shape == got.shape
+        assert float(np.max(np.abs(ref - got))) <= rel * peak + 1e-6, f"batch {batch}"
+
+
+def _ops(model):
+    return collections.Counter(n.op_type for n in model.graph.node)
+
+
+@pytest.mark.parametrize("name", ["per_head_deit", "torch_encoder_fastpath"])
+def test_float_attention_of_other_layouts_fuses(name, graphs):
+    """Per-head cores (each head's q/k/v its own tensors) join into one MultiHeadAttention per block; the
+    fast-path trace's cores (a Reshape before the Softmax, the decomposed attention's Where guard after it) fuse."""
+    fp32, _, spec = graphs(name)
+    model = onnx.load(str(fp32))
+    fused = onnx.ModelProto()
+    fused.CopyFrom(model)
+    report = fuse_attention(fused)
+    assert (report.candidates, report.fused, report.skipped) == (2, 2, ()), report
+    assert set(report.num_heads) == {MODELS[name][1]["heads"]}
+    assert _ops(fused)["Softmax"] == 0 and _ops(fused)["MultiHeadAttention"] == 2
+    _assert_same(model, fused, spec)
+
+
+@pytest.mark.parametrize("name", ["per_head_deit", "separate_qkv", "torch_encoder", "torch_encoder_fastpath"])
+def test_int8_graph_of_other_layouts_fuses_every_core_and_bias(name, graphs, tmp_path):
+    """The onnx artifact: q/k/v merged into one GEMM before quantization, every attention core one
+    MultiHeadAttention, every INT8 GEMM's bias folded, no INT8 layer left for ONNX Runtime to run in float."""
+    _, qdq, spec = graphs(name)
+    attention, gemm_bias, patch, payoff = _fuse_file(qdq, tmp_path / "model.int8.onnx")
+    assert (attention.candidates, attention.fused) == (2, 2), attention
+    assert set(attention.num_heads) == {MODELS[name][1]["heads"]}
+    # per block: one q/k/v GEMM, the projection, fc1, fc2; and the head(s) (DeiT-distilled: two)
+    heads = 2 if name == "per_head_deit" else 1
+    assert (gemm_bias.gemms, gemm_bias.folded, gemm_bias.skipped) == (4 * 2 + heads,) * 2 + ((),), gemm_bias
+    assert patch.folded == 1 and payoff.layers == ()
+    _assert_same(qdq, tmp_path / "model.int8.onnx", spec, rel=1e-3)
+
+
+def test_per_head_qkv_is_one_gemm_per_block_before_quantization(graphs):
+    """3 heads x q/k/v = 9 Linear layers per block become one quantized GEMM (and the graph computes the same:
+    the merge is checked at quantization time, and here against the exported FP32 graph)."""
+    from vitedge.quantize.graph import GraphIndex, find_layers, prepare
+
+    fp32, qdq, spec = graphs("per_head_deit")
+    model = onnx.load(str(fp32))
+    prepared = prepare(model)
+    layers = find_layers(GraphIndex(prepared))
+    linear = [l for l in layers if l.kind == "linear"]
+    assert len(linear) == 4 * 2  # per block: packed q/k/v, proj, fc1, fc2
+    packed = [l for l in linear if l.channels == 3 * 48]
+    assert len(packed) == 2 and all(l.name.endswith("/merged") for l in packed)
+    _assert_same(model, prepared, spec)
+    names = {n.name for n in onnx.load(str(qdq)).graph.node if n.op_type == "MatMul"}
+    assert {l.name for l in packed} <= names  # the Q/DQ graph quantizes the merged GEMMs
+    assert not [n for n in names if n.endswith(("/query/MatMul", "/key/MatMul", "/value/MatMul"))]
+
+
+def test_conv_tokenizer_ort_runs_in_float_stays_float(graphs, tmp_path):
+    """A CCT's conv tokenizer (3x3 conv + ReLU + max-pool): ONNX Runtime has no integer kernel for a Conv without a
+    QuantizeLinear after it, so the onnx artifact keeps it float, and says so."""
+    _, qdq, spec = graphs("cct")
+    attention, gemm_bias, _, payoff = _fuse_file(qdq, tmp_path / "model.int8.onnx")
+    assert attention.fused == 2  # the sequence pooling's Softmax is no attention core
+    [kept] = payoff.layers
+    assert kept["op_type"] == "Conv" and "tokenizer" in kept["name"] and "float" in kept["why"]
+    assert payoff.to_dict()["cpu"] and "1 layer(s) kept float" in payoff.one_line()
+    out = onnx.load(str(tmp_path / "model.int8.onnx"))
+    conv = next(n for n in out.graph.node if n.op_type == "Conv")
+    producers = {o: n.op_type for n in out.graph.node for o in n.output}
+    assert "DequantizeLinear" not in {producers.get(i) for i in conv.input}
+    # closer to FP32 than the INT8 conv was (the image's and the weight's rounding are gone)
+    fp32 = graphs("cct")[0]
+    x = np.random.default_rng(0).standard_normal((2, 3, 32, 32)).astype(np.float32)
+    ref = _run(str(fp32), x)
+    assert np.abs(_run(str(tmp_path / "model.int8.onnx"), x) - ref).max() <= np.abs(_run(str(qdq), x) - ref).max()
+
+
+def test_build_records_the_keep_float_decision_in_manifest_and_report(tmp_path):
+    """`vitedge build --target onnx` of a small CCT: the manifest's quantization section names the layer kept float,
+    why, and the CPU kind whose ONNX Runtime decided; report.md says the same in one line."""
+    from vitedge.app.build import BuildRequest, run_build
+    from vitedge.budget import BudgetSettings
+    from vitedge.core.cpu import read_cpu
+    from vitedge.bundle.manifest import read_manifest
+    from vitedge.core.ui import StageLog
+    from vitedge.validation.reference_cache import ReferenceCacheSettings
+
+    pt, intake = _checkpoint("cct", tmp_path)
+    [result] = run_build(BuildRequest(model=pt, targets=("onnx",), calib=CALIB_DIR, calib_size=16, out=tmp_path / "out", intake=intake,
+                                      cache=ReferenceCacheSettings(root=tmp_path / "cache"), measure_speed=False,
+                                      budget=BudgetSettings(enabled=False)), StageLog(quiet=True))
+    manifest = read_manifest(result.bundle)
+    record = manifest.quantization.int8_payoff
+    assert record["cpu"] == read_cpu().isa and record["source"] == "onnxruntime optimized graph"
+    [kept] = record["kept_float"]
+    assert kept["op_type"] == "Conv" and "tokenizer" in kept["name"] and "runs it as a float" in kept["why"]
+    gemms = manifest.backend_info["gemm_bias_fusion"]
+    assert gemms["folded"] == gemms["gemms"] - 2 and all("qkv" in r for r in gemms["skipped"])  # CCT's q/k/v have no bias
+    report = (result.bundle / "report.md").read_text()
+    [line] = [l for l in report.splitlines() if "kept float where INT8 does not pay" in l]
+    assert kept["name"] in line and read_cpu().isa in line
+
+
+def test_a_bundle_still_slower_says_what_was_tried():
+    from vitedge.app.reporting import still_slower_line
+
+    info = {"attention_fusion": {"fused": 12, "candidates": 12}, "gemm_bias_fusion": {"folded": 48, "gemms": 48},
+            "int8_payoff": {"kept_float": [{"name": "conv"}]}}
+    line = still_slower_line(info, 0.8)
+    assert line.startswith("INT8 still ran slower than FP32 here (0.80x") and "attention fusion 12 of 12" in line
+    assert "GEMM bias folding 48 of 48" in line and "1 layer(s) kept float" in line
+    assert still_slower_line(info, 1.3) is None and still_slower_line(info, None) is None

@@ -1,0 +1,74 @@
+"""The manifest's versioned schema: a bundle written before the typed manifest sections
+(tests/fixtures/bundle_v1, an intel-cpu build of the bundled digits example, its model files
+left out) still loads, validates and round-trips key for key."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from vitedge.core.errors import BundleError
+from vitedge.bundle.manifest import SCHEMA, Manifest, read_manifest
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "bundle_v1" / "intel-cpu"
+
+
+def _recorded() -> dict:
+    return json.loads((FIXTURE / "manifest.json").read_text())
+
+
+def test_the_v1_bundle_manifest_loads_and_validates():
+    manifest = read_manifest(FIXTURE)  # schema prefix, required sections, field types, contained paths
+    assert manifest.schema == SCHEMA == "vitedge.manifest/1"
+    assert manifest.target.name == "intel-cpu" and manifest.target.backend == "openvino"
+    assert manifest.spec.image_size == tuple(_recorded()["model"]["spec"]["image_size"])
+    assert manifest.artifacts.model == "model.xml" and manifest.artifacts.built is True
+    assert manifest.validation["schema"] == "vitedge.validation/1" and manifest.validation["passed"] is True
+    assert manifest.quantization.budget["status"] in ("int8", "fallback", "off")
+    assert set(manifest.files) >= {"model.xml", "model.bin", "model.int8.onnx", "reference.fp32.onnx"}
+
+
+def test_a_section_still_reads_as_the_json_it_was_for_code_written_against_dicts():
+    manifest = read_manifest(FIXTURE)  # vitedge.runtime.load(...).manifest is this object
+    assert manifest.target["name"] == manifest.target.name == "intel-cpu"
+    assert manifest.artifacts.get("built") is True and manifest.quantization.get("no such key", 7) == 7
+    with pytest.raises(KeyError):
+        manifest.model["no such key"]
+
+
+def test_the_v1_manifest_round_trips_key_for_key():
+    recorded = _recorded()
+    assert Manifest.from_dict(recorded).to_dict() == recorded
+    assert list(Manifest.from_dict(recorded).to_dict()) == list(recorded)  # the same key order on disk
+
+
+def test_a_damaged_v1_manifest_is_a_one_line_bundle_error():
+    broken = _recorded()
+    broken["artifacts"]["model"] = 3
+    with pytest.raises(BundleError, match="'artifacts.model' is int"):
+        Manifest.from_dict(broken)
+    del broken["quantization"]
+    with pytest.raises(BundleError, match="lacks 'quantization'"):
+        Manifest.from_dict(broken)
+
+
+def test_the_v1_report_files_are_the_build_reports():
+    headings = [line for line in (FIXTURE / "report.md").read_text().splitlines() if line.startswith("#")]
+    assert headings[0] == "# vitedge bundle: intel-cpu (openvino, int8)" and "## Accuracy budget" in headings
+    assert sorted(p.name for p in (FIXTURE / "report").iterdir()) == ["junit.xml", "summary.md", "validation.json"]
+    document = json.loads((FIXTURE / "report" / "validation.json").read_text())
+    assert document["schema"] == "vitedge.validation/1" and document["passed"] is True
+
+
+def test_vitedge_reads_manifest_sections_by_attribute():
+    """The JSON view above is for code outside vitedge; vitedge reads each section's typed attributes."""
+    import re
+
+    package = Path(__file__).resolve().parents[1] / "vitedge"
+    by_key = re.compile(r"\b(manifest|m)\.(target|model|input|output|quantization|artifacts)(\[|\.get\()")
+    found = [f"{p.relative_to(package.parent)}:{i}" for p in sorted(package.rglob("*.py"))
+             if p.name != "manifest_sections.py"  # its own module
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if by_key.search(line)]
+    assert not found, "manifest sections read by string key:\n" + "\n".join(found)

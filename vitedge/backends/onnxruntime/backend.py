@@ -1,0 +1,224 @@
+"""ONNX Runtime (CPU) backend: the generic `onnx` target.
+
+The artifact is the Q/DQ graph itself, so it runs on any stock ONNX Runtime, and on
+anything else that reads ONNX QuantizeLinear/DequantizeLinear.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
+from vitedge.backends.onnxruntime.attention import AttentionFusion, fuse_attention
+from vitedge.backends.onnxruntime.gemm_bias import GemmBiasFusion, fuse_gemm_bias, unfold_gemm_bias
+from vitedge.backends.onnxruntime.patch_embed import PatchEmbedFusion, fuse_patch_embedding, unfold_patch_embedding
+from vitedge.backends.onnxruntime.payoff import Int8Payoff, keep_float_if_slower, keep_unpaid_float
+from vitedge.core.cpu import read_cpu
+from vitedge.core import telemetry
+from vitedge.core.errors import BundleError, UsageError
+from vitedge.core.limits import MAX_PROFILE_THREADS, check_number
+from vitedge.onnxkit.graph import (
+    FLOAT_NCHW,
+    INPUT_FORMAT_KEY,
+    OPTIMIZATION_LEVELS,
+    SessionSettings,
+    copy_onnx,
+    ort_session,
+    save_onnx,
+)
+from vitedge.files.swap import work_prefix
+
+if TYPE_CHECKING:
+    from onnx import ModelProto
+
+
+@dataclass(frozen=True)
+class OnnxRuntimeOptions:
+    """[backend_options] of an onnxruntime profile."""
+
+    graph_optimization: str = "all"  # ONNX Runtime's session optimisation level at load time
+    threads: int = 0  # intra-op threads; 0 = all cores
+    # Fuse each float attention core into com.microsoft.MultiHeadAttention (see
+    # vitedge/backends/onnxruntime/attention.py), each INT8 GEMM's bias into com.microsoft.MatMulIntegerToFloat
+    # (vitedge/backends/onnxruntime/gemm_bias.py), and run the INT8 patch-embedding Conv as one of those GEMMs
+    # (vitedge/backends/onnxruntime/patch_embed.py). Measured faster (docs/cpu-targets.md); the artifact then
+    # needs ONNX Runtime (any stock build) rather than any ONNX reader.
+    fuse_attention: bool = True
+    # Time INT8 against FP32 on the build machine; when INT8 is slower at a profile batch size, ship the model in
+    # float (vitedge/backends/onnxruntime/payoff.py keep_float_if_slower)
+    int8_payoff: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.int8_payoff, bool):
+            raise UsageError(f"int8_payoff must be true or false, got {self.int8_payoff!r}")
+        if not isinstance(self.fuse_attention, bool):
+            raise UsageError(f"fuse_attention must be true or false, got {self.fuse_attention!r}")
+        if self.graph_optimization not in OPTIMIZATION_LEVELS:
+            raise UsageError(f"graph_optimization must be one of {', '.join(OPTIMIZATION_LEVELS)}, got '{self.graph_optimization}'")
+        check_number("threads", self.threads, 0, MAX_PROFILE_THREADS, integer=True)
+
+
+class OnnxRuntimeRunner(Runner):
+    backend_name = "onnxruntime"
+
+    def __init__(self, model_path: Path, options: OnnxRuntimeOptions, threads: int | None = None):
+        self.model_path = Path(model_path)
+        self.options = options
+        self.threads = threads if threads is not None else options.threads
+        self.session = None
+
+    def open(self) -> None:
+        try:
+            self.session = ort_session(self.model_path, SessionSettings(threads=self.threads, optimization=self.options.graph_optimization))
+        except ImportError:
+            raise  # no onnxruntime: the caller names the package to install
+        except Exception as err:
+            raise BundleError(f"ONNX Runtime cannot load {self.model_path}: {str(err).splitlines()[0][:200]}") from err
+        meta = self.session.get_modelmeta().custom_metadata_map  # no `onnx` import: runtime boxes lack it
+        inp = self.session.get_inputs()[0]
+        self.input_name = inp.name
+        self.input_format = meta.get(INPUT_FORMAT_KEY, FLOAT_NCHW)
+        dims = inp.shape
+        hw = (dims[1], dims[2]) if self.input_format != FLOAT_NCHW else (dims[2], dims[3])
+        self.input_hw = tuple(hw) if all(isinstance(d, int) for d in hw) else None
+        c = dims[3] if self.input_format != FLOAT_NCHW else dims[1]
+        self.input_channels = c if isinstance(c, int) else 3
+
+    def close(self) -> None:
+        self.session = None
+
+    def _infer_impl(self, batch: np.ndarray) -> np.ndarray:
+        if self.session is None:
+            self.open()
+        return self.session.run(None, {self.input_name: batch})[0]
+
+
+class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
+    name = "onnxruntime"
+    options_type = OnnxRuntimeOptions
+    facts = BackendFacts(runtime="ONNX Runtime", runs_on=CPU, runtime_modules=("onnxruntime",),
+                         install_hint="pip install onnxruntime", runtime_install="pip install onnxruntime",
+                         runtime_extra="onnxruntime", triton_platform="onnxruntime_onnx")
+
+    def check_environment(self) -> EnvironmentStatus:
+        try:
+            ort = telemetry.onnxruntime()
+        except ImportError:
+            return EnvironmentStatus(False, False, "onnxruntime is not installed", self.facts.install_hint)
+        return EnvironmentStatus(True, True, f"onnxruntime {ort.__version__} (CPUExecutionProvider)")
+
+    def versions(self) -> dict[str, str]:
+        ort = telemetry.onnxruntime()
+
+        return {"onnxruntime": ort.__version__}
+
+    def build(self, ctx: BuildContext[OnnxRuntimeOptions]) -> BuiltArtifact:
+        model = ctx.out_dir / "model.int8.onnx"
+        info: dict[str, Any] = {"execution_provider": "CPUExecutionProvider"}
+        options = ctx.options or OnnxRuntimeOptions()
+        if options.fuse_attention:
+            report, gemm_bias, patch, payoff = _fuse_file(ctx.qdq_path, model)
+            if ctx.log:
+                for line in (report.one_line(), gemm_bias.one_line(), patch.one_line(), payoff.one_line()):
+                    ctx.log(line)
+            info["attention_fusion"] = report.to_dict()
+            info["gemm_bias_fusion"] = {"gemms": gemm_bias.gemms, "folded": gemm_bias.folded, "skipped": list(gemm_bias.skipped)}
+            info["int8_payoff"] = payoff.to_dict()
+        elif ctx.qdq_path.resolve() != model.resolve():
+            copy_onnx(ctx.qdq_path, model)
+        reference = ctx.out_dir / "reference.fp32.onnx"
+        if not reference.exists():
+            copy_onnx(ctx.fp32_path, reference)
+        with OnnxRuntimeRunner(model, options):  # proves the stock CPU provider loads it
+            pass
+        if options.int8_payoff:
+            _timed_payoff(model, reference, ctx, info)
+        info["int8_layers"] = int8_layer_share(model, options)
+        return BuiltArtifact(model=model.name, reference=reference.name, info=info)
+
+    def shipped_graph(self, src: Path, role: str, options: OnnxRuntimeOptions, out_dir: Path) -> Path:
+        """``build`` ships the FP32 graph as it is and the Q/DQ graph with its attention cores, GEMM biases and
+        patch embedding fused (when the profile fuses them), both written by the same code as here."""
+        if role != "model" or not (options or OnnxRuntimeOptions()).fuse_attention:
+            return src
+        _fuse_file(src, out_dir / "model.int8.onnx")
+        return out_dir / "model.int8.onnx"
+
+    def open_runner(self, model_path: Path, options: OnnxRuntimeOptions, *, threads: int | None = None) -> Runner:
+        return OnnxRuntimeRunner(model_path, options or OnnxRuntimeOptions(), threads)
+
+
+def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[str, Any]) -> None:
+    """INT8 timed against FP32 here; the whole model in float when INT8 is slower (recorded in ``info``)."""
+    cpu = read_cpu().isa
+    timed = keep_float_if_slower(model, reference, tuple(sorted({1, *(ctx.batch_sizes or ())})), cpu)
+    record = info.setdefault("int8_payoff", {"cpu": cpu, "source": "onnxruntime timing on the build machine", "kept_float": []})
+    whole = timed.pop("kept_float_whole", None)
+    record["timed"] = timed
+    ratios = ", ".join(f"b{b} {r:.2f}" for b, r in timed["steps"][0]["int8_over_fp32"].items())
+    if whole is not None:
+        record["kept_float"] = whole
+        line = f"INT8 payoff: INT8 of this model is slower than FP32 in ONNX Runtime on {cpu} ({ratios}): the whole model is kept float"
+    else:
+        line = f"INT8 payoff: INT8 pays in ONNX Runtime on {cpu} (INT8/FP32 CPU time at one thread {ratios})"
+    if ctx.log:
+        ctx.log(line)
+
+
+def _fuse_file(src: Path, dst: Path) -> tuple[AttentionFusion, GemmBiasFusion, PatchEmbedFusion, Int8Payoff]:
+    """Write the Q/DQ graph ``src`` to ``dst`` with its float attention cores fused, its INT8 GEMMs' biases
+    folded into MatMulIntegerToFloat and its INT8 patch embedding run as one, and the INT8 layers ONNX Runtime
+    would still run as float kernels back in float (vitedge/backends/onnxruntime/payoff.py); returns the reports."""
+    import onnx
+
+    graph = onnx.load(str(src))
+    report = fuse_attention(graph)
+    gemm_bias = fuse_gemm_bias(graph)
+    patch = fuse_patch_embedding(graph)
+    payoff = keep_unpaid_float(graph, read_cpu().isa)
+    save_onnx(graph, dst)
+    return report, gemm_bias, patch, payoff
+
+
+
+def unfold_int8_rewrites(model: ModelProto) -> int:
+    """The onnx artifact's INT8 layers in their Q/DQ form again, under their node names (in place): what
+    ``_fuse_file`` made MatMulIntegerToFloat (the GEMMs with their biases, the patch embedding) back to
+    ``DequantizeLinear -> MatMul`` / ``-> Conv``. The attention fusion stays (it holds no INT8 layer). For readers
+    that find INT8 layers that way (per-layer sensitivity). Returns how many layers were unfolded."""
+    return unfold_gemm_bias(model) + unfold_patch_embedding(model)
+
+# Optimized-graph op types that do matrix work, by what they compute in.
+_INT8_OPS = ("QLinearMatMul", "MatMulIntegerToFloat", "MatMulInteger", "QLinearConv", "ConvInteger", "QGemm",
+             "DynamicQuantizeMatMul", "QAttention", "QOrderedMatMul")
+_FLOAT_OPS = ("MatMul", "Gemm", "Conv", "FusedMatMul", "FusedGemm", "FusedConv", "NhwcFusedConv", "MultiHeadAttention",
+              "Attention", "MatMulNBits")
+
+
+def int8_layer_share(model_path: Path, options: OnnxRuntimeOptions) -> dict[str, Any]:
+    """How many matrix ops run in INT8, read from the graph ONNX Runtime itself optimized for
+    this CPU (``SessionOptions.optimized_model_filepath``), not from the Q/DQ pattern."""
+
+    import onnx
+
+    with tempfile.TemporaryDirectory(prefix=work_prefix("ort-opt")) as tmp:
+        out = Path(tmp) / "optimized.onnx"
+        try:
+            ort_session(model_path, SessionSettings(optimization=options.graph_optimization, optimized_model_path=out))
+            graph = onnx.load(str(out), load_external_data=False)
+        except Exception as err:
+            return {"int8": None, "other": None, "source": f"unavailable: {str(err).splitlines()[0][:120] if str(err) else type(err).__name__}"}
+    by_type: dict[str, int] = {}
+    counts: dict[str, Any] = {"int8": 0, "other": 0}
+    for node in graph.graph.node:
+        if node.op_type in _INT8_OPS or node.op_type in _FLOAT_OPS:
+            counts["int8" if node.op_type in _INT8_OPS else "other"] += 1
+            by_type[node.op_type] = by_type.get(node.op_type, 0) + 1
+    counts["by_type"] = by_type
+    counts["source"] = "onnxruntime optimized graph"
+    return counts

@@ -1,0 +1,124 @@
+"""Keep float the INT8 layers that ONNX Runtime would run in float anyway (issue 47).
+
+ONNX Runtime turns a quantized layer into an integer kernel only where one of its QDQ rules matches: a MatMul or
+Gemm reading two DequantizeLinears becomes MatMulIntegerToFloat / QGemm, but a Conv without a QuantizeLinear after it
+(a CCT's conv tokenizer feeding ReLU and max-pool, a hybrid's stem), a Gemm with a float bias, or a MatMul whose
+DequantizeLinear has a second reader stays a float kernel, and then dequantizes its input and its weight on every
+run: the INT8 layer costs time and precision and saves nothing. So before the onnx artifact is written, ONNX Runtime
+optimizes the graph on the build machine (``SessionOptions.optimized_model_filepath``, the graph it would run), and
+every layer whose weight still reaches a float matrix kernel through a DequantizeLinear goes back to float here:
+its weight becomes the float tensor it dequantized to (the values the INT8 graph used, so what the accuracy budget
+measured for that weight stands) and its input the float tensor before its QuantizeLinear.
+
+The decision is made by this CPU's ONNX Runtime and recorded with the CPU kind (``vitedge.core.cpu``). ONNX Runtime picks
+these QDQ rules by op pattern, not by ISA level (read from its qdq_transformer selectors): a layer ORT runs in
+float on one x86 CPU it runs in float on any. The runtime's other per-ISA choice, uint8 vs int8 activations, is
+made in ``ort_gemm_bias``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from vitedge.backends.float_layers import int8_layers, return_to_float
+from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio, timed_steps_line
+from vitedge.onnxkit.graph import SessionSettings, node_index, ort_session
+from vitedge.files.swap import work_prefix
+
+if TYPE_CHECKING:
+    from onnx import ModelProto, NodeProto
+
+_FLOAT_MATRIX = frozenset({"MatMul", "Gemm", "Conv", "FusedConv", "FusedMatMul", "FusedGemm", "NhwcFusedConv", "ConvTranspose"})
+
+
+@dataclass(frozen=True)
+class Int8Payoff:
+    """Which INT8 layers went back to float because ONNX Runtime ran them in float, and on which CPU kind."""
+
+    cpu: str  # vitedge.core.cpu's ISA label of the machine whose ONNX Runtime decided
+    layers: tuple[dict[str, str], ...] = field(default=())  # {"name", "op_type", "why"}
+    source: str = "onnxruntime optimized graph"
+
+    def one_line(self) -> str:
+        if not self.layers:
+            return f"INT8 payoff: every INT8 layer runs as an integer kernel in ONNX Runtime ({self.cpu})"
+        names = ", ".join(l["name"] for l in self.layers[:3]) + (", ..." if len(self.layers) > 3 else "")
+        return (f"INT8 payoff: {len(self.layers)} layer(s) kept float, ONNX Runtime runs them as float kernels on "
+                f"{self.cpu} (INT8 would only add dequantization): {names}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cpu": self.cpu, "source": self.source, "kept_float": [dict(l) for l in self.layers]}
+
+
+def _float_weights(model: ModelProto) -> dict[str, str]:
+    """int8 weight initializer -> the float op ONNX Runtime (this machine, this version) feeds it to dequantized."""
+    import onnx
+
+    with tempfile.TemporaryDirectory(prefix=work_prefix("ort-opt")) as tmp:
+        out = Path(tmp) / "optimized.onnx"
+        ort_session(model.SerializeToString(), SessionSettings(optimization="all", optimized_model_path=out))
+        opt = onnx.load(str(out), load_external_data=False)
+    inits = {t.name for t in opt.graph.initializer}
+    producer = node_index(opt.graph.node).producer
+    found = {}
+    for n in opt.graph.node:
+        if n.op_type not in _FLOAT_MATRIX:
+            continue
+        for i in n.input[1:2]:
+            dq = producer.get(i)
+            if dq is not None and dq.op_type == "DequantizeLinear" and dq.input[0] in inits:
+                found[dq.input[0]] = n.op_type
+    return found
+
+
+def keep_unpaid_float(model: ModelProto, cpu: str) -> Int8Payoff:
+    """Return to float, in place, every INT8 layer this machine's ONNX Runtime would run as a float kernel."""
+    try:
+        unpaid = _float_weights(model)
+    except Exception as err:  # noqa: BLE001 - a graph ORT cannot optimize here is shipped as it is
+        return Int8Payoff(cpu, (), f"unavailable: {str(err).splitlines()[0][:120] if str(err) else type(err).__name__}")
+    if not unpaid:
+        return Int8Payoff(cpu)
+    kept = return_to_float(model, lambda node, dq: (f"ONNX Runtime runs it as a float {unpaid[dq.input[0]]} reading "
+                                                    "dequantized inputs") if dq.input[0] in unpaid else None)
+    return Int8Payoff(cpu, tuple(kept))
+
+
+def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[int, ...], cpu: str,
+                         timing: PayoffTiming = PayoffTiming()) -> dict[str, Any]:
+    """Time the onnx artifact against its FP32 reference here (``int8_timing``) at each batch size; when INT8 is
+    slower at any of them, the whole model goes back to float: ``model_path`` becomes the FP32 graph. Returns the
+    record (``steps``, ``whole_model_float``, ``control_noise``, and the layers kept float when it did)."""
+    import onnx
+
+    def runs(path: Path, batch: int) -> Callable[[], Any]:
+        session = ort_session(path, SessionSettings(threads=1, spinning=False))
+        inp = session.get_inputs()[0]
+        dims = [batch] + [d if isinstance(d, int) else 1 for d in inp.shape[1:]]
+        rng = np.random.default_rng(0)
+        x = rng.integers(0, 256, dims).astype(np.uint8) if "uint8" in inp.type else rng.standard_normal(dims).astype(np.float32)
+        return lambda: session.run(None, {inp.name: x})
+
+    ratios, noise = {}, 0.0
+    for b in batches:
+        ratios[b], control = interleaved_ratio(runs(reference_path, b), runs(reference_path, b), runs(model_path, b), timing, seed=b)
+        noise = max(noise, abs(control - 1.0))
+    steps = [{"step": "INT8", "ratios": ratios, "taken": True}]
+    record: dict[str, Any] = {"timed_on": cpu, "whole_model_float": False, "control_noise": round(noise, 4),
+                              "steps": [{"step": s["step"], "taken": s["taken"], "int8_over_fp32": {str(b): round(r, 4) for b, r in s["ratios"].items()}}
+                                        for s in steps]}
+    if max(ratios.values()) <= 1.0:
+        return record
+    model = onnx.load(str(model_path), load_external_data=False)
+    why = f"INT8 of the whole model is slower than FP32 in ONNX Runtime on {cpu} ({timed_steps_line(steps)})"
+    layers = set(int8_layers(model)) | {n.name for n in model.graph.node if n.domain == "com.microsoft" and n.op_type == "MatMulIntegerToFloat"}
+    record["whole_model_float"] = True
+    record["kept_float_whole"] = [{"name": n.name, "op_type": n.op_type, "why": why} for n in model.graph.node if n.name in layers]
+    shutil.copyfile(reference_path, model_path)
+    return record

@@ -1,0 +1,1 @@
+"""What a bundle holds: the input spec, preprocessing, the manifest and its trust."""

@@ -1,0 +1,1 @@
+"""Files on disk: bounded reads, atomic writes, swaps, output folders and their locks."""

@@ -1,0 +1,1 @@
+"""The ONNX toolkit: files and external data, metadata, sessions, graph editing."""

@@ -1,0 +1,1 @@
+"""Target profiles, target families and the `vitedge targets` table."""
