@@ -1,12 +1,14 @@
 """The package's layers, pinned (docs/architecture.md explains them).
 
-Every import inside vitedge/ is read from the source with `ast` (module-level and
-function-local alike, so a lazy import cannot hide a cycle) and checked against the
-layer order below: a module may import its own layer or a lower one, never a higher
-one, and no two modules may import each other, directly or through others.
-Function-local imports are only for heavy optional libraries, for project modules
-that import one at module level (so `vitedge --help` and `import vitedge.runtime` stay
-light), and for build-only modules imported by a module the runtime wheel ships
+One layer is one or a few folders of vitedge/: every module lives in a folder, and its folder
+gives its layer (the package's own `__init__` belongs to the lowest layer, `__main__` to the
+highest). Every import inside vitedge/ is read from the source with `ast` (module-level and
+function-local alike, so a lazy import cannot hide a cycle): a module may import its own folder
+or a folder of a lower layer, never a folder of a higher layer nor another folder of its own
+layer, and no two modules may import each other, directly or through others.
+Function-local imports are only for heavy optional libraries, for project modules that import
+one at module level (so `vitedge --help` and `import vitedge.runtime` stay light), and for
+build-only modules imported by a module the runtime wheel ships
 (packaging/runtime/pyproject.toml), which would otherwise fail to import there.
 """
 
@@ -21,24 +23,24 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "vitedge"
 
-# Lowest first. A module is placed by its longest matching prefix.
-LAYERS: list[tuple[str, list[str]]] = [
-    ("core", ["vitedge", "vitedge.core", "vitedge.files", "vitedge.bundle", "vitedge.onnxkit", "vitedge.core.errors", "vitedge.core.paths", "vitedge.core.signals", "vitedge.files.swap", "vitedge.files.atomic",
-              "vitedge.files.safefile", "vitedge.spec", "vitedge.core.cpu", "vitedge.bundle.preprocess", "vitedge.core.ui",
-              "vitedge.core.json_sections", "vitedge.bundle.trust", "vitedge.bundle.fields", "vitedge.bundle.sections", "vitedge.bundle.manifest",
-              "vitedge.files.outputs", "vitedge.onnxkit.graph", "vitedge.core.memory",
-              "vitedge.core.limits", "vitedge.files.lock", "vitedge.core.telemetry"]),
-    ("inputs", ["vitedge.datasources", "vitedge.calibration", "vitedge.models", "vitedge.models.export", "vitedge.camera_apps"]),
-    ("quantize", ["vitedge.quantize"]),
-    ("backends", ["vitedge.backends"]),
-    ("targets", ["vitedge.targets", "vitedge.runtime", "vitedge.targets.profiles", "vitedge.targets.families", "vitedge.targets.table"]),
-    ("validation", ["vitedge.validation", "vitedge.app.preflight"]),
-    ("budget", ["vitedge.budget"]),
-    ("scale-out", ["vitedge.distributed"]),
-    ("application", ["vitedge.app", "vitedge.cli.project_config", "vitedge.cli.project_init"]),
-    ("interface", ["vitedge.cli", "vitedge.cli.commands", "vitedge.cli.entry", "vitedge.cli.options", "vitedge.cli.stats",
-                   "vitedge.__main__"]),
+# The folders of vitedge/, lowest layer first. A new folder fails the test until it is placed here.
+LAYERS: list[tuple[str, tuple[str, ...]]] = [
+    ("core", ("core",)),
+    ("files", ("files",)),
+    ("formats", ("bundle", "onnxkit")),
+    ("inputs", ("models", "datasources", "camera_apps")),
+    ("quantize", ("quantize",)),
+    ("backends", ("backends",)),
+    ("targets", ("targets", "runtime")),
+    ("validation", ("validation",)),
+    ("budget", ("budget",)),
+    ("scale-out", ("distributed",)),
+    ("application", ("app",)),
+    ("interface", ("cli",)),
 ]
+# The only modules at the top of vitedge/: the package's face and `python -m vitedge`.
+TOP_LEVEL = {"vitedge": "core", "vitedge.__main__": "cli"}
+FOLDER_LAYER = {folder: index for index, (_, folders) in enumerate(LAYERS) for folder in folders}
 
 # Libraries whose import is slow or optional: the only ones imported inside functions.
 HEAVY = {"torch", "torchvision", "onnx", "onnxruntime", "onnxscript", "openvino", "tensorrt", "cuda", "pycuda",
@@ -73,17 +75,23 @@ def _runtime_modules() -> set[str]:
 RUNTIME_MODULES = _runtime_modules()
 
 
+def _folder_of(module: str) -> str:
+    if module in TOP_LEVEL:
+        return TOP_LEVEL[module]
+    parts = module.split(".")
+    is_package = module in MODULES and MODULES[module].name == "__init__.py"
+    if len(parts) == 2 and not is_package:
+        raise AssertionError(f"{module} is a module at the top of vitedge/: put it in the folder of its layer "
+                             "(tests/package/test_architecture.py, docs/architecture.md)")
+    return parts[1]
+
+
 def _layer_of(module: str) -> int:
-    best, best_len = None, -1
-    for index, (_, prefixes) in enumerate(LAYERS):
-        for prefix in prefixes:
-            nested = prefix != "vitedge" and module.startswith(prefix + ".")  # the package root holds only itself
-            if (module == prefix or nested) and len(prefix) > best_len:
-                best, best_len = index, len(prefix)
-    if best is None:
-        raise AssertionError(f"{module} has no layer: add it to LAYERS in tests/package/test_architecture.py "
+    folder = _folder_of(module)
+    if folder not in FOLDER_LAYER:
+        raise AssertionError(f"vitedge/{folder}/ has no layer: add it to LAYERS in tests/package/test_architecture.py "
                              "and to docs/architecture.md")
-    return best
+    return FOLDER_LAYER[folder]
 
 
 def _resolve(module: str, node: ast.ImportFrom) -> str:
@@ -133,19 +141,35 @@ def _edges() -> dict[str, set[str]]:
     return edges
 
 
-def test_every_module_has_a_layer():
+def test_every_module_is_in_a_folder_with_a_layer():
     for module in MODULES:
         _layer_of(module)
 
 
-def test_no_module_imports_a_higher_layer():
+def test_every_folder_has_a_layer():
+    folders = {p.parent.name for p in PACKAGE.glob("*/__init__.py")}
+    assert folders == set(FOLDER_LAYER), (f"folders without a layer: {sorted(folders - set(FOLDER_LAYER))}; "
+                                          f"layers naming no folder: {sorted(set(FOLDER_LAYER) - folders)}")
+
+
+def test_no_module_imports_a_higher_layer_or_a_sibling_folder():
     wrong = []
     for module, targets in _edges().items():
         for target in targets:
-            if _layer_of(target) > _layer_of(module):
-                wrong.append(f"{module} ({LAYERS[_layer_of(module)][0]}) imports {target} "
-                             f"({LAYERS[_layer_of(target)][0]})")
+            mine, theirs = _layer_of(module), _layer_of(target)
+            if theirs > mine or (theirs == mine and _folder_of(target) != _folder_of(module)):
+                wrong.append(f"{module} ({LAYERS[mine][0]}: {_folder_of(module)}/) imports {target} "
+                             f"({LAYERS[theirs][0]}: {_folder_of(target)}/)")
     assert not wrong, "imports against the layer order:\n" + "\n".join(sorted(wrong))
+
+
+def test_the_layer_rule_sees_a_flat_module_and_an_unplaced_folder():
+    with pytest.raises(AssertionError, match="top of vitedge/"):
+        _layer_of("vitedge.fsutil")
+    with pytest.raises(AssertionError, match="vitedge/newthing/ has no layer"):
+        _layer_of("vitedge.newthing.x")
+    assert _layer_of("vitedge.cli.commands.build_cmd") == len(LAYERS) - 1
+    assert _layer_of("vitedge") == 0 and _layer_of("vitedge.__main__") == len(LAYERS) - 1
 
 
 def test_no_import_cycle():
@@ -224,7 +248,7 @@ def test_function_local_imports_are_only_for_heavy_libraries():
     assert not wrong, ("function-local imports of light modules (import them at the top):\n" + "\n".join(wrong))
 
 
-@pytest.mark.parametrize("entry", ["vitedge", "vitedge.runtime", "vitedge.cli.entry"])
+@pytest.mark.parametrize("entry", ["vitedge", "vitedge.runtime", "vitedge.cli"])
 def test_light_entry_points_import_no_heavy_library(entry):
     import subprocess
 
