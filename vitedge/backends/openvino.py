@@ -27,7 +27,8 @@ from vitedge.core import telemetry
 from vitedge.backends.ov_payoff import PayoffRun, settle
 from vitedge.core.cpu import bf16_capped_off, read_cpu
 from vitedge.core.errors import BundleError, MissingDependencyError, UsageError
-from vitedge.core.limits import MAX_PROFILE_THREADS, check_number, usable_cpus
+from vitedge.core.cpu import usable_cpus
+from vitedge.core.limits import MAX_PROFILE_THREADS, check_number
 from vitedge.onnxkit.graph import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, copy_onnx, get_metadata, onnx_sha256
 from vitedge.core.signals import raise_if_interrupted
 

@@ -106,11 +106,12 @@ def read_cpu(cpuinfo: str | Path = "/proc/cpuinfo", machine: str | None = None) 
 
 
 def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity, as a container or `taskset` limits it), else all of them."""
+    """The CPUs this process may run on (its affinity, as a container or `taskset` limits it), else all of them;
+    at least 1. Thread counts, the OpenVINO stream rule and `latency.device` all read this one."""
     try:
-        return len(os.sched_getaffinity(0))
+        return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        return max(1, os.cpu_count() or 1)
 
 
 def timing_identity(cpu: CpuInfo | None = None) -> dict[str, object]:

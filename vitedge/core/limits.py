@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import os
 
+from vitedge.core.cpu import usable_cpus
 from vitedge.core.errors import UsageError
 
 # a thread count above this many per CPU this process may use only oversubscribes the cores
@@ -57,14 +58,6 @@ MAX_RESIZED_PIXELS = 16 * 1024 * 1024
 # the smallest centre-crop fraction: the resize side is crop / crop_pct, so --crop-pct 0.01 resized every image
 # to 100x the crop (3.2 megapixels for a 32-pixel crop) to keep its middle 1 %; published models use 0.875-1.0
 MIN_CROP_PCT = 0.25
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity mask, which a container or taskset narrows)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
 
 
 def max_threads() -> int:

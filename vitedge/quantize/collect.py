@@ -31,7 +31,7 @@ from rich.progress import (
 
 from vitedge.datasources._common import CalibrationSource, check_inputs_vary
 from vitedge.core.errors import CalibrationError, QuantizationError
-from vitedge.core.limits import usable_cpus
+from vitedge.core.cpu import usable_cpus
 from vitedge.onnxkit.graph import (
     FLOAT_NCHW,
     INPUT_FORMAT_KEY,
