@@ -1,5 +1,5 @@
 """How the test suite is laid out: test files mirror the package (tests/<pkg>/test_*.py for
-vitedge/<pkg>/, tests/ itself for vitedge's top-level modules, plus the cross-cutting folders below),
+vitedge/<pkg>/, plus the cross-cutting folders below; vitedge/ has no top-level module to test at tests/),
 their names are unique (pytest's default import mode puts each test folder on sys.path), shared
 fixtures live in tests/conftest.py (no fixture is copied between test modules), shared plain
 helpers in tests/helpers/, and no module under tests/ imports a test module (test_*.py)."""
@@ -127,8 +127,8 @@ def copied_fixtures(tests: Path = TESTS) -> dict[str, list[str]]:
 
 def test_test_files_mirror_the_package():
     assert not misplaced_test_files(), (
-        f"put each test file in the tests/ folder that mirrors the vitedge/ module it tests (tests/ itself for a "
-        f"top-level module), or in one of {sorted(CROSS_CUTTING)}: {misplaced_test_files()}")
+        f"put each test file in the tests/ folder that mirrors the vitedge/ module it tests, "
+        f"or in one of {sorted(CROSS_CUTTING)}: {misplaced_test_files()}")
     assert not repeated_test_names(), f"test file names must be unique across tests/: {repeated_test_names()}"
     assert not copied_fixtures(), f"move these fixtures to tests/conftest.py: {copied_fixtures()}"
 
