@@ -22,10 +22,12 @@ def packaged_modules() -> set[str]:
     """Module names the vitedge-runtime wheel contains, from its pyproject."""
     cfg = tomllib.loads(RUNTIME_PYPROJECT.read_text())["tool"]["setuptools"]
     names = {"vitedge"} | set(cfg["py-modules"])
+    # setuptools ships a listed module's package __init__ with it (build_py adds it for every py-module's package)
+    names |= {m.rsplit(".", 1)[0] for m in cfg["py-modules"] if m.count(".") > 1}
     for package in cfg["packages"]:
         folder = REPO.joinpath(*package.split("."))
         names.add(package)
-        names |= {f"{package}.{p.stem}" for p in folder.glob("*.py") if p.stem != "__init__"}
+        names |= {f"{package}.{p.stem}" for p in folder.glob("*.py") if p.stem not in ("__init__", "__main__")}
     return names
 
 
