@@ -83,6 +83,13 @@ def interleaved_ratio(fp32: Callable[[], Any], control: Callable[[], Any], int8:
     return ratio("int8"), ratio("control")
 
 
+def timing_input(dims: list[int], integral: bool) -> np.ndarray:
+    """The one input every graph of a timing reads: seeded, uint8 pixels for a graph that takes integers (a baked
+    preprocessing input), else standard-normal floats."""
+    rng = np.random.default_rng(0)
+    return rng.integers(0, 256, dims).astype(np.uint8) if integral else rng.standard_normal(dims).astype(np.float32)
+
+
 def timed_steps_line(steps: list[dict[str, Any]]) -> str:
     """``step b1/b8, ...``: each step tried with its INT8/FP32 ratios."""
     return ", ".join(f"{s['step']} " + "/".join(f"{r:.2f}" for _, r in sorted(s["ratios"].items())) for s in steps)

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import numpy as np
 
 from vitedge.backends.float_layers import int8_layers, return_to_float
-from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio, timed_steps_line
+from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio, timed_steps_line, timing_input
 
 _COMPUTE = ("FullyConnected", "FullyConnectedQuantizedLegacy", "FullyConnectedQuantized", "MatMul", "Convolution")
 _FEEDERS = ("FakeQuantize", "Reorder")  # nodes a quantized layer adds in front of itself
@@ -98,10 +98,7 @@ class OvTimer:
         if perf:
             config["PERF_COUNT"] = "YES"
         compiled = self.core.compile_model(model, "CPU", config)
-        x = np.random.default_rng(0).standard_normal(dims).astype(np.float32)
-        if model.inputs[0].get_element_type().is_integral():
-            x = np.random.default_rng(0).integers(0, 256, dims).astype(np.uint8)
-        return compiled, x
+        return compiled, timing_input(dims, integral=model.inputs[0].get_element_type().is_integral())
 
     def ratios(self, xml: Path, precision: str) -> dict[int, float]:
         """Per batch size, INT8/FP32 time of the IR ``xml`` (float regions in ``precision``); the control's

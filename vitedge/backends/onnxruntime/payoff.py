@@ -24,10 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-import numpy as np
-
 from vitedge.backends.float_layers import int8_layers, return_to_float
-from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio, timed_steps_line
+from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio, timed_steps_line, timing_input
 from vitedge.onnxkit.graph import SessionSettings, node_index, ort_session
 from vitedge.files.swap import work_prefix
 
@@ -101,8 +99,7 @@ def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[
         session = ort_session(path, SessionSettings(threads=1, spinning=False))
         inp = session.get_inputs()[0]
         dims = [batch] + [d if isinstance(d, int) else 1 for d in inp.shape[1:]]
-        rng = np.random.default_rng(0)
-        x = rng.integers(0, 256, dims).astype(np.uint8) if "uint8" in inp.type else rng.standard_normal(dims).astype(np.float32)
+        x = timing_input(dims, integral="uint8" in inp.type)
         return lambda: session.run(None, {inp.name: x})
 
     ratios, noise = {}, 0.0
