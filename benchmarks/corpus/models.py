@@ -33,6 +33,7 @@ __all__ = [
     "KavishkaShallowViT",
     "MldeTorchvisionViT",
     "NikCCT",
+    "ProlaxmiSeqFirstViT",
     "ResearchaseMnistViT",
     "SmmkPostNormViT",
     "SonjuhyQkvViT",
@@ -762,3 +763,60 @@ class MldeTorchvisionViT(nn.Module):
         x = torch.cat([self.class_token.expand(x.shape[0], -1, -1), x], dim=1) + self.encoder.pos_embedding
         x = self.encoder.ln(self.encoder.layers(x))
         return self.heads(x[:, 0])
+
+
+class _SeqFirstBlock(nn.Module):
+    """Pre-norm block whose nn.MultiheadAttention keeps torch's default ``batch_first=False``: the tokens are
+    turned to (sequence, batch, width) for the whole block and back. torch's fused attention path refuses a
+    sequence-first module, so the attention runs as separate projections and matmuls. ReLU MLP."""
+
+    def __init__(self, dim: int, heads: int, mlp_dim: int) -> None:
+        super().__init__()
+        self.layer_norm_1 = nn.LayerNorm(dim)
+        self.multi_head_attention = nn.MultiheadAttention(dim, heads)
+        self.layer_norm_2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_dim), nn.ReLU(), nn.Linear(mlp_dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.transpose(0, 1)
+        y = self.layer_norm_1(x)
+        x = x + self.multi_head_attention(y, y, y, need_weights=False)[0]
+        x = x + self.mlp(self.layer_norm_2(x))
+        return x.transpose(0, 1)
+
+
+class _ProlaxmiHead(nn.Module):
+    def __init__(self, dim: int, hidden: int, outputs: int) -> None:
+        super().__init__()
+        self.layer_norm_1 = nn.LayerNorm(dim)
+        # two Linear layers with no activation between them
+        self.mlp_head = nn.Sequential(nn.Linear(dim, hidden), nn.Linear(hidden, outputs))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.mlp_head(self.layer_norm_1(x))
+
+
+class ProlaxmiSeqFirstViT(nn.Module):
+    """MNIST, 1 channel, 28x28, normalised with 0.1307/0.3081: conv patch embedding (7x7, 16 tokens), class
+    token, 6 pre-norm blocks of width 128 whose nn.MultiheadAttention is **sequence-first** (8 heads of 16,
+    ``batch_first=False``, off torch's fast path), ReLU MLP 256, and a head of LayerNorm + two Linear layers
+    (128 -> 256 -> 128) with no activation. The authors' head has 128 outputs, not 10: they trained it with
+    cross-entropy over all 128 and take the argmax over all of them. This class returns outputs 0-9 (the
+    digits); on the whole MNIST test set the argmax over 128 never falls outside 0-9 (the best of outputs
+    10-127 stays at least 10.9 below the best digit), so top-1 is the same.
+    Checkpoint: trained_vit_mnist.pth of pro-laxmi/Computer-Vision (README: MIT badge, no LICENSE file)."""
+
+    def __init__(self, image_size: int = 28, patch_size: int = 7, dim: int = 128, depth: int = 6, heads: int = 8,
+                 mlp_dim: int = 256) -> None:
+        super().__init__()
+        self.patch_embed = _ConvPatches(1, dim, patch_size)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, (image_size // patch_size) ** 2 + 1, dim))
+        self.transformer_blocks = nn.Sequential(*(_SeqFirstBlock(dim, heads, mlp_dim) for _ in range(depth)))
+        self.mlp_head = _ProlaxmiHead(dim, mlp_dim, dim)
+        self.pretrained_cfg = _cfg(1, image_size, (0.1307,), (0.3081,))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embed(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        return self.mlp_head(self.transformer_blocks(x)[:, 0])[:, :10]

@@ -86,6 +86,25 @@ def test_corpus_model_loads_strictly_and_keeps_its_measured_accuracy(model_id, m
     assert abs(top1 - m.measured_fp32_top1) <= 4.0, f"{model_id}: {top1:.2f} % on 1,000 images vs {m.measured_fp32_top1} % measured"
 
 
+def test_sequence_first_attention_keeps_each_image_to_itself_and_is_off_torchs_fast_path():
+    """ProlaxmiSeqFirstViT turns tokens to (sequence, batch, width) around an nn.MultiheadAttention left at
+    batch_first=False: a transposition mistake would let images of one batch attend to each other, so a batch's
+    logits must equal each image's own. torch refuses its fused attention path for such a module (the reason
+    the model is in the corpus): the reason torch gives is checked, not assumed."""
+    torch.manual_seed(0)
+    module = classes.ProlaxmiSeqFirstViT().eval()
+    attention = module.transformer_blocks[0].multi_head_attention
+    assert attention.batch_first is False and attention.num_heads == 8
+    x = torch.randn(5, 1, 28, 28)
+    with torch.no_grad():
+        together = module(x)
+        alone = torch.cat([module(x[i:i + 1]) for i in range(5)])
+    assert together.shape == (5, 10)
+    assert torch.allclose(together, alone, atol=1e-5)
+    source = Path(torch.nn.modules.activation.__file__).read_text()
+    assert 'why_not_fast_path = "batch_first was not True"' in source
+
+
 def test_results_show_the_default_bundle_beside_each_anchor_per_model():
     """benchmarks/results/corpus.md: per model, the default command's bundle on each target, then every
     anchor on the same splits, with float layers counted as the layers left out of INT8."""
