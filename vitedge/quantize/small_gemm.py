@@ -23,10 +23,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
+from vitedge.onnxkit.graph import SessionSettings, ort_session
 from vitedge.quantize.graph import QuantLayer
 
 if TYPE_CHECKING:
-    from onnx import ModelProto
+    from onnx import ModelProto, NodeProto
 
 MIN_GEMM_DIM = 16  # ModelOpt's _MIN_MATMUL_DIM
 SOURCE = "NVIDIA ModelOpt, modelopt/onnx/quantization/graph_utils.py: find_nodes_from_matmul_to_exclude, _MIN_MATMUL_DIM = 16"
@@ -58,7 +61,7 @@ def small_gemms(model: ModelProto, layers: Iterable[QuantLayer], cache_key: str 
     return out
 
 
-def _reason(layer: QuantLayer, node: Any, out: list[int] | None, b: list[int] | None, model: ModelProto) -> str | None:
+def _reason(layer: QuantLayer, node: NodeProto, out: list[int] | None, b: list[int] | None, model: ModelProto) -> str | None:
     """Why this layer is a GEMV or a small GEMM at batch 1 (None: it is neither, or its shape is unknown)."""
     if out is None:
         return None
@@ -73,7 +76,7 @@ def _reason(layer: QuantLayer, node: Any, out: list[int] | None, b: list[int] | 
     return f"small GEMM ({', '.join(small)} below {MIN_GEMM_DIM})" if small else None
 
 
-def _k_dim(node: Any, b: list[int] | None, layer: QuantLayer, model: ModelProto) -> int | None:
+def _k_dim(node: NodeProto, b: list[int] | None, layer: QuantLayer, model: ModelProto) -> int | None:
     """The reduction dimension, off the second input: [N, K] for a Gemm with transB, else [..., K, N]."""
     from onnx import helper
 
@@ -118,7 +121,6 @@ def batch1_shapes(model: ModelProto, tensors: set[str]) -> dict[str, list[int]]:
 def _batch1_inputs(m: ModelProto) -> dict[str, Any] | None:
     """Zero feeds for the graph inputs of ``m`` at batch 1 (its dynamic dimensions set to 1 in ``m``), or None
     when an input has a type or dimension that cannot be fed."""
-    import numpy as np
     from onnx import helper
 
     inits = {t.name for t in m.graph.initializer}
@@ -142,8 +144,6 @@ def _batch1_inputs(m: ModelProto) -> dict[str, Any] | None:
 def _run_shapes(m: ModelProto, names: list[str], feeds: dict[str, Any]) -> dict[str, list[int]]:
     """The shapes of ``names`` in one ONNX Runtime run of ``m`` on ``feeds`` (empty when it cannot run)."""
     from onnx import ValueInfoProto
-
-    from vitedge.onnxkit.graph import SessionSettings, ort_session
 
     have = {o.name for o in m.graph.output}
     m.graph.output.extend([ValueInfoProto(name=n) for n in names if n not in have])

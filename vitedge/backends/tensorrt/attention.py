@@ -24,10 +24,11 @@ Softmax layers or an FP16 kernel if its own rules fuse one; the report says so p
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from vitedge.onnxkit.graph import NodeIndex, graph_inputs, node_index
+from vitedge.onnxkit.graph import NodeIndex, get_metadata, graph_inputs, node_index
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
@@ -178,10 +179,6 @@ def attention_blocks(model: ModelProto) -> list[AttentionBlock]:
 
 def _small_gemms(model: ModelProto) -> dict[str, str]:
     """Layer -> why, for the layers the quantizer kept float as small GEMMs (its metadata; {} without)."""
-    import json
-
-    from vitedge.onnxkit.graph import get_metadata
-
     try:
         record = json.loads(get_metadata(model).get("vitedge.quantization") or "{}")
         found = (record.get("small_gemms") or {}).get("float") or {}
