@@ -4,8 +4,10 @@ NVIDIA's ModelOpt (``pip install 'nvidia-modelopt[onnx]'``, ``modelopt.onnx.quan
 ONNX graphs for TensorRT and runs its calibration on CPU. Per model (``--models``: the bundled digits ViT,
 ViT-B/16, the corpus models of benchmarks/corpus/manifest.toml present in the corpus cache), this script:
 
-1. builds the model for the ``jetson`` family without a GPU (the NVIDIA graph: attention matmuls quantized);
-   its ``reference.fp32.onnx`` is the FP32 graph both quantizers start from;
+1. builds the model for the ``jetson`` family without a GPU (the NVIDIA graph: attention matmuls quantized, the
+   small GEMMs float as ModelOpt keeps them: ``float_small_gemms``); its ``reference.fp32.onnx`` is the FP32 graph
+   both quantizers start from; and again with ``--quantize-small-gemms`` (unless ``--no-before``), the NVIDIA graph
+   as it was before that default, evaluated beside it;
 2. quantizes that graph with ModelOpt (INT8, max calibration, CPU, float32 elsewhere) on the same calibration
    images, in ``--modelopt-python`` (an interpreter where ModelOpt is installed; its ONNX pins differ from
    this environment's, so a separate venv is usual);
@@ -57,6 +59,8 @@ quantize(sys.argv[1], quantize_mode="int8", calibration_data=np.load(sys.argv[2]
 import modelopt; print(modelopt.__version__)
 """
 # what each variant switches to ModelOpt's choice: the nodes of these roles where the two graphs differ
+BEFORE = "vitedge, small GEMMs INT8 (--quantize-small-gemms)"
+MODELOPT_IN_FLOAT = "modelopt, Q/DQ computed in float"
 VARIANTS = {"vitedge, residual Adds as ModelOpt": ("residual_add",), "vitedge, linears as ModelOpt": ("linear",),
             "vitedge, attention as ModelOpt": ("qk_matmul", "pv_matmul", "softmax"),
             "vitedge, every difference as ModelOpt": ROLES}
@@ -83,6 +87,7 @@ class ModelResult:
     accuracy: dict[str, dict[str, float | None]] = field(default_factory=dict)
     switched: dict[str, dict[str, object]] = field(default_factory=dict)  # variant -> nodes switched, still differing
     error: str | None = None
+    small_gemms: list[str] = field(default_factory=list)  # float in vitedge's jetson graph, INT8 with --quantize-small-gemms
 
 
 # ---------------------------------------------------------------------------------------- placement
@@ -282,10 +287,12 @@ def images(folder: Path, bundle: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(xs), np.concatenate(ys)
 
 
-def logits(path: Path, x: np.ndarray) -> np.ndarray:
-    from vitedge.onnxkit.graph import ort_session
+def logits(path: Path, x: np.ndarray, in_float: bool = False) -> np.ndarray:
+    """The graph's outputs on ``x``; ``in_float``: graph optimizations off, so ONNX Runtime computes each
+    QuantizeLinear/DequantizeLinear as written and every MatMul in float, with no INT8 kernel of this CPU."""
+    from vitedge.onnxkit.graph import SessionSettings, ort_session
 
-    s = ort_session(str(path))
+    s = ort_session(str(path), SessionSettings(optimization="disabled") if in_float else None)
     name = s.get_inputs()[0].name
     return np.concatenate([s.run(None, {name: x[i:i + 32]})[0] for i in range(0, len(x), 32)])
 
@@ -358,12 +365,12 @@ def sources(names: list[str], args: argparse.Namespace, work: Path) -> list[Sour
     return out
 
 
-def build(src: Source, work: Path, reuse: bool = False) -> Path:
-    out = work / f"bundle-{src.name}"
+def build(src: Source, work: Path, reuse: bool = False, extra: tuple[str, ...] = (), tag: str = "") -> Path:
+    out = work / f"bundle-{src.name}{tag}"
     for folder in (out / "jetson", out):
         if reuse and (folder / "model.int8.onnx").is_file():
             return folder
-    cmd = [sys.executable, "-m", "vitedge", "build", str(src.checkpoint), *src.flags, "--target", "jetson",
+    cmd = [sys.executable, "-m", "vitedge", "build", str(src.checkpoint), *src.flags, *extra, "--target", "jetson",
            "--calib", str(src.calib), "--val", str(src.val), "-o", str(out), "--no-latency", "--force"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")})
@@ -391,6 +398,10 @@ def run_model(src: Source, args: argparse.Namespace, work: Path) -> tuple[ModelR
     fp32, ours, theirs = (onnx.load(str(p)) for p in (bundle / "reference.fp32.onnx", bundle / "model.int8.onnx", theirs_path))
     res.rows = compare(fp32, ours, theirs)
     paths = {"fp32": bundle / "reference.fp32.onnx", "vitedge": bundle / "model.int8.onnx", "modelopt": theirs_path}
+    if not args.no_before:  # the jetson graph as it was before float_small_gemms: the measured reason for that default
+        before = build(src, work, args.reuse_bundles, ("--quantize-small-gemms",), "-small-gemms-int8")
+        paths[BEFORE] = before / "model.int8.onnx"
+        res.small_gemms = _int8_layers(before, bundle)
     for label, kinds in VARIANTS.items():
         names = {r["node"] for r in res.rows if r["same"] == "no" and r["role"] in kinds}
         if not names:
@@ -406,8 +417,18 @@ def run_model(src: Source, args: argparse.Namespace, work: Path) -> tuple[ModelR
         keep = np.sort(np.random.default_rng(0).permutation(len(x))[: args.eval_limit])
         x, y = x[keep], y[keep]
         res.note += f"; accuracy on a seeded {args.eval_limit} of the held-out images"
-    res.accuracy = accuracy({k: logits(p, x) for k, p in paths.items()}, y, src.labelled)
+    outs = {k: logits(p, x) for k, p in paths.items()}
+    outs[MODELOPT_IN_FLOAT] = logits(theirs_path, x, in_float=True)
+    res.accuracy = accuracy(outs, y, src.labelled)
     return res, version_file.read_text().strip()
+
+
+def _int8_layers(before: Path, bundle: Path) -> list[str]:
+    """The layers INT8 in ``before``'s graph and float in ``bundle``'s (the manifests' kept_float)."""
+    def kept(folder: Path) -> set[str]:
+        return set(json.loads((folder / "manifest.json").read_text())["quantization"]["kept_float"])
+
+    return sorted(kept(bundle) - kept(before))
 
 
 # ---------------------------------------------------------------------------------------- report
@@ -440,7 +461,13 @@ def markdown(results: list[ModelResult], skipped: list[str], versions: dict[str,
              "the differing nodes of that kind given ModelOpt's Q/DQ (ModelOpt's scales; FP32 weights, times vitedge's "
              "SmoothQuant factor as estimated from its INT8 weight, and the FP32 bias where a weight Q/DQ goes), and the readers of an output only one "
              "graph quantizes switched along (after a residual Add: the next LayerNorm). \"rewritten\": FP32 nodes "
-             "vitedge's graph does not have under their name (it merges per-head q/k/v linears into one), not counted.",
+             "vitedge's graph does not have under their name (it merges per-head q/k/v linears into one), not counted. "
+             f"\"{BEFORE}\": the same build with the small GEMMs INT8, as the NVIDIA profiles built them before "
+             "`float_small_gemms` (the layers it quantizes besides are listed under Models). "
+             f"\"{MODELOPT_IN_FLOAT}\": ModelOpt's graph with ONNX Runtime's graph optimizations off, so that each Q/DQ is "
+             "computed as written and every MatMul in float, with no INT8 kernel of this CPU: on a CPU without VNNI, ONNX "
+             "Runtime's INT8 kernels saturate on weights that use the full INT8 range (ModelOpt's; vitedge limits its own, "
+             "`weight_range`), which a GPU does not do.",
              "", "## Differences per model (differ of compared)", "",
              "| model | " + " | ".join(ROLES) + " |", "|---|" + "---|" * len(ROLES)]
     for r in results:
@@ -458,6 +485,8 @@ def markdown(results: list[ModelResult], skipped: list[str], versions: dict[str,
     lines += ["", "## Models", ""] + [f"- {r.model}: {r.note}" + (f"; switched: " + "; ".join(
         f"{k.split(', ')[1]}: {s['nodes']} nodes (+{s['also_switched_readers']} readers), {len(s['still_differ'])} still differ"
         for k, s in r.switched.items()) if r.switched else "") for r in results]
+    lines += [f"- {r.model}: small GEMMs float in vitedge's graph ({len(r.small_gemms)}): "
+              + ", ".join(f"`{n}`" for n in r.small_gemms) for r in results if r.small_gemms]
     lines += [f"- not run: {s}" for s in skipped]
     for r in results:
         diff = [x for x in r.rows if x["same"] == "no"]
@@ -495,6 +524,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--eval-limit", type=int, default=0, help="evaluate on a seeded subset of this many held-out images")
     ap.add_argument("--report-only", action="store_true",
                     help="write the report from the per-model results already in --work (for runs split across processes)")
+    ap.add_argument("--no-before", action="store_true",
+                    help="skip the second build with --quantize-small-gemms (the jetson graph before float_small_gemms)")
     ap.add_argument("--out", type=Path, default=OUT)
     return ap.parse_args(argv)
 

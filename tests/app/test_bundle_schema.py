@@ -30,8 +30,8 @@ BACKEND_OWN = ("backend_info", "toolchain", "files", "target.profile.backend_opt
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    """One GPU-less build of the bundled example for intel-cpu and jetson-orin (one Q/DQ graph: the flag
-    overrides jetson-orin's quantize_attention, which would otherwise give it a graph and a budget of its own)."""
+    """One GPU-less build of the bundled example for intel-cpu and jetson-orin (one Q/DQ graph: the flags
+    override jetson-orin's quantize_attention and float_small_gemms, which would otherwise give it a graph and a budget of its own)."""
     example = EXAMPLES / "digits_vit.pt"
     if not (example.is_file() and CALIB_DIR.is_dir() and VAL_DIR.is_dir()):
         pytest.skip("the bundled example is not in this checkout")
@@ -41,7 +41,7 @@ def built(tmp_path_factory):
     # a cache of its own: with the suite's shared one, whether intel-cpu's FP32 reference was read back or shared
     # from ONNX Runtime's outputs (another test's) depended on which tests had run before, on either worker
     code, text = run_vitedge(["build", str(example), "--target", "intel-cpu", "--target", "jetson-orin", "--calib", str(CALIB_DIR),
-                       "--val", str(VAL_DIR), "-o", str(out), "--no-latency", "--no-quantize-attention",
+                       "--val", str(VAL_DIR), "-o", str(out), "--no-latency", "--no-quantize-attention", "--quantize-small-gemms",
                        "--cache-dir", str(work / "cache")])
     assert code == 0, text
     return out

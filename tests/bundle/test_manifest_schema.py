@@ -72,3 +72,17 @@ def test_vitedge_reads_manifest_sections_by_attribute():
              if p.name != "manifest_sections.py"  # its own module
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if by_key.search(line)]
     assert not found, "manifest sections read by string key:\n" + "\n".join(found)
+
+
+def test_the_small_gemms_record_is_a_typed_quantization_field_and_older_manifests_have_none():
+    """The NVIDIA bundles say which layers stayed float by NVIDIA ModelOpt's small-GEMM rule, and why
+    (quantization.small_gemms); a manifest written before it reads without one and round-trips unchanged."""
+    recorded = _recorded()
+    assert "small_gemms" not in recorded["quantization"]
+    assert "small_gemms" not in Manifest.from_dict(recorded).to_dict()["quantization"]
+    record = {"rule": "NVIDIA ModelOpt, modelopt/onnx/quantization/graph_utils.py", "float": {"/head/Gemm": "GEMV"}}
+    recorded["quantization"]["small_gemms"] = record
+    manifest = Manifest.from_dict(recorded)
+    assert manifest.quantization.small_gemms == record
+    assert "small_gemms" not in (manifest.quantization.more or {})
+    assert manifest.to_dict()["quantization"]["small_gemms"] == record

@@ -53,6 +53,7 @@ from vitedge.quantize.calibrate import calibrate
 from vitedge.quantize.config import CPU_REQUIREMENT, QuantConfig
 from vitedge.quantize.qdq import QuantizedGraph, build_qdq
 from vitedge.quantize.record import Calibration
+from vitedge.quantize.small_gemm import SOURCE as SMALL_GEMM_SOURCE
 from vitedge.bundle.spec import ModelSpec
 from vitedge.core.ui import StageLog
 from vitedge.validation.bundle import ValidateOptions, validate_bundle
@@ -420,6 +421,9 @@ def quantization_record(graph: QuantizedGraph, budget: BudgetResult | None = Non
         "weight_range": graph.calibration.config.weight_range,
         "cpu_requirement": CPU_REQUIREMENT[graph.calibration.config.weight_range],
     }
+    if graph.small_gemms:  # float by the profile's float_small_gemms (NVIDIA ModelOpt's rule), each with its shape
+        record["small_gemms"] = {"rule": SMALL_GEMM_SOURCE, "float": dict(graph.small_gemms)}
+        record["summary_line"] += f"; {len(graph.small_gemms)} small GEMM(s) float as NVIDIA ModelOpt keeps them"
     if budget is not None:
         rec = budget.to_dict()
         record["kept_float_detail"] = rec["layer_costs"]

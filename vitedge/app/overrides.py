@@ -24,6 +24,7 @@ class QuantOverrides:
     smoothquant_off: bool = False
     quantize_attention: bool | None = None
     weight_range: str | None = None
+    float_small_gemms: bool | None = None  # --float-small-gemms / --quantize-small-gemms
 
     def __post_init__(self) -> None:
         if self.smoothquant_off and self.smoothquant_alpha is not None:
@@ -31,13 +32,14 @@ class QuantOverrides:
 
     @classmethod
     def from_flags(cls, *, method: str | None, percentile: float | None, smoothquant_alpha: float | None,
-                   no_smoothquant: bool, quantize_attention: bool | None, weight_range: str | None) -> QuantOverrides:
+                   no_smoothquant: bool, quantize_attention: bool | None, weight_range: str | None,
+                   float_small_gemms: bool | None = None) -> QuantOverrides:
         """The quantizer flags as `vitedge build` and `vitedge calibrate` take them: --percentile alone means
         the percentile method (with another --method, QuantConfig refuses it, naming the flag)."""
         if percentile is not None and method is None:
             method = "percentile"
         return cls(method=method, percentile=percentile, smoothquant_alpha=smoothquant_alpha, smoothquant_off=no_smoothquant,
-                   quantize_attention=quantize_attention, weight_range=weight_range)
+                   quantize_attention=quantize_attention, weight_range=weight_range, float_small_gemms=float_small_gemms)
 
     @classmethod
     def pop_flags(cls, flags: dict[str, object]) -> QuantOverrides:
@@ -48,7 +50,8 @@ class QuantOverrides:
         """QuantConfig field -> value, for the fields these overrides set."""
         out: dict[str, object] = {k: v for k, v in (("method", self.method), ("percentile", self.percentile),
                                                     ("quantize_attention", self.quantize_attention),
-                                                    ("weight_range", self.weight_range)) if v is not None}
+                                                    ("weight_range", self.weight_range),
+                                                    ("float_small_gemms", self.float_small_gemms)) if v is not None}
         if self.smoothquant_off or self.smoothquant_alpha is not None:
             out["smoothquant_alpha"] = None if self.smoothquant_off else self.smoothquant_alpha
         return out
@@ -64,4 +67,4 @@ class QuantOverrides:
         return self.config(profile.quantization)
 
 
-QUANT_FLAGS = ("method", "percentile", "smoothquant_alpha", "no_smoothquant", "quantize_attention", "weight_range")
+QUANT_FLAGS = ("method", "percentile", "smoothquant_alpha", "no_smoothquant", "quantize_attention", "weight_range", "float_small_gemms")

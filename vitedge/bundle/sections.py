@@ -114,6 +114,7 @@ class QuantizationSection(ManifestSection):
     weight_range: str
     cpu_requirement: str
     kept_float_detail: list[dict[str, Any]] = ABSENT  # with the accuracy budget: why each layer stayed float
+    small_gemms: dict[str, Any] = ABSENT  # float_small_gemms: {"rule": ModelOpt's source, "float": {layer: why}}
     budget: dict[str, Any] = ABSENT  # the accuracy budget's record (vitedge.budget)
     qdq_sha256: str = ABSENT  # the shared Q/DQ graph every target of the build was made from
     int8_payoff: dict[str, Any] = ABSENT  # onnx target: INT8 layers its runtime runs as float kernels, kept float (CPU kind)

@@ -245,6 +245,13 @@ def quantize_attention_option(help: str) -> Callable:
     return quantizer_option("--quantize-attention/--no-quantize-attention", default=None, help=help)
 
 
+def small_gemms_option(func: Callable) -> Callable:
+    return click.option("--float-small-gemms/--quantize-small-gemms", default=None,
+                        help="Keep float the GEMMs NVIDIA ModelOpt keeps float for TensorRT: the classifier head (a GEMV at batch 1) "
+                             "and any with K or N below 16, such as attention heads narrower than 16 (default: the profile's; "
+                             "on for the NVIDIA targets).")(func)
+
+
 def keep_float_option(func: Callable) -> Callable:
     return click.option("--keep-float", multiple=True, metavar="PATTERN",
                         help="Keep layers in float: node name, kind (linear, head, ...) or fnmatch pattern. Repeatable.")(func)

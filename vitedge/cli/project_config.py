@@ -65,6 +65,7 @@ KEYS: dict[str, Key] = {
     "smoothquant_alpha": Key("smoothquant_alpha", "float"),
     "no_smoothquant": Key("no_smoothquant", "bool"),
     "quantize_attention": Key("quantize_attention", "bool"),
+    "float_small_gemms": Key("float_small_gemms", "bool"),
     "keep_float": Key("keep_float", "str_list"),
     "bake_preprocess": Key("bake_preprocess", "bool"),
     "no_latency": Key("no_latency", "bool"),

@@ -414,8 +414,10 @@ def _selection(cache: CalibrationCache, parts: dict[str, Any], config: QuantConf
     large = is_large(calibration.model)
     samples = _select_samples(calibration.model)
     rule = [SELECT_MIN_T, SELECT_MIN_RATIO, SELECT_FIRST_LOOK, SELECT_CONTEND_RATIO, "log t"]
-    skey_parts = dict(parts, refine=config.refine_params(), select={"samples": samples, "attention": config.quantize_attention,
-                                                                    "weight_range": config.weight_range, "rule": rule})
+    select = {"samples": samples, "attention": config.quantize_attention, "weight_range": config.weight_range, "rule": rule}
+    if config.float_small_gemms:  # another set of INT8 layers to score (only when on: older keys stay valid)
+        select["small_gemms"] = True
+    skey_parts = dict(parts, refine=config.refine_params(), select=select)
     skey = cache_key(skey_parts)
     store = CalibrationCache(cache.root, kind="selection")
     entry = store.load(skey)

@@ -70,6 +70,10 @@ class QuantConfig:
     smoothquant_alpha  migration strength a in s_j = max|X_j|^a / max|W_j|^(1-a);
                        None switches SmoothQuant off
     quantize_attention quantize the two attention matmuls (Q.K^T and P.V)
+    float_small_gemms  keep float the MatMul/Gemm layers NVIDIA ModelOpt keeps float for
+                       TensorRT: a GEMV at batch 1 (the classifier head: one row per image)
+                       or K or N below 16 (10-class heads, attention heads narrower than 16);
+                       see small_gemm.py. On for the NVIDIA target profiles
     smoothquant_shared also smooth Linear layers fed by a LayerNorm whose output feeds
                        something else too (post-norm residuals), through an explicit
                        per-channel Mul in front of them; otherwise they are left unsmoothed
@@ -90,6 +94,7 @@ class QuantConfig:
     percentile: float = DEFAULT_PERCENTILE
     smoothquant_alpha: float | None = DEFAULT_SMOOTHQUANT_ALPHA
     quantize_attention: bool = DEFAULT_QUANTIZE_ATTENTION
+    float_small_gemms: bool = False
     smoothquant_shared: bool = DEFAULT_SMOOTHQUANT_SHARED
     num_bins: int = DEFAULT_NUM_BINS
     weight_range: str = DEFAULT_WEIGHT_RANGE
@@ -112,7 +117,7 @@ class QuantConfig:
                 raise UsageError(f"--smoothquant-alpha must be between 0 and 1 (e.g. 0.5), got {a!r}")
         if self.weight_rounding not in WEIGHT_ROUNDINGS:
             raise UsageError(f"--weight-rounding must be one of {', '.join(WEIGHT_ROUNDINGS)}, got {self.weight_rounding!r}")
-        for name in ("quantize_attention", "smoothquant_shared", "bias_correction", "smoothquant_search"):
+        for name in ("quantize_attention", "float_small_gemms", "smoothquant_shared", "bias_correction", "smoothquant_search"):
             if not isinstance(getattr(self, name), bool):
                 raise UsageError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if self.weight_range not in WEIGHT_RANGES:
@@ -158,6 +163,8 @@ class QuantConfig:
         if self.smoothquant_alpha is not None and self.smoothquant_shared:
             sq += " (+ Mul at shared LayerNorms)"
         out = f"{method}, SmoothQuant {sq}, attention matmuls {'INT8' if self.quantize_attention else 'float'}"
+        if self.float_small_gemms:
+            out += ", small GEMMs float"
         if self.weight_rounding != "nearest":
             out += f", {self.weight_rounding} rounding"
         if self.bias_correction:

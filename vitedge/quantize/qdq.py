@@ -37,6 +37,8 @@ from vitedge.quantize.config import (
 )
 from vitedge.quantize.graph import GraphIndex, QuantLayer
 from vitedge.quantize.record import Calibration
+from vitedge.quantize.small_gemm import SOURCE as SMALL_GEMM_SOURCE
+from vitedge.quantize.small_gemm import small_gemms
 from vitedge.quantize.stats import QMAX, safe_scale
 from vitedge.quantize.weight_range import quantize_weight
 
@@ -57,6 +59,7 @@ class QuantizedGraph:
     kept_float: tuple[str, ...]  # node names left in float
     calibration: Calibration
     violations: tuple[Violation, ...] = ()
+    small_gemms: dict[str, str] = dataclasses.field(default_factory=dict)  # float by float_small_gemms: layer -> why
 
     def save(self, path: str | Path) -> Path:
         """Write the graph atomically; returns the path."""
@@ -112,7 +115,15 @@ def _selected_layers(calibration: Calibration, keep_float: Iterable[str] | str, 
     if not quantize_attention:
         floats |= {l.name for l in layers if l.kind == "attention_matmul"}
     floats |= {l.name for l in layers if l.kind in FLOAT_KINDS}
+    floats |= set(small_gemm_floats(calibration))
     return floats, quantize_attention
+
+
+def small_gemm_floats(calibration: Calibration) -> dict[str, str]:
+    """Layer -> why it stays float under ``float_small_gemms`` (NVIDIA ModelOpt's rule; {} when off)."""
+    if not calibration.config.float_small_gemms or calibration.model is None:
+        return {}
+    return small_gemms(calibration.model, calibration.layers, cache_key=calibration.fp32_sha256)
 
 
 class _QdqWriter:
@@ -221,6 +232,7 @@ def _quantization_record(calibration: Calibration, chosen: list[QuantLayer], flo
         "quantizer": "vitedge",
         "quantizer_version": QUANTIZER_VERSION,
         "keep_float": sorted(floats),
+        **({"small_gemms": {"float": small, "rule": SMALL_GEMM_SOURCE}} if (small := small_gemm_floats(calibration)) else {}),
         "quantized_layers": len(chosen),
         "layers": len(calibration.layers),
         "activation_dtype": TensorProto.DataType.Name(TensorProto.INT8),
@@ -258,4 +270,5 @@ def build_qdq(calibration: Calibration, *, keep_float: Iterable[str] | str = (),
         quantized=tuple(l.name for l in chosen),
         kept_float=tuple(l.name for l in layers if l.name in floats),
         calibration=calibration,
+        small_gemms=small_gemm_floats(calibration),
     )

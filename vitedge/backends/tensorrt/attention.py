@@ -14,14 +14,21 @@ same spot on the same graph (benchmarks/modelopt_placement.py).
 ``attention_blocks`` reads those facts from the graph (ONNX shape inference with data
 propagation, batch fixed to 1) and ``fusion_warnings`` says, before any build, which blocks
 cannot become INT8 fused MHA and why. After the build, engine_inspect checks what happened.
+
+A block whose attention matmuls the quantizer kept float on purpose (``float_small_gemms``, on for
+the NVIDIA profiles: K or N below 16, i.e. heads narrower than 16, NVIDIA ModelOpt's rule; the graph's
+``vitedge.quantization`` metadata names them) is not an INT8 MHA fusion: TensorRT runs that core in
+the plan's float precision (``float_precision``, FP16 on the NVIDIA profiles), as separate MatMul and
+Softmax layers or an FP16 kernel if its own rules fuse one; the report says so per block.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from vitedge.onnxkit.graph import NodeIndex, graph_inputs, node_index
+from vitedge.onnxkit.graph import NodeIndex, get_metadata, graph_inputs, node_index
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
@@ -29,6 +36,8 @@ if TYPE_CHECKING:
 MHA_HEAD_SIZES = (16, 32, 64)
 MHA_MAX_TOKENS = 512
 SOURCE = "NVIDIA/TensorRT #3243, #2981, #4167, #3724 (field notes)"
+FLOAT_CORE = ("GEMMs with K or N below 16, float as NVIDIA ModelOpt keeps them; TensorRT runs this core in the "
+              "plan's float precision, FP16 on the NVIDIA profiles, not as INT8 fused MHA")
 
 
 @dataclass(frozen=True)
@@ -45,11 +54,15 @@ class AttentionBlock:
     # the Q/DQ after P.V: "direct" on its output, "after_shape_ops" behind Transpose/Reshape only, "none",
     # or "unknown" (a record written before this was checked)
     pv_output_qdq: str = "unknown"
+    # why the quantizer kept this core's matmuls float on purpose (float_small_gemms), else None
+    float_on_purpose: str | None = None
 
     def int8_mha_blockers(self) -> list[str]:
         """Why TensorRT cannot fuse this block into an INT8 MHA kernel (empty: it may)."""
         out = []
-        if not (self.qk_quantized and self.pv_quantized):
+        if self.float_on_purpose and not (self.qk_quantized or self.pv_quantized):
+            out.append(f"its attention matmuls stay float on purpose ({FLOAT_CORE})")
+        elif not (self.qk_quantized and self.pv_quantized):
             out.append("its attention matmuls have no Q/DQ on both inputs (they run in float)")
         elif self.pv_output_qdq == "none":
             out.append("no Q/DQ after its P.V matmul (TensorRT needs one after the second batched GEMM too)")
@@ -145,6 +158,7 @@ def attention_blocks(model: ModelProto) -> list[AttentionBlock]:
         p = producer.get(name)
         return p is not None and p.op_type == "DequantizeLinear"
 
+    on_purpose = _small_gemms(model)
     blocks = []
     for sm, qk, pv in cores:
         scores = shapes.get(sm.input[0]) or []
@@ -158,8 +172,19 @@ def attention_blocks(model: ModelProto) -> list[AttentionBlock]:
             qk_quantized=all(from_dq(i) for i in qk.input[:2]),
             pv_quantized=pv is not None and all(from_dq(i) for i in pv.input[:2]),
             pv_output_qdq=pv_output_qdq(pv, index) if pv is not None else "none",
+            float_on_purpose=on_purpose.get(qk.name) or (on_purpose.get(pv.name) if pv is not None else None),
         ))
     return blocks
+
+
+def _small_gemms(model: ModelProto) -> dict[str, str]:
+    """Layer -> why, for the layers the quantizer kept float as small GEMMs (its metadata; {} without)."""
+    try:
+        record = json.loads(get_metadata(model).get("vitedge.quantization") or "{}")
+        found = (record.get("small_gemms") or {}).get("float") or {}
+    except (ValueError, AttributeError):
+        return {}
+    return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
 def fusion_warnings(blocks: list[AttentionBlock] | list[dict[str, Any]]) -> list[str]:
@@ -198,7 +223,7 @@ def fusion_table(blocks: list[AttentionBlock] | list[dict[str, Any]]) -> list[st
         why = block.int8_mha_blockers()
         unknown = [what for what, v in (("head size", block.head_size), ("token count", block.tokens)) if v is None]
         if why:
-            verdict = "no: " + "; ".join(why)
+            verdict = "no: " + "; ".join(why) + (f" [{block.float_on_purpose}]" if block.float_on_purpose else "")
         elif _relies_on_propagation(block):
             verdict = ("only if TensorRT moves the Q/DQ after P.V back across Transpose+Reshape onto P.V's output "
                        "(not shown on a GPU; the engine inspector tells on the device)")

@@ -21,6 +21,7 @@ from vitedge.cli.options import (
     keep_float_option,
     percentile_option,
     quantize_attention_option,
+    small_gemms_option,
     reference_cache_option,
     seed_option,
     smoothquant_options,
@@ -53,6 +54,7 @@ from vitedge.core.ui import StageLog
 @smoothquant_options("SmoothQuant migration strength in [0, 1] (default: the profile's, else {smoothquant_alpha}).")
 @quantize_attention_option("Quantize the Q.K^T and P.V matmuls (default: the profile's, else {quantize_attention}).")
 @weight_range_option("INT8 weight range (default: the profile's, else {weight_range}: correct on every x86 CPU; full: VNNI/AMX CPUs and GPUs only).")
+@small_gemms_option
 @keep_float_option
 @click.option("--bake-preprocess", is_flag=True, help="Artifacts take uint8 NHWC RGB frames and normalise them in the graph.")
 @threshold_options
