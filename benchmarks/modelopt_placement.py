@@ -99,7 +99,7 @@ def _const_names(graph) -> set[str]:
 
 def roles(graph) -> dict[str, str]:
     """Node name -> role: linear / qk_matmul / pv_matmul / softmax / residual_add, in an FP32 graph."""
-    from vitedge.onnxkit.graph import node_index
+    from vitedge.onnxkit.structure import node_index
 
     index = node_index(list(graph.node))
     consts = _const_names(graph)
@@ -132,7 +132,7 @@ def _dq_feeding(index, tensor: str):
 
 def placement(graph) -> dict[str, tuple[str, str]]:
     """Node name -> (inputs with Q/DQ, output Q/DQ), for every named node of ``graph``."""
-    from vitedge.onnxkit.graph import node_index
+    from vitedge.onnxkit.structure import node_index
 
     index = node_index(list(graph.node))
 
@@ -171,7 +171,7 @@ def switch_to_theirs(fp32, ours, theirs, names: set[str]):
     import onnx
     from onnx import helper, numpy_helper
 
-    from vitedge.onnxkit.graph import node_index, topological_sort
+    from vitedge.onnxkit.structure import node_index, topological_sort
 
     m = copy.deepcopy(ours)
     oi, ti = node_index(list(m.graph.node)), node_index(list(theirs.graph.node))
@@ -283,7 +283,7 @@ def images(folder: Path, bundle: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def logits(path: Path, x: np.ndarray) -> np.ndarray:
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
 
     s = ort_session(str(path))
     name = s.get_inputs()[0].name

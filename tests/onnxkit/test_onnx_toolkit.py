@@ -17,17 +17,14 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from vitedge.core.errors import ModelLoadError, UsageError
-from vitedge.onnxkit.graph import (
-    DATA_SUFFIX,
-    EXTERNAL_DATA_ENV,
-    SessionSettings,
+from vitedge.onnxkit.files import DATA_SUFFIX, EXTERNAL_DATA_ENV
+from vitedge.onnxkit.session import SessionSettings, ort_session, session_source
+from vitedge.onnxkit.structure import (
     graph_inputs,
     node_index,
     opset_imports,
     opset_version,
-    ort_session,
     require_opset_import,
-    session_source,
     topological_sort,
 )
 

@@ -44,7 +44,8 @@ from vitedge.bundle.sections import (
 )
 from vitedge.core.memory import release_freed_memory
 from vitedge.models.intake import IntakeOptions, LoadedModel, load_model
-from vitedge.onnxkit.graph import INPUT_FORMAT_KEY, copy_onnx, get_metadata, onnx_sha256
+from vitedge.onnxkit.files import copy_onnx, onnx_sha256
+from vitedge.onnxkit.metadata import INPUT_FORMAT_KEY, get_metadata
 from vitedge.files.lock import output_locks
 from vitedge.files.outputs import interrupted_after, prepare_outputs, work_prefix
 from vitedge.app.preflight import check_data_labels, preflight

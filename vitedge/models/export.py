@@ -24,24 +24,10 @@ from vitedge.core.errors import ExportError, UsageError, environment_error
 from vitedge.core.memory import release_freed_memory
 from vitedge.models.intake import LoadedModel, _program_input_shape
 from vitedge.models.torchscript import dynamic_batch_program
-from vitedge.onnxkit.graph import (
-    DATA_SUFFIX,
-    FLOAT_NCHW,
-    INPUT_FORMAT_KEY,
-    SPEC_KEY,
-    UINT8_NHWC_RGB,
-    SessionSettings,
-    get_metadata,
-    graph_inputs,
-    has_external_tensors,
-    inline_attribute_tensors,
-    is_large,
-    lean_settings,
-    opset_version,
-    ort_session,
-    save_onnx,
-    set_metadata,
-)
+from vitedge.onnxkit.files import DATA_SUFFIX, has_external_tensors, inline_attribute_tensors, is_large, save_onnx
+from vitedge.onnxkit.metadata import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata, set_metadata
+from vitedge.onnxkit.session import SessionSettings, lean_settings, ort_session
+from vitedge.onnxkit.structure import graph_inputs, opset_version
 from vitedge.bundle.preprocess import normalize
 from vitedge.bundle.spec import Preprocess
 from vitedge.files.swap import work_prefix

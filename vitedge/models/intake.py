@@ -29,7 +29,8 @@ from vitedge.models.presets import (
 )
 from vitedge.models.stem import candidates_text, stem_input_size, stem_layers
 from vitedge.models.timm_arch import load_timm_arch
-from vitedge.onnxkit.graph import check_external_data, graph_inputs
+from vitedge.onnxkit.files import check_external_data
+from vitedge.onnxkit.structure import graph_inputs
 from vitedge.files.safefile import BadDocument
 from vitedge.bundle.spec import (
     IMAGENET_MEAN,

@@ -40,13 +40,9 @@ import numpy as np
 from vitedge.datasources._common import CalibrationSource, SourceSummary
 from vitedge.core.errors import QuantizationError, UsageError
 from vitedge.files.atomic import sha256_bytes
-from vitedge.onnxkit.graph import (
-    SPEC_KEY,
-    get_metadata,
-    is_large,
-    lean_settings,
-    onnx_sha256,
-)
+from vitedge.onnxkit.files import is_large, onnx_sha256
+from vitedge.onnxkit.metadata import SPEC_KEY, get_metadata
+from vitedge.onnxkit.session import lean_settings
 from vitedge.quantize import smoothquant, stats
 from vitedge.quantize.cache import CalibrationCache, cache_key
 from vitedge.quantize.collect import (  # noqa: F401  (CALIBRATION_BATCH, LARGE_GRAPH_BATCH: documented here)

@@ -32,17 +32,10 @@ from rich.progress import (
 from vitedge.datasources._common import CalibrationSource, check_inputs_vary
 from vitedge.core.errors import CalibrationError, QuantizationError
 from vitedge.core.cpu import usable_cpus
-from vitedge.onnxkit.graph import (
-    FLOAT_NCHW,
-    INPUT_FORMAT_KEY,
-    SPEC_KEY,
-    UINT8_NHWC_RGB,
-    SessionSettings,
-    graph_inputs,
-    is_large,
-    lean_settings,
-    ort_session,
-)
+from vitedge.onnxkit.files import is_large
+from vitedge.onnxkit.metadata import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB
+from vitedge.onnxkit.session import SessionSettings, lean_settings, ort_session
+from vitedge.onnxkit.structure import graph_inputs
 from vitedge.quantize import stats
 from vitedge.quantize.histogram import ChannelHistogram
 from vitedge.files.safefile import parse_json

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from vitedge.onnxkit.graph import NodeIndex, graph_inputs, node_index
+from vitedge.onnxkit.structure import NodeIndex, graph_inputs, node_index
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
