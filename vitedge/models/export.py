@@ -22,7 +22,8 @@ import numpy as np
 
 from vitedge.core.errors import ExportError, UsageError, environment_error
 from vitedge.core.memory import release_freed_memory
-from vitedge.models.intake import LoadedModel, _program_input_shape
+from vitedge.models.intake import LoadedModel
+from vitedge.models.intake_module import _program_input_shape
 from vitedge.models.torchscript import dynamic_batch_program
 from vitedge.onnxkit.files import DATA_SUFFIX, has_external_tensors, inline_attribute_tensors, is_large, save_onnx
 from vitedge.onnxkit.metadata import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata, set_metadata
