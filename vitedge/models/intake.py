@@ -2,6 +2,12 @@
 
 Every fact in the spec records where it came from: the file itself, a named preset,
 a flag, or a default. `vitedge inspect` prints them.
+
+`load_model` reads the file (models/formats) and hands it to the loader of its kind: a state_dict
+(models/intake_state_dict), a built module, TorchScript, a torch.export program or a Hugging Face
+folder (models/intake_module), an ONNX file (models/intake_onnx). What every loader resolves alike,
+the preprocessing and the class names, is models/intake_spec; the request and result types are
+models/intake_types (and importable from here).
 """
 
 from __future__ import annotations
