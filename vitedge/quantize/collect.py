@@ -1,4 +1,4 @@
-"""The calibration pass: running the FP32 graph over the data (``Runner``) and what is measured
+"""The calibration pass: running the FP32 graph over the data (``CalibrationPass``) and what is measured
 from it, batch by batch (``Collector``).
 
 One streaming pass over the data measures everything: max |x| of every activation; for the
@@ -84,7 +84,7 @@ class Kept:
 
     samples: int
     output: str
-    input: str = ""  # the graph input's name (set by the Runner)
+    input: str = ""  # the graph input's name (set by the CalibrationPass)
     feeds: list[np.ndarray] = field(default_factory=list)
     reference: list[np.ndarray] = field(default_factory=list)
 
@@ -211,7 +211,7 @@ class Collector:
 # --------------------------------------------------------------------------- running the graph
 
 
-class Runner:
+class CalibrationPass:
     """Runs a graph with extra outputs over the calibration source, batch by batch."""
 
     def __init__(self, model: ModelProto, meta: dict[str, str], source: CalibrationSource, progress: bool):
