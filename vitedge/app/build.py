@@ -27,7 +27,7 @@ from vitedge.budget import budget_failure as budget_not_met
 from vitedge.budget.speed import record_budget_not_met
 from vitedge.bundle.trust import signing_key
 from vitedge.camera_apps.exports import write_bundle_exports
-from vitedge.datasources._common import CalibrationSource
+from vitedge.datasources.base import CalibrationSource
 from vitedge.datasources.sources import open_source
 from vitedge.datasources.split import resolve_data
 from vitedge.core.errors import BundleError, UsageError

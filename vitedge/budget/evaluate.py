@@ -47,7 +47,7 @@ from vitedge.validation.run import evaluate_gate
 if TYPE_CHECKING:
     from onnx import ModelProto
 
-    from vitedge.datasources._common import CalibrationSource
+    from vitedge.datasources.base import CalibrationSource
     from vitedge.bundle.preprocess import Preprocess
 
 _EVAL_BATCH = 64

@@ -59,6 +59,7 @@ MOVED: dict[str, str] = {
     "vitedge.project_init": "vitedge.cli.project_init",
     "vitedge.commands": "vitedge.cli.commands",
     "vitedge.calibration": "vitedge.datasources",
+    "vitedge.datasources._common": "vitedge.datasources.base",
 }
 
 

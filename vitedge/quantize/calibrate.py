@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.datasources._common import CalibrationSource, SourceSummary
+from vitedge.datasources.base import CalibrationSource, SourceSummary
 from vitedge.core.errors import QuantizationError, UsageError
 from vitedge.files.atomic import sha256_bytes
 from vitedge.onnxkit.files import is_large, onnx_sha256

@@ -29,7 +29,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from vitedge.datasources._common import CalibrationSource, check_inputs_vary
+from vitedge.datasources.base import CalibrationSource, check_inputs_vary
 from vitedge.core.errors import CalibrationError, QuantizationError
 from vitedge.core.cpu import usable_cpus
 from vitedge.onnxkit.files import is_large

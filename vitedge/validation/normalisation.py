@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.datasources._common import CalibrationSource
+from vitedge.datasources.base import CalibrationSource
 from vitedge.core.errors import UsageError
 from vitedge.onnxkit.session import ort_session
 from vitedge.onnxkit.structure import graph_inputs
