@@ -23,7 +23,7 @@ import numpy as np
 from vitedge.core.errors import ExportError, UsageError, environment_error
 from vitedge.core.memory import release_freed_memory
 from vitedge.models.intake import LoadedModel
-from vitedge.models.intake_module import _program_input_shape
+from vitedge.models.intake_module import program_input_shape
 from vitedge.models.torchscript import dynamic_batch_program
 from vitedge.onnxkit.files import DATA_SUFFIX, has_external_tensors, inline_attribute_tensors, is_large, save_onnx
 from vitedge.onnxkit.metadata import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata, set_metadata
@@ -278,7 +278,7 @@ def _no_mha_fastpath():
 
 def _program_batch(loaded: LoadedModel) -> int:
 
-    shape = _program_input_shape(loaded.module)
+    shape = program_input_shape(loaded.module)
     return int(shape[0]) if shape else 1
 
 

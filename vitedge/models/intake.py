@@ -18,9 +18,9 @@ from vitedge.bundle.fields import check_spec_bounds
 from vitedge.core.errors import ModelLoadError, UsageError
 from vitedge.core.limits import check_attention_fits
 from vitedge.models.formats import read_model_file
-from vitedge.models.intake_module import _load_exported, _load_huggingface, _load_module, _load_torchscript
-from vitedge.models.intake_onnx import _load_onnx
-from vitedge.models.intake_state_dict import _load_state_dict
+from vitedge.models.intake_module import load_exported, load_huggingface, load_module, load_torchscript
+from vitedge.models.intake_onnx import load_onnx
+from vitedge.models.intake_state_dict import load_state_dict_checkpoint
 from vitedge.models.intake_types import IntakeOptions, LoadedModel
 
 
@@ -40,10 +40,10 @@ def load_model(path: str | Path, options: IntakeOptions | None = None) -> Loaded
 
 
 _LOADERS = {
-    "state_dict": _load_state_dict,
-    "module": _load_module,
-    "torchscript": _load_torchscript,
-    "exported_program": _load_exported,
-    "huggingface": _load_huggingface,
-    "onnx": _load_onnx,
+    "state_dict": load_state_dict_checkpoint,
+    "module": load_module,
+    "torchscript": load_torchscript,
+    "exported_program": load_exported,
+    "huggingface": load_huggingface,
+    "onnx": load_onnx,
 }

@@ -14,26 +14,32 @@ from vitedge.models import channels as chan
 from vitedge.models import checks
 from vitedge.models.formats import RawModel
 from vitedge.models.hf import load_hf_folder, read_preprocess
-from vitedge.models.intake_spec import _apply_preprocess_flags, _class_names, _fit_channels, _preprocess_from_cfg, _resolve_preprocess
+from vitedge.models.intake_spec import (
+    apply_preprocess_flags,
+    fit_channels,
+    preprocess_from_cfg,
+    read_class_names,
+    resolve_preprocess,
+)
 from vitedge.models.intake_types import IntakeOptions, LoadedModel
 from vitedge.models.layouts import Layout, infer_layout
 from vitedge.models.stem import candidates_text, stem_input_size, stem_layers
 
 
-def _load_module(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
+def load_module(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     family = type(raw.module).__module__.split(".")[0]
     family = {"timm": "timm", "torchvision": "torchvision", "transformers": "huggingface"}.get(family, "custom")
-    return _from_module(raw, opt, raw.module.eval(), family=family, meta=raw.meta or {}, kwargs={})
+    return from_module(raw, opt, raw.module.eval(), family=family, meta=raw.meta or {}, kwargs={})
 
 
-def _load_torchscript(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
-    return _from_module(raw, opt, raw.module.eval(), family="torchscript", meta={}, kwargs={})
+def load_torchscript(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
+    return from_module(raw, opt, raw.module.eval(), family="torchscript", meta={}, kwargs={})
 
 
-def _load_exported(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
+def load_exported(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     program = raw.module
     _refuse_fixed_batch(program, str(raw.path))
-    loaded = _from_module(raw, opt, program.module(), family="torch.export", meta={}, kwargs={}, example_shape=_program_input_shape(program))
+    loaded = from_module(raw, opt, program.module(), family="torch.export", meta={}, kwargs={}, example_shape=program_input_shape(program))
     loaded.module = program
     loaded.exporter = "dynamo"
     return loaded
@@ -54,7 +60,7 @@ def _refuse_fixed_batch(program, where: str) -> None:
             return
 
 
-def _program_input_shape(program) -> tuple[int, ...] | None:
+def program_input_shape(program) -> tuple[int, ...] | None:
     for spec in program.graph_signature.input_specs:
         if spec.kind.name == "USER_INPUT":
             node = next(n for n in program.graph.nodes if n.op == "placeholder" and n.name == spec.arg.name)
@@ -64,7 +70,7 @@ def _program_input_shape(program) -> tuple[int, ...] | None:
     return None
 
 
-def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta: dict, kwargs: dict, example_shape=None,
+def from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta: dict, kwargs: dict, example_shape=None,
                  arch_name: str | None = None) -> LoadedModel:
     """A built module of any class: its weights checked, its architecture read, its input size and channels
     found, its output probed, then its spec."""
@@ -86,8 +92,8 @@ def _from_module(raw: RawModel, opt: IntakeOptions, module, *, family: str, meta
     sources["channels"] = SOURCE_FILE
     file_pre = meta.get("preprocess") or (cfg if isinstance(cfg, dict) and cfg.get("mean") else None)
     if file_pre and "crop_size" not in file_pre:
-        file_pre = _preprocess_from_cfg(file_pre, image_size).to_dict()
-    preprocess, sources["preprocess"] = _resolve_preprocess(opt, image_size, file_pre, None, family=family, channels=channels)
+        file_pre = preprocess_from_cfg(file_pre, image_size).to_dict()
+    preprocess, sources["preprocess"] = resolve_preprocess(opt, image_size, file_pre, None, family=family, channels=channels)
     spec = _module_spec(opt, sd, layout, facts, sources, family=family, image_size=image_size, output=output,
                         preprocess=preprocess, meta=meta, arch_name=arch_name)
     return LoadedModel(spec=spec, path=raw.path, module=module)
@@ -188,7 +194,7 @@ def _module_spec(opt: IntakeOptions, sd: dict[str, Any], layout: Layout | None, 
         preprocess=preprocess,
         variant="encoder" if output_kind == "embedding" else (layout.variant if layout else "vit"),
         output_kind=output_kind,
-        class_names=_class_names(meta, classes),
+        class_names=read_class_names(meta, classes),
         arch_name=arch_name,
         sources=sources,
     )
@@ -308,7 +314,7 @@ def _probe_output(module, image_size, where: str, channels: int | None = None) -
     return int(y.shape[1]), int(channels)
 
 
-def _load_huggingface(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
+def load_huggingface(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     import torch
 
 
@@ -317,7 +323,7 @@ def _load_huggingface(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     image_size = facts["image_size"]
     file_pre, source = read_preprocess(raw.path, image_size)
     channels = int(getattr(getattr(getattr(module, "model", module), "config", None), "num_channels", 3) or 3)
-    preprocess, pre_source = _apply_preprocess_flags(_fit_channels(file_pre, channels, source), source, opt)
+    preprocess, pre_source = apply_preprocess_flags(fit_channels(file_pre, channels, source), source, opt)
     sources = {k: SOURCE_FILE for k in ("patch_size", "embed_dim", "depth", "num_heads", "num_classes", "image_size")}
     if opt.input_size is not None:
         sources["image_size"] = SOURCE_FLAG

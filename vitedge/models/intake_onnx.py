@@ -10,7 +10,7 @@ from vitedge.bundle.spec import SOURCE_DEFAULT, SOURCE_FILE, SOURCE_FLAG, ModelS
 from vitedge.core.errors import ModelLoadError, UsageError
 from vitedge.models import checks
 from vitedge.models.formats import RawModel
-from vitedge.models.intake_spec import _apply_preprocess_flags, _fit_channels, default_crop_pct
+from vitedge.models.intake_spec import apply_preprocess_flags, default_crop_pct, fit_channels
 from vitedge.models.intake_types import IntakeOptions, LoadedModel
 from vitedge.onnxkit.files import check_external_data
 from vitedge.onnxkit.structure import graph_inputs
@@ -19,7 +19,7 @@ from vitedge.onnxkit.structure import graph_inputs
 ONNX_SPEC_KEY = "vitedge.spec"
 
 
-def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
+def load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     import onnx
 
     try:
@@ -37,7 +37,7 @@ def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
             raise ModelLoadError(f"{raw.path}: its '{ONNX_SPEC_KEY}' metadata: {err}; re-export the model with `vitedge export`, "
                                  "or remove that metadata") from None
         spec = spec.with_changes(sources={k: SOURCE_FILE for k in spec.sources} | {"preprocess": SOURCE_FILE})
-        pre, pre_source = _apply_preprocess_flags(spec.preprocess, SOURCE_FILE, opt)
+        pre, pre_source = apply_preprocess_flags(spec.preprocess, SOURCE_FILE, opt)
         spec = spec.with_changes(preprocess=pre, sources=dict(spec.sources, preprocess=pre_source))
         return LoadedModel(spec=spec, path=raw.path, onnx_path=raw.path)
     graph = model.graph
@@ -68,8 +68,8 @@ def _load_onnx(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
         embed, patch = int(w.dims[0]), int(w.dims[-1])
     output_kind = opt.output_kind or ("embedding" if "embed" in graph.output[0].name.lower() else "logits")
     width = out_dims[-1] if out_dims and out_dims[-1] else None
-    pre, pre_source = _apply_preprocess_flags(
-        _fit_channels(Preprocess(crop_size=tuple(image_size), crop_pct=default_crop_pct(image_size), interpolation="bicubic"),  # type: ignore[arg-type]
+    pre, pre_source = apply_preprocess_flags(
+        fit_channels(Preprocess(crop_size=tuple(image_size), crop_pct=default_crop_pct(image_size), interpolation="bicubic"),  # type: ignore[arg-type]
                       int(dims[1]), SOURCE_DEFAULT),
         SOURCE_DEFAULT, opt,
     )

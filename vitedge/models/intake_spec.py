@@ -14,7 +14,7 @@ from vitedge.models.intake_types import IntakeOptions
 from vitedge.models.presets import ArchPreset
 
 
-def _class_names(meta: dict[str, Any], num_classes: int | None) -> tuple[str, ...] | None:
+def read_class_names(meta: dict[str, Any], num_classes: int | None) -> tuple[str, ...] | None:
     names = meta.get("class_names")
     if names and num_classes and len(names) == num_classes:
         return tuple(str(n) for n in names)
@@ -33,7 +33,7 @@ def default_crop_pct(image_size) -> float:
     return 1.0 if max(int(v) for v in image_size) <= SMALL_INPUT else 0.875
 
 
-def _resolve_preprocess(opt: IntakeOptions, image_size, file_pre: dict | None, preset: ArchPreset | None, *, family: str,
+def resolve_preprocess(opt: IntakeOptions, image_size, file_pre: dict | None, preset: ArchPreset | None, *, family: str,
                         channels: int = 3) -> tuple[Preprocess, str]:
     if file_pre:
         try:
@@ -48,12 +48,12 @@ def _resolve_preprocess(opt: IntakeOptions, image_size, file_pre: dict | None, p
     else:
         base = Preprocess(crop_pct=default_crop_pct(image_size), interpolation="bicubic", mean=IMAGENET_MEAN, std=IMAGENET_STD)
         source = SOURCE_DEFAULT
-    base = _fit_channels(base, channels, source)
-    return _apply_preprocess_flags(Preprocess(crop_size=tuple(image_size), crop_pct=base.crop_pct, interpolation=base.interpolation,
+    base = fit_channels(base, channels, source)
+    return apply_preprocess_flags(Preprocess(crop_size=tuple(image_size), crop_pct=base.crop_pct, interpolation=base.interpolation,
                                               mean=base.mean, std=base.std, channels=base.channels), source, opt)
 
 
-def _fit_channels(pre: Preprocess, channels: int, source: str) -> Preprocess:
+def fit_channels(pre: Preprocess, channels: int, source: str) -> Preprocess:
     """The preprocessing for a `channels`-input model: a default's statistics are the
     channel count's defaults; a file's or preset's must fit (one value broadcasts, RGB
     averages to grey)."""
@@ -77,7 +77,7 @@ def _check_stats_flag(name: str, values: tuple[float, ...]) -> None:
                              "input for the model; pass the --mean/--std the model was trained with")
 
 
-def _apply_preprocess_flags(pre: Preprocess, source: str, opt: IntakeOptions) -> tuple[Preprocess, str]:
+def apply_preprocess_flags(pre: Preprocess, source: str, opt: IntakeOptions) -> tuple[Preprocess, str]:
 
     changes: dict[str, Any] = {}
     for name in ("mean", "std", "crop_pct", "interpolation"):
@@ -95,7 +95,7 @@ def _apply_preprocess_flags(pre: Preprocess, source: str, opt: IntakeOptions) ->
     return replace(pre, **changes), f"{source} + flags ({', '.join(sorted(changes))})"
 
 
-def _preprocess_from_cfg(cfg: dict[str, Any], image_size) -> Preprocess:
+def preprocess_from_cfg(cfg: dict[str, Any], image_size) -> Preprocess:
     mean = tuple(cfg.get("mean", IMAGENET_MEAN))
     return Preprocess(
         channels=len(mean),

@@ -12,15 +12,15 @@ from vitedge.core.errors import ModelLoadError, UsageError
 from vitedge.models import architectures as families, checks, construct as build
 from vitedge.models import channels as chan
 from vitedge.models.formats import RawModel
-from vitedge.models.intake_module import _from_module
-from vitedge.models.intake_spec import _apply_preprocess_flags, _class_names, _preprocess_from_cfg, _resolve_preprocess
+from vitedge.models.intake_module import from_module
+from vitedge.models.intake_spec import apply_preprocess_flags, preprocess_from_cfg, read_class_names, resolve_preprocess
 from vitedge.models.intake_types import IntakeOptions, LoadedModel
 from vitedge.models.layouts import Layout, infer_layout
 from vitedge.models.presets import HEADS_BY_WIDTH, PRESETS, ArchPreset, get_preset, match_preset
 from vitedge.models.timm_arch import load_timm_arch
 
 
-def _load_state_dict(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
+def load_state_dict_checkpoint(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     import torch
 
     sd = raw.state_dict
@@ -32,11 +32,11 @@ def _load_state_dict(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     if opt.model_class:
         kwargs = dict(meta.get("model_kwargs", {}), **opt.model_kwargs)
         module = build.build_custom(opt.model_class, kwargs, sd, where)
-        return _from_module(raw, opt, module, family="custom", meta=meta, kwargs=kwargs)
+        return from_module(raw, opt, module, family="custom", meta=meta, kwargs=kwargs)
     if opt.arch and opt.arch not in PRESETS:
 
         module = load_timm_arch(opt.arch, sd, where, input_size=opt.input_size)
-        return _from_module(raw, opt, module, family="timm", meta=meta, kwargs={}, arch_name=opt.arch)
+        return from_module(raw, opt, module, family="timm", meta=meta, kwargs={}, arch_name=opt.arch)
     fam = families.recognise(sd, where)
     if fam is not None:
         return _load_family(raw, opt, sd, fam, meta)
@@ -68,7 +68,7 @@ def _load_state_dict(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
     file_pre = meta.get("preprocess")
     pre_preset = matched if (matched and (opt.arch or _same_shape(matched, layout))) else None
     channels = chan.channels_from_weights(sd) or 3
-    preprocess, pre_source = _resolve_preprocess(opt, image_size, file_pre, pre_preset, family=layout.family, channels=channels)
+    preprocess, pre_source = resolve_preprocess(opt, image_size, file_pre, pre_preset, family=layout.family, channels=channels)
     sources["preprocess"] = pre_source
     sources["channels"] = SOURCE_FILE
     variant = "encoder" if layout.num_classes == 0 else layout.variant
@@ -85,7 +85,7 @@ def _load_state_dict(raw: RawModel, opt: IntakeOptions) -> LoadedModel:
         preprocess=preprocess,
         variant=variant,
         output_kind="embedding" if layout.num_classes == 0 else "logits",
-        class_names=_class_names(meta, layout.num_classes),
+        class_names=read_class_names(meta, layout.num_classes),
         arch_name=hybrid_name or (matched.name if matched else None),
         sources=sources,
     )
@@ -106,8 +106,8 @@ def _load_family(raw: RawModel, opt: IntakeOptions, sd: dict[str, Any], fam: "fa
     if fam.family == "torchvision":  # swin_t / swin_s / swin_b / v2 weights: resize 232 (v2: 260), crop 224, bicubic
         cfg = {"crop_pct": 224 / (260 if "v2" in fam.base_arch else 232), "interpolation": "bicubic", "mean": IMAGENET_MEAN, "std": IMAGENET_STD}
     file_pre = meta.get("preprocess")
-    preprocess, pre_source = (_resolve_preprocess(opt, image_size, file_pre, None, family=fam.family) if file_pre else
-                              _apply_preprocess_flags(_preprocess_from_cfg(cfg, image_size), f"{SOURCE_PRESET} {fam.base_arch}", opt))
+    preprocess, pre_source = (resolve_preprocess(opt, image_size, file_pre, None, family=fam.family) if file_pre else
+                              apply_preprocess_flags(preprocess_from_cfg(cfg, image_size), f"{SOURCE_PRESET} {fam.base_arch}", opt))
     sources = {k: SOURCE_FILE for k in ("patch_size", "embed_dim", "depth", "num_classes")}
     sources.update(num_heads=heads_source, image_size=size_source, preprocess=pre_source)
     spec = ModelSpec(
@@ -123,7 +123,7 @@ def _load_family(raw: RawModel, opt: IntakeOptions, sd: dict[str, Any], fam: "fa
         preprocess=preprocess,
         variant="encoder" if fam.num_classes == 0 else fam.variant,
         output_kind="embedding" if fam.num_classes == 0 else "logits",
-        class_names=_class_names(meta, fam.num_classes),
+        class_names=read_class_names(meta, fam.num_classes),
         arch_name=fam.base_arch,
         sources=sources,
     )
