@@ -94,7 +94,7 @@ def environment() -> dict[str, Any]:
 
 
 def ort_logits(model: Any, x: np.ndarray) -> np.ndarray:
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
 
     src = model.SerializeToString() if hasattr(model, "SerializeToString") else Path(model)
     sess = ort_session(src)

@@ -176,7 +176,7 @@ def ort_variants(work: Path, bundles: Path) -> dict[str, Path]:
     from onnxruntime.transformers.optimizer import optimize_model
 
     from vitedge.backends.onnxruntime.attention import fuse_attention
-    from vitedge.onnxkit.graph import save_onnx
+    from vitedge.onnxkit.files import save_onnx
 
     log("== ONNX Runtime variants: plain Q/DQ, FP32 fused, transformer optimizer")
     # the intel-cpu bundle keeps the shared Q/DQ graph its IR was converted from: the onnx

@@ -48,7 +48,7 @@ def log(msg: str) -> None:
 
 
 def ort_predict(path: Path, x: np.ndarray) -> np.ndarray:
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
 
     sess = ort_session(path, threads=2)
     name = sess.get_inputs()[0].name
@@ -247,7 +247,7 @@ def probe_all(results: list[dict[str, Any]], work: Path) -> list[dict[str, Any]]
     import onnx
 
     from vitedge.datasources.sources import open_source
-    from vitedge.onnxkit.graph import SPEC_KEY, get_metadata
+    from vitedge.onnxkit.metadata import SPEC_KEY, get_metadata
     from vitedge.bundle.spec import ModelSpec
     from vitedge.validation.noise import preprocessing_probe, probe_shifts
 

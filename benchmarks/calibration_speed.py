@@ -100,7 +100,7 @@ def synthetic_images(folder: Path, count: int, size: int = 224) -> Path:
 def _spec(fp32: Path):
     import onnx
 
-    from vitedge.onnxkit.graph import SPEC_KEY, get_metadata
+    from vitedge.onnxkit.metadata import SPEC_KEY, get_metadata
     from vitedge.bundle.spec import ModelSpec
 
     return ModelSpec.from_json(get_metadata(onnx.load(str(fp32), load_external_data=False))[SPEC_KEY])

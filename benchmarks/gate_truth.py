@@ -125,7 +125,7 @@ def run_outputs(model_id: str, corpus: Path, work: Path) -> Path:
             for factor in (SCALE_OFF, 1 / SCALE_OFF):
                 tampered, tensor = scale_off(q.model, factor)
                 tpath = work / f"{model_id}.scale{factor:g}.int8.onnx"
-                from vitedge.onnxkit.graph import save_onnx
+                from vitedge.onnxkit.files import save_onnx
 
                 save_onnx(tampered, tpath)
                 arrays[f"got{len(VARIANTS) + len(notes)}"] = cc.ort_predict(tpath, x)

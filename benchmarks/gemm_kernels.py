@@ -89,7 +89,7 @@ def measure(k: int, n: int, rows: int, rounds: int) -> list[tuple[str, float, fl
     """(graph, median ms, relative error) per graph, fp32 first."""
     from timing import interleaved_rounds
 
-    from vitedge.onnxkit.graph import SessionSettings, ort_session
+    from vitedge.onnxkit.session import SessionSettings, ort_session
 
     rng = np.random.default_rng(0)
     w = (rng.standard_normal((k, n)) * 0.05).astype(np.float32)

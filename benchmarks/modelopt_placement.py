@@ -104,7 +104,7 @@ def _const_names(graph) -> set[str]:
 
 def roles(graph) -> dict[str, str]:
     """Node name -> role: linear / qk_matmul / pv_matmul / softmax / residual_add, in an FP32 graph."""
-    from vitedge.onnxkit.graph import node_index
+    from vitedge.onnxkit.structure import node_index
 
     index = node_index(list(graph.node))
     consts = _const_names(graph)
@@ -137,7 +137,7 @@ def _dq_feeding(index, tensor: str):
 
 def placement(graph) -> dict[str, tuple[str, str]]:
     """Node name -> (inputs with Q/DQ, output Q/DQ), for every named node of ``graph``."""
-    from vitedge.onnxkit.graph import node_index
+    from vitedge.onnxkit.structure import node_index
 
     index = node_index(list(graph.node))
 
@@ -176,7 +176,7 @@ def switch_to_theirs(fp32, ours, theirs, names: set[str]):
     import onnx
     from onnx import helper, numpy_helper
 
-    from vitedge.onnxkit.graph import node_index, topological_sort
+    from vitedge.onnxkit.structure import node_index, topological_sort
 
     m = copy.deepcopy(ours)
     oi, ti = node_index(list(m.graph.node)), node_index(list(theirs.graph.node))
@@ -290,7 +290,7 @@ def images(folder: Path, bundle: Path) -> tuple[np.ndarray, np.ndarray]:
 def logits(path: Path, x: np.ndarray, in_float: bool = False) -> np.ndarray:
     """The graph's outputs on ``x``; ``in_float``: graph optimizations off, so ONNX Runtime computes each
     QuantizeLinear/DequantizeLinear as written and every MatMul in float, with no INT8 kernel of this CPU."""
-    from vitedge.onnxkit.graph import SessionSettings, ort_session
+    from vitedge.onnxkit.session import SessionSettings, ort_session
 
     s = ort_session(str(path), SessionSettings(optimization="disabled") if in_float else None)
     name = s.get_inputs()[0].name

@@ -48,7 +48,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from vitedge.onnxkit.graph import NameScope, SessionSettings, cleanup, node_index, ort_session, require_opset_import  # noqa: E402
+from vitedge.onnxkit.session import SessionSettings, ort_session  # noqa: E402
+from vitedge.onnxkit.structure import NameScope, cleanup, node_index, require_opset_import  # noqa: E402
 
 MS_DOMAIN = "com.microsoft"
 # Outputs of the float twins (see _float_twin) must agree to this fraction of their largest
@@ -237,7 +238,7 @@ def _agrees(before: list[np.ndarray], after: list[np.ndarray]) -> bool:
 
 
 def _apply(model: Any, drop: list[Any], add: list[Any]) -> None:
-    from vitedge.onnxkit.graph import topological_sort
+    from vitedge.onnxkit.structure import topological_sort
 
     gone = {id(n) for n in drop}
     ordered = topological_sort(add + [n for n in model.graph.node if id(n) not in gone])

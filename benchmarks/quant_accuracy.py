@@ -102,7 +102,7 @@ def environment() -> dict[str, Any]:
 
 
 def ort_predict(path_or_bytes, x: np.ndarray, threads: int = 2) -> np.ndarray:
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
 
     src = Path(path_or_bytes) if isinstance(path_or_bytes, (str, Path)) else path_or_bytes
     sess = ort_session(src, threads=threads)

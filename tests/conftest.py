@@ -198,6 +198,6 @@ def tiny(tmp_path_factory):
 @pytest.fixture
 def force_external(monkeypatch):
     """Every graph counts as past protobuf's 2 GiB limit, so a small model takes the external-data path."""
-    from vitedge.onnxkit.graph import EXTERNAL_DATA_ENV
+    from vitedge.onnxkit.files import EXTERNAL_DATA_ENV
 
     monkeypatch.setenv(EXTERNAL_DATA_ENV, "0")

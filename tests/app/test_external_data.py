@@ -18,14 +18,8 @@ from vitedge.core.errors import BundleError, UsageError
 from vitedge.models.export import ExportOptions, export_onnx
 from vitedge.bundle.manifest import read_manifest, verify_bundle
 from vitedge.models.intake import load_model
-from vitedge.onnxkit.graph import (
-    EXTERNAL_DATA_ENV,
-    copy_onnx,
-    external_data_files,
-    onnx_sha256,
-    ort_session,
-    save_onnx,
-)
+from vitedge.onnxkit.files import EXTERNAL_DATA_ENV, copy_onnx, external_data_files, onnx_sha256, save_onnx
+from vitedge.onnxkit.session import ort_session
 from vitedge.core.ui import StageLog
 
 

@@ -36,7 +36,7 @@ from vitedge.backends import (
     unregister_backend,
 )
 from vitedge.core.errors import MissingDependencyError
-from vitedge.onnxkit.graph import copy_onnx
+from vitedge.onnxkit.files import copy_onnx
 
 REPO = Path(__file__).resolve().parents[2]
 NAME = "fakert"  # the backend

@@ -22,7 +22,7 @@ from vitedge.backends.float_layers import int8_layers, return_to_float
 from vitedge.backends.int8_timing import timed_steps_line
 from vitedge.backends.ov_payoff import OvPayoff, onnx_layer
 from vitedge.core.errors import UsageError
-from vitedge.onnxkit.graph import SessionSettings, ort_session
+from vitedge.onnxkit.session import SessionSettings, ort_session
 
 LAYOUTS_PY = Path(__file__).resolve().parents[1] / "helpers" / "vit_layouts.py"
 

@@ -16,7 +16,7 @@ from helpers.runtime_bundles import TARGETS
 from vitedge.backends import get_backend
 from vitedge.core.errors import UsageError
 from vitedge.bundle.manifest import read_manifest
-from vitedge.onnxkit.graph import UINT8_NHWC_RGB
+from vitedge.onnxkit.metadata import UINT8_NHWC_RGB
 
 
 def _runner(bundle, threads: int = 2):

@@ -97,7 +97,7 @@ def test_per_channel_std_is_baked_into_the_graph_and_said_so(bundles, tmp_path):
     import onnx
     from onnx import numpy_helper
 
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
 
     baked = onnx.load(str(tmp_path / "ds" / BAKED_GRAPH))
     inits = {t.name: numpy_helper.to_array(t) for t in baked.graph.initializer}
@@ -156,7 +156,7 @@ def test_triton_repository_matches_the_bundle(bundles, tmp_path, target, platfor
     assert sorted(p.name for p in (folder / "1").iterdir()) == sorted(files)
     assert (folder / "1" / files[0]).read_bytes() == (bundle / manifest.artifacts.model).read_bytes()
     if target == "onnx":  # the repository's model takes what config.pbtxt declares
-        from vitedge.onnxkit.graph import ort_session
+        from vitedge.onnxkit.session import ort_session
 
         x = np.zeros((2, *inp.dims), np.float32)
         assert ort_session(str(folder / "1" / "model.onnx")).run([out.name], {inp.name: x})[0].shape == (2, *out.dims)
@@ -235,7 +235,7 @@ def test_nvinfer_pipeline_matches_vitedge_runtime_on_frames_of_several_aspect_ra
     """The config's arithmetic, run as nvinfer runs it (src-crop, aspect-preserving scale, net-scale-factor/offsets,
     the DeepStream graph, the default classifier parser), against `vitedge.runtime` on the same frames: the same
     labels and probabilities. A stretched frame (maintain-aspect-ratio=0, no crop) is shown to differ: the check can fail."""
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
     from vitedge.runtime import load
 
     bundle = bundles / "onnx"

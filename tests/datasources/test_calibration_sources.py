@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from vitedge.datasources import _common
+from vitedge.datasources import base as _common
 from vitedge.datasources.sources import (
     Batch,
     CalibrationSource,

@@ -183,7 +183,7 @@ def graph_io(model):
 
 
 def run_ort(model_or_path, x: np.ndarray) -> np.ndarray:
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
 
     src = model_or_path.SerializeToString() if hasattr(model_or_path, "SerializeToString") else Path(model_or_path)
     sess = ort_session(src, threads=2)

@@ -246,7 +246,7 @@ def test_deepstream_config_of_a_grey_model_is_grey_and_matches_the_runtime(gray_
     from helpers import nvinfer_sim
 
     from vitedge.camera_apps.deepstream import read_config, source_crop
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
     from vitedge.runtime import load
     from vitedge.runtime.results import softmax
 

@@ -10,7 +10,8 @@ import torch
 from vitedge.core.errors import ExportError, UsageError
 from vitedge.models.export import ExportOptions, export_onnx
 from vitedge.models.intake import IntakeOptions, load_model
-from vitedge.onnxkit.graph import INPUT_FORMAT_KEY, SPEC_KEY, get_metadata, ort_session
+from vitedge.onnxkit.metadata import INPUT_FORMAT_KEY, SPEC_KEY, get_metadata
+from vitedge.onnxkit.session import ort_session
 from vitedge.bundle.preprocess import normalize
 from vitedge.bundle.spec import ModelSpec
 

@@ -243,7 +243,7 @@ def test_small_inputs_default_to_the_whole_image_and_imagenet_sizes_keep_the_087
     """A file that carries no preprocessing: 28x28 / 32x32 models (MNIST, CIFAR) are trained and tested on
     the whole image, and a 0.875 centre crop cost the corpus models up to 27 points of FP32 top-1; a 224
     model keeps ImageNet's crop. --crop-pct still decides when given."""
-    from vitedge.models.intake import default_crop_pct
+    from vitedge.models.intake_spec import default_crop_pct
 
     assert default_crop_pct((28, 28)) == 1.0 and default_crop_pct((64, 64)) == 1.0
     assert default_crop_pct((65, 65)) == 0.875 and default_crop_pct((224, 224)) == 0.875

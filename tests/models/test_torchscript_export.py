@@ -11,7 +11,7 @@ from torch import nn
 from vitedge.core.errors import ExportError, ModelLoadError
 from vitedge.models.export import export_onnx
 from vitedge.models.intake import IntakeOptions, load_model
-from vitedge.onnxkit.graph import ort_session
+from vitedge.onnxkit.session import ort_session
 
 
 def _traced(module: nn.Module, x: torch.Tensor, path) -> None:

@@ -1,4 +1,4 @@
-"""The ONNX toolkit (vitedge/onnxkit/graph.py): opset lookup, graph inputs, the producer/consumer
+"""The ONNX toolkit (vitedge/onnxkit/): opset lookup, graph inputs, the producer/consumer
 index, the topological sort and the ONNX Runtime session factory, on real small graphs run
 by ONNX Runtime; and a scan of vitedge/ that fails when a second copy of one of them
 reappears outside the toolkit."""
@@ -17,22 +17,19 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from vitedge.core.errors import ModelLoadError, UsageError
-from vitedge.onnxkit.graph import (
-    DATA_SUFFIX,
-    EXTERNAL_DATA_ENV,
-    SessionSettings,
+from vitedge.onnxkit.files import DATA_SUFFIX, EXTERNAL_DATA_ENV
+from vitedge.onnxkit.session import SessionSettings, ort_session, session_source
+from vitedge.onnxkit.structure import (
     graph_inputs,
     node_index,
     opset_imports,
     opset_version,
-    ort_session,
     require_opset_import,
-    session_source,
     topological_sort,
 )
 
 REPO = Path(__file__).resolve().parents[2]
-TOOLKIT = REPO / "vitedge" / "onnxkit" / "graph.py"
+TOOLKIT = REPO / "vitedge" / "onnxkit"
 
 
 def _value(name: str, shape=(2, 4)):
@@ -259,7 +256,9 @@ def test_an_unknown_optimization_level_is_a_usage_error():
 def test_the_toolkit_imports_without_onnx_or_onnxruntime():
     """The runtime-only distribution ships the toolkit to boxes with neither installed."""
     code = ("import sys; sys.modules['onnx'] = None; sys.modules['onnxruntime'] = None\n"
-            "import vitedge.onnxkit.graph as t; print(t.SessionSettings().optimization)")
+            "import vitedge.onnxkit.files, vitedge.onnxkit.metadata, vitedge.onnxkit.structure\n"
+            "import vitedge.onnxkit.graph as t, vitedge.onnxkit.session as s\n"
+            "assert t.SessionSettings is s.SessionSettings; print(s.SessionSettings().optimization)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "all"
@@ -296,12 +295,12 @@ def _session_construction(node: ast.AST) -> str | None:
         return None
     func = node.func
     name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-    return f"onnxruntime.{name}(...) (use onnxutil.ort_session)" if name in ("InferenceSession", "SessionOptions") else None
+    return f"onnxruntime.{name}(...) (use onnxkit.session.ort_session)" if name in ("InferenceSession", "SessionOptions") else None
 
 
 def _opset_read(node: ast.AST) -> str | None:
     if isinstance(node, ast.Attribute) and node.attr == "opset_import":
-        return ".opset_import (use onnxutil.opset_version / opset_imports / require_opset_import)"
+        return ".opset_import (use onnxkit.structure.opset_version / opset_imports / require_opset_import)"
     return None
 
 
@@ -311,7 +310,7 @@ def _graph_input_filter(node: ast.AST) -> str | None:
         hit = any(_iterated(g.iter, "input") and any(_name_not_in(c, _loop_target(g.target)) for c in g.ifs) for g in node.generators)
     elif isinstance(node, ast.For) and _iterated(node.iter, "input"):
         hit = any(_name_not_in(inner, _loop_target(node.target)) for inner in ast.walk(node))
-    return "graph inputs filtered by initializer names (use onnxutil.graph_inputs)" if hit else None
+    return "graph inputs filtered by initializer names (use onnxkit.structure.graph_inputs)" if hit else None
 
 
 def _producer_dict(node: ast.AST) -> str | None:
@@ -325,7 +324,7 @@ def _producer_dict(node: ast.AST) -> str | None:
             isinstance(a, ast.Assign) and isinstance(a.value, ast.Name) and a.value.id == owner
             and any(isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Name) and t.slice.id == tensor for t in a.targets)
             for a in ast.walk(node))
-    return "tensor -> producer dict (use onnxutil.node_index)" if hit else None
+    return "tensor -> producer dict (use onnxkit.structure.node_index)" if hit else None
 
 
 def _consumers_dict(node: ast.AST) -> str | None:
@@ -343,7 +342,7 @@ def _consumers_dict(node: ast.AST) -> str | None:
         else:
             key = holder.slice if isinstance(holder, ast.Subscript) else None
         if isinstance(key, ast.Name) and key.id in names:
-            return "tensor -> consumers dict (use onnxutil.node_index)"
+            return "tensor -> consumers dict (use onnxkit.structure.node_index)"
     return None
 
 
@@ -355,7 +354,7 @@ def _splice_after_producer(node: ast.AST) -> str | None:
         call = _method_call(inner, "extend")
         arg = call.args[0] if call is not None and call.args else None
         if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "get":
-            return "nodes spliced in after their producer (use onnxutil.topological_sort)"
+            return "nodes spliced in after their producer (use onnxkit.structure.topological_sort)"
     return None
 
 
@@ -442,7 +441,7 @@ def test_the_scan_accepts_code_that_only_reads_the_same_fields():
 def test_no_second_copy_of_a_toolkit_helper_in_vitedge():
     found = []
     for path in sorted((REPO / "vitedge").rglob("*.py")):
-        if path == TOOLKIT:
+        if TOOLKIT in path.parents:
             continue
         found += [f"{path.relative_to(REPO)} {hit}" for hit in _second_copies(path.read_text())]
-    assert not found, "ONNX helpers re-implemented outside vitedge/onnxkit/graph.py:\n" + "\n".join(found)
+    assert not found, "ONNX helpers re-implemented outside vitedge/onnxkit/:\n" + "\n".join(found)

@@ -100,7 +100,7 @@ def test_a_missing_or_short_data_file_is_named(external_graph, tmp_path):
 def test_hashing_a_graph_from_elsewhere_never_reads_outside_its_folder(location, external_graph, tmp_path):
     """A bundle's graph is hashed (the reference cache's key) before ONNX Runtime sees it: a location of /dev/zero
     read forever, one out of the folder read a file of this machine."""
-    from vitedge.onnxkit.graph import onnx_sha256
+    from vitedge.onnxkit.files import onnx_sha256
 
     (tmp_path / "weights.data").write_bytes((external_graph.parent / "weights.data").read_bytes())
     graph = _rewritten(external_graph, tmp_path / "bundle", _moved_location(location))

@@ -259,3 +259,13 @@ def test_light_entry_points_import_no_heavy_library(entry):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=PACKAGE.parent).stdout.strip()
     assert out == "", f"import {entry} pulls in {out}"
+
+
+def test_the_workflows_reach_tensorrt_through_its_one_entry():
+    """`vitedge engine` completes a bundle through backends/tensorrt/completion; the application and
+    interface layers import no other module of the TensorRT backend (its internals stay its own)."""
+    entry = "vitedge.backends.tensorrt.completion"
+    found = [f"{module} line {line}: {name}" for module in MODULES if _folder_of(module) in ("app", "cli")
+             for name, _, line in _imports(module)
+             if name.startswith("vitedge.backends.tensorrt") and name != entry and not name.startswith(entry + ".")]
+    assert not found, f"import the TensorRT backend through {entry} only:\n" + "\n".join(found)

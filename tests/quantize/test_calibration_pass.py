@@ -109,7 +109,7 @@ def test_one_pass_bias_correction_matches_the_refinement_pass(tmp_path):
     cal = calibrate(path, src, QuantConfig(), cache_dir=tmp_path)
     import onnx
 
-    from vitedge.onnxkit.graph import get_metadata
+    from vitedge.onnxkit.metadata import get_metadata
 
     meta = get_metadata(onnx.load(str(path)))
     by_pass = refine(_Runner(cal.model, meta, src, False), cal.model, cal.layers, cal.thresholds, gptq=False,

@@ -15,17 +15,15 @@ from helpers.quantize_models import fp32_model, source_for
 from vitedge.core.errors import ExportError
 from vitedge.models.export import ExportOptions, export_onnx
 from vitedge.models.intake import load_model
-from vitedge.onnxkit.graph import (
+from vitedge.onnxkit.files import (
     EXTERNAL_ALIGN,
     EXTERNAL_DATA_ENV,
-    _session_options,
     external_data_files,
     has_external_tensors,
-    lean_settings,
-    ort_session,
     save_external,
     save_onnx,
 )
+from vitedge.onnxkit.session import _session_options, lean_settings, ort_session
 from vitedge.quantize import QuantConfig, build_qdq, calibrate
 from vitedge.quantize.calibrate import CALIBRATION_BATCH, LARGE_GRAPH_BATCH
 
@@ -103,7 +101,7 @@ def test_saved_graph_record_drops_both_graphs(tmp_path):
 
 
 def test_size_estimate_matches_protobuf(tmp_path):
-    from vitedge.onnxkit.graph import serialized_size
+    from vitedge.onnxkit.files import serialized_size
 
     model = onnx.load(str(fp32_model("timm")[0]))
     # ByteSize() would encode the whole graph (upb): the estimate counts raw weights by their length
@@ -124,7 +122,7 @@ def test_prepare_infers_shapes_of_large_graphs_without_their_weights(monkeypatch
 def test_cleanup_deletes_unused_initializers_in_place():
     from onnx import numpy_helper
 
-    from vitedge.onnxkit.graph import cleanup
+    from vitedge.onnxkit.structure import cleanup
 
     model = onnx.load(str(fp32_model("timm")[0]))
     names = [t.name for t in model.graph.initializer]

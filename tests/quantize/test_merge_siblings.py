@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from vitedge.onnxkit.graph import ort_session
+from vitedge.onnxkit.session import ort_session
 from vitedge.quantize.merge import merge_sibling_linears
 
 E = 8

@@ -99,7 +99,7 @@ def test_model_change_recalibrates(tmp_path):
 def test_preprocess_change_recalibrates(tmp_path):
     import onnx
 
-    from vitedge.onnxkit.graph import SPEC_KEY, get_metadata, set_metadata
+    from vitedge.onnxkit.metadata import SPEC_KEY, get_metadata, set_metadata
 
     path, spec = _model()
     src = source_for(spec, limit=8)

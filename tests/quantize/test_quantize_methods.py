@@ -24,7 +24,7 @@ def _with_outputs(model, names):
 
 
 def _run(model, names, x):
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
 
     sess = ort_session(_with_outputs(model, names).SerializeToString(), threads=2)
     return dict(zip(names, sess.run(names, {sess.get_inputs()[0].name: x})))

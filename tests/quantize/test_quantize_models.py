@@ -224,7 +224,7 @@ def test_metadata_keeps_spec_and_records_the_quantizer(calibrations):
 
     import onnx
 
-    from vitedge.onnxkit.graph import INPUT_FORMAT_KEY, SPEC_KEY, get_metadata
+    from vitedge.onnxkit.metadata import INPUT_FORMAT_KEY, SPEC_KEY, get_metadata
     from vitedge.quantize import METADATA_KEY, build_qdq
 
     path, _ = fp32_model("deit_distilled")

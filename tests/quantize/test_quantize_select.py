@@ -63,7 +63,7 @@ def test_select_scores_every_candidate_and_records_its_choice(digits):
 def test_a_collapsing_candidate_is_never_chosen(digits):
     """Entropy is the candidate kept when the others are not measurably closer; collapsed, it is far
     from FP32 on every image and the paired test moves the choice."""
-    from vitedge.onnxkit.graph import graph_inputs
+    from vitedge.onnxkit.structure import graph_inputs
     from vitedge.quantize.select import SELECT_MIN_T, choose
 
     broken = _collapsed(digits["cal"])
@@ -80,7 +80,7 @@ def test_a_collapsing_candidate_is_never_chosen(digits):
 def test_a_candidate_far_from_fp32_on_the_first_look_stops_there(digits):
     """Two candidates collapsed: entropy (the first) and p99.99. p99.99 is not 3x closer than entropy on
     the first look's images, so it is not run on the rest; the others are, and one of them is chosen."""
-    from vitedge.onnxkit.graph import graph_inputs
+    from vitedge.onnxkit.structure import graph_inputs
     from vitedge.quantize.select import SELECT_CONTEND_RATIO, SELECT_FIRST_LOOK, choose
 
     broken = _collapsed(_collapsed(digits["cal"]), "p99.99")

@@ -152,7 +152,7 @@ def test_speed_floor_depends_on_the_cpu():
 @pytest.mark.parametrize("rule", ["pairwise", "full"])
 def test_onnxruntime_int8_kernels_on_this_cpu(tmp_path, rule):
     from vitedge.backends.onnxruntime.backend import OnnxRuntimeOptions, int8_layer_share
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
 
     path = tmp_path / "probe.onnx"
     x, exact = probe_graph(path, rule, "MatMul")

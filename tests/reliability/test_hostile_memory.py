@@ -45,7 +45,7 @@ def test_a_folder_of_thin_images_is_refused_before_resizing(tmp_path, size):
 
 def test_one_thin_image_among_good_ones_is_left_out_and_counted(tmp_path):
     """The datasource skips it with its reason (as it does a corrupt file) and reads the others."""
-    from vitedge.datasources._common import SourceRequest
+    from vitedge.datasources.base import SourceRequest
     from vitedge.datasources.images import open_image_folder
     from vitedge.bundle.spec import Preprocess
 

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 ORT_PROBE = """
 import sys
 from onnx import TensorProto, helper
-from vitedge.onnxkit.graph import ort_session
+from vitedge.onnxkit.session import ort_session
 graph = helper.make_graph([helper.make_node('Relu', ['x'], ['y'])], 'g',
                           [helper.make_tensor_value_info('x', TensorProto.FLOAT, [1])],
                           [helper.make_tensor_value_info('y', TensorProto.FLOAT, [1])])

@@ -368,7 +368,7 @@ def test_a_wrong_mean_is_refused_by_the_fp32_preprocessing_probe():
     from helpers.quantize_models import VAL_DIR, bundled_model
 
     from vitedge.datasources.sources import open_source
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
     from vitedge.validation.noise import preprocessing_probe, probe_shifts
 
     path, spec = bundled_model("digits")

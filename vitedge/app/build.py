@@ -27,7 +27,7 @@ from vitedge.budget import budget_failure as budget_not_met
 from vitedge.budget.speed import record_budget_not_met
 from vitedge.bundle.trust import signing_key
 from vitedge.camera_apps.exports import write_bundle_exports
-from vitedge.datasources._common import CalibrationSource
+from vitedge.datasources.base import CalibrationSource
 from vitedge.datasources.sources import open_source
 from vitedge.datasources.split import resolve_data
 from vitedge.core.errors import BundleError, UsageError
@@ -44,7 +44,8 @@ from vitedge.bundle.sections import (
 )
 from vitedge.core.memory import release_freed_memory
 from vitedge.models.intake import IntakeOptions, LoadedModel, load_model
-from vitedge.onnxkit.graph import INPUT_FORMAT_KEY, copy_onnx, get_metadata, onnx_sha256
+from vitedge.onnxkit.files import copy_onnx, onnx_sha256
+from vitedge.onnxkit.metadata import INPUT_FORMAT_KEY, get_metadata
 from vitedge.files.lock import output_locks
 from vitedge.files.outputs import interrupted_after, prepare_outputs, work_prefix
 from vitedge.app.preflight import check_data_labels, preflight

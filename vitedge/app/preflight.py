@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from vitedge.backends import Backend
-from vitedge.datasources._common import CalibrationSource
+from vitedge.datasources.base import CalibrationSource
 from vitedge.datasources.sources import check_data_exists
 from vitedge.core.errors import BundleError, UsageError
 from vitedge.targets.profiles import TargetProfile

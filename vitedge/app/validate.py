@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vitedge.datasources._common import CalibrationSource
+from vitedge.datasources.base import CalibrationSource
 from vitedge.datasources.sources import open_source
 from vitedge.datasources.split import validation_part
 from vitedge.distributed.cluster import ClusterSettings

@@ -31,7 +31,7 @@ import numpy as np
 
 from vitedge.core.cpu import timing_identity
 from vitedge.core.errors import UsageError
-from vitedge.onnxkit.graph import FLOAT_NCHW, UINT8_NHWC_RGB
+from vitedge.onnxkit.metadata import FLOAT_NCHW, UINT8_NHWC_RGB
 
 
 CPU = "cpu"

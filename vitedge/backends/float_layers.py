@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from vitedge.onnxkit.graph import cleanup, node_index
+from vitedge.onnxkit.structure import cleanup, node_index
 
 LAYER_OPS = ("MatMul", "Gemm", "Conv")
 

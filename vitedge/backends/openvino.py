@@ -29,7 +29,8 @@ from vitedge.core.cpu import bf16_capped_off, read_cpu
 from vitedge.core.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.core.cpu import usable_cpus
 from vitedge.core.limits import MAX_PROFILE_THREADS, check_number
-from vitedge.onnxkit.graph import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, copy_onnx, get_metadata, onnx_sha256
+from vitedge.onnxkit.files import copy_onnx, onnx_sha256
+from vitedge.onnxkit.metadata import FLOAT_NCHW, INPUT_FORMAT_KEY, UINT8_NHWC_RGB, get_metadata
 from vitedge.core.signals import raise_if_interrupted
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ import numpy as np
 
 from vitedge.core import telemetry
 from vitedge.budget.record import BudgetResult, LayerCost
-from vitedge.onnxkit.graph import SessionSettings, ort_session
+from vitedge.onnxkit.session import SessionSettings, ort_session
 from vitedge.files.outputs import work_prefix
 from vitedge.quantize.qdq import build_qdq
 from vitedge.validation.latency import LatencySettings, measure_interleaved

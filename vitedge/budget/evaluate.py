@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.backends.base import Backend, Runner
-from vitedge.onnxkit.graph import UINT8_NHWC_RGB, ort_session, save_onnx
+from vitedge.onnxkit.files import save_onnx
+from vitedge.onnxkit.metadata import UINT8_NHWC_RGB
+from vitedge.onnxkit.session import ort_session
 from vitedge.targets.profiles import TargetProfile, Thresholds
 from vitedge.files.swap import work_prefix
 from vitedge.core.ui import StageLog
@@ -45,7 +47,7 @@ from vitedge.validation.run import evaluate_gate
 if TYPE_CHECKING:
     from onnx import ModelProto
 
-    from vitedge.datasources._common import CalibrationSource
+    from vitedge.datasources.base import CalibrationSource
     from vitedge.bundle.preprocess import Preprocess
 
 _EVAL_BATCH = 64

@@ -17,7 +17,7 @@ from vitedge.quantize.cache import CalibrationCache
 from vitedge.validation.sensitivity import first_inputs, layer_sensitivity
 
 if TYPE_CHECKING:
-    from vitedge.datasources._common import CalibrationSource
+    from vitedge.datasources.base import CalibrationSource
     from vitedge.bundle.preprocess import Preprocess
     from vitedge.quantize.qdq import QuantizedGraph
     from vitedge.quantize.record import Calibration

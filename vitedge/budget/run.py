@@ -24,7 +24,7 @@ from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 if TYPE_CHECKING:
     from vitedge.backends.base import Backend
-    from vitedge.datasources._common import CalibrationSource
+    from vitedge.datasources.base import CalibrationSource
     from vitedge.quantize.qdq import QuantizedGraph
     from vitedge.quantize.record import Calibration
 

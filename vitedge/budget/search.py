@@ -40,7 +40,7 @@ from vitedge.validation.reference_cache import ReferenceCacheSettings
 if TYPE_CHECKING:
     from onnx import ModelProto
 
-    from vitedge.datasources._common import CalibrationSource
+    from vitedge.datasources.base import CalibrationSource
     from vitedge.bundle.preprocess import Preprocess
     from vitedge.quantize.record import Calibration
 

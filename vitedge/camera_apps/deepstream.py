@@ -42,7 +42,8 @@ from vitedge.camera_apps.nvinfer_rules import nvinfer_engine_name
 from vitedge.camera_apps.serving import ServedBy, dla_core_of, tensorrt_engine
 from vitedge.core.errors import BundleError
 from vitedge.bundle.manifest import Manifest
-from vitedge.onnxkit.graph import graph_inputs, save_onnx
+from vitedge.onnxkit.files import save_onnx
+from vitedge.onnxkit.structure import graph_inputs
 
 CONFIG_FILE = "config_infer.txt"
 LABELS_FILE = "labels.txt"

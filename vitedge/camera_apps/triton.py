@@ -13,7 +13,7 @@ from vitedge.camera_apps.labels import triton_labels
 from vitedge.camera_apps.serving import TENSORRT_PLAN, ServedBy, dla_core_of, dla_static_batch, tensorrt_engine
 from vitedge.core.errors import BundleError
 from vitedge.bundle.manifest import Manifest
-from vitedge.onnxkit.graph import graph_inputs
+from vitedge.onnxkit.structure import graph_inputs
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,11 @@ same module object (`vitedge.fsutil is vitedge.files.atomic`), so attributes set
 name, by `monkeypatch.setattr("vitedge.fsutil.x", ...)` say, are seen by the code. The finder
 answers only the names below (and modules inside an old package path); every other import goes on
 to Python's own finders. New code imports the new paths.
+
+One old name is not a single module any more: `vitedge.onnxutil` is `vitedge.onnxkit.graph`, which
+re-exports the names of the ONNX toolkit's modules (`onnxkit/files`, `metadata`, `session`,
+`structure`). Importing through it works; an attribute patched through it is not seen by code that
+imports the module holding the name: patch that module.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ MOVED: dict[str, str] = {
     "vitedge.project_init": "vitedge.cli.project_init",
     "vitedge.commands": "vitedge.cli.commands",
     "vitedge.calibration": "vitedge.datasources",
+    "vitedge.datasources._common": "vitedge.datasources.base",
 }
 
 

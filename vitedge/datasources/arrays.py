@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vitedge.datasources._common import (
+from vitedge.datasources.base import (
     CalibrationSource,
     Collected,
     Item,

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from vitedge.datasources._common import (
+from vitedge.datasources.base import (
     CalibrationSource,
     Collected,
     Item,

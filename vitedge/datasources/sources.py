@@ -7,7 +7,7 @@ time. ``summary`` says what was found, skipped, converted and used, and a ``data
 that identifies exactly the items used, wherever the folder lives.
 
 The work is split by kind: ``images.py`` (folders), ``arrays.py`` (.npy/.npz) and
-``video.py`` (OpenCV, imported only for videos); shared types are in ``_common.py``.
+``video.py`` (OpenCV, imported only for videos); shared types are in ``base.py``.
 No torch here.
 """
 
@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from vitedge.datasources._common import (
+from vitedge.datasources.base import (
     Batch,
     CalibrationSource,
     SourceRequest,

@@ -13,7 +13,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import track
 
-from vitedge.datasources._common import (
+from vitedge.datasources.base import (
     CalibrationSource,
     Collected,
     Item,

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from vitedge.core.errors import ModelLoadError, UsageError
-from vitedge.onnxkit.graph import graph_inputs
+from vitedge.onnxkit.structure import graph_inputs
 from vitedge.bundle.spec import INTERPOLATIONS, Preprocess
 
 

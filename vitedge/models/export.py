@@ -22,26 +22,13 @@ import numpy as np
 
 from vitedge.core.errors import ExportError, UsageError, environment_error
 from vitedge.core.memory import release_freed_memory
-from vitedge.models.intake import LoadedModel, _program_input_shape
+from vitedge.models.intake import LoadedModel
+from vitedge.models.intake_module import program_input_shape
 from vitedge.models.torchscript import dynamic_batch_program
-from vitedge.onnxkit.graph import (
-    DATA_SUFFIX,
-    FLOAT_NCHW,
-    INPUT_FORMAT_KEY,
-    SPEC_KEY,
-    UINT8_NHWC_RGB,
-    SessionSettings,
-    get_metadata,
-    graph_inputs,
-    has_external_tensors,
-    inline_attribute_tensors,
-    is_large,
-    lean_settings,
-    opset_version,
-    ort_session,
-    save_onnx,
-    set_metadata,
-)
+from vitedge.onnxkit.files import DATA_SUFFIX, has_external_tensors, inline_attribute_tensors, is_large, save_onnx
+from vitedge.onnxkit.metadata import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata, set_metadata
+from vitedge.onnxkit.session import SessionSettings, lean_settings, ort_session
+from vitedge.onnxkit.structure import graph_inputs, opset_version
 from vitedge.bundle.preprocess import normalize
 from vitedge.bundle.spec import Preprocess
 from vitedge.files.swap import work_prefix
@@ -291,7 +278,7 @@ def _no_mha_fastpath():
 
 def _program_batch(loaded: LoadedModel) -> int:
 
-    shape = _program_input_shape(loaded.module)
+    shape = program_input_shape(loaded.module)
     return int(shape[0]) if shape else 1
 
 

@@ -37,25 +37,21 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.datasources._common import CalibrationSource, SourceSummary
+from vitedge.datasources.base import CalibrationSource, SourceSummary
 from vitedge.core.errors import QuantizationError, UsageError
 from vitedge.files.atomic import sha256_bytes
-from vitedge.onnxkit.graph import (
-    SPEC_KEY,
-    get_metadata,
-    is_large,
-    lean_settings,
-    onnx_sha256,
-)
+from vitedge.onnxkit.files import is_large, onnx_sha256
+from vitedge.onnxkit.metadata import SPEC_KEY, get_metadata
+from vitedge.onnxkit.session import lean_settings
 from vitedge.quantize import smoothquant, stats
 from vitedge.quantize.cache import CalibrationCache, cache_key
 from vitedge.quantize.collect import (  # noqa: F401  (CALIBRATION_BATCH, LARGE_GRAPH_BATCH: documented here)
     CALIBRATION_BATCH,
     CALIBRATION_SESSION,
     LARGE_GRAPH_BATCH,
+    CalibrationPass,
     Collector,
     Kept,
-    Runner,
     pass_outputs,
     per_tensor,
 )
@@ -81,7 +77,7 @@ if TYPE_CHECKING:
     from onnx import ModelProto
 
 # The old private names (tests and benchmarks import them from here).
-_Runner = Runner
+_Runner = CalibrationPass
 _Collector = Collector
 
 Moments = dict[str, tuple[np.ndarray, np.ndarray]]
@@ -232,7 +228,7 @@ def _plan(graph: _Fp32Graph, config: QuantConfig) -> _Plan:
 
 def _measure(plan: _Plan, meta: dict[str, str], source: CalibrationSource, config: QuantConfig, progress: bool) -> _Statistics:
     """The pass over the data, then everything derived from what it measured."""
-    runner = Runner(plan.prepared, meta, source, progress)
+    runner = CalibrationPass(plan.prepared, meta, source, progress)
     input_name = runner.input.name
     probs = softmax_outputs(plan.gi, plan.tensors)
     collector = _collector_for(plan, config, probs)
@@ -270,7 +266,7 @@ def _collector_for(plan: _Plan, config: QuantConfig, probs: set[str]) -> Collect
     return Collector(plan.tensors, site_inputs, probs, config.num_bins if config.needs_histograms else 0, moment_inputs)
 
 
-def _smoothing_scales(plan: _Plan, collector: Collector, runner: Runner,
+def _smoothing_scales(plan: _Plan, collector: Collector, runner: CalibrationPass,
                       config: QuantConfig) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """SmoothQuant's s per site (LayerNorm name), and per smoothed tensor (the site's inputs)."""
     chan = collector.channel_absmax()
@@ -432,7 +428,7 @@ def _selection(cache: CalibrationCache, parts: dict[str, Any], config: QuantConf
     if kept is None:  # the statistics came from the cache: the pass's session on the first images only
         plan = _plan(_load_fp32(calibration.fp32_path), config)
         kept = Kept(samples, plan.prepared.graph.output[0].name)
-        runner = Runner(plan.prepared, meta, source, False)
+        runner = CalibrationPass(plan.prepared, meta, source, False)
         runner.keep(kept, pass_outputs(plan.tensors, {t for s in plan.sites for t in s.inputs}))
         passes, plan, runner = runner.runs, None, None
     declared = None
@@ -470,7 +466,7 @@ def _refinement(cache: CalibrationCache, parts: dict[str, Any], config: QuantCon
     if moments is not None and _biases_from_the_pass(config):
         result = correct_biases(smoothed, layers, moments, config.weight_range)
     else:
-        runner = Runner(prepared, meta, source, progress)
+        runner = CalibrationPass(prepared, meta, source, progress)
         result = refine(runner, smoothed, layers, thresholds, gptq=config.weight_rounding == "gptq",
                         bias_correction=config.bias_correction, weight_range=config.weight_range, candidates=candidates)
     index, arrays = result.to_arrays()

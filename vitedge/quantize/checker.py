@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from vitedge.core.errors import QuantizationError
-from vitedge.onnxkit.graph import opset_version
+from vitedge.onnxkit.structure import opset_version
 from vitedge.quantize.graph import GraphIndex, attr
 
 if TYPE_CHECKING:

@@ -1,4 +1,4 @@
-"""The calibration pass: running the FP32 graph over the data (``Runner``) and what is measured
+"""The calibration pass: running the FP32 graph over the data (``CalibrationPass``) and what is measured
 from it, batch by batch (``Collector``).
 
 One streaming pass over the data measures everything: max |x| of every activation; for the
@@ -29,20 +29,13 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from vitedge.datasources._common import CalibrationSource, check_inputs_vary
+from vitedge.datasources.base import CalibrationSource, check_inputs_vary
 from vitedge.core.errors import CalibrationError, QuantizationError
 from vitedge.core.cpu import usable_cpus
-from vitedge.onnxkit.graph import (
-    FLOAT_NCHW,
-    INPUT_FORMAT_KEY,
-    SPEC_KEY,
-    UINT8_NHWC_RGB,
-    SessionSettings,
-    graph_inputs,
-    is_large,
-    lean_settings,
-    ort_session,
-)
+from vitedge.onnxkit.files import is_large
+from vitedge.onnxkit.metadata import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB
+from vitedge.onnxkit.session import SessionSettings, lean_settings, ort_session
+from vitedge.onnxkit.structure import graph_inputs
 from vitedge.quantize import stats
 from vitedge.quantize.histogram import ChannelHistogram
 from vitedge.files.safefile import parse_json
@@ -91,7 +84,7 @@ class Kept:
 
     samples: int
     output: str
-    input: str = ""  # the graph input's name (set by the Runner)
+    input: str = ""  # the graph input's name (set by the CalibrationPass)
     feeds: list[np.ndarray] = field(default_factory=list)
     reference: list[np.ndarray] = field(default_factory=list)
 
@@ -218,7 +211,7 @@ class Collector:
 # --------------------------------------------------------------------------- running the graph
 
 
-class Runner:
+class CalibrationPass:
     """Runs a graph with extra outputs over the calibration source, batch by batch."""
 
     def __init__(self, model: ModelProto, meta: dict[str, str], source: CalibrationSource, progress: bool):

@@ -27,14 +27,8 @@ import numpy as np
 
 from vitedge.core.errors import QuantizationError
 from vitedge.quantize.merge import merge_sibling_linears
-from vitedge.onnxkit.graph import (
-    graph_inputs,
-    is_large,
-    node_index,
-    opset_imports,
-    opset_version,
-    weightless_copy,
-)
+from vitedge.onnxkit.files import is_large, weightless_copy
+from vitedge.onnxkit.structure import graph_inputs, node_index, opset_imports, opset_version
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto

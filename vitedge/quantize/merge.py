@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.onnxkit.graph import NameScope, SessionSettings, cleanup, graph_inputs, node_index, ort_session, splice_nodes
+from vitedge.onnxkit.session import SessionSettings, ort_session
+from vitedge.onnxkit.structure import NameScope, cleanup, graph_inputs, node_index, splice_nodes
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto

@@ -21,13 +21,9 @@ from typing import Any
 import numpy as np
 
 from vitedge.core.errors import QuantizationError, UsageError
-from vitedge.onnxkit.graph import (
-    NameScope,
-    cleanup,
-    save_onnx,
-    set_metadata,
-    topological_sort,
-)
+from vitedge.onnxkit.files import save_onnx
+from vitedge.onnxkit.metadata import set_metadata
+from vitedge.onnxkit.structure import NameScope, cleanup, topological_sort
 from vitedge.quantize.checker import Violation, check_qdq_graph
 from vitedge.quantize.config import (
     CPU_REQUIREMENT,

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from vitedge.datasources._common import SourceSummary
+from vitedge.datasources.base import SourceSummary
 from vitedge.quantize.config import QUANTIZER_VERSION, QuantConfig
 from vitedge.quantize.graph import QuantLayer
 

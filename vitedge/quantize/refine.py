@@ -37,7 +37,7 @@ from vitedge.quantize.weight_range import quantize_weight
 
 if TYPE_CHECKING:
     from onnx import ModelProto
-    from vitedge.quantize.collect import Runner
+    from vitedge.quantize.collect import CalibrationPass
 
 HESSIAN_BUDGET_BYTES = 512 * 2**20  # float64 Hessians accumulated in one pass
 
@@ -128,7 +128,7 @@ def fake_quant(x: np.ndarray, threshold: float) -> np.ndarray:
     return np.clip(np.rint(x / s), -128, 127) * s
 
 
-def refine(runner: Runner, model: ModelProto, layers: tuple[QuantLayer, ...], thresholds: dict[str, float], *, gptq: bool,
+def refine(runner: CalibrationPass, model: ModelProto, layers: tuple[QuantLayer, ...], thresholds: dict[str, float], *, gptq: bool,
            bias_correction: bool, weight_range: str, candidates: dict[str, dict[str, float]] | None = None) -> Refinement:
     """Run the refinement pass(es) over ``runner``'s calibration data on ``model`` (the
     smoothed FP32 graph) and decide weights and biases."""

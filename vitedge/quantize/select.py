@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.core.errors import QuantizationError
-from vitedge.onnxkit.graph import SessionSettings, ort_session
+from vitedge.onnxkit.session import SessionSettings, ort_session
 from vitedge.quantize.qdq import build_qdq
 from vitedge.quantize.record import Calibration, CandidateScore, Selection, Variant
 

@@ -20,12 +20,12 @@ from vitedge.quantize.refine import fake_quant
 from vitedge.quantize.weight_range import quantize_weight
 
 if TYPE_CHECKING:
-    from vitedge.quantize.collect import Runner
+    from vitedge.quantize.collect import CalibrationPass
 
 ALPHA_GRID = (0.25, 0.4, 0.5, 0.6, 0.75, 0.9)
 
 
-def choose_alphas(runner: Runner, gi: GraphIndex, sites: list[SmoothSite], chan: dict[str, np.ndarray], weight_range: str) -> dict[str, float]:
+def choose_alphas(runner: CalibrationPass, gi: GraphIndex, sites: list[SmoothSite], chan: dict[str, np.ndarray], weight_range: str) -> dict[str, float]:
     """LayerNorm node name -> chosen alpha."""
     plans = []  # (site, tensor, [(w_kn, {alpha: (s, wq_kn, threshold)})])
     for site in sites:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.onnxkit.graph import NameScope, cleanup, topological_sort
+from vitedge.onnxkit.structure import NameScope, cleanup, topological_sort
 from vitedge.quantize.graph import GraphIndex, SmoothSite, attr
 
 if TYPE_CHECKING:

@@ -28,7 +28,7 @@ from vitedge.backends import Backend, BackendFacts, backend_class, get_backend, 
 from vitedge.core.cpu import check_requirement, mismatch_allowed
 from vitedge.core.errors import BundleError, MissingDependencyError, UsageError
 from vitedge.bundle.manifest import Manifest, read_manifest, verify_bundle
-from vitedge.onnxkit.graph import FLOAT_NCHW, UINT8_NHWC_RGB
+from vitedge.onnxkit.metadata import FLOAT_NCHW, UINT8_NHWC_RGB
 from vitedge.runtime.frames import as_frame_list, check_color, prepare_batch
 from vitedge.runtime.results import SMALL_HEAD, Prediction, Predictions, top_k_one
 from vitedge.runtime.results import top_k as _top_k

@@ -25,7 +25,7 @@ from vitedge import __version__
 from vitedge.backends import get_backend
 from vitedge.backends.base import Backend
 from vitedge.bundle.trust import locked_thresholds
-from vitedge.datasources._common import CalibrationSource
+from vitedge.datasources.base import CalibrationSource
 from vitedge.core.errors import BundleError, VitedgeError
 from vitedge.core.json_sections import ABSENT
 from vitedge.bundle.manifest import Manifest

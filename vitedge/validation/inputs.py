@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from vitedge.onnxkit.graph import UINT8_NHWC_RGB
+from vitedge.onnxkit.metadata import UINT8_NHWC_RGB
 from vitedge.bundle.spec import Preprocess
 
 

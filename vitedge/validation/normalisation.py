@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.datasources._common import CalibrationSource
+from vitedge.datasources.base import CalibrationSource
 from vitedge.core.errors import UsageError
-from vitedge.onnxkit.graph import graph_inputs, ort_session
+from vitedge.onnxkit.session import ort_session
+from vitedge.onnxkit.structure import graph_inputs
 from vitedge.bundle.spec import IMAGENET_MEAN, IMAGENET_STD, SOURCE_DEFAULT, ModelSpec, Preprocess, default_stats
 from vitedge.validation.noise import PROBE_MAX_P, PROBE_MIN_GAIN_POINTS, binom_sf
 from vitedge.validation.sanity import fp32_at_chance

@@ -88,7 +88,7 @@ from vitedge import __version__
 from vitedge.backends.openvino import ir_source_sha256
 from vitedge.core.cpu import read_cpu
 from vitedge.files.atomic import atomic_write_path, sha256_file
-from vitedge.onnxkit.graph import onnx_sha256
+from vitedge.onnxkit.files import onnx_sha256
 from vitedge.quantize.cache import cache_key, default_cache_dir
 from vitedge.validation.accuracy import Outputs, collect_outputs
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from vitedge.backends.base import Runner
 from vitedge.core.errors import DataError
-from vitedge.onnxkit.graph import UINT8_NHWC_RGB
+from vitedge.onnxkit.metadata import UINT8_NHWC_RGB
 from vitedge.targets.profiles import Thresholds
 from vitedge.validation.accuracy import (
     Outputs,

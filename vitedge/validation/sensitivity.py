@@ -36,20 +36,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.backends.onnxruntime.backend import unfold_int8_rewrites
-from vitedge.datasources._common import CalibrationSource
+from vitedge.datasources.base import CalibrationSource
 from vitedge.core.errors import BundleError, QuantizationError
-from vitedge.onnxkit.graph import (
-    FLOAT_NCHW,
-    INPUT_FORMAT_KEY,
-    SPEC_KEY,
-    UINT8_NHWC_RGB,
-    NameScope,
-    SessionSettings,
-    cleanup,
-    get_metadata,
-    graph_inputs,
-    ort_session,
-)
+from vitedge.onnxkit.metadata import FLOAT_NCHW, INPUT_FORMAT_KEY, SPEC_KEY, UINT8_NHWC_RGB, get_metadata
+from vitedge.onnxkit.session import SessionSettings, ort_session
+from vitedge.onnxkit.structure import NameScope, cleanup, graph_inputs
 from vitedge.quantize.graph import GraphIndex, QuantLayer, attr, find_layers, prepare
 from vitedge.quantize.qdq import METADATA_KEY
 from vitedge.files.safefile import parse_json

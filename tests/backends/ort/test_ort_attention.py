@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from vitedge.backends.onnxruntime.attention import MS_DOMAIN, fuse_attention
 from vitedge.models.intake import IntakeOptions
-from vitedge.onnxkit.graph import ort_session
+from vitedge.onnxkit.session import ort_session
 
 FAMILIES = ["timm_vit", "torchvision_vit", "deit_distilled", "custom_encoder_vit", "huggingface_vit"]
 

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from vitedge.backends.onnxruntime.attention import fuse_attention
 from vitedge.backends.onnxruntime.gemm_bias import MS_DOMAIN, fuse_gemm_bias, unfold_gemm_bias
-from vitedge.onnxkit.graph import SessionSettings, ort_session
+from vitedge.onnxkit.session import SessionSettings, ort_session
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from conftest import CALIB_DIR
 from vitedge.backends.onnxruntime.backend import _fuse_file
 from vitedge.backends.onnxruntime.attention import fuse_attention
 from vitedge.models.intake import IntakeOptions
-from vitedge.onnxkit.graph import SessionSettings, ort_session
+from vitedge.onnxkit.session import SessionSettings, ort_session
 
 LAYOUTS_PY = Path(__file__).resolve().parents[2] / "helpers" / "vit_layouts.py"
 # name -> (class, kwargs): 2 blocks each; heads per block

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from vitedge.backends.onnxruntime.attention import fuse_attention
 from vitedge.backends.onnxruntime.gemm_bias import fuse_gemm_bias
 from vitedge.backends.onnxruntime.patch_embed import fuse_patch_embedding, unfold_patch_embedding
-from vitedge.onnxkit.graph import SessionSettings, ort_session
+from vitedge.onnxkit.session import SessionSettings, ort_session
 
 
 @pytest.fixture(scope="module")

@@ -134,7 +134,7 @@ def test_the_cast_graph_for_trt11_keeps_the_example_accurate(planned):
 
     from vitedge.backends.tensorrt.typed import make_strongly_typed
     from vitedge.datasources.sources import open_source
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
 
     if not VAL_DIR.is_dir():
         pytest.skip("calibration/digits/val is not in this checkout yet")
@@ -212,7 +212,7 @@ def test_engine_completion_with_the_standin(planned, tmp_path, monkeypatch):
 
 def test_runner_binds_by_name_and_splits_batches(planned, tmp_path):
     from vitedge.backends.tensorrt.runner import TensorRtRunner
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
 
     bundle = _copy(planned[0], tmp_path)
     _complete(bundle)

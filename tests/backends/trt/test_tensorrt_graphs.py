@@ -90,7 +90,7 @@ def test_checker_passes_on_each_family(graphs, family):
 
 
 def _run(model_or_path, x):
-    from vitedge.onnxkit.graph import ort_session
+    from vitedge.onnxkit.session import ort_session
 
     src = model_or_path if not hasattr(model_or_path, "SerializeToString") else model_or_path.SerializeToString()
     session = ort_session(src, threads=2)

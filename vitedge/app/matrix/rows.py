@@ -20,7 +20,7 @@ from vitedge.app.matrix.config import MatrixRow
 from vitedge.core.errors import VitedgeError
 from vitedge.files.atomic import sha256_file
 from vitedge.bundle.manifest import Manifest, read_manifest, verify_bundle
-from vitedge.onnxkit.graph import onnx_sha256
+from vitedge.onnxkit.files import onnx_sha256
 from vitedge.targets.profiles import load_profile
 from vitedge.validation.data_record import DataRecord
 from vitedge.validation.document import ValidationReport

@@ -32,15 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.onnxkit.graph import (
-    NameScope,
-    SessionSettings,
-    cleanup,
-    node_index,
-    ort_session,
-    require_opset_import,
-    topological_sort,
-)
+from vitedge.onnxkit.session import SessionSettings, ort_session
+from vitedge.onnxkit.structure import NameScope, cleanup, node_index, require_opset_import, topological_sort
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto

@@ -22,15 +22,9 @@ from vitedge.core.cpu import read_cpu
 from vitedge.core import telemetry
 from vitedge.core.errors import BundleError, UsageError
 from vitedge.core.limits import MAX_PROFILE_THREADS, check_number
-from vitedge.onnxkit.graph import (
-    FLOAT_NCHW,
-    INPUT_FORMAT_KEY,
-    OPTIMIZATION_LEVELS,
-    SessionSettings,
-    copy_onnx,
-    ort_session,
-    save_onnx,
-)
+from vitedge.onnxkit.files import copy_onnx, save_onnx
+from vitedge.onnxkit.metadata import FLOAT_NCHW, INPUT_FORMAT_KEY
+from vitedge.onnxkit.session import OPTIMIZATION_LEVELS, SessionSettings, ort_session
 from vitedge.files.swap import work_prefix
 
 if TYPE_CHECKING:

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vitedge.onnxkit.graph import NameScope, NodeIndex, cleanup, node_index, require_opset_import, splice_nodes
+from vitedge.onnxkit.structure import NameScope, NodeIndex, cleanup, node_index, require_opset_import, splice_nodes
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.backends.onnxruntime.gemm_bias import _FLOAT, _INT8, _UINT8, MS_DOMAIN, _as_uint8, _Constants, _dq_inputs, quantized_inputs
-from vitedge.onnxkit.graph import NameScope, NodeIndex, cleanup, node_index, require_opset_import, splice_nodes
+from vitedge.onnxkit.structure import NameScope, NodeIndex, cleanup, node_index, require_opset_import, splice_nodes
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from vitedge.backends.float_layers import int8_layers, return_to_float
 from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio, timed_steps_line, timing_input
-from vitedge.onnxkit.graph import SessionSettings, node_index, ort_session
+from vitedge.onnxkit.session import SessionSettings, ort_session
+from vitedge.onnxkit.structure import node_index
 from vitedge.files.swap import work_prefix
 
 if TYPE_CHECKING:

@@ -6,6 +6,7 @@ the build), build (apply_plan: the TensorRT API calls), engine_inspect (what the
 really holds), device (device facts and the engine compatibility check), runner
 (TensorRtRunner on cuda-python), members (the family types and the member-selection rules),
 family (one plan per member of a target family), bundle (plan files and the on-device
-build), report (report.md lines), backend (the Backend the registry names). Completing a
-bundle on the device (`vitedge engine`) is vitedge.app.engine_completion's job.
+build), report (report.md lines), backend (the Backend the registry names), completion (the one
+entry the application layer uses to complete a bundle on the device). Completing a bundle on the
+device (`vitedge engine`) is vitedge.app.engine_completion's job.
 """

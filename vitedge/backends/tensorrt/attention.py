@@ -28,7 +28,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from vitedge.onnxkit.graph import NodeIndex, get_metadata, graph_inputs, node_index
+from vitedge.onnxkit.metadata import get_metadata
+from vitedge.onnxkit.structure import NodeIndex, graph_inputs, node_index
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto

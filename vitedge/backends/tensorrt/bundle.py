@@ -40,7 +40,7 @@ from vitedge.backends.tensorrt.plan import (
 from vitedge.backends.tensorrt.typed import make_strongly_typed
 from vitedge.core.errors import UsageError
 from vitedge.files.atomic import atomic_write_path, sha256_bytes
-from vitedge.onnxkit.graph import save_onnx
+from vitedge.onnxkit.files import save_onnx
 from vitedge.core.paths import cache_dir
 
 if TYPE_CHECKING:

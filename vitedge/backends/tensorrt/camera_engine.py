@@ -22,7 +22,7 @@ from vitedge.backends.tensorrt.plan import (
     plan_build,
 )
 from vitedge.backends.tensorrt.typed import make_strongly_typed
-from vitedge.onnxkit.graph import save_onnx
+from vitedge.onnxkit.files import save_onnx
 
 
 def engine_precision(plan: BuildPlan) -> str:

@@ -36,7 +36,7 @@ from vitedge.backends.tensorrt.versions import trtexec_flag_available
 from vitedge.core.errors import UsageError
 from vitedge.files.atomic import atomic_write_path
 from vitedge.core.limits import MAX_BATCH, MAX_DLA_CORE, MAX_WORKSPACE_MB, check_number
-from vitedge.onnxkit.graph import graph_inputs, opset_version
+from vitedge.onnxkit.structure import graph_inputs, opset_version
 
 if TYPE_CHECKING:
     from onnx import ModelProto

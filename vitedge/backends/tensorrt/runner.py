@@ -31,7 +31,7 @@ from vitedge.backends.tensorrt.device import (
 )
 from vitedge.backends.tensorrt.plan import TensorRtOptions
 from vitedge.core.errors import BundleError, MissingDependencyError
-from vitedge.onnxkit.graph import FLOAT_NCHW, UINT8_NHWC_RGB
+from vitedge.onnxkit.metadata import FLOAT_NCHW, UINT8_NHWC_RGB
 
 INSTALL = "on the device: pip install 'vitedge[tensorrt]' (x86_64), or JetPack's python3-libnvinfer on Jetson"
 

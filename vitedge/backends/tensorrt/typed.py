@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.core.errors import QuantizationError, UsageError
-from vitedge.onnxkit.graph import opset_version
+from vitedge.onnxkit.structure import opset_version
 
 if TYPE_CHECKING:
     from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto
