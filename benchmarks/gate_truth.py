@@ -183,7 +183,75 @@ def gate_once(ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None, probe
     if run._probe_needed(acc, t, lambda *_: SimpleNamespace(input_format=None), None):
         acc["fp32_preprocessing_probe"] = preprocessing_probe(ref, probes, labels)
     rows = [r for r in run.evaluate_gate(acc, None, None, t) if r.name not in ("min_speedup", "max_p99_ms")]  # the accuracy rows
-    return all(r.passed for r in rows), ",".join(r.name for r in rows if not r.passed)
+    alts = {name: bool(rule(acc, rows, t)) for name, rule in ALTERNATIVES.items()}
+    return all(r.passed for r in rows), ",".join(r.name for r in rows if not r.passed), alts
+
+
+# --------------------------------------------------------------------------- alternative rules, judged on the same runs
+# Each rule is computed here from the gate's own measurements (compare_logits' accuracy dict) and the verdicts of the
+# rows it does not replace, so the same stored logits judge them all against the same truth (docs/gate.md lists them).
+
+LOSS_FLIP_RATE = 0.01  # the truth's line: a build that flips more than 1 % of FP32's decisive images is bad
+
+
+def _cp_upper(k: int, n: int, confidence: float) -> float:
+    """The one-sided upper Clopper-Pearson bound of a rate with ``k`` events in ``n`` trials."""
+    from vitedge.validation.noise import clopper_pearson
+
+    return clopper_pearson(k, n, 2.0 * confidence - 1.0)[1]
+
+
+def _judged(acc: dict[str, Any], t) -> bool:
+    from vitedge.validation.noise import decisive_judged
+
+    return decisive_judged(acc, t.near_tie_margin)
+
+
+def _base(rows) -> bool:
+    """The rows no alternative replaces: the labels' drop row and the agreement row (with the preprocessing probe)."""
+    return all(r.passed for r in rows if r.name not in ("min_decisive_agreement", "max_expected_drop"))
+
+
+def _dec_point(acc, t) -> bool:
+    from vitedge.validation.noise import allowed_flips
+
+    return not _judged(acc, t) or acc["decisive_flips"] <= allowed_flips(t.min_decisive_agreement, acc["decisive_samples"])
+
+
+def _dec_bound(acc, t, confidence: float, zero_excused: bool = True) -> bool:
+    """The decisive flip rate's one-sided upper bound within the loss line (1 %); ``zero_excused``: no flip passes."""
+    if not _judged(acc, t) or (zero_excused and acc["decisive_flips"] == 0):
+        return True
+    return _cp_upper(acc["decisive_flips"], acc["decisive_samples"], confidence) <= LOSS_FLIP_RATE + 1e-12
+
+
+def _exp(acc, t, z: float | None) -> bool:
+    """The expected drop (z None: its point value) or its one-sided bound at ``z`` standard errors within limit + 0.5."""
+    from vitedge.validation.noise import EXPECTED_DROP_SLACK, EXPECTED_DROP_Z
+
+    if not _judged(acc, t):
+        return True
+    mean, upper = acc["expected_drop_points"], acc["expected_drop_points_upper"]
+    value = mean if z is None else mean + (upper - mean) * z / EXPECTED_DROP_Z
+    return value <= t.max_top1_drop + EXPECTED_DROP_SLACK + 1e-9
+
+
+ALTERNATIVES = {
+    "decisive count only (before)": lambda a, r, t: _base(r) and _dec_point(a, t),
+    "decisive count + expected-drop bound 95 % (start of this change)": lambda a, r, t: _base(r) and _dec_point(a, t) and _exp(a, t, 1.645),
+    "decisive count + expected-drop point value": lambda a, r, t: _base(r) and _dec_point(a, t) and _exp(a, t, None),
+    "decisive count + expected-drop bound 99 %": lambda a, r, t: _base(r) and _dec_point(a, t) and _exp(a, t, 2.326),
+    "decisive count + flip-rate bound 80 %": lambda a, r, t: _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.8),
+    "decisive count + flip-rate bound 90 %": lambda a, r, t: _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9),
+    "decisive count + flip-rate bound 80 % + expected-drop bound 95 %": lambda a, r, t: (
+        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.8) and _exp(a, t, 1.645)),
+    "decisive count + flip-rate bound 90 % + expected-drop bound 95 %": lambda a, r, t: (
+        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9) and _exp(a, t, 1.645)),
+    "decisive count + flip-rate bound 95 % + expected-drop bound 95 %": lambda a, r, t: (
+        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.95) and _exp(a, t, 1.645)),
+    "flip-rate bound 90 %, no flip not excused (too few images fail) + expected-drop bound 95 %": lambda a, r, t: (
+        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9, zero_excused=False) and _exp(a, t, 1.645)),
+}
 
 
 def judge_model(path: Path, t) -> list[dict[str, Any]]:
@@ -209,30 +277,60 @@ def judge_model(path: Path, t) -> list[dict[str, Any]]:
                                               {m: p[idx] for m, p in probes.items()}, t))
                 row["gates"][f"{size} {'labelled' if labelled else 'no labels'}"] = {
                     "passed": sum(v[0] for v in verdicts), "of": len(verdicts),
-                    "failing_rows": sorted({v[1] for v in verdicts if v[1]})}
+                    "failing_rows": sorted({v[1] for v in verdicts if v[1]}),
+                    "alternatives": {a: sum(v[2][a] for v in verdicts) for a in ALTERNATIVES}}
         out.append(row)
         log(f"{path.stem} {name}: truth {row['truth']['kind']} (drop {row['truth']['drop']:+.2f}, decisive "
             f"{100 * row['truth']['decisive_agreement']:.2f}%); passed " + ", ".join(f"{g} {v['passed']}/{v['of']}" for g, v in row["gates"].items()))
     return out
 
 
-def rates(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[int]]]:
+def rates(rows: list[dict[str, Any]], alternative: str | None = None) -> dict[str, dict[str, list[int]]]:
     """Per gate (subset size, labels or none): [false passes, gate runs on bad builds], [false fails, runs on good
-    builds], and the wrong --mean builds apart (no FP32-parity statistic sees them without labels)."""
+    builds], and the wrong --mean builds apart (no FP32-parity statistic sees them without labels). ``alternative``:
+    the verdicts of that rule (ALTERNATIVES) instead of the gate's."""
     out: dict[str, dict[str, list[int]]] = {}
     for r in rows:
         for g, v in r["gates"].items():
+            passed = v["passed"] if alternative is None else v["alternatives"][alternative]
             c = out.setdefault(g, {"false_pass": [0, 0], "false_fail": [0, 0], "wrong_mean_pass": [0, 0]})
             if r["build"].startswith("wrong --mean"):
-                c["wrong_mean_pass"][0] += v["passed"]
+                c["wrong_mean_pass"][0] += passed
                 c["wrong_mean_pass"][1] += v["of"]
             elif r["truth"]["kind"] == "bad":
-                c["false_pass"][0] += v["passed"]
+                c["false_pass"][0] += passed
                 c["false_pass"][1] += v["of"]
             elif r["truth"]["kind"] == "good":
-                c["false_fail"][0] += v["of"] - v["passed"]
+                c["false_fail"][0] += v["of"] - passed
                 c["false_fail"][1] += v["of"]
     return out
+
+
+def alternatives_markdown(doc: dict[str, Any]) -> list[str]:
+    """The alternative rules on the same runs: false passes and false fails per subset size (labelled and unlabelled
+    runs together), and which bad builds each passed."""
+    rows = doc["rows"]
+    if not rows or "alternatives" not in next(iter(rows[0]["gates"].values())):
+        return []
+    sizes = sorted({int(g.split()[0]) for g in rows[0]["gates"]})
+    lines = ["", "## Alternative rules judged on the same runs", "",
+             "Each rule keeps the labels' drop row and the agreement row (with the preprocessing probe) and replaces the "
+             "decisive and expected-drop rows as named; *flip-rate bound c* fails a build whose decisive flips, when there "
+             "is at least one, put the one-sided c upper Clopper-Pearson bound of the decisive flip rate over 1 % (the "
+             "truth's line). Labelled and unlabelled runs together.", "",
+             "| rule | " + " | ".join(f"{s}: false passes | {s}: false fails" for s in sizes) + " | bad builds passed |",
+             "|---|" + "---:|---:|" * len(sizes) + "---|"]
+    for alt in next(iter(rows[0]["gates"].values()))["alternatives"]:
+        r8 = rates(rows, alt)
+        cells = []
+        for s in sizes:
+            fp = [sum(c["false_pass"][i] for g, c in r8.items() if int(g.split()[0]) == s) for i in (0, 1)]
+            ff = [sum(c["false_fail"][i] for g, c in r8.items() if int(g.split()[0]) == s) for i in (0, 1)]
+            cells += [_frac(fp), _frac(ff)]
+        passed = sorted({f"{r['model']} {r['build']}" for r in rows if r["truth"]["kind"] == "bad"
+                         and not r["build"].startswith("wrong --mean") and any(v["alternatives"][alt] for v in r["gates"].values())})
+        lines.append(f"| {alt} | " + " | ".join(cells) + f" | {'; '.join(passed) or 'none'} |")
+    return lines
 
 
 def judge(work: Path, label: str, decisive_limit: float | None = None) -> dict[str, Any]:
@@ -271,6 +369,7 @@ def markdown(after: dict[str, Any], before: dict[str, Any] | None, header: str) 
     lines += ["", "Builds whose truth is bad that this gate passed on some subset: " + ("; ".join(
         f"{r['model']} {r['build']} (truth drop {r['truth']['drop']:+.2f}, decisive {100 * r['truth']['decisive_agreement']:.2f} %: "
         + ", ".join(f"{g} {v['passed']}/{v['of']}" for g, v in r["gates"].items() if v["passed"]) + ")" for r in passed_bad) or "none") + "."]
+    lines += alternatives_markdown(after)
     lines += ["", "## Every build: its truth and the gate's verdicts (passed / runs)", "",
               f"Truth on the {N_TRUTH:,} held-out images against FP32 with the model's right mean: top-1 drop (points), agreement "
               "on FP32's decisive images, overall agreement; *bad* = drop > limit + 0.5 or decisive agreement < 99 %, *good* = "
