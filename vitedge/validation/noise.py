@@ -255,7 +255,7 @@ def allowed_flips(limit: float, images: int) -> int:
     return math.floor((1.0 - limit) * images + 1e-9)
 
 
-DECISIVE_BOUND_CONFIDENCE = 0.9  # one-sided: the decisive flip rate's upper bound must stay within the loss line
+DECISIVE_BOUND_CONFIDENCE = 0.9  # one-sided: the decisive flip rate's upper bound, for the "too few decisive images" line
 DECISIVE_LOSS_FACTOR = 2.0  # the loss line of the decisive row: this many times the flips its limit allows (0.5 % -> 1 %)
 
 
@@ -280,22 +280,11 @@ def flip_rate_upper(flips: int, images: int, confidence: float = DECISIVE_BOUND_
     return (lo + hi) / 2.0
 
 
-@lru_cache(maxsize=4096)
-def decisive_allowed_flips(limit: float, images: int, confidence: float = DECISIVE_BOUND_CONFIDENCE) -> int:
-    """The most flips on ``images`` decisive images that the decisive row allows: agreement >= ``limit``, and, from one
-    flip on, the flip rate's one-sided ``confidence`` upper bound within ``decisive_loss_line(limit)``. A flip seen on a
-    few hundred decisive images leaves a rate over the loss line as likely as one under the limit, so it fails; no flip
-    at all is never a failure (docs/gate.md: "too few decisive images" says what it would take to tell)."""
-    k, line = allowed_flips(limit, images), decisive_loss_line(limit)
-    while k > 0 and flip_rate_upper(k, images, confidence) > line + 1e-12:
-        k -= 1
-    return k
-
-
 def decisive_images_to_tell(flips: int, images: int, limit: float, confidence: float = DECISIVE_BOUND_CONFIDENCE) -> int | None:
-    """About how many decisive images it would take, at the flip rate seen (at least one flip), for the flip rate's
-    upper bound to fall within the loss line; None when the rate seen is not under the limit (no number of images
-    makes it pass). With no flip: the fewest decisive images whose bound with no flip is within the line."""
+    """About how many decisive images it would take, at the flip rate seen, for the flip rate's one-sided upper bound to
+    fall within the loss line (``decisive_loss_line``): the decisive row can then tell a build at its limit from one at
+    the loss line. None when the rate seen is over the limit. With no flip: the fewest decisive images whose bound with
+    no flip is within the line (230 at 0.995 and 90 %)."""
     line, rate = decisive_loss_line(limit), flips / max(images, 1)
     if line <= 0 or line >= 1 or rate > 1.0 - limit + 1e-12:
         return None
@@ -323,12 +312,11 @@ def certain_agreement_miss(ref: np.ndarray, got: np.ndarray, min_agreement: floa
         decisive = fp32_margins(ref) >= margin
         total_decisive = int(decisive.sum())
         if total_decisive >= MIN_DECISIVE:
-            allowed_decisive = decisive_allowed_flips(min_decisive_agreement, total_decisive)
+            allowed_decisive = allowed_flips(min_decisive_agreement, total_decisive)
             if int(np.sum(flips & decisive[:n])) <= allowed_decisive:
                 return None
             return (f"stopped after {n} of {total} items: {int(np.sum(flips & decisive[:n]))} top-1 disagreements on images where FP32 "
-                    f"is decisive already exceed the {allowed_decisive} that the decisive row (agreement >= "
-                    f"{100 * min_decisive_agreement:g}%, flip rate bound within {100 * decisive_loss_line(min_decisive_agreement):g}%) "
+                    f"is decisive already exceed the {allowed_decisive} that decisive agreement >= {100 * min_decisive_agreement:g}% "
                     f"allows on its {total_decisive} decisive images")
     allowed = allowed_flips(min_agreement, total)
     if int(flips.sum()) <= allowed:
