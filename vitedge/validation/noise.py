@@ -14,9 +14,10 @@ about as likely to be wrong as right there. Two measurements separate the two (d
 * **with or without labels, the FP32 margin.** An image is *decisive* when FP32's top-1 softmax
   probability exceeds its runner-up's by at least ``near_tie_margin`` (default 0.5). A flip on a
   near-tie costs at most that margin of expected top-1 under FP32's own probabilities. The *expected
-  drop* (reported, not gated) sums, over the flipped images, FP32's probability of its own class minus
+  drop* (``max_expected_drop``) sums, over the flipped images, FP32's probability of its own class minus
   its probability of the class INT8 chose: a label-free estimate of the top-1 drop, pessimistic for the
-  over-confident low-accuracy models (0.5-0.7 points where their labels showed none, docs/gate.md).
+  over-confident low-accuracy models, so with labels FP32's probabilities are first calibrated by one
+  temperature >= 1 fitted on them (``fit_temperature``, docs/gate.md).
 
 The gate (``vitedge.validation.run.evaluate_gate``, docs/gate.md) uses them so:
 
