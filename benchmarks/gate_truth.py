@@ -183,7 +183,109 @@ def gate_once(ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None, probe
     if run._probe_needed(acc, t, lambda *_: SimpleNamespace(input_format=None), None):
         acc["fp32_preprocessing_probe"] = preprocessing_probe(ref, probes, labels)
     rows = [r for r in run.evaluate_gate(acc, None, None, t) if r.name not in ("min_speedup", "max_p99_ms")]  # the accuracy rows
-    return all(r.passed for r in rows), ",".join(r.name for r in rows if not r.passed)
+    alts = alternatives(ref, got, labels, acc, rows, t)
+    return all(r.passed for r in rows), ",".join(r.name for r in rows if not r.passed), alts
+
+
+# --------------------------------------------------------------------------- alternative rules, judged on the same runs
+# Each rule is computed here from the gate's own measurements (compare_logits' accuracy dict) and the verdicts of the
+# rows it does not replace, so the same stored logits judge them all against the same truth (docs/gate.md lists them).
+
+LOSS_FLIP_RATE = 0.01  # the truth's line: a build that flips more than 1 % of FP32's decisive images is bad
+
+
+def _cp_upper(k: int, n: int, confidence: float) -> float:
+    """The one-sided upper Clopper-Pearson bound of a rate with ``k`` events in ``n`` trials."""
+    from vitedge.validation.noise import clopper_pearson
+
+    return clopper_pearson(k, n, 2.0 * confidence - 1.0)[1]
+
+
+def _judged(acc: dict[str, Any], t) -> bool:
+    from vitedge.validation.noise import decisive_judged
+
+    return decisive_judged(acc, t.near_tie_margin)
+
+
+def _base(rows) -> bool:
+    """The rows no alternative replaces: the labels' drop row and the agreement row (with the preprocessing probe)."""
+    return all(r.passed for r in rows if r.name not in ("min_decisive_agreement", "max_expected_drop"))
+
+
+def _dec_point(acc, t) -> bool:
+    from vitedge.validation.noise import allowed_flips
+
+    return not _judged(acc, t) or acc["decisive_flips"] <= allowed_flips(t.min_decisive_agreement, acc["decisive_samples"])
+
+
+def _dec_bound(acc, t, confidence: float, zero_excused: bool = True) -> bool:
+    """The decisive flip rate's one-sided upper bound within the loss line (1 %); ``zero_excused``: no flip passes."""
+    if not _judged(acc, t) or (zero_excused and acc["decisive_flips"] == 0):
+        return True
+    return _cp_upper(acc["decisive_flips"], acc["decisive_samples"], confidence) <= LOSS_FLIP_RATE + 1e-12
+
+
+def _exp(e: dict[str, Any], t, z: float | None, calibrated: bool | None) -> bool:
+    """The expected drop (z None: its point value) or its one-sided bound at ``z`` standard errors within limit + 0.5.
+    ``calibrated``: True, FP32's probabilities calibrated on the labels (as they are without labels); None, the same but
+    not judged without labels; False, as they are."""
+    from vitedge.validation.noise import EXPECTED_DROP_SLACK
+
+    if not e["judged"]:
+        return True
+    if calibrated is None and e["cal"] is None:
+        return True
+    mean, spread = e["cal"] if calibrated is not False and e["cal"] is not None else e["raw"]
+    value = mean if z is None else mean + z * spread
+    return value <= t.max_top1_drop + EXPECTED_DROP_SLACK + 1e-9
+
+
+def _expected(ref: np.ndarray, got: np.ndarray, probs: np.ndarray) -> tuple[float, float]:
+    """(mean, standard error) of the per-image cost, in points, under ``probs``."""
+    rows = np.arange(len(ref))
+    cost = probs[rows, ref.argmax(1)] - probs[rows, got.argmax(1)]
+    return 100.0 * float(cost.mean()), 100.0 * float(cost.std(ddof=1)) / np.sqrt(len(cost))
+
+
+def alternatives(ref, got, labels, acc, rows, t) -> dict[str, bool]:
+    """Each alternative rule's verdict on one gate run ({} with a vitedge that lacks the functions they need)."""
+    try:
+        from vitedge.validation.noise import fit_temperature, softmax
+        from vitedge.validation.sanity import fp32_at_chance
+    except ImportError:
+        return {}
+    cal = None
+    if labels is not None and not fp32_at_chance(float(np.mean(ref.argmax(1) == labels)), ref.shape[1], len(ref)):
+        cal = _expected(ref, got, softmax(ref / fit_temperature(ref, labels)))
+    e = {"judged": _judged(acc, t), "raw": _expected(ref, got, softmax(ref)), "cal": cal}
+    return {name: bool(rule(acc, rows, t, e)) for name, rule in ALTERNATIVES.items()}
+
+
+Z95, Z99 = 1.645, 2.326
+ALTERNATIVES = {
+    "decisive count only (before)": lambda a, r, t, e: _base(r) and _dec_point(a, t),
+    "count + expected-drop bound, FP32's probabilities as they are (start of this change)": lambda a, r, t, e: (
+        _base(r) and _dec_point(a, t) and _exp(e, t, Z95, False)),
+    "count + expected-drop point value, as they are": lambda a, r, t, e: _base(r) and _dec_point(a, t) and _exp(e, t, None, False),
+    "count + expected-drop bound 99 %, as they are": lambda a, r, t, e: _base(r) and _dec_point(a, t) and _exp(e, t, Z99, False),
+    "count + flip-rate bound 90 %": lambda a, r, t, e: _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9),
+    "count + flip-rate bound 90 % + expected-drop bound as they are": lambda a, r, t, e: (
+        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9) and _exp(e, t, Z95, False)),
+    "count + calibrated expected-drop bound (as they are without labels)": lambda a, r, t, e: (
+        _base(r) and _dec_point(a, t) and _exp(e, t, Z95, True)),
+    "count + flip-rate bound 80 % + calibrated expected-drop bound (as they are without labels)": lambda a, r, t, e: (
+        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.8) and _exp(e, t, Z95, True)),
+    "count + flip-rate bound 90 % + calibrated expected-drop bound (as they are without labels)": lambda a, r, t, e: (
+        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9) and _exp(e, t, Z95, True)),
+    "count + flip-rate bound 95 % + calibrated expected-drop bound (as they are without labels)": lambda a, r, t, e: (
+        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.95) and _exp(e, t, Z95, True)),
+    "count + flip-rate bound 90 % + calibrated expected-drop bound (not judged without labels)": lambda a, r, t, e: (
+        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9) and _exp(e, t, Z95, None)),
+    "count + flip-rate bound 90 % + calibrated expected-drop point value (as they are without labels)": lambda a, r, t, e: (
+        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9) and _exp(e, t, None, True)),
+    "flip-rate bound 90 %, no flip not excused (too few images fail) + calibrated expected-drop bound": lambda a, r, t, e: (
+        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9, zero_excused=False) and _exp(e, t, Z95, True)),
+}
 
 
 def judge_model(path: Path, t) -> list[dict[str, Any]]:
@@ -209,34 +311,66 @@ def judge_model(path: Path, t) -> list[dict[str, Any]]:
                                               {m: p[idx] for m, p in probes.items()}, t))
                 row["gates"][f"{size} {'labelled' if labelled else 'no labels'}"] = {
                     "passed": sum(v[0] for v in verdicts), "of": len(verdicts),
-                    "failing_rows": sorted({v[1] for v in verdicts if v[1]})}
+                    "failing_rows": sorted({v[1] for v in verdicts if v[1]}),
+                    "alternatives": {a: sum(v[2][a] for v in verdicts) for a in ALTERNATIVES if verdicts and a in verdicts[0][2]}}
         out.append(row)
         log(f"{path.stem} {name}: truth {row['truth']['kind']} (drop {row['truth']['drop']:+.2f}, decisive "
             f"{100 * row['truth']['decisive_agreement']:.2f}%); passed " + ", ".join(f"{g} {v['passed']}/{v['of']}" for g, v in row["gates"].items()))
     return out
 
 
-def rates(rows: list[dict[str, Any]]) -> dict[str, dict[str, list[int]]]:
+def rates(rows: list[dict[str, Any]], alternative: str | None = None) -> dict[str, dict[str, list[int]]]:
     """Per gate (subset size, labels or none): [false passes, gate runs on bad builds], [false fails, runs on good
-    builds], and the wrong --mean builds apart (no FP32-parity statistic sees them without labels)."""
+    builds], and the wrong --mean builds apart (no FP32-parity statistic sees them without labels). ``alternative``:
+    the verdicts of that rule (ALTERNATIVES) instead of the gate's."""
     out: dict[str, dict[str, list[int]]] = {}
     for r in rows:
         for g, v in r["gates"].items():
+            passed = v["passed"] if alternative is None else v["alternatives"][alternative]
             c = out.setdefault(g, {"false_pass": [0, 0], "false_fail": [0, 0], "wrong_mean_pass": [0, 0]})
             if r["build"].startswith("wrong --mean"):
-                c["wrong_mean_pass"][0] += v["passed"]
+                c["wrong_mean_pass"][0] += passed
                 c["wrong_mean_pass"][1] += v["of"]
             elif r["truth"]["kind"] == "bad":
-                c["false_pass"][0] += v["passed"]
+                c["false_pass"][0] += passed
                 c["false_pass"][1] += v["of"]
             elif r["truth"]["kind"] == "good":
-                c["false_fail"][0] += v["of"] - v["passed"]
+                c["false_fail"][0] += v["of"] - passed
                 c["false_fail"][1] += v["of"]
     return out
 
 
-def judge(work: Path, label: str, decisive_limit: float | None = None) -> dict[str, Any]:
-    """Judge every stored model with this checkout's gate at the onnx profile's thresholds; ``<work>/judged_<label>.json``."""
+def alternatives_markdown(doc: dict[str, Any]) -> list[str]:
+    """The alternative rules on the same runs: false passes and false fails per subset size (labelled and unlabelled
+    runs together), and which bad builds each passed."""
+    rows = doc["rows"]
+    if not rows or not next(iter(rows[0]["gates"].values())).get("alternatives"):
+        return []
+    sizes = sorted({int(g.split()[0]) for g in rows[0]["gates"]})
+    lines = ["", "## Alternative rules judged on the same runs", "",
+             "Each rule keeps the labels' drop row and the agreement row (with the preprocessing probe) and replaces the "
+             "decisive and expected-drop rows as named; *flip-rate bound c* fails a build whose decisive flips, when there "
+             "is at least one, put the one-sided c upper Clopper-Pearson bound of the decisive flip rate over 1 % (the "
+             "truth's line). Labelled and unlabelled runs together.", "",
+             "| rule | " + " | ".join(f"{s}: false passes | {s}: false fails" for s in sizes) + " | bad builds passed |",
+             "|---|" + "---:|---:|" * len(sizes) + "---|"]
+    for alt in next(iter(rows[0]["gates"].values()))["alternatives"]:
+        r8 = rates(rows, alt)
+        cells = []
+        for s in sizes:
+            fp = [sum(c["false_pass"][i] for g, c in r8.items() if int(g.split()[0]) == s) for i in (0, 1)]
+            ff = [sum(c["false_fail"][i] for g, c in r8.items() if int(g.split()[0]) == s) for i in (0, 1)]
+            cells += [_frac(fp), _frac(ff)]
+        passed = sorted({f"{r['model']} {r['build']}" for r in rows if r["truth"]["kind"] == "bad"
+                         and not r["build"].startswith("wrong --mean") and any(v["alternatives"][alt] for v in r["gates"].values())})
+        lines.append(f"| {alt} | " + " | ".join(cells) + f" | {'; '.join(passed) or 'none'} |")
+    return lines
+
+
+def judge(work: Path, label: str, decisive_limit: float | None = None, reuse: bool = False) -> dict[str, Any]:
+    """Judge every stored model with this checkout's gate at the onnx profile's thresholds; ``<work>/judged_<label>.json``.
+    ``reuse``: a model's rows judged before under the same label (``<work>/rows_<label>_<model>.json``, written as each
+    model is judged) are read back instead of judged again: only for the same code."""
     from vitedge.targets.profiles import load_profile
 
     t = load_profile("onnx").thresholds
@@ -244,8 +378,15 @@ def judge(work: Path, label: str, decisive_limit: float | None = None) -> dict[s
         t = dataclasses.replace(t, min_decisive_agreement=decisive_limit)
     rows = []
     for path in sorted(work.glob("*.npz")):
-        if not path.name.endswith(".tmp.npz"):
-            rows += judge_model(path, t)
+        if path.name.endswith(".tmp.npz"):
+            continue
+        kept = work / f"rows_{label}_{path.stem}.json"
+        if reuse and kept.is_file():
+            rows += json.loads(kept.read_text())
+            continue
+        judged = judge_model(path, t)
+        kept.write_text(json.dumps(judged, default=float))
+        rows += judged
     doc = {"label": label, "thresholds": t.to_dict(), "rows": rows, "rates": rates(rows)}
     (work / f"judged_{label}.json").write_text(json.dumps(doc, indent=1, default=float))
     return doc
@@ -271,6 +412,7 @@ def markdown(after: dict[str, Any], before: dict[str, Any] | None, header: str) 
     lines += ["", "Builds whose truth is bad that this gate passed on some subset: " + ("; ".join(
         f"{r['model']} {r['build']} (truth drop {r['truth']['drop']:+.2f}, decisive {100 * r['truth']['decisive_agreement']:.2f} %: "
         + ", ".join(f"{g} {v['passed']}/{v['of']}" for g, v in r["gates"].items() if v["passed"]) + ")" for r in passed_bad) or "none") + "."]
+    lines += alternatives_markdown(after)
     lines += ["", "## Every build: its truth and the gate's verdicts (passed / runs)", "",
               f"Truth on the {N_TRUTH:,} held-out images against FP32 with the model's right mean: top-1 drop (points), agreement "
               "on FP32's decisive images, overall agreement; *bad* = drop > limit + 0.5 or decisive agreement < 99 %, *good* = "
@@ -314,10 +456,12 @@ def write_results(work: Path) -> None:
               f"subset gated with its labels and without). Thresholds: the onnx profile's (max_top1_drop {t['max_top1_drop']:g} points, "
               f"min_agreement {t['min_agreement']:g}, min_decisive_agreement {t.get('min_decisive_agreement')}, near_tie_margin "
               f"{t['near_tie_margin']:g}, drop_confidence {t['drop_confidence']:g}, max_expected_drop "
-              f"{t['max_top1_drop'] + 0.5:g} points). *Before* is the gate this one was changed from (`--gate-from`), judged on the same "
-              "stored logits; *truth bad* compares drops with a 1e-9 tolerance (28 of 4,000 images is 0.7 points, not more).")
+              f"{t['max_top1_drop'] + 0.5:g} points). *Before* (when present) is the gate this one was changed from (`--gate-from`), judged on the "
+              "same stored logits; the alternative rules below, the one this change started from among them, are judged on the same "
+              "runs in the same pass; *truth bad* compares drops with a 1e-9 tolerance (28 of 4,000 images is 0.7 points, not more). "
+              f"Load average while judging: {' '.join(Path('/proc/loadavg').read_text().split()[:3]) if Path('/proc/loadavg').is_file() else 'unknown'}.")
     text = markdown(after, before, header)
-    stem = f"gate_truth_{cpu.isa}"
+    stem = f"gate_truth_{cpu.isa.split(' ')[0]}"  # one record per kind of CPU: avx2, avx512-vnni, amx (as build_speed's)
     (RESULTS / f"{stem}.md").write_text(text)
     (RESULTS / f"{stem}.json").write_text(json.dumps({"cpu": cpu.isa, "cpu_model": cpu.model, "models": models, "after": after,
                                                      "before": before}, indent=1, default=float))
@@ -333,6 +477,7 @@ def main() -> None:
     ap.add_argument("--judge-only", action="store_true", help="judge the stored logits with the vitedge on PYTHONPATH")
     ap.add_argument("--label", default="after", help="the name of this judgement (before: the gate it is compared with)")
     ap.add_argument("--decisive-limit", type=float, help="judge with this min_decisive_agreement (default: the profile's)")
+    ap.add_argument("--reuse", action="store_true", help="read back each model's rows judged before under the same label")
     ap.add_argument("--gate-from", type=Path, help="judge with the vitedge of this checkout (e.g. main before the change, --label before)")
     args = ap.parse_args()
     if args.gate_from:
@@ -348,7 +493,7 @@ def main() -> None:
                 log(f"{model_id}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
     if args.outputs_only:
         return
-    judge(args.work, args.label, args.decisive_limit)
+    judge(args.work, args.label, args.decisive_limit, args.reuse)
     if args.label == "after":
         write_results(args.work)
 

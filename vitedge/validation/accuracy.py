@@ -79,7 +79,7 @@ def compare_logits(ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None, 
             out.update(paired_drop(ref.argmax(1), got.argmax(1), labels, drop_confidence))
     out["top1_agreement"] = float(np.mean(ref.argmax(1) == got.argmax(1)))
     if len(ref):
-        out.update(near_ties(ref, got, near_tie_margin))
+        out.update(near_ties(ref, got, near_tie_margin, labels))
     cos = np.sum(ref * got, axis=1) / (np.linalg.norm(ref, axis=1) * np.linalg.norm(got, axis=1) + 1e-12)
     out["logit_cosine_mean"] = float(cos.mean())
     out["logit_cosine_min"] = float(cos.min())

@@ -8,6 +8,7 @@ wraps both for a bundle folder: `vitedge build` and `vitedge validate` both go t
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,11 +32,16 @@ from vitedge.validation.gate import FAIL, PASS, SKIP, GateRow  # noqa: F401 - re
 from vitedge.validation.inputs import feed_for
 from vitedge.validation import passes, per_sample
 from vitedge.validation.noise import (
+    DECISIVE_BOUND_CONFIDENCE,
     EXPECTED_DROP_SLACK,
     MIN_DECISIVE,
     allowed_flips,
+    decisive_images_to_tell,
     decisive_judged,
+    decisive_loss_line,
     drop_within_noise,
+    flip_rate_upper,
+    images_to_detect_loss,
     images_to_tell,
     preprocessing_probe,
     probe_shifts,
@@ -126,7 +132,8 @@ def _drop_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
     text = (f"top-1 {100 * accuracy['int8_top1']:.2f}% vs FP32 {100 * accuracy['fp32_top1']:.2f}%: "
             f"drop {drop:.3f} points (limit {t.max_top1_drop:g})")
     if over <= 1e-9:
-        return GateRow("max_top1_drop", drop, t.max_top1_drop, True, text + (f", {_ci_text(accuracy)}" if ci else ""), PASS, "points", over)
+        return GateRow("max_top1_drop", drop, t.max_top1_drop, True, text + (f", {_ci_text(accuracy)}" if ci else "")
+                       + _too_few_labels_text(accuracy, t), PASS, "points", over)
     if ci and t.drop_confidence > 0 and drop_within_noise(accuracy, t.max_top1_drop):
         need = images_to_tell(accuracy, t.max_top1_drop)
         tell = (f"; telling a {drop:.2f}-point drop from the {t.max_top1_drop:g}-point limit would take about {need:,} labelled "
@@ -136,6 +143,16 @@ def _drop_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
                        "the decisive-agreement row judges the flips", SKIP, "points", over)
     detail = text + f", over by {over:.3f} points" + (f"; {_ci_text(accuracy)} lies above the limit: a real loss" if ci else "")
     return GateRow("max_top1_drop", drop, t.max_top1_drop, False, detail, FAIL, "points", over)
+
+
+def _too_few_labels_text(accuracy: dict[str, Any], t: Thresholds) -> str:
+    """Where the labelled images are too few for the paired test to show a ~1-point loss: how many would (issue 43)."""
+    found = images_to_detect_loss(accuracy, t.max_top1_drop) if t.drop_confidence > 0 else None
+    if found is None or found[1] <= int(accuracy.get("samples") or 0):
+        return ""
+    loss, need = found
+    return (f"; too few labelled images to show a {loss:g}-point loss: {accuracy['samples']:,} cannot, about {need:,} would at this "
+            "rate of disagreement")
 
 
 def _agreement_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
@@ -177,15 +194,28 @@ def _decisive_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
     if value is None or n < MIN_DECISIVE:
         return GateRow(name, value, limit, True, f"not checked: FP32 is decisive on only {n} images (fewer than {MIN_DECISIVE}): "
                        "too few to judge; min_agreement judges every flip instead", SKIP, "fraction")
-    short = limit - value
+    short, flips = limit - value, int(accuracy["decisive_flips"])
     ok = short <= 1e-12
+    line = decisive_loss_line(limit)
     detail = (f"top-1 agreement with FP32 {100 * value:.2f}% on the {n} images where FP32 is decisive (top-2 probability gap >= "
-              f"{accuracy['near_tie_margin']:g}; limit {100 * limit:.2f}%: at most {allowed_flips(limit, n)} flips): "
-              f"{accuracy['decisive_flips']} flips there"
-              + ("" if ok else f", short by {100 * short:.3f} points: FP32 was sure and INT8 answers otherwise")
-              + f"; {accuracy['near_tie_flips']} near-tie flips, expected drop under FP32's probabilities "
-              f"{accuracy['expected_drop_points']:.2f} points")
+              f"{accuracy['near_tie_margin']:g}; limit {100 * limit:.2f}%: at most {allowed_flips(limit, n)} flips): {flips} flips there"
+              + ("" if ok else f", short by {100 * short:.3f} points: FP32 was sure and INT8 answers otherwise"))
+    upper = flip_rate_upper(flips, n)
+    if ok and upper > line + 1e-12:  # passes, but so few decisive images cannot tell the limit from the loss line
+        detail += (f"; too few decisive images to tell the {100 * limit:.2f}% limit from the {100 * (1 - line):g}% loss line: with "
+                   f"{flips} flips the flip rate's {100 * DECISIVE_BOUND_CONFIDENCE:g}% upper bound is {100 * upper:.2f}%"
+                   + _decisive_need_text(accuracy, flips, n, limit))
+    detail += f"; {accuracy['near_tie_flips']} near-tie flips, expected drop {accuracy['expected_drop_points']:.2f} points"
     return GateRow(name, value, limit, ok, detail, PASS if ok else FAIL, "fraction", short)
+
+
+def _decisive_need_text(accuracy: dict[str, Any], flips: int, n: int, limit: float) -> str:
+    """How many images (and decisive images) it would take to tell, at the flip rate and decisive share seen."""
+    need = decisive_images_to_tell(flips, n, limit)
+    if need is None:
+        return ""
+    images = int(math.ceil(need * int(accuracy.get("samples") or n) / n))
+    return f"; about {images:,} images ({need:,} decisive) would" + (" at this flip rate" if flips else "")
 
 
 def _expected_drop_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
@@ -202,9 +232,14 @@ def _expected_drop_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
         return GateRow(name, bound, limit, True, f"not checked: {why}", SKIP, "points")
     over = bound - limit
     ok = over <= 1e-9
-    detail = (f"expected top-1 drop under FP32's probabilities {accuracy['expected_drop_points']:.2f} points, 95% upper bound "
+    temperature = accuracy.get("expected_drop_points_temperature")
+    whose = ("FP32's probabilities" if temperature is None else
+             f"FP32's probabilities calibrated on the labels (temperature {temperature:.2f})")
+    detail = (f"expected top-1 drop under {whose} {accuracy['expected_drop_points']:.2f} points, 95% upper bound "
               f"{bound:.2f} (limit {limit:g}: max_top1_drop {t.max_top1_drop:g} + {EXPECTED_DROP_SLACK:g}; {accuracy['samples']} images)"
-              + ("" if ok else f", over by {over:.2f} points: INT8's flips go the losing way"))
+              + ("" if ok else f", over by {over:.2f} points: INT8's flips go the losing way")
+              + ("" if temperature is not None or ok else "; without labels FP32's probabilities are taken as they are, and an "
+                 "over-confident model's over-state the loss: labelled validation data calibrate them"))
     return GateRow(name, bound, limit, ok, detail, PASS if ok else FAIL, "points", over)
 
 
