@@ -83,6 +83,30 @@ def interleaved_ratio(fp32: Callable[[], Any], control: Callable[[], Any], int8:
     return ratio("int8"), ratio("control")
 
 
+def interleaved_percentiles(runs: dict[Any, Callable[[], Any]], rounds: int, per_round: int = 3, percentile: float = 10.0,
+                            seed: int = 0, max_seconds: float | None = None) -> dict[Any, float]:
+    """Per key, the ``percentile`` percentile (seconds) of its runs' calling-thread CPU time: ``rounds`` rounds, each
+    running every graph in a new random order, one untimed run at each switch then ``per_round`` timed ones (the
+    method of ``interleaved_ratio``, for any number of graphs: benchmarks time a bundle beside other tools' graphs
+    with it). ``max_seconds``: stop after the round that passes this much wall time (at least 2 rounds)."""
+    keys = list(runs)
+    samples: dict[Any, list[float]] = {k: [] for k in keys}
+    rng = np.random.default_rng(seed)
+    start = time.perf_counter()
+    for done in range(1, rounds + 1):
+        for i in rng.permutation(len(keys)):
+            f = runs[keys[int(i)]]
+            f()
+            for _ in range(per_round):
+                t0 = time.thread_time()
+                f()
+                samples[keys[int(i)]].append(time.thread_time() - t0)
+        raise_if_interrupted()
+        if max_seconds is not None and done >= 2 and time.perf_counter() - start >= max_seconds:
+            break
+    return {k: float(np.percentile(v, percentile)) for k, v in samples.items()}
+
+
 def timing_input(dims: list[int], integral: bool) -> np.ndarray:
     """The one input every graph of a timing reads: seeded, uint8 pixels for a graph that takes integers (a baked
     preprocessing input), else standard-normal floats."""
