@@ -79,6 +79,7 @@ class ValidationResult:
     data: dict[str, Any] = field(default_factory=dict)
     memory: dict[str, Any] = field(default_factory=dict)
     latency_settings: LatencySettings | None = None  # None: latency not measured
+    speed_check: SpeedCheck | None = None  # the speed gate's second look, when the wall-time speedup missed the floor
 
     @property
     def passed(self) -> bool:
@@ -494,5 +495,6 @@ def assemble_result(accuracy: dict[str, Any], stats: dict[str, dict[str, Latency
     """The ValidationResult of measured accuracy, latency and memory, with its gate (``speed_check``: the second
     look at a batch-1 speedup short of the floor, vitedge.validation.speed_check)."""
     result = ValidationResult(accuracy=accuracy, latency=stats, speedup=speedup, memory=memory, latency_settings=settings, data=data)
+    result.speed_check = speed_check
     result.gate = evaluate_gate(accuracy, speedup, result.p99_ms(), thresholds, speed_check)
     return result
