@@ -679,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         parts = [json.loads(p.read_text()) for p in args.merge]
         res = {**parts[0], "argv": [a for p in parts for a in p["argv"] + [";"]][:-1]}
-        for key in ("builds", "exports", "anchors", "fp32", "speed"):
+        for key in ("builds", "exports", "anchors", "fp32", "speed", "load_average"):
             res[key] = [row for p in parts for row in p.get(key, [])]
         for p in parts[1:]:  # a later run's own build flags go with its rows
             for row in p.get("builds", []):
