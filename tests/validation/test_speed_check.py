@@ -68,7 +68,7 @@ def test_validate_takes_the_second_look_on_a_cpu_bundle(runtime_bundles, tmp_pat
     monkeypatch.setattr(speed_check, "interleaved_ratio", fixed)
     request = ValidateRequest(runtime_bundles["plain"][target], tmp_path / "report", data=VAL_DIR, data_size=16, seed=1,
                               measure_speed=True, sensitivity=False, progress=False)
-    result = run_validate(request, StageLog(quiet=True)).validation
+    result = run_validate(request, StageLog(quiet=True)).validation.result
     row = next(r for r in result.gate if r.name == "min_speedup")
     assert ran == ["fp32", "control", "int8"]
     assert row.value == pytest.approx(0.5) and "timed again at one thread by CPU time" in row.detail and "1.11x" in row.detail
