@@ -36,7 +36,7 @@ def test_layers_kept_float_by_the_target_leave_the_int8_count():
     assert count_shipped(section, _graph(), info) == 1
     assert section.layers_int8 == 2 and section.kept_float == ["d", "b"]
     assert section.layer_kinds == {"linear": {"int8": 1, "total": 3}, "head": {"int8": 1, "total": 1}}
-    assert section.summary_line.startswith("2 of 4 layers INT8 as shipped (1 INT8 layer(s) kept float") and "avx2" in section.summary_line
+    assert section.summary_line.startswith("2 of 4 layers INT8 as shipped (1 INT8 layer(s) returned to float") and "avx2" in section.summary_line
 
 
 def test_the_whole_model_kept_float_ships_no_int8_layer():
@@ -103,6 +103,6 @@ def test_a_bundle_kept_float_whole_counts_no_int8_layer(tmp_path, monkeypatch):
     q = manifest.quantization
     assert q["int8_payoff"]["timed"]["whole_model_float"] and manifest.backend_info["int8_layers"]["int8"] == 0
     assert q["layers_int8"] == 0 and all(v["int8"] == 0 for v in q["layer_kinds"].values())
-    assert "as shipped (the whole model kept float" in q["summary_line"]
+    assert "as shipped (the whole model returned to float" in q["summary_line"]
     validation = json.loads((result.bundle / "report" / "validation.json").read_text())
     assert validation["quantization"]["layers_int8"] == 0

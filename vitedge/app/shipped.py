@@ -57,8 +57,8 @@ def count_shipped(section: QuantizationSection, graph: QuantizedGraph, info: dic
     section.layer_kinds = kinds
     cpu = payoff_record(info).get("cpu") or "this CPU"
     what = "the whole model" if ships_fp32(info) else f"{len(floated)} INT8 layer(s)"
-    section.summary_line = (f"{len(shipped)} of {len(graph.layers)} layers INT8 as shipped ({what} kept float where INT8 "
-                            f"does not pay on {cpu}); the shared Q/DQ graph: {section.summary_line}")
+    section.summary_line = (f"{len(shipped)} of {len(graph.layers)} layers INT8 as shipped ({what} returned to float "
+                            f"by the target's INT8 payoff on {cpu}); the shared Q/DQ graph: {section.summary_line}")
     return len(floated)
 
 

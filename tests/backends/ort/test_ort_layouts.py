@@ -169,10 +169,14 @@ def test_conv_tokenizer_ort_runs_in_float_stays_float(graphs, tmp_path):
     assert np.abs(_run(str(tmp_path / "model.int8.onnx"), x) - ref).max() <= np.abs(_run(str(qdq), x) - ref).max()
 
 
-def test_build_records_the_keep_float_decision_in_manifest_and_report(tmp_path):
+def test_build_records_the_keep_float_decision_in_manifest_and_report(tmp_path, monkeypatch):
     """`vitedge build --target onnx` of a small CCT: the manifest's quantization section names the layer kept float,
-    why, and the CPU kind whose ONNX Runtime decided; report.md says the same in one line."""
+    why, and the CPU kind whose ONNX Runtime decided; report.md says the same in one line. The build's INT8/FP32
+    timing is made to find INT8 paying: on a loaded machine it may keep the whole model float, which is another test's."""
+    import vitedge.backends.onnxruntime.payoff as payoff
     from vitedge.app.build import BuildRequest, run_build
+
+    monkeypatch.setattr(payoff, "interleaved_ratio", lambda *a, **k: (0.5, 1.0))
     from vitedge.budget import BudgetSettings
     from vitedge.core.cpu import read_cpu
     from vitedge.bundle.manifest import read_manifest
