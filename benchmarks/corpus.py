@@ -18,9 +18,10 @@ is incomplete. Then, per model:
   report/validation.json (``--no-latency``: builds without timing);
 * with ``--anchors``, on the same splits: ONNX Runtime ``quantize_static`` MinMax, Entropy and
   Percentile, NNCF default and ``model_type=TRANSFORMER`` (benchmarks/quant_methods.py's anchors);
-* then, side by side in one process (``speed()``, ``--speed-rounds``), FP32, vitedge's INT8 bundle and
-  every anchor graph made for the runtime, on ONNX Runtime and OpenVINO, at batch 1 and 8: median ms
-  and INT8/FP32 over interleaved rounds. The results say the CPU kind (VNNI or not) and the load.
+* then, side by side in one process (``speed()``, ``--speed-rounds``), FP32, a second FP32 copy (the control),
+  vitedge's INT8 bundle and every anchor graph made for the runtime, on ONNX Runtime and OpenVINO, at batch 1
+  and 8, by the build's own timing method (one inference thread, the calling thread's CPU time, 10th percentile,
+  a new random order each round): INT8/FP32 per graph. The results say the CPU kind (VNNI or not) and the load.
 
 ``--fp32-only`` measures each model's FP32 top-1 on its whole test set in PyTorch (the manifest's
 ``measured_fp32_top1``) and builds nothing. Writes benchmarks/results/corpus.md and corpus.json
@@ -313,7 +314,8 @@ def fp32_top1(model) -> float:
 
 
 def anchors(model, split: Path, work: Path, ort_methods: tuple[str, ...] | None = None,
-            graphs: dict[tuple[str, str], Path] | None = None) -> list[dict[str, Any]]:
+            graphs: dict[tuple[str, str], Path] | None = None,
+            nncf_modes: tuple[str, ...] = ("default", "TRANSFORMER")) -> list[dict[str, Any]]:
     """The anchor tools on the same calibration and validation folders: ONNX Runtime quantize_static (QDQ,
     its defaults otherwise) with MinMax, Entropy and Percentile, run in ONNX Runtime and OpenVINO; NNCF
     default and model_type=TRANSFORMER, OpenVINO and ONNX backends. One row per (tool, runtime); a tool or
@@ -368,7 +370,8 @@ def anchors(model, split: Path, work: Path, ort_methods: tuple[str, ...] | None 
     import openvino as ov
 
     items = [c[None] for c in calib]
-    for label, kwargs in (("default", {}), ("TRANSFORMER", {"model_type": nncf.ModelType.TRANSFORMER})):
+    modes = (("default", {}), ("TRANSFORMER", {"model_type": nncf.ModelType.TRANSFORMER}))
+    for label, kwargs in (m for m in modes if m[0] in nncf_modes):
         for backend in ("OpenVINO", "ONNX"):
             t0 = time.perf_counter()
             try:
@@ -397,44 +400,77 @@ def anchors(model, split: Path, work: Path, ort_methods: tuple[str, ...] | None 
 
 
 def speed(model, bundles: Path, graphs: dict[tuple[str, str], Path], rounds: int) -> list[dict[str, Any]]:
-    """INT8/FP32 time at batch 1 and 8, side by side in one process: per runtime its FP32 graph (the bundle's
-    reference), vitedge's INT8 bundle, and each anchor graph made for that runtime (``graphs``), in interleaved
-    rounds (benchmarks/timing.py: one settle run, then 3 timed runs per graph and round, at batch 8 2). A graph a
-    runtime refuses is a row with its error. Ratios are of medians over rounds, and the median of per-round ratios."""
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    import build_speed as bs
+    """INT8/FP32 time at batch 1 and 8, side by side in one process, by the build's own method (vitedge.backends.
+    int8_timing): per runtime its FP32 graph (the bundle's reference), a second copy of it (the control: its ratio,
+    ideally 1, shows this machine's noise), vitedge's INT8 bundle and each anchor graph made for that runtime
+    (``graphs``), each opened for one inference thread and timed by the calling thread's CPU time, in ``rounds``
+    rounds of a new random order, 3 timed runs per graph and round after one untimed one, at batch 1 and 8 alike;
+    a graph's figure is the 10th percentile of its timed runs (a loaded machine stretches runs, never shortens them).
+    A graph a runtime refuses is a row with its error."""
     import openvino as ov
-    from timing import TIMED_PER_ROUND, interleaved_rounds
 
-    threads, core = os.cpu_count() or 1, ov.Core()
+    from vitedge.backends.int8_timing import interleaved_percentiles
+
+    core = ov.Core()
     sources = {("onnxruntime", "FP32"): bundles / "onnx" / "reference.fp32.onnx",
+               ("onnxruntime", "FP32 control"): bundles / "onnx" / "reference.fp32.onnx",
                ("onnxruntime", "vitedge INT8"): bundles / "onnx" / "model.int8.onnx",
                ("openvino", "FP32"): bundles / "intel-cpu" / "reference.fp32.xml",
+               ("openvino", "FP32 control"): bundles / "intel-cpu" / "reference.fp32.xml",
                ("openvino", "vitedge INT8"): bundles / "intel-cpu" / "model.xml", **graphs}
     sources = {k: v for k, v in sources.items() if v.is_file()}
-    ov_used = bs.bundle_float_precision(bundles) if (bundles / "intel-cpu" / "manifest.json").is_file() else "f32"
+    ov_used = _bundle_float_precision(bundles)
     rows: list[dict[str, Any]] = []
-    for batch, n, timed in ((1, rounds, TIMED_PER_ROUND), (8, max(2, rounds // 3), 2)):
+    for batch in (1, 8):
         x = np.random.default_rng(0).standard_normal((batch, model.channels, model.size, model.size)).astype(np.float32)
-        runs: dict[tuple[str, str], Callable[[], Any]] = {}
-        for (runtime, name), path in sources.items():
-            try:
-                run = (bs.ort_runner(path, x, threads) if runtime == "onnxruntime"
-                       else bs.ov_runner(core, path, x, ov_used if name == "vitedge INT8" else "f32"))
-                run()
-                runs[(runtime, name)] = run
-            except Exception as err:
-                rows.append({"model": model.id, "batch": batch, "runtime": runtime, "graph": name, "error": _one_line(err)})
-        log(f"   speed at batch {batch}: {len(runs)} graphs, {n} interleaved rounds")
-        times, _ = interleaved_rounds(runs, n, timed=timed)
-        for (runtime, name), ts in times.items():
-            base = np.asarray(times.get((runtime, "FP32"), [np.nan] * len(ts)))
-            arr = np.asarray(ts)
-            rows.append({"model": model.id, "batch": batch, "runtime": runtime, "graph": name, "rounds": n,
-                         "median_ms": float(np.median(arr)), "ratio": float(np.median(arr) / np.median(base)),
-                         "round_ratio_median": float(np.median(arr / base))})
-        del runs
+        for runtime in ("onnxruntime", "openvino"):
+            runs: dict[tuple[str, str], Callable[[], Any]] = {}
+            for (rt, name), path in sources.items():
+                if rt != runtime:
+                    continue
+                try:
+                    run = (_ort_one_thread(path, x) if runtime == "onnxruntime"
+                           else _ov_one_thread(core, path, x, ov_used if name == "vitedge INT8" else "f32"))
+                    run()
+                    runs[(runtime, name)] = run
+                except Exception as err:
+                    rows.append({"model": model.id, "batch": batch, "runtime": runtime, "graph": name, "error": _one_line(err)})
+            if (runtime, "FP32") not in runs:
+                continue
+            log(f"   speed at batch {batch} on {runtime}: {len(runs)} graphs, {rounds} rounds, one thread, CPU time")
+            p10 = interleaved_percentiles(runs, rounds=rounds, per_round=3, percentile=10.0, seed=batch, max_seconds=240.0)
+            base = p10[(runtime, "FP32")]
+            for (rt, name), secs in p10.items():
+                rows.append({"model": model.id, "batch": batch, "runtime": rt, "graph": name, "rounds": rounds,
+                             "method": "one thread, CPU time, p10", "p10_ms": secs * 1e3, "median_ms": secs * 1e3,
+                             "ratio": secs / base})
+            del runs
     return rows
+
+
+def _bundle_float_precision(bundles: Path) -> str:
+    """The precision the intel-cpu bundle's float regions run in; its FP32 reference runs f32."""
+    manifest = bundles / "intel-cpu" / "manifest.json"
+    if not manifest.is_file():
+        return "f32"
+    used = ((json.loads(manifest.read_text()).get("backend_info") or {}).get("float_precision") or {}).get("used")
+    return used or "f32"
+
+
+def _ort_one_thread(path: Path, x: np.ndarray) -> Callable[[], Any]:
+    """ONNX Runtime's CPU provider on ``path`` with one thread, no spinning: the run happens in the calling thread."""
+    from vitedge.onnxkit.graph import SessionSettings, ort_session
+
+    sess = ort_session(path, SessionSettings(threads=1, spinning=False))
+    name = sess.get_inputs()[0].name
+    return lambda: sess.run(None, {name: x})
+
+
+def _ov_one_thread(core, path: Path, x: np.ndarray, precision: str) -> Callable[[], Any]:
+    """OpenVINO CPU, LATENCY hint, one inference thread (the calling thread's), float regions in ``precision``."""
+    req = core.compile_model(str(path), "CPU", {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": precision,
+                                                 "INFERENCE_NUM_THREADS": 1}).create_infer_request()
+    return lambda: req.infer({0: x})
 
 
 def _one_line(err: BaseException) -> str:
@@ -512,6 +548,10 @@ def _speed_table(res: dict[str, Any]) -> list[str]:
     kind = "VNNI" if res["cpu"]["vnni"] else "AVX2, no VNNI"
     lines = ["", f"## INT8/FP32 time side by side, batch 1 and 8 ({kind}; interleaved rounds in one process)", "",
              "| model | runtime | graph | b1 ms | b1 INT8/FP32 | b8 ms | b8 INT8/FP32 | error |", "|---|---|---|---|---|---|---|---|"]
+    if any("p10_ms" in r for r in rows):
+        lines[3:3] = ["One inference thread, the calling thread's CPU time, 10th percentile of each graph's runs, graphs in "
+                      "a new random order each round; `FP32 control` is a second copy of the FP32 graph (its ratio, "
+                      "ideally 1.00, is this machine's noise).", ""]
     keyed: dict[tuple[str, str, str], dict[int, dict]] = {}
     for r in rows:
         keyed.setdefault((r["model"], r.get("runtime", ""), r.get("graph", "")), {})[r.get("batch", 1)] = r
@@ -562,19 +602,20 @@ def _speed_summary(res: dict[str, Any]) -> list[str]:
         return "-"
 
     lines = ["", f"## INT8/FP32 time per model, batch 1 / 8, on this CPU kind: {kind} ({isa['model']})", "",
-             "Side by side in one process per model (interleaved rounds, medians): vitedge's INT8 bundle and each anchor's "
+             "Side by side in one process per model (one thread, CPU time, 10th percentile, random order; older runs: "
+             "interleaved rounds, medians of wall time): vitedge's INT8 bundle and each anchor's "
              "full-INT8 graph, each over the FP32 reference on the same runtime. Below 1: INT8 is faster; **bold**: slower. "
              "ORT quantize_static: its MinMax graph (Percentile where MinMax made none); NNCF: its ONNX-backend graph on "
              "ONNX Runtime, its OpenVINO-backend graph on OpenVINO. Other CPU kinds record their own file.", "",
-             "| model | runtime (target) | vitedge INT8 | " + " | ".join(c for c, _, _ in _SUMMARY_ANCHORS) + " |",
-             "|---|---|---|" + "---|" * len(_SUMMARY_ANCHORS)]
+             "| model | runtime (target) | vitedge INT8 | " + " | ".join(c for c, _, _ in _SUMMARY_ANCHORS) + " | FP32 control |",
+             "|---|---|---|" + "---|" * len(_SUMMARY_ANCHORS) + "---|"]
     for model in dict.fromkeys(r["model"] for r in rows):
         for runtime, target in (("onnxruntime", "onnx"), ("openvino", "intel-cpu")):
             if not any(k[0] == model and k[1] == runtime for k in got):
                 continue
             anchors = [cell(model, runtime, _made_for(runtime, only, names)) for _, only, names in _SUMMARY_ANCHORS]
             lines.append(f"| {model} | {runtime} ({target}) | {cell(model, runtime, ('vitedge INT8',))} | "
-                         + " | ".join(anchors) + " |")
+                         + " | ".join(anchors) + f" | {cell(model, runtime, ('FP32 control',))} |")
     return lines
 
 
@@ -624,8 +665,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build-flag", action="append", default=[], metavar="FLAG",
                     help="extra flag for every vitedge build, e.g. --build-flag=--no-fallback (repeatable)")
     ap.add_argument("--no-latency", action="store_true", help="builds without latency (and speed gate); no side-by-side timing")
-    ap.add_argument("--speed-rounds", type=int, default=10,
-                    help="interleaved rounds of the side-by-side timing at batch 1 (batch 8: a third); 0: none")
+    ap.add_argument("--speed-rounds", type=int, default=12,
+                    help="rounds of the side-by-side timing at batch 1 and at batch 8 (3 timed runs per graph and round); 0: none")
+    ap.add_argument("--nncf-modes", default="default,TRANSFORMER",
+                    help="comma-separated NNCF anchor modes, of default and TRANSFORMER (default: both)")
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per build")
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a fresh temporary one)")
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -636,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.merge:
         parts = [json.loads(p.read_text()) for p in args.merge]
         res = {**parts[0], "argv": [a for p in parts for a in p["argv"] + [";"]][:-1]}
-        for key in ("builds", "exports", "anchors", "fp32", "speed"):
+        for key in ("builds", "exports", "anchors", "fp32", "speed", "load_average"):
             res[key] = [row for p in parts for row in p.get(key, [])]
         for p in parts[1:]:  # a later run's own build flags go with its rows
             for row in p.get("builds", []):
@@ -714,7 +757,8 @@ def _measure_model(model, split: Path, work: Path, formats: list[str], targets: 
     if args.anchors:
         try:
             methods = tuple(m for m in args.ort_methods.split(",") if m) or None
-            res["anchors"] += anchors(model, split, work, methods, graphs)
+            res["anchors"] += anchors(model, split, work, methods, graphs,
+                                      nncf_modes=tuple(m for m in args.nncf_modes.split(",") if m))
         except Exception as err:
             res["anchors"].append({"model": model.id, "error": f"{type(err).__name__}: {err}"[:200]})
     bundles = work / f"bundle-{model.id}-state_dict"

@@ -180,3 +180,23 @@ def test_a_slow_graph_is_timed_briefly():
 
     interleaved_ratio(graph("fp32"), graph("control"), graph("int8"), PayoffTiming(slow_call=0.0, clear_margin=0.0))
     assert calls == {"fp32": 4, "control": 4, "int8": 4}  # 2 first runs + 2 rounds of 1, no untimed runs
+
+
+def test_a_ratio_clear_of_the_noise_stops_at_the_least_rounds():
+    """INT8 three times FP32's work: after ``min_rounds`` the ratio is far from 1 beside the control, so the timing
+    stops there instead of running to its time limit or ``max_rounds`` (what every test build paid): counted in calls."""
+    from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio, settled
+
+    calls = {"fp32": 0, "control": 0, "int8": 0}
+
+    def graph(key, work):
+        def run():
+            calls[key] += 1
+            sum(range(work))
+        return run
+
+    timing = PayoffTiming(min_rounds=6, max_rounds=40, per_round=4, seconds=60.0, clear_margin=0.0, slow_call=10.0)
+    ratio, _ = interleaved_ratio(graph("fp32", 3000), graph("control", 3000), graph("int8", 9000), timing)
+    assert ratio > 1.5
+    assert calls == {k: 2 + 6 * 5 for k in calls}  # 2 first runs, then 6 rounds of one untimed and 4 timed runs
+    assert settled(1.5, 1.02, timing) and not settled(1.05, 1.0, timing) and not settled(0.7, 1.15, timing)

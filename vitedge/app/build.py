@@ -13,6 +13,7 @@ from typing import Any
 
 from vitedge.app.overrides import QuantOverrides, ThresholdOverrides
 from vitedge.app.reporting import still_slower_line, write_bundle_reports
+from vitedge.app.shipped import count_shipped, ships_fp32, shipped_budget_verdict
 from vitedge.backends import get_backend
 from vitedge.backends.base import Backend, BuildContext, BuiltArtifact
 from vitedge.budget import (
@@ -348,6 +349,7 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
             )
             if artifact.info.get("int8_payoff"):  # the target's own keep-float decision, for the CPU kind it was made on
                 manifest.quantization.int8_payoff = artifact.info["int8_payoff"]
+                count_shipped(manifest.quantization, t.shared.graph, artifact.info)  # the counts of what ships
             if artifact.built and env.can_run:  # the same validation, gate and reports as `vitedge validate`
                 with log.stage("validate", f"{profile.name}: INT8 vs FP32 on {len(t.val)} inputs, same runtime"):
                     checked = validate_bundle(tmp, manifest, t.val, ValidateOptions(
@@ -362,8 +364,16 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
             slower = still_slower_line(artifact.info, None if report is None else report.speedup)
             if slower:
                 log.info(slower)
-            budget_failure = record_speed_verdict(manifest, None if report is None else report.speedup, t.thresholds, profile, log)
-            not_met = budget_not_met(t.shared.budget, t.loaded.spec.output_kind)
+            fp32_shipped = ships_fp32(artifact.info)  # the budget's layers are not what makes this bundle slow or fast
+            # the budget's speed verdict reads the speed gate's second look when there was one (CPU time, not wall time)
+            second = None if checked is None else checked.result.speed_check
+            budget_failure = record_speed_verdict(manifest, None if report is None or fp32_shipped
+                                                  else (second.speedup if second is not None else report.speedup),
+                                                  t.thresholds, profile, log)
+            not_met, verdict = shipped_budget_verdict(budget_not_met(t.shared.budget, t.loaded.spec.output_kind), artifact.info,
+                                                      None if checked is None else checked.result.gate)
+            if verdict is not None and manifest.quantization.budget:
+                manifest.quantization.budget["verdict"] = verdict
             if not_met:  # the closest INT8 graph the budget found: shipped for inspection, marked failed
                 record_budget_not_met(manifest, not_met)
                 log.info("FAIL " + not_met)

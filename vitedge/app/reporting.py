@@ -110,7 +110,9 @@ def payoff_line(quantization: QuantizationSection) -> str | None:
 
 
 def still_slower_line(info: dict, speedup: object) -> str | None:
-    """For a bundle whose INT8 still ran slower than FP32: what the build tried to make it faster, in one line."""
+    """For a bundle whose INT8 still ran slower than FP32: what the build tried to make it faster, in one line,
+    with each INT8/FP32 timing step it took and the one it ended on (``int8_payoff``). When that end was the whole
+    model in float, the shipped graph is the FP32 one and the line says the gap is not INT8's."""
     if not isinstance(speedup, (int, float)) or speedup >= 1.0 or not info:
         return None
     tried = []
@@ -120,11 +122,35 @@ def still_slower_line(info: dict, speedup: object) -> str | None:
     if info.get("gemm_bias_fusion"):
         g = info["gemm_bias_fusion"]
         tried.append(f"GEMM bias folding {g.get('folded')} of {g.get('gemms')}")
-    kept = (info.get("int8_payoff") or {}).get("kept_float")
-    if info.get("int8_payoff") is not None:
-        tried.append(f"{len(kept or [])} layer(s) kept float where the runtime ran INT8 as float")
     tried.append("sibling q/k/v layers merged into one GEMM (quantization)")
+    rec = info.get("int8_payoff")
+    if not isinstance(rec, dict):
+        return f"INT8 still ran slower than FP32 here ({speedup:.2f}x FP32 speed at batch 1) after: " + ", ".join(tried)
+    timed = rec.get("timed") if isinstance(rec.get("timed"), dict) else rec  # onnx: its timing record; intel-cpu: itself
+    steps = timed.get("steps") or []
+    whole = bool(timed.get("whole_model_float") or rec.get("whole_model_float"))
+    kept = rec.get("kept_float") or []
+    by_runtime = [k for k in kept if "runs it as a float" in str(k.get("why", ""))]
+    if by_runtime and not whole:
+        tried.append(f"{len(by_runtime)} layer(s) the runtime ran as float kernels kept float")
+    if steps:
+        tried.append("timed INT8/FP32 CPU time on " + str(timed.get("timed_on") or rec.get("cpu") or "this CPU") + " (b"
+                     + "/b".join(sorted({b for s in steps for b in (s.get("int8_over_fp32") or {})}, key=int)) + "): "
+                     + ", ".join(_step_text(s) for s in steps))
+    noise = timed.get("control_noise", rec.get("control_noise"))
+    if whole:
+        return (f"the shipped graph is the FP32 one: INT8 did not pay here after {', '.join(tried)}, so the whole model "
+                f"({len(kept)} INT8 layer(s)) was kept float; its {speedup:.2f}x FP32 speed at batch 1 is two runs of the same "
+                "graph, i.e. timing noise" + (f" (the build's FP32-vs-FP32 control moved by {float(noise):.0%})" if noise is not None else ""))
+    if kept and not by_runtime:
+        tried.append(f"{len(kept)} layer(s) kept float")
     return f"INT8 still ran slower than FP32 here ({speedup:.2f}x FP32 speed at batch 1) after: " + ", ".join(tried)
+
+
+def _step_text(step: dict) -> str:
+    ratios = step.get("int8_over_fp32") or {}
+    figures = "/".join(f"{ratios[b]:.2f}" for b in sorted(ratios, key=int))
+    return f"{step.get('step')} {figures}" + ("" if step.get("taken", True) else " (not taken)")
 
 
 def write_build_report(bundle: Path, manifest: Manifest) -> Path:

@@ -36,6 +36,10 @@ class PayoffTiming:
     per_round: int = 4  # timed runs of each graph per round, after one untimed run at each switch
     seconds: float = 3.0  # stop after min_rounds once this much time went into one batch size
     clear_margin: float = 0.75  # after min_rounds, INT8 this far below FP32 needs no more rounds
+    # after min_rounds, a ratio farther from 1 than settle_noise times the control's distance from 1, plus
+    # settle_floor, is settled: more rounds would not move it across 1 (``settled``)
+    settle_noise: float = 3.0
+    settle_floor: float = 0.1
     percentile: float = 10.0
     # A graph whose one-thread run takes longer than this (ViT-B/16 at batch 8: seconds) is timed with one run per
     # round and no untimed one, and the timing stops after 2 rounds, or after ``slow_seconds`` in all: a large model
@@ -78,9 +82,41 @@ def interleaved_ratio(fp32: Callable[[], Any], control: Callable[[], Any], int8:
         spent = time.perf_counter() - start
         if slow and (rounds >= min_rounds or spent >= timing.slow_seconds):
             break
-        if rounds >= min_rounds and (ratio("int8") <= timing.clear_margin or spent >= timing.seconds):
+        if rounds >= min_rounds and (ratio("int8") <= timing.clear_margin or spent >= timing.seconds
+                                     or settled(ratio("int8"), ratio("control"), timing)):
             break
     return ratio("int8"), ratio("control")
+
+
+def settled(ratio: float, control: float, timing: PayoffTiming) -> bool:
+    """Whether an INT8/FP32 ``ratio`` is clear of 1 at this machine's noise: farther from it than
+    ``settle_noise`` times the FP32-vs-FP32 ``control``'s distance from 1, plus ``settle_floor``. Then the decision
+    (INT8 pays or not) is taken without more rounds."""
+    return abs(ratio - 1.0) > timing.settle_noise * abs(control - 1.0) + timing.settle_floor
+
+
+def interleaved_percentiles(runs: dict[Any, Callable[[], Any]], rounds: int, per_round: int = 3, percentile: float = 10.0,
+                            seed: int = 0, max_seconds: float | None = None) -> dict[Any, float]:
+    """Per key, the ``percentile`` percentile (seconds) of its runs' calling-thread CPU time: ``rounds`` rounds, each
+    running every graph in a new random order, one untimed run at each switch then ``per_round`` timed ones (the
+    method of ``interleaved_ratio``, for any number of graphs: benchmarks time a bundle beside other tools' graphs
+    with it). ``max_seconds``: stop after the round that passes this much wall time (at least 2 rounds)."""
+    keys = list(runs)
+    samples: dict[Any, list[float]] = {k: [] for k in keys}
+    rng = np.random.default_rng(seed)
+    start = time.perf_counter()
+    for done in range(1, rounds + 1):
+        for i in rng.permutation(len(keys)):
+            f = runs[keys[int(i)]]
+            f()
+            for _ in range(per_round):
+                t0 = time.thread_time()
+                f()
+                samples[keys[int(i)]].append(time.thread_time() - t0)
+        raise_if_interrupted()
+        if max_seconds is not None and done >= 2 and time.perf_counter() - start >= max_seconds:
+            break
+    return {k: float(np.percentile(v, percentile)) for k, v in samples.items()}
 
 
 def timing_input(dims: list[int], integral: bool) -> np.ndarray:

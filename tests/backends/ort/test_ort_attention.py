@@ -234,3 +234,36 @@ def test_additive_mask_is_left_alone(mask):
     assert reason.startswith("attn/Softmax: ") and "MatMul -> Softmax -> MatMul" in reason
     assert fused == model
     assert "no attention core" not in report.one_line() and "0 of 1 cores" in report.one_line()
+
+
+class _ShapeReadAttention(torch.nn.Module):
+    """Self-attention whose P.V output is rearranged with sizes read from it (``b, h, n, d = out.shape``, as
+    einops' rearrange exports): the exported graph has Shape nodes reading the P.V output beside its Transpose."""
+
+    def __init__(self, dim=16, heads=4):
+        super().__init__()
+        self.heads, self.qkv, self.out = heads, torch.nn.Linear(dim, dim * 3, bias=False), torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        b, n, e = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, e // self.heads).permute(2, 0, 3, 1, 4)
+        out = torch.softmax(q @ k.transpose(-2, -1) * (e // self.heads) ** -0.5, dim=-1) @ v
+        b, h, n, d = out.shape
+        return self.out(out.transpose(1, 2).reshape(b, n, h * d))
+
+
+def test_attention_whose_output_shape_is_read_fuses(tmp_path):
+    """The P.V output read by Shape nodes (a layout with dynamic sizes) fuses like any core, and computes the same."""
+    torch.manual_seed(0)
+    path = tmp_path / "shape_read.onnx"
+    torch.onnx.export(_ShapeReadAttention().eval(), (torch.randn(2, 5, 16),), str(path), opset_version=17, dynamo=False,
+                      input_names=["x"], output_names=["y"], dynamic_axes={"x": {0: "batch", 1: "tokens"}})
+    ref = onnx.load(str(path))
+    pv_shape_readers = [n for n in ref.graph.node if n.op_type == "Shape"]
+    assert pv_shape_readers  # what this layout is about
+    model = onnx.load(str(path))
+    report = fuse_attention(model)
+    assert (report.fused, report.candidates) == (1, 1), report.skipped
+    assert sum(n.op_type == "MultiHeadAttention" for n in model.graph.node) == 1
+    x = np.random.default_rng(0).standard_normal((3, 5, 16)).astype(np.float32)
+    np.testing.assert_allclose(_run(model, x), _run(ref, x), atol=1e-5)

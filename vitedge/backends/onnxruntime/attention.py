@@ -152,6 +152,13 @@ class _Graph:
         users = self.index.readers(tensor)
         return users[0] if len(users) == 1 and tensor not in self.outputs else None
 
+    def only_data_reader(self, tensor: str) -> Any | None:
+        """The one reader of ``tensor`` besides Shape nodes (a layout exported with dynamic sizes, e.g. einops'
+        rearrange, reads the P.V output's shape to build the Reshape after it); None otherwise. Whether those Shape
+        nodes die with the core is ``_private``'s check."""
+        users = [u for u in self.index.readers(tensor) if u.op_type != "Shape"]
+        return users[0] if len(users) == 1 and tensor not in self.outputs else None
+
 
 def _is_float_cast(node: NodeProto) -> bool:
     """Identity, or a Cast to float32 (a no-op on the float32 probabilities)."""
@@ -209,7 +216,7 @@ def _find_cores(gr: _Graph) -> tuple[list[_Core], list[str]]:
             skipped.append(f"{s.name}: q, k and v come from an unexpected mix of tensors")
             continue
         out, out_path, candidates = mm2.output[0], [], []
-        while (nxt := gr.only_consumer(out)) is not None and nxt.op_type in OUTPUT_LAYOUT_OPS:
+        while (nxt := gr.only_data_reader(out)) is not None and nxt.op_type in OUTPUT_LAYOUT_OPS:
             out_path.append(nxt)
             out = nxt.output[0]
             candidates.append((out, list(out_path)))
@@ -258,7 +265,7 @@ def _group_heads(gr: _Graph, cores: list[_Core], skipped: list[str]) -> list[_Co
             skipped.extend(f"{c.softmax.name}: the heads' q, k and v come from an unexpected mix of tensors" for c in heads)
             continue
         out, path, candidates = concat.output[0], [concat], [(concat.output[0], [concat])]
-        while (nxt := gr.only_consumer(out)) is not None and nxt.op_type in OUTPUT_LAYOUT_OPS:
+        while (nxt := gr.only_data_reader(out)) is not None and nxt.op_type in OUTPUT_LAYOUT_OPS:
             path = [*path, nxt]
             out = nxt.output[0]
             candidates.append((out, path))
