@@ -459,7 +459,7 @@ def _bundle_float_precision(bundles: Path) -> str:
 
 def _ort_one_thread(path: Path, x: np.ndarray) -> Callable[[], Any]:
     """ONNX Runtime's CPU provider on ``path`` with one thread, no spinning: the run happens in the calling thread."""
-    from vitedge.onnxkit.graph import SessionSettings, ort_session
+    from vitedge.onnxkit.session import SessionSettings, ort_session
 
     sess = ort_session(path, SessionSettings(threads=1, spinning=False))
     name = sess.get_inputs()[0].name
