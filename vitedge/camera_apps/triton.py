@@ -72,7 +72,7 @@ def _tensorrt_notes(manifest: Manifest, served: ServedBy) -> list[str]:
     version = (info.get("device") or {}).get("tensorrt")
     lines = [f"# 1/model.plan: the engine `vitedge engine` built with TensorRT {version}; serve it with the Triton release"
              " that ships that TensorRT." if version and manifest.artifacts.built else
-             "# 1/model.plan is added by `vitedge engine BUNDLE` on the device (a link to the bundle's engine);"
+             "# 1/model.plan is added by `vitedge engine BUNDLE` on the device (a hard link to the bundle's engine, or a copy);"
              " serve it with the Triton release that ships the TensorRT it recorded."]
     if info.get("version_compatible", options.get("version_compatible")):
         lines.append("# A version-compatible engine: start the server with --backend-config=tensorrt,version-compatible=true"
