@@ -647,6 +647,21 @@ def _f(v, digits: int = 2) -> str:
     return "" if v is None else f"{v:.{digits}f}"
 
 
+def recorded_argv(argv: list[str]) -> list[str]:
+    """The command as the results file records it: the machine's own folders given to --work and --out are written
+    WORK and OUT, so a results file names no local path."""
+    out: list[str] = []
+    for i, a in enumerate(argv):
+        flag, eq, _ = a.partition("=")
+        if eq and flag in ("--work", "--out"):
+            out.append(f"{flag}={flag[2:].upper()}")
+        elif i and argv[i - 1] in ("--work", "--out"):
+            out.append(argv[i - 1][2:].upper())
+        else:
+            out.append(a)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -714,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     targets = [t for t in args.targets.split(",") if t]
     res: dict[str, Any] = {
-        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "argv": argv, "cpu": cpu_isa(),
+        "date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "argv": recorded_argv(argv), "cpu": cpu_isa(),
         "calib_size": args.calib_size, "val_size": args.val_size, "targets": targets, "extra": args.build_flag,
         "builds": [], "exports": [], "anchors": [], "fp32": [], "speed": [], "latency": not args.no_latency,
         "load_average": [],

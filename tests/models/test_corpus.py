@@ -127,6 +127,13 @@ def test_results_show_the_default_bundle_beside_each_anchor_per_model():
 
 
 
+def test_results_record_the_command_without_local_folders():
+    """--work and --out name folders of the machine that ran it: the results file writes WORK and OUT instead."""
+    bench = _load("corpus_bench_for_argv", CORPUS.parent / "corpus.py")
+    argv = ["--models", "m1", "--work", "/home/me/w", "--out=/home/me/out", "--speed-rounds", "12"]
+    assert bench.recorded_argv(argv) == ["--models", "m1", "--work", "WORK", "--out=OUT", "--speed-rounds", "12"]
+
+
 def test_results_summarise_int8_time_of_vitedge_beside_each_anchor_per_model_and_runtime():
     """The summary table: per model and runtime, vitedge's INT8/FP32 time at batch 1 / 8 beside ORT quantize_static
     (ONNX Runtime only) and NNCF's graph of the matching backend, then the FP32-vs-FP32 control that shows the
