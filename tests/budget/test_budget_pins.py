@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from helpers.budget_builds import NO_SQ, PLANTED, budget_build, int8_nodes
+from helpers.profiles import untimed_onnx_profile
 
 from vitedge.app.build import BuildRequest, run_build
 from vitedge.app.overrides import ThresholdOverrides
@@ -50,9 +51,7 @@ def test_impossible_budget_ships_its_closest_graph_marked_failed(work, outlier_v
 
     fp32_layers = [l for l in _all_layers(work / "pinned") if l != "/blocks/blocks.3/mlp/fc1/MatMul"]
     out = work / "impossible"
-    shipped = (Path(__file__).resolve().parents[2] / "targets" / "onnx.toml").read_text()
-    untimed = work / "onnx-untimed.toml"  # no INT8-vs-FP32 timing: it may keep a tiny graph all float, then nothing is INT8
-    untimed.write_text(shipped.replace("[backend_options]\n", "[backend_options]\nint8_payoff = false\n", 1))
+    untimed = untimed_onnx_profile(work)  # no INT8-vs-FP32 timing: it may keep a tiny graph all float, then nothing is INT8
     args = ["build", str(outlier_vit), "-t", str(untimed), "--calib", str(CALIB_DIR), "--val", str(VAL_DIR), "-o", str(out),
             "--cache-dir", str(work / "cache"), "--no-smoothquant", "--method", "percentile", "--no-latency", "--max-top1-drop", "0", "--min-agreement", "1.0",
             "--near-tie-margin", "0", "--drop-confidence", "0", "-q"] + [a for name in fp32_layers for a in ("--keep-float", name)]
@@ -80,9 +79,7 @@ def _all_layers(bundle: Path) -> list[str]:
 def test_no_fallback_ships_full_int8_and_fails_its_gate(work, outlier_vit, capsys):
     from vitedge.cli.entry import main
 
-    shipped = (Path(__file__).resolve().parents[2] / "targets" / "onnx.toml").read_text()
-    untimed = work / "onnx-untimed.toml"  # no INT8-vs-FP32 timing: it may keep a tiny graph all float, then nothing is INT8
-    untimed.write_text(shipped.replace("[backend_options]\n", "[backend_options]\nint8_payoff = false\n", 1))
+    untimed = untimed_onnx_profile(work)  # no INT8-vs-FP32 timing: it may keep a tiny graph all float, then nothing is INT8
     args = ["build", str(outlier_vit), "-t", str(untimed), "--calib", str(CALIB_DIR), "--val", str(VAL_DIR), "-o", str(work / "nofb"),
             "--cache-dir", str(work / "cache"), "--no-smoothquant", "--method", "percentile", "--no-latency", "--max-top1-drop", "0.2", "--no-fallback", "-q"]
     with pytest.raises(SystemExit) as exit_info:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import CALIB_DIR
+from helpers.profiles import untimed_onnx_profile
 from rel_cli import assert_one_line, cli
 
 from vitedge.quantize.stats import MIN_SCALE
@@ -73,18 +74,8 @@ def _checkpoint(tmp_path: Path, change) -> Path:
     return path
 
 
-def _untimed_onnx(tmp_path: Path) -> Path:
-    """targets/onnx.toml without the INT8-vs-FP32 timing: on a tiny graph it may keep the whole model float, and
-    these tests read the calibrated Q/DQ scales of the graph that ships."""
-    root = Path(__file__).resolve().parents[2]
-    shipped = (root / "targets" / "onnx.toml").read_text()
-    profile = tmp_path / "onnx-untimed.toml"
-    profile.write_text(shipped.replace("[backend_options]\n", "[backend_options]\nint8_payoff = false\n", 1))
-    return profile
-
-
 def _build(tmp_path: Path, model: Path, *extra):
-    return cli("build", model, "--model-class", CCT_CLASS, "--input-size", "32", "32", "-t", _untimed_onnx(tmp_path), "--calib", CALIB_DIR,
+    return cli("build", model, "--model-class", CCT_CLASS, "--input-size", "32", "32", "-t", untimed_onnx_profile(tmp_path), "--calib", CALIB_DIR,
                "--calib-size", "16", "--no-latency", "-o", tmp_path / "out", "--cache-dir", tmp_path / "cache", "-q", *extra)
 
 
