@@ -103,6 +103,20 @@ def test_slow_fallback_fails_the_gate_plainly(fallback):
     assert speed_verdict(dict(rec, status="int8"), 0.9, 1.0, "onnx") is None  # nothing returned: the plain gate decides
 
 
+def test_the_budget_holds_its_graph_to_the_cpu_kinds_speed_allowance():
+    """On a CPU without VNNI/AMX the intel-cpu speed gate accepts INT8 down to its stated allowance (INT8 cannot beat
+    FP32 there; the bundle is for the CPUs that have it): the budget's graph is held to the same floor, not refused for
+    being no faster than FP32 while the full INT8 graph at the same speed passes."""
+    rec = {"status": "fallback", "returned": ["a", "b"], "candidates": 21}
+    allowance = " on this avx2 CPU (profile min_speedup_without_vnni)"
+    assert speed_verdict(rec, 0.88, 0.6, "intel-cpu (openvino)", allowance) is None
+    assert speed_verdict(rec, 0.6, 0.6, "intel-cpu (openvino)", allowance) is None
+    below = speed_verdict(rec, 0.55, 0.6, "intel-cpu (openvino)", allowance)
+    assert below and "under the speed allowance 0.6x on this avx2 CPU" in below
+    assert "no faster than FP32" in speed_verdict(rec, 0.88, 0.6, "intel-cpu (openvino)")  # no allowance named: never slower
+    assert speed_verdict(rec, 1.2, 1.2, "onnx") is None and "min_speedup 1.2x" in speed_verdict(rec, 1.1, 1.2, "onnx")
+
+
 def test_second_run_reuses_cached_sensitivities(fallback, work, outlier_vit):
     first = read_manifest(fallback[0].bundle).quantization.budget
     result, _ = budget_build(outlier_vit, work / "again", work / "cache")

@@ -12,16 +12,25 @@ from vitedge.targets.profiles import TargetProfile, Thresholds
 from vitedge.core.ui import StageLog
 
 
-def speed_verdict(rec: dict[str, Any] | None, speedup: float | None, min_speedup: float, where: str) -> str | None:
+def speed_verdict(rec: dict[str, Any] | None, speedup: float | None, min_speedup: float, where: str,
+                  allowance: str = "") -> str | None:
     """A gate failure line when the layers the budget returned to float leave INT8 no faster than
-    FP32 (or under the profile's min_speedup) on the target's runtime; None otherwise."""
+    FP32 (or under the profile's min_speedup) on the target's runtime; None otherwise.
+
+    ``allowance`` names a CPU-kind allowance the speed gate applies here (the intel-cpu profile's
+    min_speedup_without_vnni on an x86 CPU without VNNI/AMX, where INT8 is known not to beat FP32 and the
+    bundle is kept for the CPUs that have them): then ``min_speedup`` is that allowance and the budget's
+    graph is held to it, as the speed gate holds the full INT8 graph, instead of to "faster than FP32"."""
     if not rec or rec.get("status") != "fallback" or speedup is None or not math.isfinite(speedup):
         return None
-    if speedup > 1.0 and speedup >= float(min_speedup):
+    if (speedup >= float(min_speedup)) if allowance else (speedup > 1.0 and speedup >= float(min_speedup)):
         return None
     n = len(rec.get("returned") or [])
-    why = ("no faster than FP32, so it is not shipped as INT8" if speedup <= 1.0
-           else f"under the profile's min_speedup {float(min_speedup):g}x")
+    if allowance:
+        why = f"under the speed allowance {float(min_speedup):g}x{allowance}"
+    else:
+        why = ("no faster than FP32, so it is not shipped as INT8" if speedup <= 1.0
+               else f"under the profile's min_speedup {float(min_speedup):g}x")
     lat = rec.get("latency") or {}
     context = ""
     if lat.get("int8_speedup") and lat["int8_speedup"] <= max(1.0, float(min_speedup)):
@@ -39,9 +48,11 @@ def record_speed_verdict(manifest: Manifest, speedup: float | None, thresholds: 
     rec = manifest.quantization.budget
     if not rec:
         return None
-    failure = speed_verdict(rec, speedup, thresholds.min_speedup, f"{profile.name} ({profile.backend})")
+    floor, allowance = thresholds.speedup_floor()
+    failure = speed_verdict(rec, speedup, floor, f"{profile.name} ({profile.backend})", allowance)
     rec["speed_verdict"] = {"speedup": speedup, "runtime": profile.backend, "passed": None if speedup is None else failure is None,
-                            "detail": failure}
+                            "detail": failure, "floor": floor if allowance else max(1.0, floor),
+                            "allowance": allowance.strip() or None}
     if failure:
         log.info("FAIL " + failure)
     return failure
