@@ -6,7 +6,12 @@ checks the hashes first and skips or stops, naming what is missing, when a file 
 
     python benchmarks/corpus/cache.py fill                      fetch each pinned commit from GitHub (git over https)
     python benchmarks/corpus/cache.py fill --from-clones DIR    read the commits from local clones instead
+    python benchmarks/corpus/cache.py fill --from-debs DIR      read Debian packages from DIR instead of apt-get download
     python benchmarks/corpus/cache.py check                     say what is there and what is missing
+
+A test set that no repository holds whole (Fashion-MNIST's test images are larger than any repository
+copy found) comes from a Debian package instead: ``apt-get download NAME=VERSION``, the .deb's sha256
+checked, the file read from its data archive and its own sha256 checked.
 
 ``fill`` writes to ``$VITEDGE_CORPUS_CACHE``, else ``~/.cache/vitedge/corpus``. Readers (the tests, the
 benchmark) use the first complete folder of: ``$VITEDGE_CORPUS_CACHE``; ``~/.cache/vitedge/corpus``; a
@@ -95,14 +100,33 @@ def splits_dir() -> Path:
 
 
 @dataclass(frozen=True)
+class DebPackage:
+    """A Debian package pinned by version and the sha256 of its .deb file."""
+
+    name: str
+    version: str
+    sha256: str
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}={self.version}"
+
+
+@dataclass(frozen=True)
 class FileEntry:
-    """One file of a source repository, pinned by commit and sha256."""
+    """One file of a source repository, pinned by commit and sha256; or, with ``deb``, one file of a Debian
+    package (``path`` inside its data archive, ``commit`` the package version)."""
 
     repo: str
     commit: str
     path: str
     sha256: str
     dest: str  # relative to the cache
+    deb: DebPackage | None = None
+
+    @property
+    def origin(self) -> str:
+        return f"Debian package {self.deb.spec}:{self.path}" if self.deb else f"{self.repo} {self.commit[:12]}:{self.path}"
 
 
 @dataclass(frozen=True)
@@ -170,9 +194,16 @@ def load_manifest(path: Path = MANIFEST) -> Manifest:
     raw = tomllib.loads(path.read_text())
     datasets = {}
     for d in raw.get("dataset", []):
-        files = tuple(FileEntry(d["repo"], d["commit"], f["path"], f["sha256"], f"data/{d['id']}/{f['name']}") for f in d.get("file", []))
-        trees = tuple(TreeEntry(d["repo"], d["commit"], t["path"], t["digest"], int(t["count"]), f"data/{d['id']}/{t['name']}")
-                      for t in d.get("tree", []))
+        if "debian_package" in d:  # a test set from a Debian package, not a repository
+            pkg = DebPackage(d["debian_package"], d["debian_version"], d["deb_sha256"])
+            files = tuple(FileEntry("", pkg.version, f["path"], f["sha256"], f"data/{d['id']}/{f['name']}", pkg)
+                          for f in d.get("file", []))
+            trees: tuple[TreeEntry, ...] = ()
+        else:
+            files = tuple(FileEntry(d["repo"], d["commit"], f["path"], f["sha256"], f"data/{d['id']}/{f['name']}")
+                          for f in d.get("file", []))
+            trees = tuple(TreeEntry(d["repo"], d["commit"], t["path"], t["digest"], int(t["count"]), f"data/{d['id']}/{t['name']}")
+                          for t in d.get("tree", []))
         datasets[d["id"]] = Dataset(d["id"], d["kind"], files, trees, tuple(d["classes"]), d["licence"])
     models = []
     for m in raw.get("model", []):
@@ -211,7 +242,10 @@ def tree_digest(root: Path) -> tuple[str, int]:
 # ------------------------------------------------------------------ what is missing, and how to bring it
 
 
-def how_to_bring(repo: str) -> str:
+def how_to_bring(repo: str, deb: DebPackage | None = None) -> str:
+    if deb is not None:
+        return (f"`python benchmarks/corpus/cache.py fill` gets it from the Debian package {deb.spec} with apt-get download "
+                "(or --from-debs DIR; benchmarks/corpus/fetch.md)")
     return (f"`python benchmarks/corpus/cache.py fill` gets it from {DEFAULT_GIT_URL.format(repo=repo)} "
             "(or --from-clones DIR; benchmarks/corpus/fetch.md)")
 
@@ -236,10 +270,10 @@ def problems(manifest: Manifest, model_ids: list[str] | None = None, root: Path 
 def _file_problem(f: FileEntry, what: str, root: Path) -> list[str]:
     p = root / f.dest
     if not p.is_file():
-        return [f"{what}: {p} is missing ({f.repo} {f.commit[:12]}:{f.path}); {how_to_bring(f.repo)}"]
+        return [f"{what}: {p} is missing ({f.origin}); {how_to_bring(f.repo, f.deb)}"]
     got = sha256_file(p)
     if got != f.sha256:
-        return [f"{what}: {p} has sha256 {got[:16]}..., the manifest says {f.sha256[:16]}...; delete it and {how_to_bring(f.repo)}"]
+        return [f"{what}: {p} has sha256 {got[:16]}..., the manifest says {f.sha256[:16]}...; delete it and {how_to_bring(f.repo, f.deb)}"]
     return []
 
 
@@ -324,9 +358,84 @@ class GitSource:
         return _git("archive", "--format=tar", commit, path, cwd=self.repository(repo, commit))
 
 
-def fill(manifest: Manifest, clones: Path | None = None, url: str = DEFAULT_GIT_URL) -> list[str]:
+class DebSource:
+    """Files of pinned Debian packages: each .deb read from ``debs`` (a folder holding NAME_*.deb files) or,
+    without it, brought once with ``apt-get download NAME=VERSION`` into ``work``; its sha256 checked before
+    anything is read from it."""
+
+    def __init__(self, work: Path, debs: Path | None = None) -> None:
+        self.work, self.debs = work, debs
+        self._got: dict[DebPackage, Path | FillError] = {}
+
+    def package(self, deb: DebPackage) -> Path:
+        if deb not in self._got:
+            try:
+                self._got[deb] = self._find(deb) if self.debs is not None else self._download(deb)
+            except FillError as err:
+                self._got[deb] = err  # said once per package, not once per file
+        got = self._got[deb]
+        if isinstance(got, FillError):
+            raise got
+        return got
+
+    def _find(self, deb: DebPackage) -> Path:
+        assert self.debs is not None
+        for p in sorted(self.debs.glob(f"{deb.name}_*.deb")):
+            if sha256_file(p) == deb.sha256:
+                return p
+        raise FillError(f"no {deb.name}_*.deb with sha256 {deb.sha256[:16]}... in {self.debs}; "
+                        f"`apt-get download {deb.spec}` there")
+
+    def _download(self, deb: DebPackage) -> Path:
+        if shutil.which("apt-get") is None:
+            raise FillError(f"apt-get not found: get the Debian package {deb.spec} (its .deb) and give its folder with --from-debs DIR")
+        folder = self.work / f"deb-{deb.name}"
+        folder.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(["apt-get", "download", deb.spec], capture_output=True, cwd=folder, stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            lines = [ln for ln in proc.stderr.decode(errors="replace").strip().splitlines() if not ln.startswith("W:")]
+            raise FillError(f"apt-get download {deb.spec}: {lines[-1] if lines else f'exit {proc.returncode}'}")
+        found = sorted(folder.glob(f"{deb.name}_*.deb"))
+        if not found:
+            raise FillError(f"apt-get download {deb.spec} wrote no .deb file")
+        got = sha256_file(found[0])
+        if got != deb.sha256:
+            raise FillError(f"{found[0].name} has sha256 {got[:16]}..., the manifest says {deb.sha256[:16]}...")
+        return found[0]
+
+    def read(self, deb: DebPackage, member: str) -> bytes:
+        return deb_member(self.package(deb), member)
+
+
+def deb_member(deb_file: Path, member: str) -> bytes:
+    """The bytes of one file of a .deb's data archive (an ar archive holding data.tar.*), read with the standard
+    library (no dpkg needed)."""
+    data = deb_file.read_bytes()
+    if not data.startswith(b"!<arch>\n"):
+        raise FillError(f"{deb_file.name} is not a Debian package (no ar header)")
+    pos, want = 8, member.lstrip("./")
+    while pos + 60 <= len(data):
+        header = data[pos:pos + 60]
+        name = header[:16].decode(errors="replace").strip().rstrip("/")
+        size = int(header[48:58].decode().strip())
+        body = data[pos + 60:pos + 60 + size]
+        pos += 60 + size + (size % 2)
+        if not name.startswith("data.tar"):
+            continue
+        with tarfile.open(fileobj=io.BytesIO(body), mode="r:*") as tar:
+            for info in tar.getmembers():
+                if info.isfile() and info.name.lstrip("./") == want:
+                    src = tar.extractfile(info)
+                    assert src is not None
+                    return src.read()
+        raise FillError(f"{deb_file.name} holds no {member}")
+    raise FillError(f"{deb_file.name} has no data archive")
+
+
+def fill(manifest: Manifest, clones: Path | None = None, url: str = DEFAULT_GIT_URL, debs: Path | None = None) -> list[str]:
     """Bring every file of the manifest into cache_dir() at its pinned commit, from local clones or over
-    git from ``url``; check every sha256. Returns one line per file still missing or altered."""
+    git from ``url``, and each file of a Debian package from ``debs`` or apt-get download; check every sha256.
+    Returns one line per file still missing or altered."""
     import tempfile
 
     missing: list[str] = []
@@ -336,18 +445,21 @@ def fill(manifest: Manifest, clones: Path | None = None, url: str = DEFAULT_GIT_
     root = cache_dir()
     with tempfile.TemporaryDirectory(prefix="vitedge-corpus-fill-") as tmp:
         source = GitSource(Path(tmp), clones, url)
+        packages = DebSource(Path(tmp), debs)
         for e in entries:
             dest = root / e.dest
             if (dest.is_file() or dest.is_dir()) and not (
                     _file_problem(e, "", root) if isinstance(e, FileEntry) else _tree_problem(e, "", root)):
                 continue
             try:
-                if isinstance(e, FileEntry):
+                if isinstance(e, FileEntry) and e.deb is not None:
+                    _write_file(dest, packages.read(e.deb, e.path))
+                elif isinstance(e, FileEntry):
                     _write_file(dest, source.read(e.repo, e.commit, e.path))
                 else:
                     _extract_tree(source.archive(e.repo, e.commit, e.path), e, dest)
             except FillError as err:
-                missing.append(f"{e.repo} {e.commit[:12]}:{e.path}: {err}")
+                missing.append(f"{e.origin if isinstance(e, FileEntry) else f'{e.repo} {e.commit[:12]}:{e.path}'}: {err}")
     return missing + problems(manifest)
 
 
@@ -479,13 +591,18 @@ def main(argv: list[str] | None = None) -> int:
                         "instead of fetching them")
     f.add_argument("--git-url", default=DEFAULT_GIT_URL, metavar="TEMPLATE",
                    help="where to fetch a repository from, {repo} standing for OWNER/NAME (default: %(default)s)")
+    f.add_argument("--from-debs", type=Path, default=None, metavar="DIR",
+                   help="read the Debian packages the manifest names from .deb files in DIR instead of apt-get download")
     sub.add_parser("check", help="check the cache against the manifest's hashes")
     args = ap.parse_args(argv)
     manifest = load_manifest()
     if args.cmd == "fill" and args.from_clones is not None and not args.from_clones.is_dir():
         print(f"--from-clones {args.from_clones}: no such folder", file=sys.stderr)
         return 2
-    bad = fill(manifest, args.from_clones, args.git_url) if args.cmd == "fill" else problems(manifest)
+    if args.cmd == "fill" and args.from_debs is not None and not args.from_debs.is_dir():
+        print(f"--from-debs {args.from_debs}: no such folder", file=sys.stderr)
+        return 2
+    bad = fill(manifest, args.from_clones, args.git_url, args.from_debs) if args.cmd == "fill" else problems(manifest)
     for line in bad:
         print(line)
     if bad:

@@ -30,6 +30,7 @@ __all__ = [
     "AshuConvEnrichedViT",
     "AshuViT",
     "GauravMnistViT",
+    "JasonFashionHybridViT",
     "KavishkaShallowViT",
     "MldeTorchvisionViT",
     "NikCCT",
@@ -820,3 +821,71 @@ class ProlaxmiSeqFirstViT(nn.Module):
         x = self.patch_embed(x)
         x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
         return self.mlp_head(self.transformer_blocks(x)[:, 0])[:, :10]
+
+
+# ---------------------------------------------------------------- Jason040114/FashionMnist-based-on-Transformer-CNN
+
+
+class _ConvStem3(nn.Module):
+    """Three 3x3 convolutions with ReLU, the first of stride 2 (1 -> 64 -> 64 -> 128 channels)."""
+
+    def __init__(self, channels: int, dim: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, 64, kernel_size=3, stride=2, padding=1)
+        self.conv2 = nn.Conv2d(64, 64, kernel_size=3, stride=1, padding=1)
+        self.conv3 = nn.Conv2d(64, dim, kernel_size=3, stride=1, padding=1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.conv3(torch.relu(self.conv2(torch.relu(self.conv1(x))))))
+
+
+class _GeluMlpDropoutSlots(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        # indices 0 and 3 hold the weights: Linear, GELU, Dropout, Linear, Dropout
+        self.net = nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Dropout(0.0), nn.Linear(hidden, dim), nn.Dropout(0.0))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class _TwoLinearReluHead(nn.Module):
+    def __init__(self, dim: int, hidden: int, num_classes: int) -> None:
+        super().__init__()
+        self.linear1 = nn.Linear(dim, hidden)
+        self.linear2 = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(torch.relu(self.linear1(x)))
+
+
+class JasonFashionHybridViT(nn.Module):
+    """**Fashion-MNIST**, 1 channel, 28x28, **raw 0-255 pixels** (no scaling, no normalisation): a convolution
+    stem (three 3x3 convolutions with ReLU, the first of stride 2) whose 14x14 feature map of 128 channels is
+    the token sequence (196 tokens, the pixel grid of the stem: no patch embedding and **no position table**),
+    a class token in front, 4 pre-norm blocks of width 128 with a bias-free fused qkv projection (4 heads of
+    32), GELU MLP 256, no final LayerNorm, and a head of Linear 128 -> 64, ReLU, Linear 64 -> 10.
+    Checkpoint: MyModel/Model_97.pth of Jason040114/FashionMnist-based-on-Transformer-CNN (no licence stated)."""
+
+    def __init__(self, image_size: int = 28, channels: int = 1, dim: int = 128, depth: int = 4, heads: int = 4,
+                 head_dim: int = 32, mlp_dim: int = 256, num_classes: int = 10) -> None:
+        super().__init__()
+        self.cnn = _ConvStem3(channels, dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.transformer = nn.Module()
+        self.transformer.layers = nn.ModuleList(
+            nn.ModuleList([_LnThen(dim, _FusedQkvAttention(dim, heads, head_dim)),
+                           _LnThen(dim, _GeluMlpDropoutSlots(dim, mlp_dim))])
+            for _ in range(depth)
+        )
+        self.classifier = _TwoLinearReluHead(dim, 64, num_classes)
+        # the authors feed float pixels 0-255: on vitedge's 0-1 scale that is mean 0 and std 1/255
+        self.pretrained_cfg = _cfg(channels, image_size, (0.0,), (1.0 / 255.0,))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.cnn(x).flatten(2).transpose(1, 2)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        for layer in self.transformer.layers:  # indexing, not unpacking: torch.jit.script takes this
+            x = x + layer[0](x)
+            x = x + layer[1](x)
+        return self.classifier(x[:, 0])
