@@ -23,7 +23,9 @@ own (right) mean: its top-1 drop and its agreement on the images where FP32 is d
 
 * **false pass**: the gate passes a build whose truth loses more than the limit + 0.5 points of top-1, or flips more
   than 1 % of the images FP32 is decisive on;
-* **false fail**: the gate fails a build whose truth is within the limit (drop <= limit, decisive agreement >= 99.5 %).
+* **false fail**: the gate fails a build whose truth is within the limit (drop <= limit, decisive agreement >= 99.5 %);
+  a run whose only failing row says the images are too few to tell (the decisive row's own outcome) is counted apart,
+  for good and bad builds alike.
 
 Writes benchmarks/results/gate_truth_<isa>.md and .json.
 """
@@ -486,7 +488,8 @@ def write_results(work: Path) -> None:
               f"{t['near_tie_margin']:g}, drop_confidence {t['drop_confidence']:g}, max_expected_drop "
               f"{t['max_top1_drop'] + 0.5:g} points). *Before* (when present) is the gate this one was changed from (`--gate-from`), judged on the "
               "same stored logits; the alternative rules below, the one this change started from among them, are judged on the same "
-              "runs in the same pass; *truth bad* compares drops with a 1e-9 tolerance (28 of 4,000 images is 0.7 points, not more). "
+              "runs in the same pass; *too few images to tell* counts the runs whose only failing row is the decisive row's own "
+              "outcome (a failure of the gate, counted apart from the false fails); *truth bad* compares drops with a 1e-9 tolerance (28 of 4,000 images is 0.7 points, not more). "
               f"Load average while judging: {' '.join(Path('/proc/loadavg').read_text().split()[:3]) if Path('/proc/loadavg').is_file() else 'unknown'}.")
     text = markdown(after, before, header)
     stem = f"gate_truth_{cpu.isa.split(' ')[0]}"  # one record per kind of CPU: avx2, avx512-vnni, amx (as build_speed's)
