@@ -435,8 +435,9 @@ def markdown(after: dict[str, Any], before: dict[str, Any] | None, header: str) 
         if doc is None:
             continue
         for g, c in doc["rates"].items():
-            lines.append(f"| {label} | {g} | {_frac(c['false_pass'])} | {_frac(c['false_fail'])} | {_frac(c.get('too_few_good', [0, 0]))} | "
-                         f"{_frac(c.get('too_few_bad', [0, 0]))} | {_frac(c['wrong_mean_pass'])} |")
+            few = [_frac(c[k]) if k in c else "- (no such outcome)" for k in ("too_few_good", "too_few_bad")]
+            lines.append(f"| {label} | {g} | {_frac(c['false_pass'])} | {_frac(c['false_fail'])} | {few[0]} | {few[1]} | "
+                         f"{_frac(c['wrong_mean_pass'])} |")
     passed_bad = [r for r in after["rows"] if r["truth"]["kind"] == "bad" and not r["build"].startswith("wrong --mean")
                   and any(v["passed"] for v in r["gates"].values())]
     lines += ["", "Builds whose truth is bad that this gate passed on some subset: " + ("; ".join(
