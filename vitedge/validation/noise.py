@@ -17,13 +17,17 @@ about as likely to be wrong as right there. Two measurements separate the two (d
   drop* (``max_expected_drop``) sums, over the flipped images, FP32's probability of its own class minus
   its probability of the class INT8 chose: a label-free estimate of the top-1 drop, pessimistic for the
   over-confident low-accuracy models, so with labels FP32's probabilities are first calibrated by one
-  temperature >= 1 fitted on them (``fit_temperature``, docs/gate.md).
+  temperature >= 1 fitted on them (``fit_temperature``, docs/gate.md); without labels they are softened by the
+  stand-in ``UNLABELLED_TEMPERATURE``.
+* **the decisive flip rate estimated from every decisive image** (``decisive_flip_estimate``): the margin INT8 took
+  off each sure answer, paired with every sure answer's margin; far less spread than the flip count on a few hundred
+  images.
 
 The gate (``vitedge.validation.run.evaluate_gate``, docs/gate.md) uses them so:
 
 * ``min_decisive_agreement`` (its own row, always judged, labels or not): agreement on the decisive images meets
   its limit. A flip where FP32 was decisive is a change of behaviour whatever the labels say, so nothing excuses
-  it. It needs at least ``MIN_DECISIVE`` decisive images; with fewer (or ``near_tie_margin`` 0) it is not judged
+  it. Its outcomes (``decisive_outcome``): a loss, too few images to tell (both fail), or a pass. It needs at least ``MIN_DECISIVE`` decisive images; with fewer (or ``near_tie_margin`` 0) it is not judged
   and overall agreement is judged plainly instead.
 * ``max_top1_drop`` (with labels): passes when the drop is within the limit, fails when its confidence interval
   lies wholly above the limit (a proven loss); in between it is not decided ("within noise", with how many
