@@ -23,7 +23,9 @@ own (right) mean: its top-1 drop and its agreement on the images where FP32 is d
 
 * **false pass**: the gate passes a build whose truth loses more than the limit + 0.5 points of top-1, or flips more
   than 1 % of the images FP32 is decisive on;
-* **false fail**: the gate fails a build whose truth is within the limit (drop <= limit, decisive agreement >= 99.5 %).
+* **false fail**: the gate fails a build whose truth is within the limit (drop <= limit, decisive agreement >= 99.5 %);
+  a run whose only failing row says the images are too few to tell (the decisive row's own outcome) is counted apart,
+  for good and bad builds alike.
 
 Writes benchmarks/results/gate_truth_<isa>.md and .json.
 """
@@ -184,7 +186,9 @@ def gate_once(ref: np.ndarray, got: np.ndarray, labels: np.ndarray | None, probe
         acc["fp32_preprocessing_probe"] = preprocessing_probe(ref, probes, labels)
     rows = [r for r in run.evaluate_gate(acc, None, None, t) if r.name not in ("min_speedup", "max_p99_ms")]  # the accuracy rows
     alts = alternatives(ref, got, labels, acc, rows, t)
-    return all(r.passed for r in rows), ",".join(r.name for r in rows if not r.passed), alts
+    failing = [r for r in rows if not r.passed]
+    too_few = bool(failing) and all(r.detail.startswith(getattr(run, "TOO_FEW_TEXT", "\0")) for r in failing)
+    return not failing, ",".join(r.name for r in failing), alts, too_few
 
 
 # --------------------------------------------------------------------------- alternative rules, judged on the same runs
@@ -225,21 +229,6 @@ def _dec_bound(acc, t, confidence: float, zero_excused: bool = True) -> bool:
     return _cp_upper(acc["decisive_flips"], acc["decisive_samples"], confidence) <= LOSS_FLIP_RATE + 1e-12
 
 
-def _exp(e: dict[str, Any], t, z: float | None, calibrated: bool | None) -> bool:
-    """The expected drop (z None: its point value) or its one-sided bound at ``z`` standard errors within limit + 0.5.
-    ``calibrated``: True, FP32's probabilities calibrated on the labels (as they are without labels); None, the same but
-    not judged without labels; False, as they are."""
-    from vitedge.validation.noise import EXPECTED_DROP_SLACK
-
-    if not e["judged"]:
-        return True
-    if calibrated is None and e["cal"] is None:
-        return True
-    mean, spread = e["cal"] if calibrated is not False and e["cal"] is not None else e["raw"]
-    value = mean if z is None else mean + z * spread
-    return value <= t.max_top1_drop + EXPECTED_DROP_SLACK + 1e-9
-
-
 def _expected(ref: np.ndarray, got: np.ndarray, probs: np.ndarray) -> tuple[float, float]:
     """(mean, standard error) of the per-image cost, in points, under ``probs``."""
     rows = np.arange(len(ref))
@@ -257,34 +246,64 @@ def alternatives(ref, got, labels, acc, rows, t) -> dict[str, bool]:
     cal = None
     if labels is not None and not fp32_at_chance(float(np.mean(ref.argmax(1) == labels)), ref.shape[1], len(ref)):
         cal = _expected(ref, got, softmax(ref / fit_temperature(ref, labels)))
-    e = {"judged": _judged(acc, t), "raw": _expected(ref, got, softmax(ref)), "cal": cal}
+    e = {"judged": _judged(acc, t), "raw": _expected(ref, got, softmax(ref)), "cal": cal,
+         "stand_in": {s: _expected(ref, got, softmax(ref / s)) for s in STAND_INS}}
     return {name: bool(rule(acc, rows, t, e)) for name, rule in ALTERNATIVES.items()}
 
 
 Z95, Z99 = 1.645, 2.326
+STAND_INS = (1.5, 2.0, 2.5, 3.0)
+
+
+def _exp_standin(e: dict[str, Any], t, stand_in: float | None, z: float | None = Z95) -> bool:
+    """The expected drop calibrated on the labels where there are labels FP32 is not at chance on; elsewhere priced at
+    the temperature ``stand_in`` (None: not judged there)."""
+    from vitedge.validation.noise import EXPECTED_DROP_SLACK
+
+    if not e["judged"]:
+        return True
+    if e["cal"] is not None:
+        mean, spread = e["cal"]
+    elif stand_in is None:
+        return True
+    else:
+        mean, spread = e["stand_in"][stand_in] if stand_in != 1.0 else e["raw"]
+    return (mean if z is None else mean + z * spread) <= t.max_top1_drop + EXPECTED_DROP_SLACK + 1e-9
+
+
+def _estimate(acc, t, line_only: bool = False, confidence: float = 0.9) -> bool:
+    """The decisive row of this change (``decisive_outcome``) passing: ``line_only``, only its loss outcome fails
+    (no too-few outcome: the count at the limit and the estimate at the loss line); ``confidence``, the flip-rate bound's."""
+    try:
+        from vitedge.validation.noise import OK, decisive_loss_line, decisive_outcome
+    except ImportError:
+        return True
+    if not _judged(acc, t):
+        return True
+    est = acc.get("decisive_flip_estimate")
+    if line_only:
+        return _dec_point(acc, t) and (est is None or est <= decisive_loss_line(t.min_decisive_agreement) + 1e-12)
+    return decisive_outcome(acc["decisive_flips"], acc["decisive_samples"], est, t.min_decisive_agreement, confidence)[0] == OK
+
+
 ALTERNATIVES = {
-    "decisive count only (before)": lambda a, r, t, e: _base(r) and _dec_point(a, t),
-    "count + expected-drop bound, FP32's probabilities as they are (start of this change)": lambda a, r, t, e: (
-        _base(r) and _dec_point(a, t) and _exp(e, t, Z95, False)),
-    "count + expected-drop point value, as they are": lambda a, r, t, e: _base(r) and _dec_point(a, t) and _exp(e, t, None, False),
-    "count + expected-drop bound 99 %, as they are": lambda a, r, t, e: _base(r) and _dec_point(a, t) and _exp(e, t, Z99, False),
-    "count + flip-rate bound 90 %": lambda a, r, t, e: _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9),
-    "count + flip-rate bound 90 % + expected-drop bound as they are": lambda a, r, t, e: (
-        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9) and _exp(e, t, Z95, False)),
-    "count + calibrated expected-drop bound (as they are without labels)": lambda a, r, t, e: (
-        _base(r) and _dec_point(a, t) and _exp(e, t, Z95, True)),
-    "count + flip-rate bound 80 % + calibrated expected-drop bound (as they are without labels)": lambda a, r, t, e: (
-        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.8) and _exp(e, t, Z95, True)),
-    "count + flip-rate bound 90 % + calibrated expected-drop bound (as they are without labels)": lambda a, r, t, e: (
-        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9) and _exp(e, t, Z95, True)),
-    "count + flip-rate bound 95 % + calibrated expected-drop bound (as they are without labels)": lambda a, r, t, e: (
-        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.95) and _exp(e, t, Z95, True)),
-    "count + flip-rate bound 90 % + calibrated expected-drop bound (not judged without labels)": lambda a, r, t, e: (
-        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9) and _exp(e, t, Z95, None)),
-    "count + flip-rate bound 90 % + calibrated expected-drop point value (as they are without labels)": lambda a, r, t, e: (
-        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9) and _exp(e, t, None, True)),
-    "flip-rate bound 90 %, no flip not excused (too few images fail) + calibrated expected-drop bound": lambda a, r, t, e: (
-        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9, zero_excused=False) and _exp(e, t, Z95, True)),
+    "decisive count only (before issue 43's last change)": lambda a, r, t, e: _base(r) and _dec_point(a, t),
+    "count + expected-drop bound calibrated on the labels, as they are without (start of this change)": lambda a, r, t, e: (
+        _base(r) and _dec_point(a, t) and _exp_standin(e, t, 1.0)),
+    "count + flip-rate bound 90 % (from one flip) + the same expected drop": lambda a, r, t, e: (
+        _base(r) and _dec_point(a, t) and _dec_bound(a, t, 0.9) and _exp_standin(e, t, 1.0)),
+    "count + estimate at the loss line, no too-few outcome + expected drop, stand-in 2.5": lambda a, r, t, e: (
+        _base(r) and _estimate(a, t, line_only=True) and _exp_standin(e, t, 2.5)),
+    "this gate's decisive row + expected drop not judged without labels": lambda a, r, t, e: (
+        _base(r) and _estimate(a, t) and _exp_standin(e, t, None)),
+    "this gate's decisive row + expected drop, FP32's probabilities as they are without labels": lambda a, r, t, e: (
+        _base(r) and _estimate(a, t) and _exp_standin(e, t, 1.0)),
+    **{f"this gate's decisive row + expected drop, stand-in {s:g} without labels{' (this gate)' if s == 2.5 else ''}": (
+        lambda s: lambda a, r, t, e: _base(r) and _estimate(a, t) and _exp_standin(e, t, s))(s) for s in STAND_INS},
+    "this gate's decisive row + expected-drop point value, stand-in 2.5": lambda a, r, t, e: (
+        _base(r) and _estimate(a, t) and _exp_standin(e, t, 2.5, None)),
+    "this gate, the flip-rate bound of the too-few outcome at 80 %": lambda a, r, t, e: (
+        _base(r) and _estimate(a, t, confidence=0.8) and _exp_standin(e, t, 2.5)),
 }
 
 
@@ -310,7 +329,7 @@ def judge_model(path: Path, t) -> list[dict[str, Any]]:
                     verdicts.append(gate_once(bref[idx], got[idx], labels[idx] if labelled else None,
                                               {m: p[idx] for m, p in probes.items()}, t))
                 row["gates"][f"{size} {'labelled' if labelled else 'no labels'}"] = {
-                    "passed": sum(v[0] for v in verdicts), "of": len(verdicts),
+                    "passed": sum(v[0] for v in verdicts), "of": len(verdicts), "too_few": sum(v[3] for v in verdicts),
                     "failing_rows": sorted({v[1] for v in verdicts if v[1]}),
                     "alternatives": {a: sum(v[2][a] for v in verdicts) for a in ALTERNATIVES if verdicts and a in verdicts[0][2]}}
         out.append(row)
@@ -321,22 +340,29 @@ def judge_model(path: Path, t) -> list[dict[str, Any]]:
 
 def rates(rows: list[dict[str, Any]], alternative: str | None = None) -> dict[str, dict[str, list[int]]]:
     """Per gate (subset size, labels or none): [false passes, gate runs on bad builds], [false fails, runs on good
-    builds], and the wrong --mean builds apart (no FP32-parity statistic sees them without labels). ``alternative``:
-    the verdicts of that rule (ALTERNATIVES) instead of the gate's."""
+    builds] (a failing row that says the images are too few to tell counted apart: ``too_few_good``, ``too_few_bad``),
+    and the wrong --mean builds apart (no FP32-parity statistic sees them without labels). ``alternative``: the
+    verdicts of that rule (ALTERNATIVES; passes only: every run it does not pass counts as failed) instead of the gate's."""
     out: dict[str, dict[str, list[int]]] = {}
     for r in rows:
         for g, v in r["gates"].items():
             passed = v["passed"] if alternative is None else v["alternatives"][alternative]
-            c = out.setdefault(g, {"false_pass": [0, 0], "false_fail": [0, 0], "wrong_mean_pass": [0, 0]})
+            few = v.get("too_few", 0) if alternative is None else 0
+            c = out.setdefault(g, {"false_pass": [0, 0], "false_fail": [0, 0], "too_few_good": [0, 0], "too_few_bad": [0, 0],
+                                   "wrong_mean_pass": [0, 0]})
             if r["build"].startswith("wrong --mean"):
                 c["wrong_mean_pass"][0] += passed
                 c["wrong_mean_pass"][1] += v["of"]
             elif r["truth"]["kind"] == "bad":
                 c["false_pass"][0] += passed
                 c["false_pass"][1] += v["of"]
+                c["too_few_bad"][0] += few
+                c["too_few_bad"][1] += v["of"]
             elif r["truth"]["kind"] == "good":
-                c["false_fail"][0] += v["of"] - passed
+                c["false_fail"][0] += v["of"] - passed - few
                 c["false_fail"][1] += v["of"]
+                c["too_few_good"][0] += few
+                c["too_few_good"][1] += v["of"]
     return out
 
 
@@ -349,10 +375,12 @@ def alternatives_markdown(doc: dict[str, Any]) -> list[str]:
     sizes = sorted({int(g.split()[0]) for g in rows[0]["gates"]})
     lines = ["", "## Alternative rules judged on the same runs", "",
              "Each rule keeps the labels' drop row and the agreement row (with the preprocessing probe) and replaces the "
-             "decisive and expected-drop rows as named; *flip-rate bound c* fails a build whose decisive flips, when there "
-             "is at least one, put the one-sided c upper Clopper-Pearson bound of the decisive flip rate over 1 % (the "
-             "truth's line). Labelled and unlabelled runs together.", "",
-             "| rule | " + " | ".join(f"{s}: false passes | {s}: false fails" for s in sizes) + " | bad builds passed |",
+             "decisive and expected-drop rows as named; a run a rule does not pass counts as failed (a too-few outcome "
+             "too); *flip-rate bound c* fails a build whose decisive flips, when there is at least one, put the one-sided c "
+             "upper Clopper-Pearson bound of the decisive flip rate over 1 % (the truth's line); *stand-in T*: without "
+             "labels (or on labels FP32 is at chance on) FP32's probabilities priced at temperature T. Labelled and "
+             "unlabelled runs together.", "",
+             "| rule | " + " | ".join(f"{s}: false passes | {s}: good not passed" for s in sizes) + " | bad builds passed |",
              "|---|" + "---:|---:|" * len(sizes) + "---|"]
     for alt in next(iter(rows[0]["gates"].values()))["alternatives"]:
         r8 = rates(rows, alt)
@@ -401,12 +429,15 @@ def _frac(c: list[int]) -> str:
 
 def markdown(after: dict[str, Any], before: dict[str, Any] | None, header: str) -> str:
     lines = [header, "", "## False passes and false fails, per gate run (one run = one subset of the gate pool)", "",
-             "| gate | labels | false passes (truth bad) | false fails (truth good) | wrong `--mean` passed |", "|---|---|---:|---:|---:|"]
+             "| gate | labels | false passes (truth bad) | false fails (truth good) | too few images to tell (truth good) | "
+             "too few images to tell (truth bad) | wrong `--mean` passed |", "|---|---|---:|---:|---:|---:|---:|"]
     for label, doc in (("before", before), ("this gate", after)):
         if doc is None:
             continue
         for g, c in doc["rates"].items():
-            lines.append(f"| {label} | {g} | {_frac(c['false_pass'])} | {_frac(c['false_fail'])} | {_frac(c['wrong_mean_pass'])} |")
+            few = [_frac(c[k]) if k in c else "- (no such outcome)" for k in ("too_few_good", "too_few_bad")]
+            lines.append(f"| {label} | {g} | {_frac(c['false_pass'])} | {_frac(c['false_fail'])} | {few[0]} | {few[1]} | "
+                         f"{_frac(c['wrong_mean_pass'])} |")
     passed_bad = [r for r in after["rows"] if r["truth"]["kind"] == "bad" and not r["build"].startswith("wrong --mean")
                   and any(v["passed"] for v in r["gates"].values())]
     lines += ["", "Builds whose truth is bad that this gate passed on some subset: " + ("; ".join(
@@ -427,7 +458,7 @@ def markdown(after: dict[str, Any], before: dict[str, Any] | None, header: str) 
         cells = []
         for g in gates:
             v = r["gates"][g]
-            cell = f"{v['passed']}/{v['of']}"
+            cell = f"{v['passed']}/{v['of']}" + (f" ({v['too_few']} too few)" if v.get("too_few") else "")
             if was is not None and g in was["gates"] and was["gates"][g]["passed"] != v["passed"]:
                 cell += f" (was {was['gates'][g]['passed']})"
             cells.append(cell)
@@ -458,7 +489,8 @@ def write_results(work: Path) -> None:
               f"{t['near_tie_margin']:g}, drop_confidence {t['drop_confidence']:g}, max_expected_drop "
               f"{t['max_top1_drop'] + 0.5:g} points). *Before* (when present) is the gate this one was changed from (`--gate-from`), judged on the "
               "same stored logits; the alternative rules below, the one this change started from among them, are judged on the same "
-              "runs in the same pass; *truth bad* compares drops with a 1e-9 tolerance (28 of 4,000 images is 0.7 points, not more). "
+              "runs in the same pass; *too few images to tell* counts the runs whose only failing row is the decisive row's own "
+              "outcome (a failure of the gate, counted apart from the false fails); *truth bad* compares drops with a 1e-9 tolerance (28 of 4,000 images is 0.7 points, not more). "
               f"Load average while judging: {' '.join(Path('/proc/loadavg').read_text().split()[:3]) if Path('/proc/loadavg').is_file() else 'unknown'}.")
     text = markdown(after, before, header)
     stem = f"gate_truth_{cpu.isa.split(' ')[0]}"  # one record per kind of CPU: avx2, avx512-vnni, amx (as build_speed's)

@@ -66,3 +66,25 @@ def test_the_budget_verdict_refuses_decisive_flips_the_labels_would_have_excused
     assert acc["top1_drop_points"] == 0.0 and not acc["fp32_at_chance"]
     ok, failures = ev.verdict(acc)
     assert not ok and any("FP32 was sure" in f for f in failures)
+
+
+def test_the_budget_does_not_ship_what_the_gate_cannot_tell():
+    """Issue 43 item 4: the budget's verdict has the gate's outcomes. One flip on about 290 decisive images (the flip rate's
+    90 % upper bound over the 1 % loss line) is too few images to tell: not shipped, and the reason says so; the same
+    candidate with no flip on about 960 decisive images passes."""
+    from vitedge.validation.accuracy import compare_logits
+
+    ev = Evaluator.__new__(Evaluator)
+    ev.thresholds = Thresholds(max_top1_drop=0.2, min_agreement=0.995)
+    for n, flips, shipped in ((300, 1, False), (1000, 0, True)):
+        rng = np.random.default_rng(4)
+        ref = rng.normal(0.0, 0.3, size=(n, 10)).astype(np.float32)
+        a = rng.integers(0, 10, size=n)
+        ref[np.arange(n), a] = 6.0
+        got = ref.copy()
+        got[:flips, a[:flips]] = -6.0
+        acc = compare_logits(ref, got, None)
+        acc["output_kind"] = "logits"
+        ok, failures = ev.verdict(acc)
+        assert ok is shipped and acc["decisive_flips"] == flips
+        assert shipped or any(f.startswith("too few images to tell") for f in failures)

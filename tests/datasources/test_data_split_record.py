@@ -13,7 +13,7 @@ from PIL import Image
 
 from vitedge.datasources.split import find_split, resolve_data
 
-LENIENT = ("--max-top1-drop", 100, "--min-agreement", 0)
+LENIENT = ("--max-top1-drop", 100, "--min-agreement", 0, "--min-decisive-agreement", 0)
 
 
 def _images(dst: Path, src: Path, per_class: int) -> Path:

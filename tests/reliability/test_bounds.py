@@ -32,7 +32,7 @@ def bundle(timm_vit, tmp_path_factory):
     """A tiny ViT built once for `onnx` (the gate loosened so it passes): what the validate cases read."""
     root = tmp_path_factory.mktemp("bounds-bundle")
     run = cli("build", timm_vit[1], "-t", "onnx", "--calib", CALIB_DIR, "-o", root / "b", "-q", "--no-latency", "--no-fallback",
-              "--min-agreement", "0", "--max-top1-drop", "100", "--cache-dir", root / "cache")
+              "--min-agreement", "0", "--min-decisive-agreement", "0", "--max-top1-drop", "100", "--cache-dir", root / "cache")
     assert run.code == 0, run.err[-3000:]
     return root / "b"
 

@@ -25,7 +25,7 @@ def bundle(timm_vit, tmp_path_factory):
     old = os.umask(0o022)
     try:
         run = cli("build", timm_vit[1], "-t", "onnx", "--calib", CALIB_DIR, "--val", VAL_DIR, "-o", root / "b", "-q",
-                  "--no-latency", "--no-fallback", "--min-agreement", "0", "--max-top1-drop", "100", "--cache-dir", root / "cache")
+                  "--no-latency", "--no-fallback", "--min-agreement", "0", "--min-decisive-agreement", "0", "--max-top1-drop", "100", "--cache-dir", root / "cache")
     finally:
         os.umask(old)
     assert run.code == 0, run.err[-3000:]

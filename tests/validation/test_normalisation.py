@@ -72,7 +72,7 @@ def test_a_guess_nothing_beats_is_said_on_the_console_and_in_the_report(tmp_path
         sys.path.pop(0)
     torch.save(CCT().state_dict(), model)
     flags = ["--model-class", f"{Path(__file__).resolve().parents[1] / 'helpers' / 'cct_vit.py'}:CCT"]
-    code, text = _build(model, flags, tmp_path / "out", "--calib-size", "32", "--min-agreement", "0", "--max-top1-drop", "100")
+    code, text = _build(model, flags, tmp_path / "out", "--calib-size", "32", "--min-agreement", "0", "--min-decisive-agreement", "0", "--max-top1-drop", "100")
     assert code == 0, text
     warned = [ln for ln in text.splitlines() if GUESS in ln]
     assert len(warned) == 1 and warned[0].startswith("vitedge: WARNING:") and "--mean/--std" in warned[0], text

@@ -17,13 +17,17 @@ about as likely to be wrong as right there. Two measurements separate the two (d
   drop* (``max_expected_drop``) sums, over the flipped images, FP32's probability of its own class minus
   its probability of the class INT8 chose: a label-free estimate of the top-1 drop, pessimistic for the
   over-confident low-accuracy models, so with labels FP32's probabilities are first calibrated by one
-  temperature >= 1 fitted on them (``fit_temperature``, docs/gate.md).
+  temperature >= 1 fitted on them (``fit_temperature``, docs/gate.md); without labels they are softened by the
+  stand-in ``UNLABELLED_TEMPERATURE``.
+* **the decisive flip rate estimated from every decisive image** (``decisive_flip_estimate``): the margin INT8 took
+  off each sure answer, paired with every sure answer's margin; far less spread than the flip count on a few hundred
+  images.
 
 The gate (``vitedge.validation.run.evaluate_gate``, docs/gate.md) uses them so:
 
 * ``min_decisive_agreement`` (its own row, always judged, labels or not): agreement on the decisive images meets
   its limit. A flip where FP32 was decisive is a change of behaviour whatever the labels say, so nothing excuses
-  it. It needs at least ``MIN_DECISIVE`` decisive images; with fewer (or ``near_tie_margin`` 0) it is not judged
+  it. Its outcomes (``decisive_outcome``): a loss, too few images to tell (both fail), or a pass. It needs at least ``MIN_DECISIVE`` decisive images; with fewer (or ``near_tie_margin`` 0) it is not judged
   and overall agreement is judged plainly instead.
 * ``max_top1_drop`` (with labels): passes when the drop is within the limit, fails when its confidence interval
   lies wholly above the limit (a proven loss); in between it is not decided ("within noise", with how many
@@ -163,6 +167,36 @@ def fit_temperature(ref: np.ndarray, labels: np.ndarray) -> float:
     return math.exp((lo + hi) / 2.0)
 
 
+UNLABELLED_TEMPERATURE = 2.5  # the stand-in for a fitted temperature where no labels can calibrate FP32 (docs/gate.md)
+
+
+def decisive_flip_estimate(ref: np.ndarray, got: np.ndarray, margin: float) -> float | None:
+    """A smooth estimate of the share of FP32's decisive images INT8 flips, from every decisive image rather than the
+    few flips: per decisive image ``i`` FP32's lead ``f_i`` (its top logit minus the largest other) and how much INT8
+    took off that lead, ``loss_i`` (FP32's lead minus INT8's lead of the same class). A flip is ``loss_i > f_i``; the
+    estimate is the share of pairs ``(i, j)`` with ``loss_j > f_i``: how often the losses INT8 showed on these images
+    would flip their decisions if any loss could land on any of them. Unlike the flip count it moves with every
+    image's error, so a few hundred images tell a build at the limit from one at the loss line better than the count
+    does (docs/gate.md). None without a decisive image or with one class."""
+    if ref.shape[1] < 2:
+        return None
+    decisive = fp32_margins(ref) >= margin
+    if not decisive.any():
+        return None
+    r, g = ref[decisive].astype(np.float64), got[decisive].astype(np.float64)
+    rows, top = np.arange(len(r)), r.argmax(1)
+
+    def lead(z: np.ndarray) -> np.ndarray:
+        others = z.copy()
+        others[rows, top] = -np.inf
+        return z[rows, top] - others.max(axis=1)
+
+    f = lead(r)
+    loss = np.sort(f - lead(g))
+    beaten = len(loss) - np.searchsorted(loss, f, side="right")  # per i: the losses j with loss_j > f_i
+    return float(beaten.sum()) / float(len(f)) ** 2
+
+
 def near_ties(ref: np.ndarray, got: np.ndarray, margin: float, labels: np.ndarray | None = None) -> dict[str, Any]:
     """Agreement on the images where FP32 is decisive, the flips on near-ties, and the expected top-1
     drop under FP32's own probabilities. With ``labels`` (FP32 not at chance on them) those probabilities are first
@@ -173,10 +207,10 @@ def near_ties(ref: np.ndarray, got: np.ndarray, margin: float, labels: np.ndarra
     flips = ref_pred != got_pred
     gaps = fp32_margins(ref)
     decisive = gaps >= margin
-    temperature = None
+    temperature, source = UNLABELLED_TEMPERATURE, "stand-in"
     if labels is not None and len(ref) > 1 and not fp32_at_chance(float(np.mean(ref_pred == labels)), int(ref.shape[1]), len(ref)):
-        temperature = fit_temperature(ref, labels)
-    p = softmax(ref if temperature is None else ref / temperature)
+        temperature, source = fit_temperature(ref, labels), "labels"
+    p = softmax(ref.astype(np.float64) / temperature)
     rows = np.arange(len(ref))
     costs = p[rows, ref_pred] - p[rows, got_pred]
     expected = float(np.sum(costs)) / max(len(ref), 1)
@@ -191,7 +225,9 @@ def near_ties(ref: np.ndarray, got: np.ndarray, margin: float, labels: np.ndarra
         "near_tie_flips": int(np.sum(flips & ~decisive)),
         "expected_drop_points": 100.0 * expected,
         "expected_drop_points_upper": 100.0 * (expected + EXPECTED_DROP_Z * spread),
-        "expected_drop_points_temperature": temperature,  # None: FP32's probabilities as they are (no labels, or FP32 at chance)
+        "expected_drop_points_temperature": temperature,
+        "expected_drop_points_temperature_from": source,  # labels: fitted on them; stand-in: UNLABELLED_TEMPERATURE (no labels, or FP32 at chance)
+        "decisive_flip_estimate": decisive_flip_estimate(ref, got, margin),
         "fp32_margin_median": float(np.median(gaps)) if len(gaps) else None,
     }
 
@@ -298,6 +334,33 @@ def decisive_images_to_tell(flips: int, images: int, limit: float, confidence: f
             return n
         n = int(math.ceil(n * 1.05)) + 1
     return None
+
+
+OK, LOSS, TOO_FEW = "pass", "loss", "too few"  # decisive_outcome's verdicts
+
+
+def decisive_outcome(flips: int, images: int, estimate: float | None, limit: float,
+                     confidence: float = DECISIVE_BOUND_CONFIDENCE) -> tuple[str, str]:
+    """The decisive row's verdict on ``flips`` of ``images`` decisive images and the smooth flip-rate estimate
+    (``decisive_flip_estimate``), with why: LOSS when the flips exceed what the loss line (``decisive_loss_line``, 1 % at
+    0.995) allows, or the estimate is over that line; else TOO_FEW when the images cannot tell the limit from the loss
+    line: the flips exceed what the limit allows (but not the loss line), the estimate is over the limit, or the flip
+    rate's one-sided upper bound (``flip_rate_upper``) is over the loss line; else OK. Nothing excuses a flip: a count
+    over the limit never passes (docs/gate.md)."""
+    line = decisive_loss_line(limit)
+    if flips > allowed_flips(1.0 - line, images):
+        return LOSS, f"more than the {allowed_flips(1.0 - line, images)} the {100 * (1 - line):g}% loss line allows"
+    if estimate is not None and estimate > line + 1e-12:
+        return LOSS, f"the estimated flip rate {100 * estimate:.2f}% is over the {100 * line:g}% loss line"
+    if flips > allowed_flips(limit, images):
+        return TOO_FEW, (f"{flips} flips miss the limit, yet so few decisive images cannot show a rate over the {100 * line:g}% "
+                         "loss line")
+    if estimate is not None and estimate > 1.0 - limit + 1e-12:
+        return TOO_FEW, f"the estimated flip rate {100 * estimate:.2f}% lies between the limit and the loss line"
+    upper = flip_rate_upper(flips, images, confidence)
+    if upper > line + 1e-12:
+        return TOO_FEW, f"with {flips} flips the flip rate's {100 * confidence:g}% upper bound is {100 * upper:.2f}%"
+    return OK, ""
 
 
 def certain_agreement_miss(ref: np.ndarray, got: np.ndarray, min_agreement: float, margin: float,

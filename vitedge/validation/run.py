@@ -36,8 +36,11 @@ from vitedge.validation.noise import (
     EXPECTED_DROP_SLACK,
     MIN_DECISIVE,
     allowed_flips,
+    LOSS,
+    TOO_FEW,
     decisive_images_to_tell,
     decisive_judged,
+    decisive_outcome,
     decisive_loss_line,
     drop_within_noise,
     flip_rate_upper,
@@ -189,7 +192,8 @@ def _agreement_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
 
 def _decisive_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
     """min_decisive_agreement: agreement on the images where FP32 is decisive meets its limit, always judged,
-    labels or not (a flip there is a change of behaviour); not judged with fewer than MIN_DECISIVE of them."""
+    labels or not (a flip there is a change of behaviour); not judged with fewer than MIN_DECISIVE of them.
+    Three outcomes (``decisive_outcome``): a loss (fail), too few images to tell (fail, its own line), pass."""
     name, limit = "min_decisive_agreement", t.min_decisive_agreement
     if t.near_tie_margin <= 0:
         return GateRow(name, None, limit, True, "not checked: near_tie_margin 0 (the plain gate: min_agreement counts every flip)",
@@ -199,18 +203,23 @@ def _decisive_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
         return GateRow(name, value, limit, True, f"not checked: FP32 is decisive on only {n} images (fewer than {MIN_DECISIVE}): "
                        "too few to judge; min_agreement judges every flip instead", SKIP, "fraction")
     short, flips = limit - value, int(accuracy["decisive_flips"])
-    ok = short <= 1e-12
+    estimate = accuracy.get("decisive_flip_estimate")
+    outcome, why = decisive_outcome(flips, n, estimate, limit)
     line = decisive_loss_line(limit)
     detail = (f"top-1 agreement with FP32 {100 * value:.2f}% on the {n} images where FP32 is decisive (top-2 probability gap >= "
               f"{accuracy['near_tie_margin']:g}; limit {100 * limit:.2f}%: at most {allowed_flips(limit, n)} flips): {flips} flips there"
-              + ("" if ok else f", short by {100 * short:.3f} points: FP32 was sure and INT8 answers otherwise"))
-    upper = flip_rate_upper(flips, n)
-    if ok and upper > line + 1e-12:  # passes, but so few decisive images cannot tell the limit from the loss line
-        detail += (f"; too few decisive images to tell the {100 * limit:.2f}% limit from the {100 * (1 - line):g}% loss line: with "
-                   f"{flips} flips the flip rate's {100 * DECISIVE_BOUND_CONFIDENCE:g}% upper bound is {100 * upper:.2f}%"
-                   + _decisive_need_text(accuracy, flips, n, limit))
+              + ("" if estimate is None else f", estimated flip rate {100 * estimate:.2f}% from every decisive image's margin loss"))
+    if outcome == LOSS:
+        detail += f", {why}: FP32 was sure and INT8 answers otherwise"
+    elif outcome == TOO_FEW:
+        detail = (f"{TOO_FEW_TEXT} the {100 * limit:.2f}% limit from the {100 * (1 - line):g}% loss line: {detail}; {why}"
+                  + _decisive_need_text(accuracy, flips, n, limit))
     detail += f"; {accuracy['near_tie_flips']} near-tie flips, expected drop {accuracy['expected_drop_points']:.2f} points"
+    ok = outcome == PASS
     return GateRow(name, value, limit, ok, detail, PASS if ok else FAIL, "fraction", short)
+
+
+TOO_FEW_TEXT = "too few images to tell"  # the decisive row's own outcome (a failure of the gate): docs/gate.md
 
 
 def _decisive_need_text(accuracy: dict[str, Any], flips: int, n: int, limit: float) -> str:
@@ -237,13 +246,14 @@ def _expected_drop_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
     over = bound - limit
     ok = over <= 1e-9
     temperature = accuracy.get("expected_drop_points_temperature")
+    labelled = accuracy.get("expected_drop_points_temperature_from") == "labels"
     whose = ("FP32's probabilities" if temperature is None else
-             f"FP32's probabilities calibrated on the labels (temperature {temperature:.2f})")
+             f"FP32's probabilities calibrated on the labels (temperature {temperature:.2f})" if labelled else
+             f"FP32's probabilities softened by the stand-in temperature {temperature:g} (no labels calibrate them)")
     detail = (f"expected top-1 drop under {whose} {accuracy['expected_drop_points']:.2f} points, 95% upper bound "
               f"{bound:.2f} (limit {limit:g}: max_top1_drop {t.max_top1_drop:g} + {EXPECTED_DROP_SLACK:g}; {accuracy['samples']} images)"
               + ("" if ok else f", over by {over:.2f} points: INT8's flips go the losing way")
-              + ("" if temperature is not None or ok else "; without labels FP32's probabilities are taken as they are, and an "
-                 "over-confident model's over-state the loss: labelled validation data calibrate them"))
+              + ("" if labelled or ok else "; labelled validation data would calibrate FP32's probabilities"))
     return GateRow(name, bound, limit, ok, detail, PASS if ok else FAIL, "points", over)
 
 

@@ -27,7 +27,7 @@ def new_report(built_bundle, tmp_path_factory) -> Path:
     shutil.copytree(built_bundle, bundle)
     with pytest.raises(SystemExit) as exc:
         main(["validate", str(bundle), "--data", str(VAL_DIR), "--data-size", "32", "--no-sensitivity", "--latency-seconds", "0.05",
-              "--max-top1-drop", "100", "--min-agreement", "0", "--min-speedup", "0", "-q"])
+              "--max-top1-drop", "100", "--min-agreement", "0", "--min-decisive-agreement", "0", "--min-speedup", "0", "-q"])
     assert exc.value.code in (0, None)
     report = bundle / "report" / "validation.json"
     doc = json.loads(report.read_text())
