@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
+from vitedge.backends.int8_timing import WITHIN_NOISE
 from vitedge.backends.onnxruntime.attention import AttentionFusion, fuse_attention
 from vitedge.backends.onnxruntime.gemm_bias import GemmBiasFusion, fuse_gemm_bias, unfold_gemm_bias
 from vitedge.backends.onnxruntime.patch_embed import PatchEmbedFusion, fuse_patch_embedding, unfold_patch_embedding
@@ -22,10 +23,12 @@ from vitedge.core.cpu import read_cpu
 from vitedge.core import telemetry
 from vitedge.core.errors import BundleError, UsageError
 from vitedge.core.limits import MAX_PROFILE_THREADS, check_number
-from vitedge.onnxkit.files import copy_onnx, save_onnx
+from vitedge.onnxkit.files import copy_onnx, is_large, save_onnx
 from vitedge.onnxkit.metadata import FLOAT_NCHW, INPUT_FORMAT_KEY
 from vitedge.onnxkit.session import OPTIMIZATION_LEVELS, SessionSettings, ort_session
 from vitedge.files.swap import work_prefix
+from vitedge.quantize.graph import GraphIndex
+from vitedge.quantize.merge import merge_sibling_linears
 
 if TYPE_CHECKING:
     from onnx import ModelProto
@@ -128,6 +131,13 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
         reference = ctx.out_dir / "reference.fp32.onnx"
         if not reference.exists():
             copy_onnx(ctx.fp32_path, reference)
+        if options.fuse_attention:  # the FP32 anchor gets the float rewrites the INT8 graph got
+            fusion = _fuse_reference(reference, ctx.out_dir / FUSED_REFERENCE)
+            info["reference_attention_fusion"] = fusion.to_dict()
+            if fusion.fused:
+                reference = ctx.out_dir / FUSED_REFERENCE
+            if ctx.log:
+                ctx.log(f"FP32 reference: {fusion.one_line()}")
         with OnnxRuntimeRunner(model, options):  # proves the stock CPU provider loads it
             pass
         if options.int8_payoff:
@@ -136,10 +146,13 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
         return BuiltArtifact(model=model.name, reference=reference.name, info=info)
 
     def shipped_graph(self, src: Path, role: str, options: OnnxRuntimeOptions, out_dir: Path) -> Path:
-        """``build`` ships the FP32 graph as it is and the Q/DQ graph with its attention cores, GEMM biases and
-        patch embedding fused (when the profile fuses them), both written by the same code as here."""
-        if role != "model" or not (options or OnnxRuntimeOptions()).fuse_attention:
+        """``build`` ships the Q/DQ graph with its attention cores, GEMM biases and patch embedding fused, and the
+        FP32 reference with its attention cores fused (when the profile fuses them; the FP32 graph as it is when
+        no core fuses), both written by the same code as here."""
+        if not (options or OnnxRuntimeOptions()).fuse_attention:
             return src
+        if role == "reference":
+            return out_dir / FUSED_REFERENCE if _fuse_reference(src, out_dir / FUSED_REFERENCE).fused else src
         _fuse_file(src, out_dir / "model.int8.onnx")
         return out_dir / "model.int8.onnx"
 
@@ -158,10 +171,37 @@ def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[st
     if whole is not None:
         record["kept_float"] = whole
         line = f"INT8 payoff: INT8 of this model is slower than FP32 in ONNX Runtime on {cpu} ({ratios}): the whole model is kept float"
+    elif "undecided" in timed:
+        line = f"INT8 payoff: {timed['undecided']} (INT8/FP32 CPU time at one thread {ratios})"
+    elif any(v == WITHIN_NOISE for v in timed["verdicts"].values()):
+        line = (f"INT8 payoff: INT8 is kept, not slower than FP32 beyond this machine's noise in ONNX Runtime on {cpu} "
+                f"(INT8/FP32 CPU time at one thread {ratios}, the FP32-vs-FP32 control moved by {timed['control_noise']:.0%})")
     else:
         line = f"INT8 payoff: INT8 pays in ONNX Runtime on {cpu} (INT8/FP32 CPU time at one thread {ratios})"
     if ctx.log:
         ctx.log(line)
+
+
+# The onnx target's FP32 reference with its attention cores fused (beside reference.fp32.onnx, the exported graph the
+# analysis reads): the graph INT8 is timed and validated against, and what ships when the whole model stays float.
+# Without it the anchor kept what the INT8 graph's rewrites remove: a sequence-first attention export's shape
+# arithmetic (961 nodes against the INT8 graph's 259), a dozen small kernels per attention core, per-head q/k/v GEMMs.
+FUSED_REFERENCE = "reference.fp32.fused.onnx"
+
+
+def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
+    """Write the FP32 graph ``src`` to ``dst`` with the float rewrites its INT8 graph got: q/k/v layers that read
+    one activation as one GEMM (``quantize/merge``, done to the FP32 graph before quantization) and its attention
+    cores fused, each with its numeric check; nothing is written when no core fuses."""
+    import onnx
+
+    graph = onnx.load(str(src))
+    gi = GraphIndex(graph)
+    merge_sibling_linears(graph, check=not is_large(graph), constant=lambda name: gi.value(name) if gi.is_const(name) else None)
+    report = fuse_attention(graph)
+    if report.fused:
+        save_onnx(graph, dst)
+    return report
 
 
 def _fuse_file(src: Path, dst: Path) -> tuple[AttentionFusion, GemmBiasFusion, PatchEmbedFusion, Int8Payoff]:
