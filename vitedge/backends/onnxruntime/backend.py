@@ -18,7 +18,7 @@ from vitedge.backends.int8_timing import WITHIN_NOISE
 from vitedge.backends.onnxruntime.attention import AttentionFusion, fuse_attention
 from vitedge.backends.onnxruntime.gemm_bias import GemmBiasFusion, fuse_gemm_bias, unfold_gemm_bias
 from vitedge.backends.onnxruntime.patch_embed import PatchEmbedFusion, fuse_patch_embedding, unfold_patch_embedding
-from vitedge.backends.onnxruntime.payoff import Int8Payoff, keep_float_if_slower, keep_unpaid_float
+from vitedge.backends.onnxruntime.payoff import Int8Payoff, attention_fusion_pays, keep_float_if_slower, keep_unpaid_float
 from vitedge.core.cpu import read_cpu
 from vitedge.core import telemetry
 from vitedge.core.errors import BundleError, UsageError
@@ -118,8 +118,16 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
         model = ctx.out_dir / "model.int8.onnx"
         info: dict[str, Any] = {"execution_provider": "CPUExecutionProvider"}
         options = ctx.options or OnnxRuntimeOptions()
+        reference = ctx.out_dir / "reference.fp32.onnx"
+        if not reference.exists():
+            copy_onnx(ctx.fp32_path, reference)
+        attention = options.fuse_attention
+        if options.fuse_attention:  # the FP32 anchor gets the float rewrites the INT8 graph gets
+            reference, attention = _reference(reference, ctx, options, info)
         if options.fuse_attention:
-            report, gemm_bias, patch, payoff = _fuse_file(ctx.qdq_path, model)
+            unfused = None if attention else AttentionFusion(
+                info["reference_attention_fusion"]["candidates"], 0, (), ("not used: MultiHeadAttention timed slower than the exported attention here",))
+            report, gemm_bias, patch, payoff = _fuse_file(ctx.qdq_path, model, unfused)
             if ctx.log:
                 for line in (report.one_line(), gemm_bias.one_line(), patch.one_line(), payoff.one_line()):
                     ctx.log(line)
@@ -128,16 +136,6 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
             info["int8_payoff"] = payoff.to_dict()
         elif ctx.qdq_path.resolve() != model.resolve():
             copy_onnx(ctx.qdq_path, model)
-        reference = ctx.out_dir / "reference.fp32.onnx"
-        if not reference.exists():
-            copy_onnx(ctx.fp32_path, reference)
-        if options.fuse_attention:  # the FP32 anchor gets the float rewrites the INT8 graph got
-            fusion = _fuse_reference(reference, ctx.out_dir / FUSED_REFERENCE)
-            info["reference_attention_fusion"] = fusion.to_dict()
-            if fusion.fused:
-                reference = ctx.out_dir / FUSED_REFERENCE
-            if ctx.log:
-                ctx.log(f"FP32 reference: {fusion.one_line()}")
         with OnnxRuntimeRunner(model, options):  # proves the stock CPU provider loads it
             pass
         if options.int8_payoff:
@@ -204,14 +202,40 @@ def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
     return report
 
 
-def _fuse_file(src: Path, dst: Path) -> tuple[AttentionFusion, GemmBiasFusion, PatchEmbedFusion, Int8Payoff]:
-    """Write the Q/DQ graph ``src`` to ``dst`` with its float attention cores fused, its INT8 GEMMs' biases
-    folded into MatMulIntegerToFloat and its INT8 patch embedding run as one, and the INT8 layers ONNX Runtime
-    would still run as float kernels back in float (vitedge/backends/onnxruntime/payoff.py); returns the reports."""
+def _reference(exported: Path, ctx: BuildContext, options: OnnxRuntimeOptions, info: dict[str, Any]) -> tuple[Path, bool]:
+    """(the FP32 reference, whether the attention cores are fused): the exported graph with the INT8 graph's float
+    rewrites, unless timing here (``int8_payoff``) finds the fused attention slower than the exported graph's, in
+    which case neither graph fuses it (recorded in ``info['reference_attention_fusion']``)."""
+    fused = ctx.out_dir / FUSED_REFERENCE
+    fusion = _fuse_reference(exported, fused)
+    record = info["reference_attention_fusion"] = fusion.to_dict()
+    if not fusion.fused:
+        return exported, True
+    if options.int8_payoff:
+        cpu = read_cpu().isa
+        timed = record["timed"] = attention_fusion_pays(exported, fused, tuple(sorted({1, *(ctx.batch_sizes or ())})), cpu)
+        ratios = ", ".join(f"b{b} {r:.2f}" for b, r in timed["fused_over_exported"].items())
+        if timed["slower"]:
+            for f in (fused, fused.with_name(fused.name + ".data")):
+                f.unlink(missing_ok=True)
+            if ctx.log:
+                ctx.log(f"attention fusion: not used, MultiHeadAttention is slower than the exported attention in ONNX "
+                        f"Runtime on {cpu} (fused/exported FP32 CPU time at one thread {ratios})")
+            return exported, False
+        if ctx.log:
+            ctx.log(f"FP32 reference: {fusion.one_line()} (fused/exported FP32 CPU time at one thread {ratios})")
+    return fused, True
+
+
+def _fuse_file(src: Path, dst: Path, unfused: AttentionFusion | None = None) -> tuple[AttentionFusion, GemmBiasFusion, PatchEmbedFusion, Int8Payoff]:
+    """Write the Q/DQ graph ``src`` to ``dst`` with its float attention cores fused (unless ``unfused`` says why
+    not: the build timed the fusion slower here; it is then the report), its INT8 GEMMs' biases folded into MatMulIntegerToFloat and its
+    INT8 patch embedding run as one, and the INT8 layers ONNX Runtime would still run as float kernels back in float
+    (vitedge/backends/onnxruntime/payoff.py); returns the reports."""
     import onnx
 
     graph = onnx.load(str(src))
-    report = fuse_attention(graph)
+    report = fuse_attention(graph) if unfused is None else unfused
     gemm_bias = fuse_gemm_bias(graph)
     patch = fuse_patch_embedding(graph)
     payoff = keep_unpaid_float(graph, read_cpu().isa)

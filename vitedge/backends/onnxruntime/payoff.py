@@ -132,3 +132,26 @@ def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[
     record["kept_float_whole"] = [{"name": n.name, "op_type": n.op_type, "why": why} for n in model.graph.node if n.name in layers]
     shutil.copyfile(reference_path, model_path)
     return record
+
+
+def attention_fusion_pays(exported: Path, fused: Path, batches: tuple[int, ...], cpu: str,
+                          timing: PayoffTiming = PayoffTiming()) -> dict[str, Any]:
+    """Time the FP32 graph with its attention cores fused (``fused``) against the exported one here, the way INT8 is
+    timed against FP32 (``int8_timing``: a second copy of the exported graph is the control). MultiHeadAttention is
+    not faster on every layout: on small heads ONNX Runtime's unfused kernels can win. The attention core is float
+    in the INT8 graph too, so what the FP32 graphs show holds for it. Returns the record; ``slower`` is True when the
+    fused graph is slower beyond the noise at a batch size long enough to time (``payoff_verdict``)."""
+
+    def runs(path: Path, batch: int) -> Callable[[], Any]:
+        session = ort_session(path, SessionSettings(threads=1, spinning=False))
+        inp = session.get_inputs()[0]
+        dims = [batch] + [d if isinstance(d, int) else 1 for d in inp.shape[1:]]
+        x = timing_input(dims, integral="uint8" in inp.type)
+        return lambda: session.run(None, {inp.name: x})
+
+    timed = {b: interleaved_times(runs(exported, b), runs(exported, b), runs(fused, b), timing, seed=100 + b) for b in batches}
+    verdicts = {b: payoff_verdict(t, timing) for b, t in timed.items()}
+    return {"timed_on": cpu, "fused_over_exported": {str(b): round(t.int8, 4) for b, t in timed.items()},
+            "verdicts": {str(b): v for b, v in verdicts.items()},
+            "control_noise": round(max(abs(t.control - 1.0) for t in timed.values()), 4),
+            "slower": SLOWER in verdicts.values()}
