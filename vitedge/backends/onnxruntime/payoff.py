@@ -118,10 +118,10 @@ def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[
         "verdicts": {str(b): v for b, v in verdicts.items()},
         "fp32_ms": {str(b): round(t.fp32_seconds * 1e3, 4) for b, t in timed.items()},
         "rule": (f"whole model float only when INT8/FP32 exceeds 1 by more than the FP32-vs-FP32 control moved and by "
-                 f"over {timing.slower_margin:.0%}, at a batch size whose FP32 call takes {timing.min_seconds * 1e3:.2f} ms or more"),
+                 f"over {timing.slower_margin:.0%}, at a batch size whose FP32 call takes {timing.min_seconds * 1e3:.3f} ms or more"),
     }
     if all(v == TOO_SHORT for v in verdicts.values()):
-        record["undecided"] = (f"FP32 runs in under {timing.min_seconds * 1e3:.2f} ms at every batch size timed: the timing "
+        record["undecided"] = (f"FP32 runs in under {timing.min_seconds * 1e3:.3f} ms at every batch size timed: the timing "
                                "cannot tell INT8 from FP32 here, INT8 is kept")
     if SLOWER not in verdicts.values():
         return record
