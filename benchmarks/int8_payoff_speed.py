@@ -4,7 +4,7 @@
 
 Each DIR is a `vitedge build --target onnx --target intel-cpu` output folder (DIR/onnx, DIR/intel-cpu), e.g. the
 bundle-<model>-state_dict folders `benchmarks/corpus.py --work WORK` leaves. For every bundle, on ONNX Runtime (onnx:
-reference.fp32.onnx vs model.int8.onnx) and OpenVINO (intel-cpu: reference.fp32.xml vs model.xml, the INT8 IR's
+the bundle's reference, attention fused like its INT8 graph where it fuses, vs model.int8.onnx) and OpenVINO (intel-cpu: reference.fp32.xml vs model.xml, the INT8 IR's
 float regions as its manifest records), at batch 1 and 8, three timings of the same pair:
 
 * **cpu1**: one inference thread, the calling thread's CPU time, 10th percentile, graphs in random order per round,
@@ -40,6 +40,14 @@ from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio  # noqa
 from vitedge.core.cpu import read_cpu  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
+
+
+def onnx_reference(bundle: Path) -> str:
+    """The FP32 graph an onnx bundle names as its reference (reference.fp32.fused.onnx where attention fused)."""
+    try:
+        return json.loads((bundle / "manifest.json").read_text())["artifacts"]["reference"]
+    except (OSError, KeyError, ValueError):
+        return "reference.fp32.onnx"
 
 
 def log(msg: str) -> None:
@@ -100,7 +108,7 @@ def measure(label: str, bundle: Path, rounds: int) -> list[dict[str, Any]]:
     rows = []
     for batch in (1, 8):
         pairs = {
-            "onnxruntime": (lambda t: ort_call(bundle / "onnx" / "reference.fp32.onnx", batch, t),
+            "onnxruntime": (lambda t: ort_call(bundle / "onnx" / onnx_reference(bundle / "onnx"), batch, t),
                             lambda t: ort_call(bundle / "onnx" / "model.int8.onnx", batch, t)),
             "openvino": (lambda t: ov_call(core, bundle / "intel-cpu" / "reference.fp32.xml", batch, t, "f32")[0],
                          lambda t: ov_call(core, bundle / "intel-cpu" / "model.xml", batch, t, prec)[0]),
@@ -127,7 +135,7 @@ def corpus_schedule(bundle: Path, core, threads: int) -> list[float]:
     prec = int8_precision(bundle)
     out = []
     for _ in range(5):
-        runs = {"ort fp32": ort_call(bundle / "onnx" / "reference.fp32.onnx", 8, threads),
+        runs = {"ort fp32": ort_call(bundle / "onnx" / onnx_reference(bundle / "onnx"), 8, threads),
                 "ort int8": ort_call(bundle / "onnx" / "model.int8.onnx", 8, threads),
                 "ov fp32": ov_call(core, bundle / "intel-cpu" / "reference.fp32.xml", 8, 0, "f32")[0],
                 "ov int8": ov_call(core, bundle / "intel-cpu" / "model.xml", 8, 0, prec)[0]}

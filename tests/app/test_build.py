@@ -80,7 +80,8 @@ def test_cold_build_runs_each_inference_pass_once(two_target_build):
         accuracy_rows = [row for row in m.validation["gate"] if row["name"] != "min_speedup"]
         assert accuracy_rows and all(row["passed"] for row in accuracy_rows), accuracy_rows
     onnx_data, ov_data = (read_manifest(root / "out" / t).validation["data"] for t in ("onnx", "intel-cpu"))
-    assert onnx_data["reference"]["cache"] == "hit" and graph_sha256(root / "out" / "onnx" / "reference.fp32.onnx") in ran
+    onnx_reference = root / "out" / "onnx" / read_manifest(root / "out" / "onnx").artifacts.reference  # attention fused
+    assert onnx_data["reference"]["cache"] == "hit" and graph_sha256(onnx_reference) in ran
     shared = ov_data["reference"]["shared"]
     assert ov_data["reference"]["cache"] == "shared" and shared["runtime"] == "onnxruntime", ov_data
     assert len(shared["spot_check_items"]) == 2 and shared["max_abs_diff"] <= shared["tolerance"] * shared["output_scale"]
@@ -122,7 +123,7 @@ def test_profile_can_keep_the_plain_qdq_graph(tmp_path, two_target_build):
 
 def test_bundles_hold_what_the_manifest_says(two_target_build):
     root, results, _ = two_target_build
-    expected = {"onnx": {"model.int8.onnx", "reference.fp32.onnx"},
+    expected = {"onnx": {"model.int8.onnx", "reference.fp32.onnx", "reference.fp32.fused.onnx"},
                 "intel-cpu": {"model.xml", "model.bin", "reference.fp32.xml", "reference.fp32.bin", "model.int8.onnx", "reference.fp32.onnx"}}
     for r in results:
         bundle = root / "out" / r.profile.name

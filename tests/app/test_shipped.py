@@ -88,7 +88,9 @@ def test_a_bundle_kept_float_whole_counts_no_int8_layer(tmp_path, monkeypatch):
     from vitedge.models.intake import IntakeOptions
     from vitedge.validation.reference_cache import ReferenceCacheSettings
 
-    monkeypatch.setattr(payoff, "interleaved_ratio", lambda *a, **k: (1.5, 1.0))
+    from vitedge.backends.int8_timing import TimedRatio
+
+    monkeypatch.setattr(payoff, "interleaved_times", lambda *a, **k: TimedRatio(1.5, 1.0, 1e-3))
     spec = importlib.util.spec_from_file_location("vit_layouts", LAYOUTS_PY)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

@@ -200,3 +200,56 @@ def test_a_ratio_clear_of_the_noise_stops_at_the_least_rounds():
     assert ratio > 1.5
     assert calls == {k: 2 + 6 * 5 for k in calls}  # 2 first runs, then 6 rounds of one untimed and 4 timed runs
     assert settled(1.5, 1.02, timing) and not settled(1.05, 1.0, timing) and not settled(0.7, 1.15, timing)
+
+
+def _matmul_chain(path: Path, width: int, tokens: int, links: int) -> Path:
+    """x [B, tokens, width] -> ``links`` MatMuls by one width x width weight -> y: float work that grows with ``links``."""
+    w = numpy_helper.from_array((np.eye(width) + 0.01 * np.random.default_rng(0).standard_normal((width, width))).astype(np.float32), "w")
+    names = ["x"] + [f"h{i}" for i in range(links - 1)] + ["y"]
+    nodes = [helper.make_node("MatMul", [names[i], "w"], [names[i + 1]], name=f"mm{i}") for i in range(links)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, tokens, width])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, tokens, width])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_the_whole_model_decision_reads_the_noise_and_the_graphs_time():
+    """Only "slower" sends a model to float: INT8/FP32 above 1 by more than the control moved and than the margin,
+    on a graph long enough to time."""
+    from vitedge.backends.int8_timing import FASTER, SLOWER, TOO_SHORT, WITHIN_NOISE, PayoffTiming, TimedRatio, payoff_verdict
+
+    timing = PayoffTiming(slower_margin=0.02, min_seconds=2e-4)
+    assert payoff_verdict(TimedRatio(1.10, 1.00, 1e-3), timing) == SLOWER
+    assert payoff_verdict(TimedRatio(1.10, 0.88, 1e-3), timing) == WITHIN_NOISE  # the control moved by 12 %
+    assert payoff_verdict(TimedRatio(1.015, 1.0, 1e-3), timing) == WITHIN_NOISE  # under the margin
+    assert payoff_verdict(TimedRatio(0.90, 1.0, 1e-3), timing) == FASTER
+    assert payoff_verdict(TimedRatio(3.00, 1.0, 1e-4), timing) == TOO_SHORT  # 0.1 ms: the timing cannot tell
+
+
+def test_a_graph_too_short_to_time_keeps_int8_and_says_why(tmp_path):
+    """An "INT8" graph with 8 times FP32's work, both under the timing's shortest measurable call (set to 50 ms here
+    so the test does not hang on this machine's speed): the build cannot tell them apart, so it keeps the artifact
+    and the record says so. Before, any ratio above 1 shipped the whole model float."""
+    from vitedge.backends.int8_timing import PayoffTiming
+    from vitedge.backends.onnxruntime.payoff import keep_float_if_slower
+
+    ref = _matmul_chain(tmp_path / "ref.onnx", 8, 4, 1)
+    model = _matmul_chain(tmp_path / "model.onnx", 8, 4, 8)
+    before = model.read_bytes()
+    record = keep_float_if_slower(model, ref, (1, 8), "avx2", PayoffTiming(min_seconds=0.05))
+    assert record["whole_model_float"] is False and model.read_bytes() == before
+    assert record["verdicts"] == {"1": "too short to time", "8": "too short to time"}
+    assert "cannot tell" in record["undecided"] and all(0 < ms < 50 for ms in record["fp32_ms"].values())
+    assert set(record["steps"][0]["int8_over_fp32"]) == {"1", "8"}
+
+
+def test_a_graph_clearly_slower_than_fp32_ships_fp32(tmp_path):
+    """Three times FP32's work on a graph that takes milliseconds: slower beyond any control's noise, so the
+    artifact becomes the FP32 graph."""
+    from vitedge.backends.onnxruntime.payoff import keep_float_if_slower
+
+    ref = _matmul_chain(tmp_path / "ref.onnx", 256, 512, 1)
+    model = _matmul_chain(tmp_path / "model.onnx", 256, 512, 3)
+    record = keep_float_if_slower(model, ref, (1,), "avx2")
+    assert record["verdicts"] == {"1": "slower"} and record["fp32_ms"]["1"] >= 0.02, record
+    assert record["whole_model_float"] is True and model.read_bytes() == ref.read_bytes() and "undecided" not in record

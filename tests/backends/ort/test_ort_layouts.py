@@ -130,6 +130,75 @@ def test_int8_graph_of_other_layouts_fuses_every_core_and_bias(name, graphs, tmp
     _assert_same(qdq, tmp_path / "model.int8.onnx", spec, rel=1e-3)
 
 
+@pytest.mark.parametrize("name", ["torch_encoder", "per_head_deit"])
+def test_fp32_reference_gets_the_attention_rewrite_the_int8_graph_got(name, graphs, tmp_path):
+    """The onnx target's FP32 anchor (what INT8 is timed and validated against, and what ships when the whole
+    model stays float) runs the same attention fusion as its INT8 graph: no Softmax left, no more nodes than the
+    INT8 artifact (the exported graph keeps the attention's shape arithmetic), the same outputs as the export;
+    the budget's ``shipped_graph`` writes the same bytes, and the exported graph stays in the bundle as it was."""
+    from vitedge.backends.base import BuildContext
+    from vitedge.backends.onnxruntime.backend import OnnxRuntimeBackend, OnnxRuntimeOptions
+    from vitedge.onnxkit.files import onnx_sha256 as graph_sha256
+
+    fp32, qdq, spec = graphs(name)
+    out = tmp_path / "bundle"
+    out.mkdir()
+    options = OnnxRuntimeOptions(int8_payoff=False)
+    backend = OnnxRuntimeBackend()
+    artifact = backend.build(BuildContext(qdq_path=qdq, fp32_path=fp32, out_dir=out, options=options, batch_sizes=(1,)))
+    reference, model = onnx.load(str(out / artifact.reference)), onnx.load(str(out / artifact.model))
+    assert artifact.reference != "reference.fp32.onnx" and artifact.info["reference_attention_fusion"]["fused"] == 2
+    assert _ops(reference)["MultiHeadAttention"] == _ops(model)["MultiHeadAttention"] == 2 and _ops(reference)["Softmax"] == 0
+    assert len(reference.graph.node) <= len(model.graph.node) < len(onnx.load(str(fp32)).graph.node)
+    _assert_same(fp32, out / artifact.reference, spec)
+    assert graph_sha256(out / "reference.fp32.onnx") == graph_sha256(fp32)
+    shipped = backend.shipped_graph(fp32, "reference", options, tmp_path)
+    assert graph_sha256(shipped) == graph_sha256(out / artifact.reference)
+
+
+def test_attention_fusion_timed_slower_here_is_used_in_neither_graph(graphs, tmp_path, monkeypatch):
+    """Where the build times the fused FP32 attention slower than the exported one, the reference is the exported
+    graph and the INT8 artifact keeps its attention unfused too, and the records say why."""
+    import vitedge.backends.onnxruntime.backend as backend_mod
+    import vitedge.backends.onnxruntime.payoff as payoff
+    from vitedge.backends.base import BuildContext
+    from vitedge.backends.int8_timing import TimedRatio
+
+    monkeypatch.setattr(backend_mod, "attention_fusion_pays", lambda *a, **k: {"fused_over_exported": {"1": 1.3}, "slower": True})
+    monkeypatch.setattr(payoff, "interleaved_times", lambda *a, **k: TimedRatio(0.5, 1.0, 1e-3))
+    fp32, qdq, _ = graphs("torch_encoder")
+    out = tmp_path / "bundle"
+    out.mkdir()
+    artifact = backend_mod.OnnxRuntimeBackend().build(BuildContext(qdq_path=qdq, fp32_path=fp32, out_dir=out,
+                                                                   options=backend_mod.OnnxRuntimeOptions(), batch_sizes=(1,)))
+    assert artifact.reference == "reference.fp32.onnx" and not (out / backend_mod.FUSED_REFERENCE).exists()
+    assert artifact.info["reference_attention_fusion"]["timed"]["slower"] is True
+    fusion = artifact.info["attention_fusion"]
+    assert fusion["fused"] == 0 and fusion["candidates"] == 2 and "timed slower" in fusion["skipped"][0]
+    ops = _ops(onnx.load(str(out / artifact.model)))
+    assert ops["MultiHeadAttention"] == 0 and ops["Softmax"] == 2 and ops["MatMulIntegerToFloat"] > 0
+
+
+def test_fused_attention_is_timed_against_the_exported_graph(tmp_path):
+    """``attention_fusion_pays`` reads a graph with three times the work as slower, and one as fast as not."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from vitedge.backends.onnxruntime.payoff import attention_fusion_pays
+
+    def chain(path, links):
+        w = numpy_helper.from_array(np.eye(256, dtype=np.float32), "w")
+        names = ["x"] + [f"h{i}" for i in range(links - 1)] + ["y"]
+        nodes = [helper.make_node("MatMul", [names[i], "w"], [names[i + 1]]) for i in range(links)]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 512, 256])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 512, 256])], [w])
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+        return path
+
+    exported, slow = chain(tmp_path / "a.onnx", 1), chain(tmp_path / "b.onnx", 3)
+    record = attention_fusion_pays(exported, slow, (1,), "avx2")
+    assert record["slower"] is True and record["verdicts"] == {"1": "slower"} and record["fused_over_exported"]["1"] > 1.5
+
+
 def test_per_head_qkv_is_one_gemm_per_block_before_quantization(graphs):
     """3 heads x q/k/v = 9 Linear layers per block become one quantized GEMM (and the graph computes the same:
     the merge is checked at quantization time, and here against the exported FP32 graph)."""
@@ -176,7 +245,9 @@ def test_build_records_the_keep_float_decision_in_manifest_and_report(tmp_path, 
     import vitedge.backends.onnxruntime.payoff as payoff
     from vitedge.app.build import BuildRequest, run_build
 
-    monkeypatch.setattr(payoff, "interleaved_ratio", lambda *a, **k: (0.5, 1.0))
+    from vitedge.backends.int8_timing import TimedRatio
+
+    monkeypatch.setattr(payoff, "interleaved_times", lambda *a, **k: TimedRatio(0.5, 1.0, 1e-3))
     from vitedge.budget import BudgetSettings
     from vitedge.core.cpu import read_cpu
     from vitedge.bundle.manifest import read_manifest

@@ -14,18 +14,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.backends.base import CPU, Backend, BackendFacts, BuildContext, BuiltArtifact, EnvironmentStatus, Runner
+from vitedge.backends.int8_timing import WITHIN_NOISE
 from vitedge.backends.onnxruntime.attention import AttentionFusion, fuse_attention
 from vitedge.backends.onnxruntime.gemm_bias import GemmBiasFusion, fuse_gemm_bias, unfold_gemm_bias
 from vitedge.backends.onnxruntime.patch_embed import PatchEmbedFusion, fuse_patch_embedding, unfold_patch_embedding
-from vitedge.backends.onnxruntime.payoff import Int8Payoff, keep_float_if_slower, keep_unpaid_float
+from vitedge.backends.onnxruntime.payoff import Int8Payoff, attention_fusion_pays, keep_float_if_slower, keep_unpaid_float
 from vitedge.core.cpu import read_cpu
 from vitedge.core import telemetry
 from vitedge.core.errors import BundleError, UsageError
 from vitedge.core.limits import MAX_PROFILE_THREADS, check_number
-from vitedge.onnxkit.files import copy_onnx, save_onnx
+from vitedge.onnxkit.files import copy_onnx, is_large, save_onnx
 from vitedge.onnxkit.metadata import FLOAT_NCHW, INPUT_FORMAT_KEY
 from vitedge.onnxkit.session import OPTIMIZATION_LEVELS, SessionSettings, ort_session
 from vitedge.files.swap import work_prefix
+from vitedge.quantize.graph import GraphIndex
+from vitedge.quantize.merge import merge_sibling_linears
 
 if TYPE_CHECKING:
     from onnx import ModelProto
@@ -115,8 +118,16 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
         model = ctx.out_dir / "model.int8.onnx"
         info: dict[str, Any] = {"execution_provider": "CPUExecutionProvider"}
         options = ctx.options or OnnxRuntimeOptions()
+        reference = ctx.out_dir / "reference.fp32.onnx"
+        if not reference.exists():
+            copy_onnx(ctx.fp32_path, reference)
+        attention = options.fuse_attention
+        if options.fuse_attention:  # the FP32 anchor gets the float rewrites the INT8 graph gets
+            reference, attention = _reference(reference, ctx, options, info)
         if options.fuse_attention:
-            report, gemm_bias, patch, payoff = _fuse_file(ctx.qdq_path, model)
+            unfused = None if attention else AttentionFusion(
+                info["reference_attention_fusion"]["candidates"], 0, (), ("not used: MultiHeadAttention timed slower than the exported attention here",))
+            report, gemm_bias, patch, payoff = _fuse_file(ctx.qdq_path, model, unfused)
             if ctx.log:
                 for line in (report.one_line(), gemm_bias.one_line(), patch.one_line(), payoff.one_line()):
                     ctx.log(line)
@@ -125,9 +136,6 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
             info["int8_payoff"] = payoff.to_dict()
         elif ctx.qdq_path.resolve() != model.resolve():
             copy_onnx(ctx.qdq_path, model)
-        reference = ctx.out_dir / "reference.fp32.onnx"
-        if not reference.exists():
-            copy_onnx(ctx.fp32_path, reference)
         with OnnxRuntimeRunner(model, options):  # proves the stock CPU provider loads it
             pass
         if options.int8_payoff:
@@ -136,10 +144,13 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
         return BuiltArtifact(model=model.name, reference=reference.name, info=info)
 
     def shipped_graph(self, src: Path, role: str, options: OnnxRuntimeOptions, out_dir: Path) -> Path:
-        """``build`` ships the FP32 graph as it is and the Q/DQ graph with its attention cores, GEMM biases and
-        patch embedding fused (when the profile fuses them), both written by the same code as here."""
-        if role != "model" or not (options or OnnxRuntimeOptions()).fuse_attention:
+        """``build`` ships the Q/DQ graph with its attention cores, GEMM biases and patch embedding fused, and the
+        FP32 reference with its attention cores fused (when the profile fuses them; the FP32 graph as it is when
+        no core fuses), both written by the same code as here."""
+        if not (options or OnnxRuntimeOptions()).fuse_attention:
             return src
+        if role == "reference":
+            return out_dir / FUSED_REFERENCE if _fuse_reference(src, out_dir / FUSED_REFERENCE).fused else src
         _fuse_file(src, out_dir / "model.int8.onnx")
         return out_dir / "model.int8.onnx"
 
@@ -158,20 +169,73 @@ def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[st
     if whole is not None:
         record["kept_float"] = whole
         line = f"INT8 payoff: INT8 of this model is slower than FP32 in ONNX Runtime on {cpu} ({ratios}): the whole model is kept float"
+    elif "undecided" in timed:
+        line = f"INT8 payoff: {timed['undecided']} (INT8/FP32 CPU time at one thread {ratios})"
+    elif any(v == WITHIN_NOISE for v in timed["verdicts"].values()):
+        line = (f"INT8 payoff: INT8 is kept, not slower than FP32 beyond this machine's noise in ONNX Runtime on {cpu} "
+                f"(INT8/FP32 CPU time at one thread {ratios}, the FP32-vs-FP32 control moved by {timed['control_noise']:.0%})")
     else:
         line = f"INT8 payoff: INT8 pays in ONNX Runtime on {cpu} (INT8/FP32 CPU time at one thread {ratios})"
     if ctx.log:
         ctx.log(line)
 
 
-def _fuse_file(src: Path, dst: Path) -> tuple[AttentionFusion, GemmBiasFusion, PatchEmbedFusion, Int8Payoff]:
-    """Write the Q/DQ graph ``src`` to ``dst`` with its float attention cores fused, its INT8 GEMMs' biases
-    folded into MatMulIntegerToFloat and its INT8 patch embedding run as one, and the INT8 layers ONNX Runtime
-    would still run as float kernels back in float (vitedge/backends/onnxruntime/payoff.py); returns the reports."""
+# The onnx target's FP32 reference with its attention cores fused (beside reference.fp32.onnx, the exported graph the
+# analysis reads): the graph INT8 is timed and validated against, and what ships when the whole model stays float.
+# Without it the anchor kept what the INT8 graph's rewrites remove: a sequence-first attention export's shape
+# arithmetic (961 nodes against the INT8 graph's 259), a dozen small kernels per attention core, per-head q/k/v GEMMs.
+FUSED_REFERENCE = "reference.fp32.fused.onnx"
+
+
+def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
+    """Write the FP32 graph ``src`` to ``dst`` with the float rewrites its INT8 graph got: q/k/v layers that read
+    one activation as one GEMM (``quantize/merge``, done to the FP32 graph before quantization) and its attention
+    cores fused, each with its numeric check; nothing is written when no core fuses."""
     import onnx
 
     graph = onnx.load(str(src))
+    gi = GraphIndex(graph)
+    merge_sibling_linears(graph, check=not is_large(graph), constant=lambda name: gi.value(name) if gi.is_const(name) else None)
     report = fuse_attention(graph)
+    if report.fused:
+        save_onnx(graph, dst)
+    return report
+
+
+def _reference(exported: Path, ctx: BuildContext, options: OnnxRuntimeOptions, info: dict[str, Any]) -> tuple[Path, bool]:
+    """(the FP32 reference, whether the attention cores are fused): the exported graph with the INT8 graph's float
+    rewrites, unless timing here (``int8_payoff``) finds the fused attention slower than the exported graph's, in
+    which case neither graph fuses it (recorded in ``info['reference_attention_fusion']``)."""
+    fused = ctx.out_dir / FUSED_REFERENCE
+    fusion = _fuse_reference(exported, fused)
+    record = info["reference_attention_fusion"] = fusion.to_dict()
+    if not fusion.fused:
+        return exported, True
+    if options.int8_payoff:
+        cpu = read_cpu().isa
+        timed = record["timed"] = attention_fusion_pays(exported, fused, tuple(sorted({1, *(ctx.batch_sizes or ())})), cpu)
+        ratios = ", ".join(f"b{b} {r:.2f}" for b, r in timed["fused_over_exported"].items())
+        if timed["slower"]:
+            for f in (fused, fused.with_name(fused.name + ".data")):
+                f.unlink(missing_ok=True)
+            if ctx.log:
+                ctx.log(f"attention fusion: not used, MultiHeadAttention is slower than the exported attention in ONNX "
+                        f"Runtime on {cpu} (fused/exported FP32 CPU time at one thread {ratios})")
+            return exported, False
+        if ctx.log:
+            ctx.log(f"FP32 reference: {fusion.one_line()} (fused/exported FP32 CPU time at one thread {ratios})")
+    return fused, True
+
+
+def _fuse_file(src: Path, dst: Path, unfused: AttentionFusion | None = None) -> tuple[AttentionFusion, GemmBiasFusion, PatchEmbedFusion, Int8Payoff]:
+    """Write the Q/DQ graph ``src`` to ``dst`` with its float attention cores fused (unless ``unfused`` says why
+    not: the build timed the fusion slower here; it is then the report), its INT8 GEMMs' biases folded into MatMulIntegerToFloat and its
+    INT8 patch embedding run as one, and the INT8 layers ONNX Runtime would still run as float kernels back in float
+    (vitedge/backends/onnxruntime/payoff.py); returns the reports."""
+    import onnx
+
+    graph = onnx.load(str(src))
+    report = fuse_attention(graph) if unfused is None else unfused
     gemm_bias = fuse_gemm_bias(graph)
     patch = fuse_patch_embedding(graph)
     payoff = keep_unpaid_float(graph, read_cpu().isa)

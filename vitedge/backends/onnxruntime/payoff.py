@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from vitedge.backends.float_layers import int8_layers, return_to_float
-from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio, timed_steps_line, timing_input
+from vitedge.backends.int8_timing import SLOWER, TOO_SHORT, PayoffTiming, interleaved_times, payoff_verdict, timed_steps_line, timing_input
 from vitedge.onnxkit.session import SessionSettings, ort_session
 from vitedge.onnxkit.structure import node_index
 from vitedge.files.swap import work_prefix
@@ -92,8 +92,10 @@ def keep_unpaid_float(model: ModelProto, cpu: str) -> Int8Payoff:
 def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[int, ...], cpu: str,
                          timing: PayoffTiming = PayoffTiming()) -> dict[str, Any]:
     """Time the onnx artifact against its FP32 reference here (``int8_timing``) at each batch size; when INT8 is
-    slower at any of them, the whole model goes back to float: ``model_path`` becomes the FP32 graph. Returns the
-    record (``steps``, ``whole_model_float``, ``control_noise``, and the layers kept float when it did)."""
+    slower beyond the timing's noise at any of them (``payoff_verdict``), the whole model goes back to float:
+    ``model_path`` becomes the FP32 graph. A batch size too short to time decides nothing; when none can be timed,
+    INT8 is kept and the record says why. Returns the record (``steps``, ``verdicts``, ``fp32_ms``,
+    ``whole_model_float``, ``control_noise``, ``rule``, and the layers kept float when it did)."""
     import onnx
 
     def runs(path: Path, batch: int) -> Callable[[], Any]:
@@ -103,15 +105,25 @@ def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[
         x = timing_input(dims, integral="uint8" in inp.type)
         return lambda: session.run(None, {inp.name: x})
 
-    ratios, noise = {}, 0.0
-    for b in batches:
-        ratios[b], control = interleaved_ratio(runs(reference_path, b), runs(reference_path, b), runs(model_path, b), timing, seed=b)
-        noise = max(noise, abs(control - 1.0))
+    timed = {b: interleaved_times(runs(reference_path, b), runs(reference_path, b), runs(model_path, b), timing, seed=b)
+             for b in batches}
+    ratios = {b: t.int8 for b, t in timed.items()}
+    verdicts = {b: payoff_verdict(t, timing) for b, t in timed.items()}
     steps = [{"step": "INT8", "ratios": ratios, "taken": True}]
-    record: dict[str, Any] = {"timed_on": cpu, "whole_model_float": False, "control_noise": round(noise, 4),
-                              "steps": [{"step": s["step"], "taken": s["taken"], "int8_over_fp32": {str(b): round(r, 4) for b, r in s["ratios"].items()}}
-                                        for s in steps]}
-    if max(ratios.values()) <= 1.0:
+    record: dict[str, Any] = {
+        "timed_on": cpu, "whole_model_float": False,
+        "control_noise": round(max(abs(t.control - 1.0) for t in timed.values()), 4),
+        "steps": [{"step": s["step"], "taken": s["taken"], "int8_over_fp32": {str(b): round(r, 4) for b, r in s["ratios"].items()}}
+                  for s in steps],
+        "verdicts": {str(b): v for b, v in verdicts.items()},
+        "fp32_ms": {str(b): round(t.fp32_seconds * 1e3, 4) for b, t in timed.items()},
+        "rule": (f"whole model float only when INT8/FP32 exceeds 1 by more than the FP32-vs-FP32 control moved and by "
+                 f"over {timing.slower_margin:.0%}, at a batch size whose FP32 call takes {timing.min_seconds * 1e3:.3f} ms or more"),
+    }
+    if all(v == TOO_SHORT for v in verdicts.values()):
+        record["undecided"] = (f"FP32 runs in under {timing.min_seconds * 1e3:.3f} ms at every batch size timed: the timing "
+                               "cannot tell INT8 from FP32 here, INT8 is kept")
+    if SLOWER not in verdicts.values():
         return record
     model = onnx.load(str(model_path), load_external_data=False)
     why = f"INT8 of the whole model is slower than FP32 in ONNX Runtime on {cpu} ({timed_steps_line(steps)})"
@@ -120,3 +132,26 @@ def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[
     record["kept_float_whole"] = [{"name": n.name, "op_type": n.op_type, "why": why} for n in model.graph.node if n.name in layers]
     shutil.copyfile(reference_path, model_path)
     return record
+
+
+def attention_fusion_pays(exported: Path, fused: Path, batches: tuple[int, ...], cpu: str,
+                          timing: PayoffTiming = PayoffTiming()) -> dict[str, Any]:
+    """Time the FP32 graph with its attention cores fused (``fused``) against the exported one here, the way INT8 is
+    timed against FP32 (``int8_timing``: a second copy of the exported graph is the control). MultiHeadAttention is
+    not faster on every layout: on small heads ONNX Runtime's unfused kernels can win. The attention core is float
+    in the INT8 graph too, so what the FP32 graphs show holds for it. Returns the record; ``slower`` is True when the
+    fused graph is slower beyond the noise at a batch size long enough to time (``payoff_verdict``)."""
+
+    def runs(path: Path, batch: int) -> Callable[[], Any]:
+        session = ort_session(path, SessionSettings(threads=1, spinning=False))
+        inp = session.get_inputs()[0]
+        dims = [batch] + [d if isinstance(d, int) else 1 for d in inp.shape[1:]]
+        x = timing_input(dims, integral="uint8" in inp.type)
+        return lambda: session.run(None, {inp.name: x})
+
+    timed = {b: interleaved_times(runs(exported, b), runs(exported, b), runs(fused, b), timing, seed=100 + b) for b in batches}
+    verdicts = {b: payoff_verdict(t, timing) for b, t in timed.items()}
+    return {"timed_on": cpu, "fused_over_exported": {str(b): round(t.int8, 4) for b, t in timed.items()},
+            "verdicts": {str(b): v for b, v in verdicts.items()},
+            "control_noise": round(max(abs(t.control - 1.0) for t in timed.values()), 4),
+            "slower": SLOWER in verdicts.values()}
