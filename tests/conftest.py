@@ -112,23 +112,27 @@ def deit_distilled(model_dir):
 
 
 @pytest.fixture(scope="session")
-def example_bundles(tmp_path_factory):
+def example_bundles(tmp_path_factory, untimed_targets_dir):
     """One GPU-less build of the bundled example for onnx, intel-cpu and the jetson family (the
-    accuracy gate loosened: these bundles serve family and camera-app tests, not accuracy ones)."""
+    accuracy gate loosened: these bundles serve family and camera-app tests, not accuracy ones; no INT8 timing)."""
     from camera_support import build_example_bundles
+    from helpers.profiles import untimed_targets
 
-    return build_example_bundles(tmp_path_factory.mktemp("example-bundles") / "digits")
+    with untimed_targets(untimed_targets_dir):
+        return build_example_bundles(tmp_path_factory.mktemp("example-bundles") / "digits")
 
 
 @pytest.fixture(scope="session")
-def built_bundle(tmp_path_factory) -> Path:
-    """One `onnx` bundle of examples/digits_vit.pt per test process (latency not measured)."""
+def built_bundle(tmp_path_factory, untimed_targets_dir) -> Path:
+    """One `onnx` bundle of examples/digits_vit.pt per test process (latency not measured, no INT8 timing)."""
+    from helpers.profiles import untimed_targets
     from vitedge.app.build import BuildRequest, run_build
     from vitedge.core.ui import StageLog
 
     out = tmp_path_factory.mktemp("validate-bundles") / "onnx"
-    run_build(BuildRequest(model=EXAMPLES / "digits_vit.pt", targets=("onnx",), calib=CALIB_DIR, val=VAL_DIR, out=out,
-                           measure_speed=False), StageLog(quiet=True))
+    with untimed_targets(untimed_targets_dir):
+        run_build(BuildRequest(model=EXAMPLES / "digits_vit.pt", targets=("onnx",), calib=CALIB_DIR, val=VAL_DIR, out=out,
+                               measure_speed=False), StageLog(quiet=True))
     return out
 
 
@@ -142,12 +146,14 @@ def bundle(built_bundle, tmp_path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def runtime_bundles(tmp_path_factory) -> dict[str, dict[str, Path]]:
-    """{"plain"|"baked": {target: bundle}}, built once per test run (shared by xdist workers)."""
+def runtime_bundles(tmp_path_factory, untimed_targets_dir) -> dict[str, dict[str, Path]]:
+    """{"plain"|"baked": {target: bundle}}, built once per test run (shared by xdist workers; no INT8 timing)."""
     from helpers.once_per_run import once_per_run
+    from helpers.profiles import untimed_targets
     from helpers.runtime_bundles import KINDS, TARGETS, build_runtime_bundles
 
-    root = once_per_run(tmp_path_factory, "runtime-bundles", lambda r: build_runtime_bundles(r, EXAMPLES / "digits_vit.pt", CALIB_DIR, VAL_DIR))
+    with untimed_targets(untimed_targets_dir):
+        root = once_per_run(tmp_path_factory, "runtime-bundles", lambda r: build_runtime_bundles(r, EXAMPLES / "digits_vit.pt", CALIB_DIR, VAL_DIR))
     return {kind: {t: root / kind / t for t in TARGETS} for kind in KINDS}
 
 
@@ -185,6 +191,26 @@ def outlier_vit(tmp_path_factory) -> Path:
 
     root = once_per_run(tmp_path_factory, "outlier-vit", lambda r: mo.make_checkpoint(r / "digits_vit_outliers.pt", k=300.0))
     return root / "digits_vit_outliers.pt"
+
+
+@pytest.fixture(scope="session")
+def untimed_targets_dir(tmp_path_factory) -> Path:
+    """A VITEDGE_TARGETS_PATH folder whose onnx, intel-cpu and intel-cpu-vnni profiles are the shipped ones with
+    ``int8_payoff = false`` (tests/helpers/profiles.py), once per test process."""
+    from helpers.profiles import write_untimed_targets
+
+    return write_untimed_targets(tmp_path_factory.mktemp("untimed-targets"))
+
+
+@pytest.fixture
+def no_int8_timing(untimed_targets_dir, monkeypatch) -> None:
+    """Builds by target name in this test (in this process and in its children) skip the INT8-vs-FP32 timing: for
+    tests that pin something else (the timing's own tests are tests/backends/test_int8_payoff.py,
+    tests/app/test_int8_not_faster.py and the payoff records in tests/app/test_shipped.py)."""
+    from helpers.profiles import untimed_targets_env
+
+    for key, value in untimed_targets_env(untimed_targets_dir).items():
+        monkeypatch.setenv(key, value)
 
 
 @pytest.fixture(scope="module")

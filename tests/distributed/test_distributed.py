@@ -18,6 +18,7 @@ import pytest
 from conftest import REPO, VAL_DIR
 from helpers.cli import run_cli
 from helpers.documents import mismatches
+from helpers.profiles import untimed_targets, untimed_targets_env
 
 LENIENT = ("--max-top1-drop", 100, "--min-agreement", 0, "--min-decisive-agreement", 0)  # the gate cannot fail on accuracy: these tests are about plumbing
 
@@ -25,15 +26,19 @@ ray = pytest.importorskip("ray")
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    """A real local Ray cluster of 2 CPUs; the workers import this checkout and the tests folder."""
+def ray_cluster(untimed_targets_dir):
+    """A real local Ray cluster of 2 CPUs; the workers import this checkout and the tests folder. The module's builds,
+    here, in the Ray workers and in the child without Ray, skip the INT8-vs-FP32 timing (tests/conftest.py:
+    no_int8_timing): what is pinned here is the plumbing."""
     # this file's folder too: Ray workers import the functions defined here by this module's name
     path = os.pathsep.join([str(REPO), str(REPO / "tests"), str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])
-    try:  # shut down on every path, a failed or interrupted init included (a live raylet outlives pytest)
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}})
-        yield ray
-    finally:
-        ray.shutdown()
+    with untimed_targets(untimed_targets_dir):
+        try:  # shut down on every path, a failed or interrupted init included (a live raylet outlives pytest)
+            ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": {"PYTHONPATH": path, **untimed_targets_env(untimed_targets_dir)}})
+            yield ray
+        finally:
+            ray.shutdown()
 
 
 def test_core_imports_never_load_ray():

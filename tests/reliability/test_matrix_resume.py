@@ -62,7 +62,7 @@ def _rows(root: Path) -> dict:
     return {r["label"]: r for r in json.loads((root / "mx" / "matrix.json").read_text())["rows"]}
 
 
-def test_a_row_resumes_only_from_what_it_asks(timm_vit, tmp_path):
+def test_a_row_resumes_only_from_what_it_asks(timm_vit, tmp_path, no_int8_timing):
     """Built once; the same matrix resumes; looser thresholds, another calibration subset, other data or another
     model file each rebuild the row, and the verdict is the new build's."""
     model = tmp_path / "m.pt"
