@@ -358,7 +358,7 @@ def decisive_outcome(flips: int, images: int, estimate: float | None, limit: flo
     if estimate is not None and estimate > 1.0 - limit + 1e-12:
         return TOO_FEW, f"the estimated flip rate {100 * estimate:.2f}% lies between the limit and the loss line"
     upper = flip_rate_upper(flips, images, confidence)
-    if upper > line + 1e-12:
+    if flips and upper > line + 1e-12:
         return TOO_FEW, f"with {flips} flips the flip rate's {100 * confidence:g}% upper bound is {100 * upper:.2f}%"
     return OK, ""
 

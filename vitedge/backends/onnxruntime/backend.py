@@ -27,8 +27,6 @@ from vitedge.onnxkit.files import copy_onnx, is_large, save_onnx
 from vitedge.onnxkit.metadata import FLOAT_NCHW, INPUT_FORMAT_KEY
 from vitedge.onnxkit.session import OPTIMIZATION_LEVELS, SessionSettings, ort_session
 from vitedge.files.swap import work_prefix
-from vitedge.quantize.graph import GraphIndex
-from vitedge.quantize.merge import merge_sibling_linears
 
 if TYPE_CHECKING:
     from onnx import ModelProto
@@ -192,6 +190,9 @@ def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
     one activation as one GEMM (``quantize/merge``, done to the FP32 graph before quantization) and its attention
     cores fused, each with its numeric check; nothing is written when no core fuses."""
     import onnx
+
+    from vitedge.quantize.graph import GraphIndex  # build-only modules (they pull in the console): not at import time
+    from vitedge.quantize.merge import merge_sibling_linears
 
     graph = onnx.load(str(src))
     gi = GraphIndex(graph)
