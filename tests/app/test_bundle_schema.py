@@ -168,7 +168,9 @@ ADDED_SINCE_V1 = ("quantization.config.", "calibration.config.", "validation.qua
                   "validation.accuracy.per_sample", "validation.latency.device",
                   # issue 43: the decisive-agreement row's limit
                   "quantization.budget.thresholds.min_decisive_agreement", "target.profile.thresholds.min_decisive_agreement",
-                  "validation.thresholds.min_decisive_agreement")
+                  "validation.thresholds.min_decisive_agreement",
+                  # issue 47: the floor the budget's speed verdict held its graph to, and the CPU kind's allowance
+                  "quantization.budget.speed_verdict.floor", "quantization.budget.speed_verdict.allowance")
 
 
 def test_the_typed_manifest_writes_the_v1_schema_of_the_committed_bundle(built):

@@ -1,5 +1,7 @@
-"""What vitedge writes into an ONNX graph's metadata: the model's input spec (``SPEC_KEY``) and the
-input format a graph takes (``INPUT_FORMAT_KEY``: ``FLOAT_NCHW`` or ``UINT8_NHWC_RGB``).
+"""What vitedge writes into an ONNX graph's metadata: the model's input spec (``SPEC_KEY``), the
+input format a graph takes (``INPUT_FORMAT_KEY``: ``FLOAT_NCHW`` or ``UINT8_NHWC_RGB``), and for an FP32
+graph rewritten from another (the onnx bundle's fused reference) the sha256 of the graph it computes
+(``FP32_SOURCE_KEY``), so FP32 outputs can be shared with references converted from that graph.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ SPEC_KEY = "vitedge.spec"
 INPUT_FORMAT_KEY = "vitedge.input_format"
 FLOAT_NCHW = "float32-nchw"
 UINT8_NHWC_RGB = "uint8-nhwc-rgb"
+FP32_SOURCE_KEY = "vitedge.fp32_source_sha256"
 
 
 def set_metadata(model: ModelProto, values: dict[str, str]) -> None:

@@ -89,6 +89,7 @@ from vitedge.backends.openvino import ir_source_sha256
 from vitedge.core.cpu import read_cpu
 from vitedge.files.atomic import atomic_write_path, sha256_file
 from vitedge.onnxkit.files import onnx_sha256
+from vitedge.onnxkit.metadata import FP32_SOURCE_KEY, get_metadata
 from vitedge.quantize.cache import cache_key, default_cache_dir
 from vitedge.validation.accuracy import Outputs, collect_outputs
 
@@ -395,10 +396,22 @@ def fp32_source_sha256(reference_path: Path) -> str | None:
     older vitedge, a foreign IR, another format): then its outputs are never shared."""
     path = Path(reference_path)
     if path.suffix == ".onnx":
-        return onnx_sha256(path) if path.is_file() else None
+        return (_recorded_fp32_source(path) or onnx_sha256(path)) if path.is_file() else None
     if path.suffix == ".xml":
         return ir_source_sha256(path)
     return None
+
+
+def _recorded_fp32_source(path: Path) -> str | None:
+    """The FP32 graph an ONNX reference records it computes (``FP32_SOURCE_KEY``: the onnx bundle's reference with the
+    INT8 graph's float rewrites, each checked numerically), read without its weights; None when it records none."""
+    import onnx
+
+    try:
+        model = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001 - an unreadable file shares nothing; its own sha256 says so
+        return None
+    return get_metadata(model).get(FP32_SOURCE_KEY)
 
 
 def shared_key_parts(source_sha256: str, source, pre, batch: int, variant: dict[str, float] | None = None) -> dict[str, Any]:

@@ -23,8 +23,8 @@ from vitedge.core.cpu import read_cpu
 from vitedge.core import telemetry
 from vitedge.core.errors import BundleError, UsageError
 from vitedge.core.limits import MAX_PROFILE_THREADS, check_number
-from vitedge.onnxkit.files import copy_onnx, is_large, save_onnx
-from vitedge.onnxkit.metadata import FLOAT_NCHW, INPUT_FORMAT_KEY
+from vitedge.onnxkit.files import copy_onnx, is_large, onnx_sha256, save_onnx
+from vitedge.onnxkit.metadata import FLOAT_NCHW, FP32_SOURCE_KEY, INPUT_FORMAT_KEY, set_metadata
 from vitedge.onnxkit.session import OPTIMIZATION_LEVELS, SessionSettings, ort_session
 from vitedge.files.swap import work_prefix
 
@@ -199,6 +199,7 @@ def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
     merge_sibling_linears(graph, check=not is_large(graph), constant=lambda name: gi.value(name) if gi.is_const(name) else None)
     report = fuse_attention(graph)
     if report.fused:
+        set_metadata(graph, {FP32_SOURCE_KEY: onnx_sha256(src)})  # the function it computes: FP32 outputs are shared by it
         save_onnx(graph, dst)
     return report
 
