@@ -89,23 +89,3 @@ def test_the_budget_does_not_ship_what_the_gate_cannot_tell():
         assert ok is shipped and acc["decisive_flips"] == flips
         assert shipped or any(f.startswith("too few images to tell") for f in failures)
 
-
-def test_the_search_stops_when_only_the_image_count_misses():
-    """A full INT8 graph that flips no decisive image and misses only by "too few images to tell" cannot be helped by
-    float layers (flips cannot go below 0, the image count is the data's): the search stops at once instead of
-    spending its evaluations; a flip, an estimate over the limit or another failing row keeps it searching."""
-    from vitedge.budget.search import _only_the_image_count_misses
-    from vitedge.validation.run import TOO_FEW_TEXT
-
-    too_few = f"{TOO_FEW_TEXT} the 99.50% limit from the 99% loss line: 0 flips there"
-
-    def evaluation(failures, flips=0, estimate=0.0):
-        acc = {"decisive_flips": flips, "decisive_flip_estimate": estimate}
-        return Evaluation(1, "full-int8", (), False, acc, failures, 0.1)
-
-    assert _only_the_image_count_misses(evaluation([too_few]), 0.995)
-    assert _only_the_image_count_misses(evaluation([too_few], estimate=None), 0.995)
-    assert not _only_the_image_count_misses(evaluation([too_few], flips=1), 0.995)
-    assert not _only_the_image_count_misses(evaluation([too_few], estimate=0.008), 0.995)
-    assert not _only_the_image_count_misses(evaluation([too_few, "max_top1_drop: 1.2 points (limit 0.2)"]), 0.995)
-    assert not _only_the_image_count_misses(evaluation(["min_agreement: 97.0 %"]), 0.995)

@@ -1,8 +1,8 @@
 """examples/ci/: the GitHub Actions workflow and the GitLab CI job, parsed as YAML and their shell
 steps run in order with bash (pip installs and `uses:` actions excepted) on the bundled example,
 with a `vitedge` on PATH that runs this checkout. The calibration images are cut to 3 per class to
-keep it quick; the validation set is the example's whole one, as the recipes use it: the gate says "too few images
-to tell" (a failure) where the decisive images cannot bound the flip rate, and 40 images never can.
+keep it quick; the validation set is the example's whole one, as the recipes use it (on a few dozen images one
+decisive flip would leave the gate "too few images to tell", a failure).
 
 Latency is measured (the recipes gate it) but never asserted against a limit: the comparison of
 two runs on this shared machine may pass or fail on latency; the test checks the job's exit code

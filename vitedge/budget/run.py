@@ -14,7 +14,7 @@ from vitedge.budget.cost import float_layers, measure_costs
 from vitedge.budget.evaluate import runtime_facts, strictest, target_runtimes
 from vitedge.budget.record import BudgetResult
 from vitedge.budget.report import budget_criterion
-from vitedge.budget.search import ONLY_THE_IMAGE_COUNT, BudgetSearch, meet_budget
+from vitedge.budget.search import BudgetSearch, meet_budget
 from vitedge.budget.settings import BudgetSettings
 from vitedge.core.errors import GateFailure
 from vitedge.targets.profiles import TargetProfile, Thresholds
@@ -64,9 +64,7 @@ class BudgetJob:
     cache: ReferenceCacheSettings = field(default_factory=ReferenceCacheSettings)
 
 
-def not_met_hint(output_kind: str, reason: str | None = None) -> str:
-    if reason and reason.startswith(ONLY_THE_IMAGE_COUNT):
-        return "validate on more images (the decisive row's line says about how many would tell)"
+def not_met_hint(output_kind: str) -> str:
     loosen = "--min-embedding-cosine" if output_kind == "embedding" else "--max-top1-drop / --min-agreement"
     return (f"loosen {loosen}, raise --fallback-max-evals, or pass --no-fallback to build the full INT8 graph and let its "
             "gate report the miss")
@@ -76,7 +74,7 @@ def budget_failure(result: BudgetResult | None, output_kind: str) -> str | None:
     """The one line that marks a bundle failed when the budget was not met (its graph is the closest found)."""
     if result is None or result.status != "not-met":
         return None
-    return f"{result.one_line()}; this bundle holds the closest INT8 graph found ({result.graph.one_line()}): {not_met_hint(output_kind, result.reason)}"
+    return f"{result.one_line()}; this bundle holds the closest INT8 graph found ({result.graph.one_line()}): {not_met_hint(output_kind)}"
 
 
 def run_budget(job: BudgetJob, settings: BudgetSettings, log: StageLog) -> BudgetResult:
@@ -99,8 +97,7 @@ def run_budget(job: BudgetJob, settings: BudgetSettings, log: StageLog) -> Budge
             result.costs = float_layers(result)
         log.info(result.one_line())
         if result.status == "not-met":
-            log.info(f"the closest INT8 graph ({result.graph.one_line()}) is built and marked failed: "
-                     + not_met_hint(spec.output_kind, result.reason))
+            log.info(f"the closest INT8 graph ({result.graph.one_line()}) is built and marked failed: " + not_met_hint(spec.output_kind))
         if result.status == "fallback":
             log.info("kept in float by the budget: " + ", ".join(result.returned))
     return result

@@ -35,7 +35,6 @@ from vitedge.budget.settings import BudgetSettings
 from vitedge.targets.profiles import Thresholds
 from vitedge.quantize.qdq import QuantizedGraph, build_qdq, resolve_keep_float
 from vitedge.validation.noise import MIN_DECISIVE
-from vitedge.validation.run import TOO_FEW_TEXT
 from vitedge.validation.reference_cache import ReferenceCacheSettings
 
 if TYPE_CHECKING:
@@ -111,13 +110,9 @@ class _Search:
         if not self.settings.enabled:
             return self._done()
         self._open_evaluator()
-        first = self._evaluate((), "full-int8")
-        if first.passed:
+        if self._evaluate((), "full-int8").passed:
             self.result.status = "int8"
             return self._done()
-        if _only_the_image_count_misses(first, self.job.thresholds.min_decisive_agreement):
-            return self._not_met(f"{ONLY_THE_IMAGE_COUNT}: the full INT8 graph flips none of the decisive images, and no "
-                                 "layer returned to float can show more than the images do")
         if not self.full.quantized:
             return self._not_met("no layer is INT8 (every layer pinned float) and the graph still misses the budget")
         if self._other_calibration_meets():
@@ -287,19 +282,3 @@ def _group_sizes(n: int, settings: BudgetSettings) -> list[int]:
         k = min(n - 1, 2 * k if k and settings.schedule == "doubling" else k + (settings.group if settings.schedule == "fixed" else 1))
         sizes.append(k)
     return sizes
-
-
-ONLY_THE_IMAGE_COUNT = "only the image count misses"  # the reason's opening when the search stops for it
-
-
-def _only_the_image_count_misses(e: Evaluation, limit: float) -> bool:
-    """Whether ``e`` misses only by the decisive row's "too few images to tell" with no decisive flip and no estimated
-    flip rate over the limit: float layers lower flips and margin losses, never raise the image count, so no
-    candidate of the search can pass where this one did not (it would only spend evaluations)."""
-    acc = e.accuracy
-    if not e.failures or not all(f.startswith(TOO_FEW_TEXT) for f in e.failures):
-        return False
-    if int(acc.get("decisive_flips") or 0) != 0:
-        return False
-    estimate = acc.get("decisive_flip_estimate")
-    return estimate is None or estimate <= 1.0 - limit + 1e-12

@@ -344,9 +344,10 @@ def decisive_outcome(flips: int, images: int, estimate: float | None, limit: flo
     """The decisive row's verdict on ``flips`` of ``images`` decisive images and the smooth flip-rate estimate
     (``decisive_flip_estimate``), with why: LOSS when the flips exceed what the loss line (``decisive_loss_line``, 1 % at
     0.995) allows, or the estimate is over that line; else TOO_FEW when the images cannot tell the limit from the loss
-    line: the flips exceed what the limit allows (but not the loss line), the estimate is over the limit, or the flip
-    rate's one-sided upper bound (``flip_rate_upper``) is over the loss line; else OK. Nothing excuses a flip: a count
-    over the limit never passes (docs/gate.md)."""
+    line: the flips exceed what the limit allows (but not the loss line), the estimate is over the limit, or, once there
+    is a flip, the flip rate's one-sided upper bound (``flip_rate_upper``) is over the loss line; else OK (no flip with
+    the estimate within the limit passes at any image count). Nothing excuses a flip: a count over the limit never
+    passes (docs/gate.md)."""
     line = decisive_loss_line(limit)
     if flips > allowed_flips(1.0 - line, images):
         return LOSS, f"more than the {allowed_flips(1.0 - line, images)} the {100 * (1 - line):g}% loss line allows"
