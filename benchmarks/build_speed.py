@@ -183,7 +183,7 @@ def ort_variants(work: Path, bundles: Path) -> dict[str, Path]:
     # bundle's graph before the attention fusion
     plain = bundles / "intel-cpu" / "model.int8.onnx"
     out = {"plain": plain}
-    fp32 = onnx.load(str(bundles / "onnx" / "reference.fp32.onnx"))
+    fp32 = onnx.load(str(bundles / "intel-cpu" / "reference.fp32.onnx"))
     report = fuse_attention(fp32)
     log(f"   FP32 {report.one_line()}")
     out["fp32_fused"] = work / "fp32_fused.onnx"
@@ -236,7 +236,7 @@ def latency_table(bundles: Path, anchors, variants: dict[str, Path], rounds: int
             return ov_runner(core, path, x, precision)
 
         return {
-            ("onnxruntime", "FP32"): lambda: ort_run(bundles / "onnx" / "reference.fp32.onnx"),
+            ("onnxruntime", "FP32"): lambda: ort_run(bundles / "intel-cpu" / "reference.fp32.onnx"),
             ("onnxruntime", "FP32, attention fused"): lambda: ort_run(variants["fp32_fused"]),
             ("onnxruntime", "vitedge INT8"): lambda: ort_run(bundles / "onnx" / "model.int8.onnx"),
             ("onnxruntime", "vitedge INT8, fuse_attention = false"): lambda: ort_run(variants["plain"]),
@@ -298,7 +298,7 @@ def quick_latency(bundles: Path, ort_static: Path, rounds: int) -> list[dict]:
     rows = []
     for batch, n in ((1, rounds), (8, max(2, rounds // 3))):
         x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
-        runs = {("onnxruntime", "FP32"): ort_runner(bundles / "onnx" / "reference.fp32.onnx", x, threads),
+        runs = {("onnxruntime", "FP32"): ort_runner(bundles / "intel-cpu" / "reference.fp32.onnx", x, threads),
                 ("onnxruntime", "vitedge INT8"): ort_runner(bundles / "onnx" / "model.int8.onnx", x, threads),
                 ("onnxruntime", "quantize_static defaults"): ort_runner(ort_static, x, threads),
                 ("openvino", "FP32"): ov_runner(core, bundles / "intel-cpu" / "reference.fp32.xml", x),
@@ -408,7 +408,7 @@ def build_only(calib_size: int, baseline: Path | None = None, latency_rounds: in
         pt, bundles, build_times = build_vitb(work, calib_size, BUILD_ONLY_ROWS)
         load.append(os.getloadavg()[0])
         spec = load_model(pt, IntakeOptions(arch="vit_base_patch16_224")).spec
-        anchors = anchor_graphs(work, bundles / "onnx" / "reference.fp32.onnx", calib_batches(spec, calib_size), nncf_too=False)
+        anchors = anchor_graphs(work, bundles / "intel-cpu" / "reference.fp32.onnx", calib_batches(spec, calib_size), nncf_too=False)
         load.append(os.getloadavg()[0])
         latency = quick_latency(bundles, anchors["ort_static"][0], latency_rounds) if latency_rounds else []
         if latency:
@@ -509,7 +509,7 @@ def main() -> None:
         work = Path(tmp)
         pt, bundles, build_times = build_vitb(work, args.calib_size)
         spec = load_model(pt, IntakeOptions(arch="vit_base_patch16_224")).spec
-        anchors = anchor_graphs(work, bundles / "onnx" / "reference.fp32.onnx", calib_batches(spec, args.calib_size))
+        anchors = anchor_graphs(work, bundles / "intel-cpu" / "reference.fp32.onnx", calib_batches(spec, args.calib_size))
         variants = ort_variants(work, bundles)
         log("== latency rounds")
         lat = latency_table(bundles, anchors, variants, args.rounds)

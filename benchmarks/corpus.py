@@ -419,8 +419,9 @@ def speed(model, bundles: Path, graphs: dict[tuple[str, str], Path], rounds: int
                ("openvino", "FP32"): bundles / "intel-cpu" / "reference.fp32.xml",
                ("openvino", "FP32 control"): bundles / "intel-cpu" / "reference.fp32.xml",
                ("openvino", "vitedge INT8"): bundles / "intel-cpu" / "model.xml", **graphs}
-    if ort_ref.name != "reference.fp32.onnx":  # the exported graph beside the bundle's rewritten reference
-        sources[("onnxruntime", "FP32 as exported")] = bundles / "onnx" / "reference.fp32.onnx"
+    exported = _exported_graph(bundles)
+    if exported != ort_ref:  # the exported graph, where the onnx bundle's reference is its rewrite
+        sources[("onnxruntime", "FP32 as exported")] = exported
     sources = {k: v for k, v in sources.items() if v.is_file()}
     ov_used = _bundle_float_precision(bundles)
     rows: list[dict[str, Any]] = []
@@ -457,6 +458,16 @@ def _onnx_reference(bundle: Path) -> str:
         return json.loads((bundle / "manifest.json").read_text())["artifacts"]["reference"]
     except (OSError, KeyError, ValueError):
         return "reference.fp32.onnx"
+
+
+def _exported_graph(bundles: Path) -> Path:
+    """The exported FP32 graph: the onnx bundle's reference.fp32.onnx unless its manifest says it is the fused rewrite
+    (artifacts.fp32_graph; bundles of earlier versions shipped the rewrite beside it), then the intel-cpu bundle's."""
+    try:
+        form = json.loads((bundles / "onnx" / "manifest.json").read_text())["artifacts"].get("fp32_graph", {}).get("form")
+    except (OSError, KeyError, ValueError, AttributeError):
+        form = None
+    return bundles / ("intel-cpu" if form == "fused" else "onnx") / "reference.fp32.onnx"
 
 
 def _bundle_float_precision(bundles: Path) -> str:

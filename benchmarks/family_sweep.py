@@ -281,7 +281,7 @@ def sweep_trained(name: str, ckpt: Path, facts: dict[str, Any], work: Path) -> d
                 build["targets"][target] = {"error": tail[-400:]}
         res["builds"][mode] = build
         log(f"   {mode}: exit {code}; " + "; ".join(f"{t}: {r.get('gate', 'error')}" for t, r in build["targets"].items()))
-    fp32 = work / f"{name}-default" / "onnx" / "reference.fp32.onnx"
+    fp32 = work / f"{name}-default" / "intel-cpu" / "reference.fp32.onnx"  # the exported graph (onnx ships it fused)
     if fp32.is_file():
         res["ort_quantize_static"] = ort_anchor(fp32, pre, x, labels, ort_predict(fp32, x), work)
     res["seconds"] = time.perf_counter() - t0

@@ -43,7 +43,8 @@ RESULTS = REPO / "benchmarks" / "results"
 
 
 def onnx_reference(bundle: Path) -> str:
-    """The FP32 graph an onnx bundle names as its reference (reference.fp32.fused.onnx where attention fused)."""
+    """The FP32 graph an onnx bundle names as its reference (reference.fp32.onnx; in bundles of earlier versions
+    reference.fp32.fused.onnx where attention fused)."""
     try:
         return json.loads((bundle / "manifest.json").read_text())["artifacts"]["reference"]
     except (OSError, KeyError, ValueError):

@@ -134,7 +134,7 @@ def calib_batches(pt: Path, layout: str, calib_size: int) -> tuple[list[np.ndarr
 def graphs(after: Path, before: Path | None, anchor: dict[str, Path]) -> dict[tuple[str, str], tuple[str, Path, str]]:
     """(runtime, label) -> (runtime, file, OpenVINO float precision)."""
     ov_used = json.loads((after / "intel-cpu" / "manifest.json").read_text())["backend_info"]["float_precision"]["used"]
-    g = {("onnxruntime", "FP32"): ("ort", after / "onnx" / "reference.fp32.onnx", ""),
+    g = {("onnxruntime", "FP32"): ("ort", after / "intel-cpu" / "reference.fp32.onnx", ""),
          ("onnxruntime", "vitedge INT8"): ("ort", after / "onnx" / "model.int8.onnx", ""),
          ("onnxruntime", "quantize_static defaults"): ("ort", anchor["ort_static"], ""),
          ("openvino", "FP32"): ("ov", after / "intel-cpu" / "reference.fp32.xml", "f32"),
@@ -189,7 +189,7 @@ def run_layout(layout: str, work: Path, args) -> dict[str, Any]:
         facts["before"] = build_elsewhere(Path(args.before), layout, pt, before, args.calib_size)
     calib, shape = calib_batches(pt, layout, args.calib_size)
     with contextlib.redirect_stdout(io.StringIO()):
-        anchor = anchors(after / "onnx" / "reference.fp32.onnx", calib, work)
+        anchor = anchors(after / "intel-cpu" / "reference.fp32.onnx", calib, work)
     rows = time_layout(graphs(after, before, anchor), shape, args.rounds)
     return {"layout": layout, "model": dict(zip(("class", "kwargs"), LAYOUTS[layout])), "input": list(shape),
             "builds": facts, "latency": rows}

@@ -127,7 +127,7 @@ def test_profile_can_keep_the_plain_qdq_graph(tmp_path, two_target_build, untime
 
 def test_bundles_hold_what_the_manifest_says(two_target_build):
     root, results, _ = two_target_build
-    expected = {"onnx": {"model.int8.onnx", "reference.fp32.onnx", "reference.fp32.fused.onnx"},
+    expected = {"onnx": {"model.int8.onnx", "reference.fp32.onnx"},
                 "intel-cpu": {"model.xml", "model.bin", "reference.fp32.xml", "reference.fp32.bin", "model.int8.onnx", "reference.fp32.onnx"}}
     for r in results:
         bundle = root / "out" / r.profile.name
@@ -152,6 +152,27 @@ def test_bundles_hold_what_the_manifest_says(two_target_build):
         assert {row["name"] for row in v["gate"]} == {"max_top1_drop", "min_agreement", "min_decisive_agreement", "max_expected_drop",
                                                     "min_speedup"}
     assert "openvino" in read_manifest(root / "out" / "intel-cpu").toolchain
+
+
+def test_the_onnx_bundle_ships_one_fp32_graph_and_says_which(two_target_build):
+    """The onnx bundle holds one FP32 graph, reference.fp32.onnx: the exported graph with the INT8 graph's float
+    rewrites, the one INT8 is validated against and the analysis reads; the manifest names its form and the exported
+    graph it computes, which the intel-cpu bundle of the same build ships and converts (the sharing link)."""
+    from vitedge.onnxkit.files import onnx_sha256
+    from vitedge.validation.reference_cache import fp32_source_sha256
+
+    root, _, _ = two_target_build
+    bundle, ov_bundle = root / "out" / "onnx", root / "out" / "intel-cpu"
+    m, ov = read_manifest(bundle), read_manifest(ov_bundle)
+    graphs = [p.name for p in bundle.iterdir() if p.name.endswith(".onnx") and p.name != m.artifacts.model]
+    assert graphs == ["reference.fp32.onnx"] == [m.artifacts.reference] == [m.artifacts.fp32_onnx]
+    exported = onnx_sha256(ov_bundle / "reference.fp32.onnx")
+    assert m.artifacts.fp32_graph == {"form": "fused", "source_sha256": exported}
+    assert ov.artifacts.fp32_graph == {"form": "exported", "source_sha256": exported}
+    assert fp32_source_sha256(bundle / "reference.fp32.onnx") == fp32_source_sha256(ov_bundle / "reference.fp32.xml") == exported
+    ops = collections.Counter(n.op_type for n in onnx.load(bundle / "reference.fp32.onnx").graph.node)
+    assert ops["MultiHeadAttention"] == 6 and ops["Softmax"] == 0
+    assert "the exported graph " + exported[:12] + " with q/k/v merged and attention fused" in (bundle / "report.md").read_text()
 
 
 def test_user_profile_and_existing_output_refused(tmp_path, two_target_build):

@@ -170,7 +170,9 @@ ADDED_SINCE_V1 = ("quantization.config.", "calibration.config.", "validation.qua
                   "quantization.budget.thresholds.min_decisive_agreement", "target.profile.thresholds.min_decisive_agreement",
                   "validation.thresholds.min_decisive_agreement",
                   # issue 47: the floor the budget's speed verdict held its graph to, and the CPU kind's allowance
-                  "quantization.budget.speed_verdict.floor", "quantization.budget.speed_verdict.allowance")
+                  "quantization.budget.speed_verdict.floor", "quantization.budget.speed_verdict.allowance",
+                  # which FP32 graph fp32_onnx is (the onnx bundle ships one: fused or exported) and the exported graph's sha256
+                  "artifacts.fp32_graph")
 
 
 def test_the_typed_manifest_writes_the_v1_schema_of_the_committed_bundle(built):

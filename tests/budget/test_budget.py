@@ -126,22 +126,29 @@ def test_second_run_reuses_cached_sensitivities(fallback, work, outlier_vit):
     assert b["returned"] == first["returned"]
 
 
-def test_evaluation_cap_is_respected(fallback, work):
+def test_evaluation_cap_is_respected(fallback, work, outlier_vit):
     """max_evals bounds the search (the full INT8 evaluation counts); a capped miss is not met, and
     the result carries the closest graph evaluated (the build ships it marked failed)."""
     from vitedge.budget import BudgetSearch, meet_budget
     from vitedge.datasources.sources import open_source
     from vitedge.targets.profiles import Thresholds
     from vitedge.quantize import QuantConfig, calibrate
+    from vitedge.models.export import ExportOptions, export_onnx
+    from vitedge.models.intake import load_model
+    from vitedge.onnxkit.files import onnx_sha256
 
     bundle = fallback[0].bundle
     spec = read_manifest(bundle).spec
     calib = open_source(CALIB_DIR, spec.preprocess)
     val = open_source(VAL_DIR, spec.preprocess, class_names=spec.class_names)
-    cal = calibrate(bundle / "reference.fp32.onnx", calib, QuantConfig(**NO_SQ.changes()), cache_dir=work / "cache")
+    # the FP32 graph the build calibrated: the onnx bundle ships it rewritten (attention fused), so export it again
+    exported = work / "exported.fp32.onnx"
+    export_onnx(load_model(outlier_vit), exported, ExportOptions(free_module=True))
+    assert onnx_sha256(exported) == read_manifest(bundle).artifacts.fp32_graph["source_sha256"]
+    cal = calibrate(exported, calib, QuantConfig(**NO_SQ.changes()), cache_dir=work / "cache")
     assert cal.reused
     plain = Thresholds(max_top1_drop=0.2, min_agreement=0.99, near_tie_margin=0.0, drop_confidence=0.0)  # every flip counts
-    r = meet_budget(BudgetSearch(calibration=cal, source=val, thresholds=plain, fp32=bundle / "reference.fp32.onnx",
+    r = meet_budget(BudgetSearch(calibration=cal, source=val, thresholds=plain, fp32=exported,
                                  settings=BudgetSettings(max_evals=2), cache=ReferenceCacheSettings(root=work / "cache")))
     assert r.status == "not-met" and r.evaluations_used == 2 and "evaluation cap (2)" in r.reason
     assert r.graph.quantized  # the closest INT8 graph found, never one with every layer float

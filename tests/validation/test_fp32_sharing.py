@@ -58,9 +58,12 @@ def _shared_entry(settings: ReferenceCacheSettings):
 
 
 def test_the_reference_ir_is_tied_to_the_fp32_onnx_it_was_converted_from(runtime_bundles, tmp_path):
+    """Both references name the exported FP32 graph: the IR it was converted from (the intel-cpu bundle ships that
+    graph too), the onnx bundle's one FP32 graph (that graph with attention fused) the graph it computes."""
     bundles = runtime_bundles["plain"]
-    onnx_sha = sha256_file(bundles["onnx"] / "reference.fp32.onnx")
+    onnx_sha = sha256_file(bundles["intel-cpu"] / "reference.fp32.onnx")
     assert fp32_source_sha256(bundles["onnx"] / "reference.fp32.onnx") == onnx_sha
+    assert read_manifest(bundles["onnx"]).artifacts.fp32_graph == {"form": "fused", "source_sha256": onnx_sha}
     assert fp32_source_sha256(bundles["intel-cpu"] / "reference.fp32.xml") == onnx_sha
     old = tmp_path / "reference.fp32.xml"  # as an older vitedge wrote it: no source in its rt_info
     old.write_text("".join(line for line in (bundles["intel-cpu"] / "reference.fp32.xml").read_text().splitlines(True)
@@ -82,7 +85,7 @@ def test_validating_both_cpu_bundles_runs_the_fp32_graph_once(runtime_bundles, t
     assert ref["cache"] == "shared", ref
     shared = second.report.data.shared_fp32()
     assert shared["runtime"] == "onnxruntime" and shared["tolerance"] == CROSS_RUNTIME_TOLERANCE
-    assert shared["source_sha256"] == sha256_file(bundles["onnx"] / "reference.fp32.onnx")
+    assert shared["source_sha256"] == sha256_file(bundles["intel-cpu"] / "reference.fp32.onnx")  # the exported graph
     rows = shared["spot_check_items"]
     assert len(rows) == 2 and all(b - a + 1 == 8 and a % 8 == 0 for a, b in rows)  # two whole batches of 8
     assert 0 <= shared["max_abs_diff"] <= CROSS_RUNTIME_TOLERANCE * shared["output_scale"]

@@ -62,7 +62,7 @@ from vitedge.validation.bundle import ValidateOptions, validate_bundle
 from vitedge.validation.data_record import DataRecord
 from vitedge.validation.document import ValidationReport
 from vitedge.validation.normalisation import guess_notice, question_normalisation
-from vitedge.validation.reference_cache import ReferenceCacheSettings
+from vitedge.validation.reference_cache import ReferenceCacheSettings, fp32_graph_record
 
 
 @dataclass(frozen=True)
@@ -341,7 +341,8 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                 calibration=dict(calibration.to_dict(), summary_line=calibration.one_line(), reused=calibration.reused),
                 quantization=_quantization_section(t.shared.graph, t.shared.budget, t.shared.qdq),
                 artifacts=ArtifactsSection(model=artifact.model, reference=artifact.reference, qdq="model.int8.onnx",
-                                           fp32_onnx="reference.fp32.onnx", built=artifact.built, extra=artifact.extra_files),
+                                           fp32_onnx="reference.fp32.onnx", built=artifact.built, extra=artifact.extra_files,
+                                           fp32_graph=fp32_graph_record(tmp / "reference.fp32.onnx")),
                 toolchain=toolchain_versions(_safe_versions(backend)),
                 backend_info=artifact.info,
                 validation=None,

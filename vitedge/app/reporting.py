@@ -27,6 +27,14 @@ from vitedge.validation.normalisation import notice_text
 from vitedge.validation.report import SCHEMA, gate_table, validation_markdown
 
 
+def _fp32_graph_note(record: object) -> str:
+    """What the bundle's FP32 ONNX graph is (``artifacts.fp32_graph``), for report.md; nothing for an earlier bundle."""
+    if not isinstance(record, dict) or record.get("form") != "fused":
+        return ""
+    return (f" (the exported graph {str(record.get('source_sha256', ''))[:12]} with q/k/v merged and attention fused, "
+            "as in the INT8 graph)")
+
+
 def build_report_markdown(manifest: Manifest) -> str:
 
     m = manifest
@@ -36,7 +44,7 @@ def build_report_markdown(manifest: Manifest) -> str:
         "",
         f"- model: `{m.model.source}` ({spec['family']} {spec['variant']}, {spec['image_size'][0]}x{spec['image_size'][1]})",
         f"- artifact: `{m.artifacts.model}`" + ("" if m.artifacts.is_built else " (not built here: finish it on the device)"),
-        f"- FP32 reference: `{m.artifacts.reference}`",
+        f"- FP32 reference: `{m.artifacts.reference}`" + _fp32_graph_note(m.artifacts.fp32_graph),
         f"- input: `{m.input.name}` {m.input.format} {m.input.shape}",
         f"- calibration: {m.calibration.get('summary_line', '')}",
         f"- quantization: {m.quantization.summary_line or ''}",

@@ -87,6 +87,9 @@ class ArtifactsSection(ManifestSection):
     fp32_onnx: str
     built: bool  # False: the artifact is finished on the device (`vitedge engine`)
     extra: list[str]
+    # fp32_onnx, the bundle's FP32 ONNX graph: {"form": "fused" (the onnx target's float rewrites of the exported
+    # graph) | "exported", "source_sha256": the exported graph's sha256}; absent in bundles of earlier versions
+    fp32_graph: dict[str, str] = ABSENT
 
     @property
     def is_built(self) -> bool:

@@ -396,13 +396,25 @@ def fp32_source_sha256(reference_path: Path) -> str | None:
     older vitedge, a foreign IR, another format): then its outputs are never shared."""
     path = Path(reference_path)
     if path.suffix == ".onnx":
-        return (_recorded_fp32_source(path) or onnx_sha256(path)) if path.is_file() else None
+        return (recorded_fp32_source(path) or onnx_sha256(path)) if path.is_file() else None
     if path.suffix == ".xml":
         return ir_source_sha256(path)
     return None
 
 
-def _recorded_fp32_source(path: Path) -> str | None:
+FUSED, EXPORTED = "fused", "exported"  # artifacts.fp32_graph.form
+
+
+def fp32_graph_record(path: Path) -> dict[str, str]:
+    """What the FP32 ONNX graph a bundle ships is (the manifest's ``artifacts.fp32_graph``): ``form`` FUSED for the
+    onnx target's rewrite of the exported graph (q/k/v merged, attention cores fused; it records the graph it
+    computes), else EXPORTED; ``source_sha256``: the exported graph's ``onnx_sha256``, under which its FP32 outputs
+    are shared with the references converted from that graph (``fp32_source_sha256``)."""
+    recorded = recorded_fp32_source(path)
+    return {"form": FUSED if recorded else EXPORTED, "source_sha256": recorded or onnx_sha256(path)}
+
+
+def recorded_fp32_source(path: Path) -> str | None:
     """The FP32 graph an ONNX reference records it computes (``FP32_SOURCE_KEY``: the onnx bundle's reference with the
     INT8 graph's float rewrites, each checked numerically), read without its weights; None when it records none."""
     import onnx

@@ -6,8 +6,11 @@ float) and measure its outputs against the FP32 reference on a small subset of i
 Ranking the layers by that error tells which ones to keep in float first (issue 8's
 accuracy-budget search calls ``layer_sensitivity`` for that).
 
-How the float graph is recovered from the two graphs a bundle holds
-(``reference.fp32.onnx`` and ``model.int8.onnx``), without calibration data:
+How the float graph is recovered from the two graphs a bundle holds (its FP32 graph
+``artifacts.fp32_onnx``, ``reference.fp32.onnx``, and ``model.int8.onnx``), without calibration data.
+The FP32 graph is the exported one, or in an onnx bundle that graph with the INT8 graph's float
+rewrites (q/k/v merged into one GEMM, attention cores fused): the rewrites keep the node names of
+the layers the quantizer found, so either gives the same layers and the same figures:
 
 * layers and their kinds come from the quantizer's own discovery
   (``vitedge.quantize.graph.prepare`` + ``find_layers``) run on the FP32 graph; node names
@@ -181,6 +184,7 @@ def _prepare(fp32: str | Path | ModelProto, qdq: str | Path | ModelProto, recove
             continue
         fed = [gi.producer.get(i) for i in node.input[:2] if i]
         (quantized if any(p is not None and p.op_type == "DequantizeLinear" for p in fed) else kept).append(layer)
+    quantized += _fused_away(gi, set(layers))
     if not quantized:
         raise QuantizationError("the Q/DQ graph has no INT8 layer that matches a layer of the FP32 graph (by node name): "
                                 "were they made from the same FP32 export?")
@@ -209,6 +213,21 @@ def _prepare(fp32: str | Path | ModelProto, qdq: str | Path | ModelProto, recove
     if smoothed:
         notes.append(f"SmoothQuant input-channel scales recovered for {smoothed} weight(s)")
     return _Prepared(m, quantized, [l.name for l in kept], twin_weight, notes)
+
+
+def _fused_away(gi: GraphIndex, found: set[str]) -> list[QuantLayer]:
+    """INT8 attention matmuls of the Q/DQ graph that the FP32 graph holds inside a fused attention core: the onnx
+    bundle's FP32 graph fuses every float core, and with quantized attention matmuls the INT8 graph's stay unfused.
+    A MatMul both of whose inputs are activations through QuantizeLinear -> DequantizeLinear; no weight to restore."""
+    def activation_qdq(name: str) -> bool:
+        dq = gi.producer.get(name)
+        q = gi.producer.get(dq.input[0]) if dq is not None and dq.op_type == "DequantizeLinear" else None
+        return q is not None and q.op_type == "QuantizeLinear"
+
+    return [QuantLayer(node.name, "attention_matmul", node.op_type, tuple(node.input[:2]))
+            for node in gi.model.graph.node
+            if node.op_type == "MatMul" and node.name and node.name not in found and len(node.input) == 2
+            and all(activation_qdq(i) for i in node.input)]
 
 
 def _dequantize(gi: GraphIndex, dq: NodeProto) -> np.ndarray:

@@ -135,10 +135,12 @@ def test_fp32_reference_gets_the_attention_rewrite_the_int8_graph_got(name, grap
     """The onnx target's FP32 anchor (what INT8 is timed and validated against, and what ships when the whole
     model stays float) runs the same attention fusion as its INT8 graph: no Softmax left, no more nodes than the
     INT8 artifact (the exported graph keeps the attention's shape arithmetic), the same outputs as the export;
-    the budget's ``shipped_graph`` writes the same bytes, and the exported graph stays in the bundle as it was."""
+    the budget's ``shipped_graph`` writes the same bytes; it takes the exported graph's place (one FP32 graph in the
+    bundle) and records the exported graph it computes."""
     from vitedge.backends.base import BuildContext
     from vitedge.backends.onnxruntime.backend import OnnxRuntimeBackend, OnnxRuntimeOptions
     from vitedge.onnxkit.files import onnx_sha256 as graph_sha256
+    from vitedge.validation.reference_cache import fp32_source_sha256
 
     fp32, qdq, spec = graphs(name)
     out = tmp_path / "bundle"
@@ -147,11 +149,12 @@ def test_fp32_reference_gets_the_attention_rewrite_the_int8_graph_got(name, grap
     backend = OnnxRuntimeBackend()
     artifact = backend.build(BuildContext(qdq_path=qdq, fp32_path=fp32, out_dir=out, options=options, batch_sizes=(1,)))
     reference, model = onnx.load(str(out / artifact.reference)), onnx.load(str(out / artifact.model))
-    assert artifact.reference != "reference.fp32.onnx" and artifact.info["reference_attention_fusion"]["fused"] == 2
+    assert artifact.reference == "reference.fp32.onnx" and artifact.info["reference_attention_fusion"]["fused"] == 2
+    assert sorted(p.name for p in out.iterdir()) == ["model.int8.onnx", "reference.fp32.onnx"]
     assert _ops(reference)["MultiHeadAttention"] == _ops(model)["MultiHeadAttention"] == 2 and _ops(reference)["Softmax"] == 0
     assert len(reference.graph.node) <= len(model.graph.node) < len(onnx.load(str(fp32)).graph.node)
     _assert_same(fp32, out / artifact.reference, spec)
-    assert graph_sha256(out / "reference.fp32.onnx") == graph_sha256(fp32)
+    assert fp32_source_sha256(out / "reference.fp32.onnx") == graph_sha256(fp32)
     shipped = backend.shipped_graph(fp32, "reference", options, tmp_path)
     assert graph_sha256(shipped) == graph_sha256(out / artifact.reference)
 

@@ -6,6 +6,7 @@ anything else that reads ONNX QuantizeLinear/DequantizeLinear.
 
 from __future__ import annotations
 
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from vitedge.core.cpu import read_cpu
 from vitedge.core import telemetry
 from vitedge.core.errors import BundleError, UsageError
 from vitedge.core.limits import MAX_PROFILE_THREADS, check_number
-from vitedge.onnxkit.files import copy_onnx, is_large, onnx_sha256, save_onnx
+from vitedge.onnxkit.files import DATA_SUFFIX, copy_onnx, external_data_files, is_large, onnx_sha256, save_onnx
 from vitedge.onnxkit.metadata import FLOAT_NCHW, FP32_SOURCE_KEY, INPUT_FORMAT_KEY, set_metadata
 from vitedge.onnxkit.session import OPTIMIZATION_LEVELS, SessionSettings, ort_session
 from vitedge.files.swap import work_prefix
@@ -116,7 +117,7 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
         model = ctx.out_dir / "model.int8.onnx"
         info: dict[str, Any] = {"execution_provider": "CPUExecutionProvider"}
         options = ctx.options or OnnxRuntimeOptions()
-        reference = ctx.out_dir / "reference.fp32.onnx"
+        reference = ctx.out_dir / REFERENCE
         if not reference.exists():
             copy_onnx(ctx.fp32_path, reference)
         attention = options.fuse_attention
@@ -144,7 +145,8 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
     def shipped_graph(self, src: Path, role: str, options: OnnxRuntimeOptions, out_dir: Path) -> Path:
         """``build`` ships the Q/DQ graph with its attention cores, GEMM biases and patch embedding fused, and the
         FP32 reference with its attention cores fused (when the profile fuses them; the FP32 graph as it is when
-        no core fuses), both written by the same code as here."""
+        no core fuses), both written by the same code as here (the reference under the bundle's name ``REFERENCE``,
+        where the fused graph takes the exported graph's place: the same bytes for a graph without external data)."""
         if not (options or OnnxRuntimeOptions()).fuse_attention:
             return src
         if role == "reference":
@@ -178,10 +180,16 @@ def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[st
         ctx.log(line)
 
 
-# The onnx target's FP32 reference with its attention cores fused (beside reference.fp32.onnx, the exported graph the
-# analysis reads): the graph INT8 is timed and validated against, and what ships when the whole model stays float.
-# Without it the anchor kept what the INT8 graph's rewrites remove: a sequence-first attention export's shape
-# arithmetic (961 nodes against the INT8 graph's 259), a dozen small kernels per attention core, per-head q/k/v GEMMs.
+# The onnx bundle's one FP32 graph: the exported graph with the INT8 graph's float rewrites (q/k/v merged, attention
+# cores fused) where they fuse and are not timed slower here, else the exported graph as it is. It is the graph INT8 is
+# timed and validated against, what the analysis reads (its layers keep the Q/DQ graph's node names), and what ships
+# when the whole model stays float; a rewritten one records the exported graph it computes (FP32_SOURCE_KEY), and the
+# manifest says which it is (artifacts.fp32_graph). Without the rewrites the anchor kept what the INT8 graph's
+# rewrites remove: a sequence-first attention export's shape arithmetic (961 nodes against the INT8 graph's 259), a
+# dozen small kernels per attention core, per-head q/k/v GEMMs.
+REFERENCE = "reference.fp32.onnx"
+# Where the rewrite is written while the build times it against the exported graph. Bundles of earlier versions ship
+# it under this name beside the exported reference.fp32.onnx (their manifest names both: artifacts.reference, fp32_onnx).
 FUSED_REFERENCE = "reference.fp32.fused.onnx"
 
 
@@ -207,7 +215,8 @@ def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
 def _reference(exported: Path, ctx: BuildContext, options: OnnxRuntimeOptions, info: dict[str, Any]) -> tuple[Path, bool]:
     """(the FP32 reference, whether the attention cores are fused): the exported graph with the INT8 graph's float
     rewrites, unless timing here (``int8_payoff``) finds the fused attention slower than the exported graph's, in
-    which case neither graph fuses it (recorded in ``info['reference_attention_fusion']``)."""
+    which case neither graph fuses it (recorded in ``info['reference_attention_fusion']``). Either way one FP32 graph
+    is left, at ``exported``'s path: the rewrite takes the exported graph's place once it is kept."""
     fused = ctx.out_dir / FUSED_REFERENCE
     fusion = _fuse_reference(exported, fused)
     record = info["reference_attention_fusion"] = fusion.to_dict()
@@ -218,15 +227,35 @@ def _reference(exported: Path, ctx: BuildContext, options: OnnxRuntimeOptions, i
         timed = record["timed"] = attention_fusion_pays(exported, fused, tuple(sorted({1, *(ctx.batch_sizes or ())})), cpu)
         ratios = ", ".join(f"b{b} {r:.2f}" for b, r in timed["fused_over_exported"].items())
         if timed["slower"]:
-            for f in (fused, fused.with_name(fused.name + ".data")):
-                f.unlink(missing_ok=True)
+            _remove_onnx(fused)
             if ctx.log:
                 ctx.log(f"attention fusion: not used, MultiHeadAttention is slower than the exported attention in ONNX "
                         f"Runtime on {cpu} (fused/exported FP32 CPU time at one thread {ratios})")
             return exported, False
         if ctx.log:
             ctx.log(f"FP32 reference: {fusion.one_line()} (fused/exported FP32 CPU time at one thread {ratios})")
-    return fused, True
+    _take_place(fused, exported)
+    return exported, True
+
+
+def _remove_onnx(path: Path) -> None:
+    for f in (path, path.with_name(path.name + DATA_SUFFIX)):
+        f.unlink(missing_ok=True)
+
+
+def _take_place(src: Path, dst: Path) -> None:
+    """The graph ``src`` (with its external data) becomes ``dst``, replacing it; ``src`` is removed. No data file
+    of the graph ``dst`` was is left behind when ``src`` has none. Both are in one folder: a self-contained graph is
+    renamed, not copied (a ViT-B/16 is ~345 MB)."""
+    if external_data_files(src):
+        written = copy_onnx(src, dst)  # its data file takes dst's name, and the graph names it so
+        _remove_onnx(src)
+    else:
+        os.replace(src, dst)
+        written = [dst]
+    stale = dst.with_name(dst.name + DATA_SUFFIX)
+    if stale not in written:
+        stale.unlink(missing_ok=True)
 
 
 def _fuse_file(src: Path, dst: Path, unfused: AttentionFusion | None = None) -> tuple[AttentionFusion, GemmBiasFusion, PatchEmbedFusion, Int8Payoff]:
