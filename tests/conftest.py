@@ -114,26 +114,37 @@ def deit_distilled(model_dir):
 @pytest.fixture(scope="session")
 def example_bundles(tmp_path_factory, untimed_targets_dir):
     """One GPU-less build of the bundled example for onnx, intel-cpu and the jetson family (the
-    accuracy gate loosened: these bundles serve family and camera-app tests, not accuracy ones; no INT8 timing)."""
-    from camera_support import build_example_bundles
+    accuracy gate loosened: these bundles serve family and camera-app tests, not accuracy ones; no INT8 timing),
+    once per test run (shared by xdist workers; the tests read it or copy it): (bundles folder, the build's output)."""
+    from camera_support import build_example_bundles, skip_without_example_bundles
+    from helpers.once_per_run import once_per_run
     from helpers.profiles import untimed_targets
 
+    def make(root: Path) -> None:
+        _, text = build_example_bundles(root / "digits")
+        (root / "build-output.txt").write_text(text, encoding="utf-8")
+
+    skip_without_example_bundles()  # each worker skips for itself, not only the one that builds
     with untimed_targets(untimed_targets_dir):
-        return build_example_bundles(tmp_path_factory.mktemp("example-bundles") / "digits")
+        root = once_per_run(tmp_path_factory, "example-bundles", make)
+    return root / "digits", (root / "build-output.txt").read_text(encoding="utf-8")
 
 
 @pytest.fixture(scope="session")
 def built_bundle(tmp_path_factory, untimed_targets_dir) -> Path:
-    """One `onnx` bundle of examples/digits_vit.pt per test process (latency not measured, no INT8 timing)."""
+    """One `onnx` bundle of examples/digits_vit.pt per test run (shared by xdist workers: tests read it or copy it;
+    latency not measured, no INT8 timing)."""
+    from helpers.once_per_run import once_per_run
     from helpers.profiles import untimed_targets
     from vitedge.app.build import BuildRequest, run_build
     from vitedge.core.ui import StageLog
 
-    out = tmp_path_factory.mktemp("validate-bundles") / "onnx"
-    with untimed_targets(untimed_targets_dir):
-        run_build(BuildRequest(model=EXAMPLES / "digits_vit.pt", targets=("onnx",), calib=CALIB_DIR, val=VAL_DIR, out=out,
+    def make(root: Path) -> None:
+        run_build(BuildRequest(model=EXAMPLES / "digits_vit.pt", targets=("onnx",), calib=CALIB_DIR, val=VAL_DIR, out=root / "onnx",
                                measure_speed=False), StageLog(quiet=True))
-    return out
+
+    with untimed_targets(untimed_targets_dir):
+        return once_per_run(tmp_path_factory, "validate-bundles", make) / "onnx"
 
 
 @pytest.fixture

@@ -8,10 +8,17 @@ import sys
 
 import pytest
 from conftest import REPO
+from helpers.cli import vitedge_in_process
 
 
-def vitedge(*args, cwd=None):
+def vitedge_process(*args, cwd=None):
+    """``python -m vitedge ARGS`` in a child: for what only a process shows (its exit status, a traceback or none on
+    stderr). The other tests run the CLI's entry in this process (``vitedge``)."""
     return subprocess.run([sys.executable, "-m", "vitedge", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def vitedge(*args, cwd=None, process=False):
+    return (vitedge_process if process else vitedge_in_process)(*args, cwd=cwd)
 
 
 def test_help_and_import_do_not_load_heavy_modules():
@@ -60,7 +67,7 @@ def test_export_cli_writes_checked_graph(timm_vit, tmp_path):
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, message, timm_vit, tmp_path):
     out = tmp_path / "out.onnx"
     args = [str(timm_vit[1]) if a == "MODEL" else str(out) if a == "OUT" else a for a in args]
-    r = vitedge(*args, cwd=tmp_path)
+    r = vitedge(*args, cwd=tmp_path, process="missing.pt" in args)  # the cheap ones (no model loaded) as a real process
     assert r.returncode == 2, (r.stdout, r.stderr)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in r.stderr
@@ -68,7 +75,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, message, timm_vit
 
 
 def test_debug_shows_traceback(tmp_path):
-    r = vitedge("--debug", "inspect", tmp_path / "missing.pt")
+    r = vitedge("--debug", "inspect", tmp_path / "missing.pt", process=True)
     assert r.returncode != 0 and "Traceback" in r.stderr
 
 
@@ -103,9 +110,9 @@ def test_error_line_shows_control_characters_instead_of_sending_them(tmp_path, w
     is printed as \\xNN in the one error line: it never reaches the terminal, and the error stays one line."""
     hostile = "m\x1b]52;c;aGk=\x07\nx.pt"
     if where == "vitedge-error":  # our own error, naming the missing model file
-        r = vitedge("build", tmp_path / hostile, "-t", "onnx", "--calib", tmp_path, "-o", tmp_path / "out")
+        r = vitedge("build", tmp_path / hostile, "-t", "onnx", "--calib", tmp_path, "-o", tmp_path / "out", process=True)
     else:  # click's own, naming the argument it did not expect (unquoted: a --flag's value it would show as repr)
-        r = vitedge("build", "model.pt", hostile, "-t", "onnx", "--calib", tmp_path)
+        r = vitedge("build", "model.pt", hostile, "-t", "onnx", "--calib", tmp_path, process=True)
     assert r.returncode == 2, r.stderr
     assert "\x1b" not in r.stderr and "\x07" not in r.stderr and "Traceback" not in r.stderr, r.stderr
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("vitedge:")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
 import sys
 
@@ -22,6 +23,30 @@ def run_vitedge(args: list[str]) -> tuple[int, str]:
         except SystemExit as exc:
             code = int(exc.code or 0)
     return code, out.getvalue()
+
+
+def vitedge_in_process(*args, cwd=None) -> subprocess.CompletedProcess:
+    """``vitedge ARGS`` run by the CLI's entry in this process, as ``subprocess.run(..., capture_output=True, text=True)``
+    would report it (returncode, stdout, stderr): for tests about what a command does, not about the process boundary
+    (exit status of the interpreter, a traceback on stderr, signals), which keep ``python -m vitedge``. Saves the child's
+    start-up (torch and timm imported again) per call."""
+    from vitedge.cli.entry import main
+
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    old = os.getcwd()
+    code = 0
+    try:
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(argv)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        os.chdir(old)
+    return subprocess.CompletedProcess(["vitedge", *argv], code, out.getvalue(), err.getvalue())
 
 
 def run_cli(capsys, *args) -> tuple[int, str, str]:

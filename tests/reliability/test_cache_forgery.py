@@ -20,12 +20,16 @@ from rel_cli import cli
 
 
 @pytest.fixture(scope="module")
-def failing(timm_vit, tmp_path_factory):
-    """A bundle built with the default gate and no accuracy budget: this random ViT misses max_top1_drop (exit 1)."""
+def failing(timm_vit, tmp_path_factory, untimed_targets_dir):
+    """A bundle built with the default gate and no accuracy budget: this random ViT misses max_top1_drop (exit 1).
+    Built without the INT8-vs-FP32 timing (not what these tests pin)."""
+    from helpers.profiles import untimed_targets
+
     root = tmp_path_factory.mktemp("forgery")
-    run = cli("build", timm_vit[1], "-t", "onnx", "--calib", CALIB_DIR, "-o", root / "b", "-q", "--no-latency", "--no-fallback",
-              "--near-tie-margin", 0, "--drop-confidence", 0,  # the plain gate: this random ViT's flips all count
-              "--cache-dir", root / "build-cache")
+    with untimed_targets(untimed_targets_dir):
+        run = cli("build", timm_vit[1], "-t", "onnx", "--calib", CALIB_DIR, "-o", root / "b", "-q", "--no-latency", "--no-fallback",
+                  "--near-tie-margin", 0, "--drop-confidence", 0,  # the plain gate: this random ViT's flips all count
+                  "--cache-dir", root / "build-cache")
     assert run.code == 1, run.err[-3000:]
     return root / "b"
 

@@ -14,6 +14,9 @@ import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
 from rel_cli import assert_one_line, cli, cli_proc
 
+# builds here pin what they refuse, replace or trust, not the INT8-vs-FP32 timing (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("no_int8_timing")
+
 MODEL = EXAMPLES / "digits_vit.pt"
 LONG = "n" * 300  # one name past the 255-byte limit
 DEEP = "/".join(["d" * 200] * 25)  # 5,000 bytes: past PATH_MAX

@@ -20,6 +20,9 @@ from vitedge.core.errors import FORMAT_RANGES, BundleError, UsageError, one_line
 from vitedge.runtime import load
 from vitedge.core.ui import literal
 
+# builds here pin what they refuse, replace or trust, not the INT8-vs-FP32 timing (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("no_int8_timing")
+
 
 @pytest.fixture
 def bundle(runtime_bundles, tmp_path) -> Path:

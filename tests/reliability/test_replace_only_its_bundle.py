@@ -12,6 +12,9 @@ import pytest
 from conftest import CALIB_DIR, EXAMPLES
 from rel_cli import assert_one_line, cli, debris, snapshot
 
+# builds here pin what they refuse, replace or trust, not the INT8-vs-FP32 timing (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("no_int8_timing")
+
 DIGITS = EXAMPLES / "digits_vit.pt"
 
 

@@ -15,6 +15,9 @@ import pytest
 from conftest import CALIB_DIR
 from rel_cli import cli, snapshot
 
+# builds here pin what they refuse, replace or trust, not the INT8-vs-FP32 timing (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("no_int8_timing")
+
 OTHER = 4242  # a user id that is not ours
 
 needs_root = pytest.mark.skipif(not hasattr(os, "getuid") or os.getuid() != 0,
