@@ -660,6 +660,25 @@ def _f(v, digits: int = 2) -> str:
     return "" if v is None else f"{v:.{digits}f}"
 
 
+# What a later run's row replaces in an earlier run's, when --merge combines runs: the same model on the same target
+# (builds) or runtime (anchors, side-by-side timing)
+_MERGE_KEYS = {"builds": ("model", "target"), "anchors": ("model", "runtime"), "speed": ("model", "runtime")}
+
+
+def merged_rows(key: str, parts: list[list[Any]]) -> list[Any]:
+    """The rows of ``parts`` (earlier runs first), where a later run re-ran a model on a target or runtime, only its
+    rows of it: a re-run replaces, it is not shown twice. Other keys (and load averages, one per model run) are
+    joined as they are."""
+    fields = _MERGE_KEYS.get(key)
+    if fields is None:
+        return [row for p in parts for row in p]
+    out: list[Any] = []
+    for rows in parts:
+        again = {tuple(r.get(f) for f in fields) for r in rows}
+        out = [r for r in out if tuple(r.get(f) for f in fields) not in again] + list(rows)
+    return out
+
+
 def recorded_argv(argv: list[str]) -> list[str]:
     """The command as the results file records it: the machine's own folders given to --work and --out are written
     WORK and OUT, so a results file names no local path."""
@@ -708,7 +727,7 @@ def main(argv: list[str] | None = None) -> int:
         parts = [json.loads(p.read_text()) for p in args.merge]
         res = {**parts[0], "argv": [a for p in parts for a in p["argv"] + [";"]][:-1]}
         for key in ("builds", "exports", "anchors", "fp32", "speed", "load_average"):
-            res[key] = [row for p in parts for row in p.get(key, [])]
+            res[key] = merged_rows(key, [p.get(key, []) for p in parts])
         for p in parts[1:]:  # a later run's own build flags go with its rows
             for row in p.get("builds", []):
                 if p.get("extra"):

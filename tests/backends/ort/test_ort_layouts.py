@@ -241,13 +241,17 @@ def test_conv_tokenizer_ort_runs_in_float_stays_float(graphs, tmp_path):
 def test_build_records_the_keep_float_decision_in_manifest_and_report(tmp_path, monkeypatch):
     """`vitedge build --target onnx` of a small CCT: the manifest's quantization section names the layer kept float,
     why, and the CPU kind whose ONNX Runtime decided; report.md says the same in one line. The build's INT8/FP32
-    timing is made to find INT8 paying: on a loaded machine it may keep the whole model float, which is another test's."""
+    timing is made to find INT8 paying: on a loaded machine it may keep the whole model float, which is another test's;
+    and the per-layer profile to find no layer slower."""
     import vitedge.backends.onnxruntime.payoff as payoff
     from vitedge.app.build import BuildRequest, run_build
 
     from vitedge.backends.int8_timing import TimedRatio
 
     monkeypatch.setattr(payoff, "interleaved_times", lambda *a, **k: TimedRatio(0.5, 1.0, 1e-3))
+    from vitedge.backends.onnxruntime import layer_payoff
+
+    monkeypatch.setattr(layer_payoff, "profile_verdicts", lambda *a, **k: [])  # per layer: no layer found slower (another test's)
     from vitedge.budget import BudgetSettings
     from vitedge.core.cpu import read_cpu
     from vitedge.bundle.manifest import read_manifest
@@ -368,3 +372,27 @@ def test_layers_slower_per_layer_go_float_when_the_graph_then_times_faster(graph
         assert not per_layer and chosen <= int8_names
     line = backend_mod.layer_payoff_line(layers, len(chosen))
     assert ("kept float" in line) == taken and f"{len(chosen)} INT8 layer(s)" in line
+
+
+def test_the_report_says_what_the_per_layer_step_did():
+    """report.md's lines for the per-layer step, from the record alone: not taken (the graph with the slower layers
+    float was not faster) names how many layers and both figures; taken, the still-slower line counts them."""
+    from types import SimpleNamespace
+
+    from vitedge.app.reporting import layer_step_line, still_slower_line
+
+    layers = {"timed_on": "avx2 (no vnni)", "batches": [1, 8], "taken": False, "control_noise": 0.04,
+              "candidates": [{"layers": ["/b0/fc1/MatMul"], "gain": 0.01}, {"layers": ["/b1/q/MatMul", "/b1/k/MatMul"], "gain": 0.02}],
+              "current_over_fp32": {"1": 0.9, "8": 0.8}, "candidate_over_fp32": {"1": 0.88, "8": 0.85}}
+    q = SimpleNamespace(int8_payoff={"cpu": "avx2 (no vnni)", "kept_float": [], "layers": layers})  # what it reads of the section
+    line = layer_step_line(q)
+    assert "3 INT8 layer(s) timed slower" in line and "0.90/0.80 as shipped, 0.88/0.85 with them float" in line
+    assert "avx2 (no vnni)" in line and "moved by 4%" in line
+    info = {"int8_payoff": {"kept_float": [], "layers": layers}}
+    assert "3 layer(s) slower per layer timed float (the graph was not faster: not taken)" in still_slower_line(info, 0.9)
+    taken = {**layers, "taken": True}
+    kept = [{"name": "/b0/fc1/MatMul", "why": "its INT8 ... is slower than its FP32 layer in ONNX Runtime on avx2"}]
+    q.int8_payoff = {"kept_float": kept, "layers": taken}
+    assert layer_step_line(q) is None
+    line = still_slower_line({"int8_payoff": {"kept_float": kept, "layers": taken}}, 0.9)
+    assert "1 layer(s) slower per layer kept float" in line and "1 layer(s) kept float," not in line
