@@ -48,6 +48,8 @@ INT8_KERNELS = frozenset({"MatMulIntegerToFloat", "QLinearMatMul", "MatMulIntege
                           "DynamicQuantizeMatMul"})
 FLOAT_KERNELS = frozenset({"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "Conv", "FusedConv", "NhwcFusedConv"})
 # what the onnx target's rewrites add to a Q/DQ layer's node name (gemm_bias, patch_embed), and ORT's own QDQ actions
+# The per-node profile of one graph at one batch size runs at most about this long (``node_times``)
+PROFILE_SECONDS = 8.0
 SUFFIXES = ("/with_bias", "/gemm_with_bias_t", "/as_gemm", "/patch_embed_gemm", "_quant")
 
 
@@ -161,9 +163,12 @@ def choose_float(groups: list[LayerGroup], int8: dict[int, dict[str, float]], fp
     return out
 
 
-def node_times(path: Path, batch: int, runs: int = 20, percentile: float = 20.0) -> dict[str, float]:
+def node_times(path: Path, batch: int, runs: int = 20, percentile: float = 20.0, seconds: float = PROFILE_SECONDS) -> dict[str, float]:
     """Node name (of the graph ONNX Runtime runs) -> the ``percentile`` of its kernel times in microseconds over
-    ``runs`` runs at ``batch``, one inference thread, after 3 untimed runs."""
+    ``runs`` runs at ``batch``, one inference thread, after 3 untimed runs; fewer runs (at least 3) where ``runs``
+    of the graph would take over ``seconds`` (a ViT-B/16 at batch 8 takes seconds a run on one thread)."""
+    import time
+
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory(prefix=work_prefix("ort-opt")) as tmp:
@@ -175,7 +180,11 @@ def node_times(path: Path, batch: int, runs: int = 20, percentile: float = 20.0)
         session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
         inp = session.get_inputs()[0]
         x = timing_input([batch] + [d if isinstance(d, int) and d > 0 else 1 for d in inp.shape[1:]], "uint8" in inp.type)
-        for _ in range(runs + 3):
+        session.run(None, {inp.name: x})
+        t0 = time.perf_counter()
+        session.run(None, {inp.name: x})
+        runs = max(3, min(runs, int(seconds / max(time.perf_counter() - t0, 1e-6))))
+        for _ in range(runs + 1):
             session.run(None, {inp.name: x})
         profile = Path(session.end_profiling())
         events = json.loads(profile.read_text())
