@@ -19,6 +19,7 @@ from vitedge.backends.onnxruntime.attention import AttentionFusion, fuse_attenti
 from vitedge.backends.onnxruntime.gemm_bias import GemmBiasFusion, fuse_gemm_bias, unfold_gemm_bias
 from vitedge.backends.onnxruntime.patch_embed import PatchEmbedFusion, fuse_patch_embedding, unfold_patch_embedding
 from vitedge.backends.float_layers import return_to_float
+from vitedge.backends.onnxruntime import layer_payoff
 from vitedge.backends.onnxruntime.payoff import Int8Payoff, attention_fusion_pays, keep_float_if_slower, keep_unpaid_float, one_thread_run
 from vitedge.core.cpu import read_cpu
 from vitedge.core import telemetry
@@ -164,12 +165,10 @@ def _layer_payoff(model: Path, reference: Path, ctx: BuildContext, unfused: Atte
     (``layer_payoff``); ``model`` is replaced by that graph and ``info`` records the step either way."""
     import onnx
 
-    from vitedge.backends.onnxruntime.layer_payoff import candidate_pays, profile_verdicts, side_by_side
-
     cpu = read_cpu().isa
     batches = tuple(sorted({1, *(ctx.batch_sizes or ())}))
     try:
-        verdicts = profile_verdicts(model, reference, batches)
+        verdicts = layer_payoff.profile_verdicts(model, reference, batches)
     except Exception as err:  # noqa: BLE001 - a graph the profiler cannot run keeps its layers as they are
         info.setdefault("int8_payoff", {})["layers"] = {"timed_on": cpu, "unavailable": str(err).splitlines()[0][:120] if str(err) else type(err).__name__}
         return
@@ -190,8 +189,8 @@ def _layer_payoff(model: Path, reference: Path, ctx: BuildContext, unfused: Atte
             qdq, candidate = Path(tmp) / "layers.qdq.onnx", Path(tmp) / "model.int8.onnx"
             save_onnx(graph, qdq)
             _, gemm_bias, _, payoff = _fuse_file(qdq, candidate, unfused)
-            timed = side_by_side(reference, model, candidate, batches, one_thread_run)
-            take, noise = candidate_pays(timed)
+            timed = layer_payoff.side_by_side(reference, model, candidate, batches, one_thread_run)
+            take, noise = layer_payoff.candidate_pays(timed)
             record.update({"taken": take, "control_noise": round(noise, 4),
                            **{f"{k}_over_fp32": {str(b): round(r, 4) for b, r in timed[k].items()} for k in ("current", "candidate")}})
             if take:

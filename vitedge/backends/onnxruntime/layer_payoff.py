@@ -32,6 +32,7 @@ import collections
 import json
 import os
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -42,7 +43,7 @@ from vitedge.backends.int8_timing import interleaved_percentiles, timing_input
 from vitedge.files.swap import work_prefix
 
 if TYPE_CHECKING:
-    from onnx import ModelProto
+    from onnx import ModelProto, NodeProto
 
 INT8_KERNELS = frozenset({"MatMulIntegerToFloat", "QLinearMatMul", "MatMulInteger", "QLinearConv", "ConvInteger", "QGemm",
                           "DynamicQuantizeMatMul"})
@@ -94,7 +95,7 @@ def layer_groups(graph: ModelProto) -> list[LayerGroup]:
     return [LayerGroup(tuple(by_q[k]), None if k.startswith("\0") else k) for k in order]
 
 
-def _qdq_layer(node: Any, producer: dict[str, Any]) -> bool:
+def _qdq_layer(node: NodeProto, producer: dict[str, NodeProto]) -> bool:
     if node.op_type not in FLOAT_KERNELS or len(node.input) < 2:
         return False
     dq = producer.get(node.input[1])
@@ -167,8 +168,6 @@ def node_times(path: Path, batch: int, runs: int = 20, percentile: float = 20.0,
     """Node name (of the graph ONNX Runtime runs) -> the ``percentile`` of its kernel times in microseconds over
     ``runs`` runs at ``batch``, one inference thread, after 3 untimed runs; fewer runs (at least 3) where ``runs``
     of the graph would take over ``seconds`` (a ViT-B/16 at batch 8 takes seconds a run on one thread)."""
-    import time
-
     import onnxruntime as ort
 
     with tempfile.TemporaryDirectory(prefix=work_prefix("ort-opt")) as tmp:
