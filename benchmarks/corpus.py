@@ -412,15 +412,16 @@ def speed(model, bundles: Path, graphs: dict[tuple[str, str], Path], rounds: int
     from vitedge.backends.int8_timing import interleaved_percentiles
 
     core = ov.Core()
-    ort_ref = bundles / "onnx" / _onnx_reference(bundles / "onnx")
+    onnx_dir = _target_dir(bundles, "onnx")
+    ort_ref = onnx_dir / _onnx_reference(onnx_dir)
     sources = {("onnxruntime", "FP32"): ort_ref,
                ("onnxruntime", "FP32 control"): ort_ref,
-               ("onnxruntime", "vitedge INT8"): bundles / "onnx" / "model.int8.onnx",
+               ("onnxruntime", "vitedge INT8"): onnx_dir / "model.int8.onnx",
                ("openvino", "FP32"): bundles / "intel-cpu" / "reference.fp32.xml",
                ("openvino", "FP32 control"): bundles / "intel-cpu" / "reference.fp32.xml",
                ("openvino", "vitedge INT8"): bundles / "intel-cpu" / "model.xml", **graphs}
     if ort_ref.name != "reference.fp32.onnx":  # the exported graph beside the bundle's rewritten reference
-        sources[("onnxruntime", "FP32 as exported")] = bundles / "onnx" / "reference.fp32.onnx"
+        sources[("onnxruntime", "FP32 as exported")] = onnx_dir / "reference.fp32.onnx"
     sources = {k: v for k, v in sources.items() if v.is_file()}
     ov_used = _bundle_float_precision(bundles)
     rows: list[dict[str, Any]] = []
@@ -449,6 +450,28 @@ def speed(model, bundles: Path, graphs: dict[tuple[str, str], Path], rounds: int
                              "ratio": secs / base})
             del runs
     return rows
+
+
+def _target_dir(bundles: Path, target: str) -> Path:
+    """A target's bundle folder: OUT/<target> of a build of several targets, OUT itself of a build of that one."""
+    if (bundles / target).is_dir():
+        return bundles / target
+    try:
+        return bundles if json.loads((bundles / "manifest.json").read_text())["target"]["name"] == target else bundles / target
+    except (OSError, KeyError, ValueError):
+        return bundles / target
+
+
+def saved_anchor_graphs(model_id: str, work: Path) -> dict[tuple[str, str], Path]:
+    """The anchor graphs an earlier run with ``--anchors`` left in ``work`` (``anchors()``' file names), for speed()."""
+    graphs: dict[tuple[str, str], Path] = {}
+    for f in sorted(work.glob(f"{model_id}.ort_*.onnx")):
+        graphs[("onnxruntime", f"ORT quantize_static {f.name[len(model_id) + 5:-5]}")] = f
+    for f in sorted(work.glob(f"{model_id}.nncf-*.onnx")):
+        graphs[("onnxruntime", f"NNCF {f.name[len(model_id) + 6:-5]} (ONNX backend)")] = f
+    for f in sorted(work.glob(f"{model_id}.nncf-*.xml")):
+        graphs[("openvino", f"NNCF {f.name[len(model_id) + 6:-4]} (OpenVINO backend)")] = f
+    return graphs
 
 
 def _onnx_reference(bundle: Path) -> str:
@@ -711,6 +734,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="per model and format, only vitedge's intake and FP32 ONNX export with its parity check (in this process)")
     ap.add_argument("--build-flag", action="append", default=[], metavar="FLAG",
                     help="extra flag for every vitedge build, e.g. --build-flag=--no-fallback (repeatable)")
+    ap.add_argument("--speed-only", action="store_true",
+                    help="only the side-by-side timing, of the bundles and anchor graphs an earlier run left in --work")
     ap.add_argument("--no-latency", action="store_true", help="builds without latency (and speed gate); no side-by-side timing")
     ap.add_argument("--speed-rounds", type=int, default=12,
                     help="rounds of the side-by-side timing at batch 1 and at batch 8 (3 timed runs per graph and round); 0: none")
@@ -794,14 +819,14 @@ def main(argv: list[str] | None = None) -> int:
 def _measure_model(model, split: Path, work: Path, formats: list[str], targets: list[str], args, res: dict[str, Any]) -> None:
     """Builds in each format, then (state_dict form) the anchors and the side-by-side timing."""
     res["load_average"].append(round(os.getloadavg()[0], 2))
-    for fmt in formats:
+    for fmt in ([] if args.speed_only else formats):
         for row in build(model, fmt, split, work, targets, args.build_flag, args.timeout, latency=not args.no_latency):
             log(f"   {row.format:18s} {row.target:9s} exit {row.exit_code} {_f(row.seconds, 0)} s  "
                 f"agreement {_f(row.agreement)}  INT8 layers {row.int8_layers}/{row.layers_total}  "
                 f"INT8/FP32 time b1 {_f(row.ratio(1))} b8 {_f(row.ratio(8))}  {row.note}")
             res["builds"].append({**asdict(row), "ratio_b1": row.ratio(1), "ratio_b8": row.ratio(8)})
     graphs: dict[tuple[str, str], Path] = {}
-    if args.anchors:
+    if args.anchors and not args.speed_only:
         try:
             methods = tuple(m for m in args.ort_methods.split(",") if m) or None
             res["anchors"] += anchors(model, split, work, methods, graphs,
@@ -809,6 +834,8 @@ def _measure_model(model, split: Path, work: Path, formats: list[str], targets: 
         except Exception as err:
             res["anchors"].append({"model": model.id, "error": f"{type(err).__name__}: {err}"[:200]})
     bundles = work / f"bundle-{model.id}-state_dict"
+    if args.speed_only:
+        graphs = saved_anchor_graphs(model.id, work)
     if args.speed_rounds and not args.no_latency and "state_dict" in formats and bundles.is_dir():
         try:
             res["speed"] += speed(model, bundles, graphs, args.speed_rounds)
