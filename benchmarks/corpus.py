@@ -412,14 +412,15 @@ def speed(model, bundles: Path, graphs: dict[tuple[str, str], Path], rounds: int
     from vitedge.backends.int8_timing import interleaved_percentiles
 
     core = ov.Core()
-    ort_ref = bundles / "onnx" / _onnx_reference(bundles / "onnx")
+    onnx_dir = _target_dir(bundles, "onnx")
+    ort_ref = onnx_dir / _onnx_reference(onnx_dir)
     sources = {("onnxruntime", "FP32"): ort_ref,
                ("onnxruntime", "FP32 control"): ort_ref,
-               ("onnxruntime", "vitedge INT8"): bundles / "onnx" / "model.int8.onnx",
+               ("onnxruntime", "vitedge INT8"): onnx_dir / "model.int8.onnx",
                ("openvino", "FP32"): bundles / "intel-cpu" / "reference.fp32.xml",
                ("openvino", "FP32 control"): bundles / "intel-cpu" / "reference.fp32.xml",
                ("openvino", "vitedge INT8"): bundles / "intel-cpu" / "model.xml", **graphs}
-    exported = _exported_graph(bundles)
+    exported = _exported_graph(bundles, onnx_dir)
     if exported != ort_ref:  # the exported graph, where the onnx bundle's reference is its rewrite
         sources[("onnxruntime", "FP32 as exported")] = exported
     sources = {k: v for k, v in sources.items() if v.is_file()}
@@ -452,6 +453,28 @@ def speed(model, bundles: Path, graphs: dict[tuple[str, str], Path], rounds: int
     return rows
 
 
+def _target_dir(bundles: Path, target: str) -> Path:
+    """A target's bundle folder: OUT/<target> of a build of several targets, OUT itself of a build of that one."""
+    if (bundles / target).is_dir():
+        return bundles / target
+    try:
+        return bundles if json.loads((bundles / "manifest.json").read_text())["target"]["name"] == target else bundles / target
+    except (OSError, KeyError, ValueError):
+        return bundles / target
+
+
+def saved_anchor_graphs(model_id: str, work: Path) -> dict[tuple[str, str], Path]:
+    """The anchor graphs an earlier run with ``--anchors`` left in ``work`` (``anchors()``' file names), for speed()."""
+    graphs: dict[tuple[str, str], Path] = {}
+    for f in sorted(work.glob(f"{model_id}.ort_*.onnx")):
+        graphs[("onnxruntime", f"ORT quantize_static {f.name[len(model_id) + 5:-5]}")] = f
+    for f in sorted(work.glob(f"{model_id}.nncf-*.onnx")):
+        graphs[("onnxruntime", f"NNCF {f.name[len(model_id) + 6:-5]} (ONNX backend)")] = f
+    for f in sorted(work.glob(f"{model_id}.nncf-*.xml")):
+        graphs[("openvino", f"NNCF {f.name[len(model_id) + 6:-4]} (OpenVINO backend)")] = f
+    return graphs
+
+
 def _onnx_reference(bundle: Path) -> str:
     """The FP32 graph the onnx bundle names as its reference (its attention-fused rewrite where one was written)."""
     try:
@@ -460,14 +483,15 @@ def _onnx_reference(bundle: Path) -> str:
         return "reference.fp32.onnx"
 
 
-def _exported_graph(bundles: Path) -> Path:
-    """The exported FP32 graph: the onnx bundle's reference.fp32.onnx unless its manifest says it is the fused rewrite
-    (artifacts.fp32_graph; bundles of earlier versions shipped the rewrite beside it), then the intel-cpu bundle's."""
+def _exported_graph(bundles: Path, onnx_dir: Path) -> Path:
+    """The exported FP32 graph: the onnx bundle's (``onnx_dir``) reference.fp32.onnx unless its manifest says it is the
+    fused rewrite (artifacts.fp32_graph; bundles of earlier versions shipped the rewrite beside it), then the intel-cpu
+    bundle's."""
     try:
-        form = json.loads((bundles / "onnx" / "manifest.json").read_text())["artifacts"].get("fp32_graph", {}).get("form")
+        form = json.loads((onnx_dir / "manifest.json").read_text())["artifacts"].get("fp32_graph", {}).get("form")
     except (OSError, KeyError, ValueError, AttributeError):
         form = None
-    return bundles / ("intel-cpu" if form == "fused" else "onnx") / "reference.fp32.onnx"
+    return (bundles / "intel-cpu" if form == "fused" else onnx_dir) / "reference.fp32.onnx"
 
 
 def _bundle_float_precision(bundles: Path) -> str:
@@ -671,6 +695,25 @@ def _f(v, digits: int = 2) -> str:
     return "" if v is None else f"{v:.{digits}f}"
 
 
+# What a later run's row replaces in an earlier run's, when --merge combines runs: the same model on the same target
+# (builds) or runtime (anchors, side-by-side timing)
+_MERGE_KEYS = {"builds": ("model", "target"), "anchors": ("model", "runtime"), "speed": ("model", "runtime")}
+
+
+def merged_rows(key: str, parts: list[list[Any]]) -> list[Any]:
+    """The rows of ``parts`` (earlier runs first), where a later run re-ran a model on a target or runtime, only its
+    rows of it: a re-run replaces, it is not shown twice. Other keys (and load averages, one per model run) are
+    joined as they are."""
+    fields = _MERGE_KEYS.get(key)
+    if fields is None:
+        return [row for p in parts for row in p]
+    out: list[Any] = []
+    for rows in parts:
+        again = {tuple(r.get(f) for f in fields) for r in rows}
+        out = [r for r in out if tuple(r.get(f) for f in fields) not in again] + list(rows)
+    return out
+
+
 def recorded_argv(argv: list[str]) -> list[str]:
     """The command as the results file records it: the machine's own folders given to --work and --out are written
     WORK and OUT, so a results file names no local path."""
@@ -703,6 +746,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="per model and format, only vitedge's intake and FP32 ONNX export with its parity check (in this process)")
     ap.add_argument("--build-flag", action="append", default=[], metavar="FLAG",
                     help="extra flag for every vitedge build, e.g. --build-flag=--no-fallback (repeatable)")
+    ap.add_argument("--speed-only", action="store_true",
+                    help="only the side-by-side timing, of the bundles and anchor graphs an earlier run left in --work")
     ap.add_argument("--no-latency", action="store_true", help="builds without latency (and speed gate); no side-by-side timing")
     ap.add_argument("--speed-rounds", type=int, default=12,
                     help="rounds of the side-by-side timing at batch 1 and at batch 8 (3 timed runs per graph and round); 0: none")
@@ -719,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
         parts = [json.loads(p.read_text()) for p in args.merge]
         res = {**parts[0], "argv": [a for p in parts for a in p["argv"] + [";"]][:-1]}
         for key in ("builds", "exports", "anchors", "fp32", "speed", "load_average"):
-            res[key] = [row for p in parts for row in p.get(key, [])]
+            res[key] = merged_rows(key, [p.get(key, []) for p in parts])
         for p in parts[1:]:  # a later run's own build flags go with its rows
             for row in p.get("builds", []):
                 if p.get("extra"):
@@ -786,14 +831,14 @@ def main(argv: list[str] | None = None) -> int:
 def _measure_model(model, split: Path, work: Path, formats: list[str], targets: list[str], args, res: dict[str, Any]) -> None:
     """Builds in each format, then (state_dict form) the anchors and the side-by-side timing."""
     res["load_average"].append(round(os.getloadavg()[0], 2))
-    for fmt in formats:
+    for fmt in ([] if args.speed_only else formats):
         for row in build(model, fmt, split, work, targets, args.build_flag, args.timeout, latency=not args.no_latency):
             log(f"   {row.format:18s} {row.target:9s} exit {row.exit_code} {_f(row.seconds, 0)} s  "
                 f"agreement {_f(row.agreement)}  INT8 layers {row.int8_layers}/{row.layers_total}  "
                 f"INT8/FP32 time b1 {_f(row.ratio(1))} b8 {_f(row.ratio(8))}  {row.note}")
             res["builds"].append({**asdict(row), "ratio_b1": row.ratio(1), "ratio_b8": row.ratio(8)})
     graphs: dict[tuple[str, str], Path] = {}
-    if args.anchors:
+    if args.anchors and not args.speed_only:
         try:
             methods = tuple(m for m in args.ort_methods.split(",") if m) or None
             res["anchors"] += anchors(model, split, work, methods, graphs,
@@ -801,6 +846,8 @@ def _measure_model(model, split: Path, work: Path, formats: list[str], targets: 
         except Exception as err:
             res["anchors"].append({"model": model.id, "error": f"{type(err).__name__}: {err}"[:200]})
     bundles = work / f"bundle-{model.id}-state_dict"
+    if args.speed_only:
+        graphs = saved_anchor_graphs(model.id, work)
     if args.speed_rounds and not args.no_latency and "state_dict" in formats and bundles.is_dir():
         try:
             res["speed"] += speed(model, bundles, graphs, args.speed_rounds)

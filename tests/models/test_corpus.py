@@ -105,6 +105,19 @@ def test_results_record_the_command_without_local_folders():
     assert bench.recorded_argv(argv) == ["--models", "m1", "--work", "WORK", "--out=OUT", "--speed-rounds", "12"]
 
 
+def test_merged_runs_keep_only_the_later_run_of_a_model_on_a_target_or_runtime():
+    """--merge: a model re-run on the onnx target replaces its earlier onnx rows; its intel-cpu rows, not re-run, stay."""
+    bench = _load("corpus_bench_for_merge", CORPUS.parent / "corpus.py")
+    old = [{"model": "a", "runtime": "onnxruntime", "ratio": 0.9}, {"model": "a", "runtime": "openvino", "ratio": 1.2},
+           {"model": "b", "runtime": "onnxruntime", "ratio": 0.8}]
+    new = [{"model": "a", "runtime": "onnxruntime", "ratio": 0.7}]
+    assert bench.merged_rows("speed", [old, new]) == [old[1], old[2], new[0]]
+    builds = bench.merged_rows("builds", [[{"model": "a", "target": "onnx"}, {"model": "a", "target": "intel-cpu"}],
+                                          [{"model": "a", "target": "onnx", "new": True}]])
+    assert builds == [{"model": "a", "target": "intel-cpu"}, {"model": "a", "target": "onnx", "new": True}]
+    assert bench.merged_rows("load_average", [[1.0], [2.0]]) == [1.0, 2.0]
+
+
 def test_results_summarise_int8_time_of_vitedge_beside_each_anchor_per_model_and_runtime():
     """The summary table: per model and runtime, vitedge's INT8/FP32 time at batch 1 / 8 beside ORT quantize_static
     (ONNX Runtime only) and NNCF's graph of the matching backend, then the FP32-vs-FP32 control that shows the

@@ -10,7 +10,8 @@ from conftest import VAL_DIR
 from vitedge.targets.profiles import Thresholds
 from vitedge.validation.gate import FAIL, PASS, SKIP
 from vitedge.validation.run import evaluate_gate
-from vitedge.validation.speed_check import SpeedCheck, second_look, verdict
+from vitedge.backends.int8_timing import TimedRatio
+from vitedge.validation.speed_check import TELLABLE, SpeedCheck, second_look, verdict
 
 
 def _speed_row(speedup, check):
@@ -32,6 +33,30 @@ def test_a_wall_time_miss_is_judged_by_the_second_look(check, status, words):
         assert f"{check.speedup:.2f}x" in row.detail and "control moved by" in row.detail
 
 
+@pytest.mark.parametrize("fp32_ms, speedup, noise, status, words", [
+    (0.19, 0.95, 0.01, SKIP, "too short to tell (FP32 takes 0.190 ms a call; INT8 misses the floor by 0.010 ms a call"),
+    (0.01, 0.50, 0.00, SKIP, "too short to tell"),  # under the limit itself: INT8 0.02 ms against FP32 0.01 ms
+    (0.30, 0.90, 0.01, FAIL, "short by 0.10x"),  # 0.033 ms a call: long enough to tell
+    (5.00, 0.95, 0.01, FAIL, "short by 0.05x"),  # 0.26 ms a call
+    (0.19, 1.02, 0.00, PASS, "passes"),
+])
+def test_a_miss_shorter_than_the_timing_can_tell_is_not_a_failure(fp32_ms, speedup, noise, status, words):
+    """kavishka-shallow's 0.19 ms graph at 0.95x by CPU time was INT8 taking 0.01 ms longer a call, under what the
+    build's timing tells apart (``PayoffTiming.min_seconds``): the row says so and does not fail; a longer call, or
+    a larger gap, still fails."""
+    check = SpeedCheck(speedup=speedup, noise=noise, fp32_seconds=fp32_ms * 1e-3)
+    row = _speed_row(0.90, check)
+    assert row.status == status and words in row.detail and row.passed == (status != FAIL)
+    assert check.to_dict()["fp32_ms"] == pytest.approx(fp32_ms)
+    gap = check.gap_seconds(1.0)
+    assert (0 < gap < TELLABLE.min_seconds) == (status == SKIP)
+
+
+def test_without_the_call_time_the_gap_rule_does_not_apply():
+    assert SpeedCheck(speedup=0.95, noise=0.01).gap_seconds(1.0) is None
+    assert verdict(0.9, 1.0, SpeedCheck(speedup=0.95, noise=0.01))[0] == "fail"
+
+
 def test_a_speedup_that_meets_the_floor_needs_no_second_look():
     row = _speed_row(1.2, SpeedCheck(speedup=0.5, noise=0.0))
     assert row.status == PASS and "timed again" not in row.detail
@@ -42,7 +67,7 @@ def test_the_second_look_reads_the_ratio_and_the_control():
     calls = []
     check = second_look(lambda: calls.append("f"), lambda: calls.append("c"), lambda: calls.append("i"))
     assert check.speedup > 0 and check.noise >= 0 and set(calls) == {"f", "c", "i"}
-    assert set(check.to_dict()) == {"method", "speedup", "control_noise"}
+    assert set(check.to_dict()) == {"method", "speedup", "control_noise", "fp32_ms"} and check.fp32_seconds > 0
 
 
 @pytest.mark.parametrize("target", ["onnx", "intel-cpu"])
@@ -63,9 +88,9 @@ def test_validate_takes_the_second_look_on_a_cpu_bundle(runtime_bundles, tmp_pat
         for name, f in (("fp32", fp32), ("control", control), ("int8", int8)):
             f()
             ran.append(name)
-        return 0.9, 1.0  # INT8 at 0.9 of FP32's CPU time, the control unmoved
+        return TimedRatio(0.9, 1.0, 1e-3)  # INT8 at 0.9 of FP32's CPU time, the control unmoved, 1 ms calls
 
-    monkeypatch.setattr(speed_check, "interleaved_ratio", fixed)
+    monkeypatch.setattr(speed_check, "interleaved_times", fixed)
     request = ValidateRequest(runtime_bundles["plain"][target], tmp_path / "report", data=VAL_DIR, data_size=16, seed=1,
                               measure_speed=True, sensitivity=False, progress=False)
     result = run_validate(request, StageLog(quiet=True)).validation.result

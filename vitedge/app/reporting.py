@@ -69,7 +69,8 @@ def build_report_markdown(manifest: Manifest) -> str:
                                           to_try=targets_to_try(backend_name, cpu_profile_gates(), exclude=(m.target.name,)))
     if not_faster:
         lines.append(f"- {not_faster}")
-    lines += [f"- {line}" for line in (payoff_line(m.quantization), still_slower_line(m.backend_info, speedup)) if line]
+    lines += [f"- {line}" for line in (payoff_line(m.quantization), layer_step_line(m.quantization),
+                                       still_slower_line(m.backend_info, speedup)) if line]
     lines.append("")
     lines += _backend_lines(m)
     v = m.validation
@@ -117,6 +118,21 @@ def payoff_line(quantization: QuantizationSection) -> str | None:
     return f"kept float where INT8 does not pay (decided on {rec.get('cpu', 'this CPU')}): {shown}"
 
 
+def layer_step_line(quantization: QuantizationSection) -> str | None:
+    """The onnx target's per-layer step when it found layers slower than FP32 but did not keep them float (the graph
+    with them float was not faster end to end), in one line; when it kept them float, ``payoff_line`` names them."""
+    rec = (quantization.int8_payoff or {}).get("layers")
+    if not isinstance(rec, dict) or rec.get("taken") or not rec.get("candidates"):
+        return None
+    n = sum(len(c.get("layers") or []) for c in rec["candidates"])
+    cur, cand = rec.get("current_over_fp32") or {}, rec.get("candidate_over_fp32") or {}
+    figures = lambda r: "/".join(f"{r[b]:.2f}" for b in sorted(r, key=int))
+    return (f"INT8 kept per layer (decided on {rec.get('timed_on', 'this CPU')}): {n} INT8 layer(s) timed slower than their "
+            f"FP32 layer by ONNX Runtime's profile, but the graph with them float was not faster beyond the noise "
+            f"(INT8/FP32 b{'/b'.join(sorted(cur, key=int))}: {figures(cur)} as shipped, {figures(cand)} with them float; "
+            f"FP32-vs-FP32 control moved by {float(rec.get('control_noise') or 0):.0%})")
+
+
 def still_slower_line(info: dict, speedup: object) -> str | None:
     """For a bundle whose INT8 still ran slower than FP32: what the build tried to make it faster, in one line,
     with each INT8/FP32 timing step it took and the one it ended on (``int8_payoff``). When that end was the whole
@@ -141,6 +157,13 @@ def still_slower_line(info: dict, speedup: object) -> str | None:
     by_runtime = [k for k in kept if "runs it as a float" in str(k.get("why", ""))]
     if by_runtime and not whole:
         tried.append(f"{len(by_runtime)} layer(s) the runtime ran as float kernels kept float")
+    layers = rec.get("layers") if isinstance(rec.get("layers"), dict) else {}
+    per_layer = [k for k in kept if "slower than its FP32 layer" in str(k.get("why", ""))]
+    if layers.get("candidates") and not per_layer:
+        tried.append(f"{sum(len(c.get('layers') or []) for c in layers['candidates'])} layer(s) slower per layer timed "
+                     "float (the graph was not faster: not taken)")
+    elif per_layer and not whole:
+        tried.append(f"{len(per_layer)} layer(s) slower per layer kept float")
     if steps:
         tried.append("timed INT8/FP32 CPU time on " + str(timed.get("timed_on") or rec.get("cpu") or "this CPU") + " (b"
                      + "/b".join(sorted({b for s in steps for b in (s.get("int8_over_fp32") or {})}, key=int)) + "): "
@@ -150,7 +173,7 @@ def still_slower_line(info: dict, speedup: object) -> str | None:
         return (f"the shipped graph is the FP32 one: INT8 did not pay here after {', '.join(tried)}, so the whole model "
                 f"({len(kept)} INT8 layer(s)) was kept float; its {speedup:.2f}x FP32 speed at batch 1 is two runs of the same "
                 "graph, i.e. timing noise" + (f" (the build's FP32-vs-FP32 control moved by {float(noise):.0%})" if noise is not None else ""))
-    if kept and not by_runtime:
+    if kept and not by_runtime and not per_layer:
         tried.append(f"{len(kept)} layer(s) kept float")
     return f"INT8 still ran slower than FP32 here ({speedup:.2f}x FP32 speed at batch 1) after: " + ", ".join(tried)
 

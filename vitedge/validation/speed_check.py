@@ -11,7 +11,12 @@ The row then says which figure decided:
 * the CPU-time speedup meets the floor: **pass** (the wall-time miss was the machine's load);
 * it misses by no more than the control moved from 1 (this machine's noise right now): **skip, not settled**, with
   both figures: re-run `vitedge validate` on a quieter machine to settle it;
-* it misses by more: **fail**, with both figures.
+* it misses by more: **fail**, with both figures;
+* it misses, but by less time per call than this timing can tell (INT8's call is longer than the floor allows by
+  under ``PayoffTiming.min_seconds``, 0.02 ms: little more than a session call's own overhead, the same limit under
+  which the build's INT8 payoff decides nothing): **skip, too short to tell**, with the FP32 call's time. On a
+  0.19 ms graph (kavishka-shallow, AVX2) a 0.95x speedup is INT8 taking 0.01 ms longer per call, a gap that two
+  copies of one FP32 graph also showed between them in other runs (1.06x); it failed the build on that.
 
 GPU targets keep the wall-time verdict (CPU time says nothing of a GPU's work).
 """
@@ -21,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio
+from vitedge.backends.int8_timing import PayoffTiming, interleaved_times
 
 
 @dataclass(frozen=True)
@@ -30,10 +35,20 @@ class SpeedCheck:
 
     speedup: float  # FP32 CPU time / INT8 CPU time (above 1: INT8 is faster)
     noise: float  # |control/FP32 - 1|
+    fp32_seconds: float | None = None  # FP32's one-thread CPU time of one call (p10); None: not known
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": "one thread, calling thread's CPU time, p10, random order", "speedup": round(self.speedup, 4),
-                "control_noise": round(self.noise, 4)}
+        out = {"method": "one thread, calling thread's CPU time, p10, random order", "speedup": round(self.speedup, 4),
+               "control_noise": round(self.noise, 4)}
+        if self.fp32_seconds is not None:
+            out["fp32_ms"] = round(self.fp32_seconds * 1e3, 4)
+        return out
+
+    def gap_seconds(self, floor: float) -> float | None:
+        """How much longer INT8's call is than the floor allows (FP32's time / floor), in seconds."""
+        if self.fp32_seconds is None or self.speedup <= 0:
+            return None
+        return self.fp32_seconds / self.speedup - self.fp32_seconds / floor
 
 
 # A verdict, not a build step: at least 15 rounds and 5 s, no early stop on a ratio that looks clear (on a 0.15 ms
@@ -41,11 +56,15 @@ class SpeedCheck:
 GATE_TIMING = PayoffTiming(min_rounds=15, max_rounds=60, seconds=5.0, clear_margin=0.0, settle_floor=float("inf"))
 
 
+# The least time per call the build's timing tells apart (``PayoffTiming.min_seconds``): the same limit here
+TELLABLE = PayoffTiming()
+
+
 def second_look(fp32: Callable[[], Any], control: Callable[[], Any], int8: Callable[[], Any],
                 timing: PayoffTiming = GATE_TIMING) -> SpeedCheck:
     """Time the three calls (each a one-thread run of its graph on one fixed input) side by side."""
-    ratio, control_ratio = interleaved_ratio(fp32, control, int8, timing, seed=1)
-    return SpeedCheck(speedup=1.0 / ratio if ratio > 0 else float("inf"), noise=abs(control_ratio - 1.0))
+    t = interleaved_times(fp32, control, int8, timing, seed=1)
+    return SpeedCheck(speedup=1.0 / t.int8 if t.int8 > 0 else float("inf"), noise=abs(t.control - 1.0), fp32_seconds=t.fp32_seconds)
 
 
 def verdict(wall: float, floor: float, check: SpeedCheck | None) -> tuple[str, str]:
@@ -58,6 +77,10 @@ def verdict(wall: float, floor: float, check: SpeedCheck | None) -> tuple[str, s
             f"control moved by {check.noise:.0%}")
     if check.speedup >= floor:
         return "pass", seen + ": passes (the wall-time figure counted this machine's load)"
+    gap = check.gap_seconds(floor)
+    if gap is not None and gap < TELLABLE.min_seconds:
+        return "skip", (seen + f": too short to tell (FP32 takes {check.fp32_seconds * 1e3:.3f} ms a call; INT8 misses the "
+                        f"floor by {gap * 1e3:.3f} ms a call, under the {TELLABLE.min_seconds * 1e3:.3f} ms this timing can tell)")
     if floor - check.speedup <= check.noise:
         return "skip", (seen + f": not settled (short by {floor - check.speedup:.2f}x, within the noise); re-run "
                         "`vitedge validate` on a quieter machine")

@@ -244,13 +244,17 @@ def test_conv_tokenizer_ort_runs_in_float_stays_float(graphs, tmp_path):
 def test_build_records_the_keep_float_decision_in_manifest_and_report(tmp_path, monkeypatch):
     """`vitedge build --target onnx` of a small CCT: the manifest's quantization section names the layer kept float,
     why, and the CPU kind whose ONNX Runtime decided; report.md says the same in one line. The build's INT8/FP32
-    timing is made to find INT8 paying: on a loaded machine it may keep the whole model float, which is another test's."""
+    timing is made to find INT8 paying: on a loaded machine it may keep the whole model float, which is another test's;
+    and the per-layer profile to find no layer slower."""
     import vitedge.backends.onnxruntime.payoff as payoff
     from vitedge.app.build import BuildRequest, run_build
 
     from vitedge.backends.int8_timing import TimedRatio
 
     monkeypatch.setattr(payoff, "interleaved_times", lambda *a, **k: TimedRatio(0.5, 1.0, 1e-3))
+    from vitedge.backends.onnxruntime import layer_payoff
+
+    monkeypatch.setattr(layer_payoff, "profile_verdicts", lambda *a, **k: [])  # per layer: no layer found slower (another test's)
     from vitedge.budget import BudgetSettings
     from vitedge.core.cpu import read_cpu
     from vitedge.bundle.manifest import read_manifest
@@ -304,3 +308,94 @@ def test_a_bundle_kept_float_whole_says_what_it_tried_and_that_it_ships_fp32():
                                     {"step": "whole model float", "taken": True, "int8_over_fp32": {"1": 1.0}}]}}
     line = still_slower_line(ov, 0.95)
     assert "INT8 (f32 float regions) 1.50 (not taken)" in line and "whole model float 1.00" in line
+
+
+def _injected_node_times(slow):
+    """A stand-in for ONNX Runtime's profile: the real node names of the graph ORT runs, with fixed times: every
+    INT8 kernel 10 us (those whose name contains ``slow``: 100 us), every float matrix node 50 us, anything else 20 us."""
+    from vitedge.backends.onnxruntime import layer_payoff
+
+    def node_times(path, batch, runs=20, percentile=20.0):
+        out = {}
+        for n in layer_payoff.optimized_graph(path).graph.node:
+            if n.op_type in layer_payoff.INT8_KERNELS:
+                out[n.name] = (100.0 if slow in n.name else 10.0) * batch
+            else:
+                out[n.name] = (50.0 if n.op_type in layer_payoff.FLOAT_KERNELS else 20.0) * batch
+        return out
+
+    return node_times
+
+
+@pytest.mark.parametrize("candidate_time, taken", [(0.7, True), (0.95, False)])
+def test_layers_slower_per_layer_go_float_when_the_graph_then_times_faster(graphs, tmp_path, monkeypatch, candidate_time, taken):
+    """The per-layer step with the profile and the side-by-side timing replaced by fixed figures (no timing is
+    asserted): the feed-forward layers whose INT8 (kernel + quantization) takes longer than their FP32 layer are
+    float in the shipped artifact when the whole graph then times faster than the artifact beyond the control's
+    noise, and the manifest's records say which layers, their ratios, the CPU kind; otherwise the artifact stays as
+    it was and the record says the step was not taken. The shipped file is what the validation then runs."""
+    import vitedge.backends.onnxruntime.backend as backend_mod
+    import vitedge.backends.onnxruntime.payoff as payoff
+    from vitedge.backends.base import BuildContext
+    from vitedge.backends.float_layers import int8_layers
+    from vitedge.backends.int8_timing import TimedRatio
+    from vitedge.backends.onnxruntime import layer_payoff
+    from vitedge.core.cpu import read_cpu
+
+    monkeypatch.setattr(backend_mod, "attention_fusion_pays", lambda *a, **k: {"fused_over_exported": {"1": 0.9}, "slower": False})
+    monkeypatch.setattr(payoff, "interleaved_times", lambda *a, **k: TimedRatio(0.5, 1.0, 1e-3))  # whole model: INT8 pays
+    monkeypatch.setattr(layer_payoff, "node_times", _injected_node_times("linear1"))
+    monkeypatch.setattr(layer_payoff, "interleaved_percentiles",
+                        lambda runs, **k: {"fp32": 1.0, "control": 1.01, "current": 0.9, "candidate": candidate_time})
+    fp32, qdq, spec = graphs("torch_encoder")
+    out = tmp_path / "bundle"
+    out.mkdir()
+    artifact = backend_mod.OnnxRuntimeBackend().build(BuildContext(qdq_path=qdq, fp32_path=fp32, out_dir=out,
+                                                                   options=backend_mod.OnnxRuntimeOptions(), batch_sizes=(1, 8)))
+    record = artifact.info["int8_payoff"]
+    layers = record["layers"]
+    assert layers["timed_on"] == read_cpu().isa and layers["batches"] == [1, 8] and layers["taken"] is taken
+    chosen = {n for c in layers["candidates"] for n in c["layers"]}
+    assert chosen and all("linear1" in n for n in chosen)
+    assert all(set(c["int8_over_fp32"]) == {"1", "8"} and min(c["int8_over_fp32"].values()) >= 2.0 for c in layers["candidates"])
+    shipped = onnx.load(str(out / artifact.model))
+    int8_names = {layer_payoff.base_name(n.name) for n in shipped.graph.node if n.op_type == "MatMulIntegerToFloat"} | set(int8_layers(shipped))
+    per_layer = [k for k in record["kept_float"] if "slower than its FP32 layer" in k["why"]]
+    if taken:
+        assert {k["name"] for k in per_layer} == chosen and not chosen & int8_names
+        assert all(read_cpu().isa in k["why"] and "INT8/FP32 per layer b1 " in k["why"] for k in per_layer)
+        expected = onnx.load(str(qdq))  # the same graph built by hand: those layers float, then the target's rewrites
+        from vitedge.backends.float_layers import return_to_float
+
+        return_to_float(expected, lambda node, dq: "x" if node.name in chosen else None)
+        onnx.save(expected, str(tmp_path / "expected.qdq.onnx"))
+        _fuse_file(tmp_path / "expected.qdq.onnx", tmp_path / "expected.onnx")
+        _assert_same(tmp_path / "expected.onnx", out / artifact.model, spec, rel=0.0)
+    else:
+        assert not per_layer and chosen <= int8_names
+    line = backend_mod.layer_payoff_line(layers, len(chosen))
+    assert ("kept float" in line) == taken and f"{len(chosen)} INT8 layer(s)" in line
+
+
+def test_the_report_says_what_the_per_layer_step_did():
+    """report.md's lines for the per-layer step, from the record alone: not taken (the graph with the slower layers
+    float was not faster) names how many layers and both figures; taken, the still-slower line counts them."""
+    from types import SimpleNamespace
+
+    from vitedge.app.reporting import layer_step_line, still_slower_line
+
+    layers = {"timed_on": "avx2 (no vnni)", "batches": [1, 8], "taken": False, "control_noise": 0.04,
+              "candidates": [{"layers": ["/b0/fc1/MatMul"], "gain": 0.01}, {"layers": ["/b1/q/MatMul", "/b1/k/MatMul"], "gain": 0.02}],
+              "current_over_fp32": {"1": 0.9, "8": 0.8}, "candidate_over_fp32": {"1": 0.88, "8": 0.85}}
+    q = SimpleNamespace(int8_payoff={"cpu": "avx2 (no vnni)", "kept_float": [], "layers": layers})  # what it reads of the section
+    line = layer_step_line(q)
+    assert "3 INT8 layer(s) timed slower" in line and "0.90/0.80 as shipped, 0.88/0.85 with them float" in line
+    assert "avx2 (no vnni)" in line and "moved by 4%" in line
+    info = {"int8_payoff": {"kept_float": [], "layers": layers}}
+    assert "3 layer(s) slower per layer timed float (the graph was not faster: not taken)" in still_slower_line(info, 0.9)
+    taken = {**layers, "taken": True}
+    kept = [{"name": "/b0/fc1/MatMul", "why": "its INT8 ... is slower than its FP32 layer in ONNX Runtime on avx2"}]
+    q.int8_payoff = {"kept_float": kept, "layers": taken}
+    assert layer_step_line(q) is None
+    line = still_slower_line({"int8_payoff": {"kept_float": kept, "layers": taken}}, 0.9)
+    assert "1 layer(s) slower per layer kept float" in line and "1 layer(s) kept float," not in line

@@ -19,7 +19,9 @@ from vitedge.backends.int8_timing import WITHIN_NOISE
 from vitedge.backends.onnxruntime.attention import AttentionFusion, fuse_attention
 from vitedge.backends.onnxruntime.gemm_bias import GemmBiasFusion, fuse_gemm_bias, unfold_gemm_bias
 from vitedge.backends.onnxruntime.patch_embed import PatchEmbedFusion, fuse_patch_embedding, unfold_patch_embedding
-from vitedge.backends.onnxruntime.payoff import Int8Payoff, attention_fusion_pays, keep_float_if_slower, keep_unpaid_float
+from vitedge.backends.float_layers import return_to_float
+from vitedge.backends.onnxruntime import layer_payoff
+from vitedge.backends.onnxruntime.payoff import Int8Payoff, attention_fusion_pays, keep_float_if_slower, keep_unpaid_float, one_thread_run
 from vitedge.core.cpu import read_cpu
 from vitedge.core import telemetry
 from vitedge.core.errors import BundleError, UsageError
@@ -137,6 +139,8 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
             copy_onnx(ctx.qdq_path, model)
         with OnnxRuntimeRunner(model, options):  # proves the stock CPU provider loads it
             pass
+        if options.int8_payoff and options.fuse_attention:
+            _layer_payoff(model, reference, ctx, unfused, info)
         if options.int8_payoff:
             _timed_payoff(model, reference, ctx, info)
         info["int8_layers"] = int8_layer_share(model, options)
@@ -156,6 +160,63 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
 
     def open_runner(self, model_path: Path, options: OnnxRuntimeOptions, *, threads: int | None = None) -> Runner:
         return OnnxRuntimeRunner(model_path, options or OnnxRuntimeOptions(), threads)
+
+
+def _layer_payoff(model: Path, reference: Path, ctx: BuildContext, unfused: AttentionFusion | None, info: dict[str, Any]) -> None:
+    """The INT8 layers that do not pay here back to float, when the whole graph then times faster
+    (``layer_payoff``); ``model`` is replaced by that graph and ``info`` records the step either way."""
+    import onnx
+
+    cpu = read_cpu().isa
+    batches = tuple(sorted({1, *(ctx.batch_sizes or ())}))
+    try:
+        verdicts = layer_payoff.profile_verdicts(model, reference, batches)
+    except Exception as err:  # noqa: BLE001 - a graph the profiler cannot run keeps its layers as they are
+        info.setdefault("int8_payoff", {})["layers"] = {"timed_on": cpu, "unavailable": str(err).splitlines()[0][:120] if str(err) else type(err).__name__}
+        return
+    chosen = {n: v for v in verdicts if v.to_float for n in v.group.names}
+    record: dict[str, Any] = {"timed_on": cpu, "batches": list(batches), "groups_timed": len(verdicts), "taken": False,
+                              "source": "onnxruntime profiler, one thread, per node p20; then the whole graph side by side",
+                              "rule": "a group of INT8 layers reading one quantized activation goes float when that lowers the sum over the "
+                                      "batch sizes of the graph's INT8/FP32 ratio; kept only when the whole graph then times faster beyond "
+                                      "the FP32-vs-FP32 control's noise and slower at no batch size",
+                              "candidates": [{"layers": list(v.group.names), "gain": round(v.gain, 4),
+                                              "int8_over_fp32": {str(b): round(v.int8_us[b] / v.fp32_us[b], 3) for b in v.int8_us if v.fp32_us[b] > 0}}
+                                             for v in verdicts if v.to_float]}
+    info.setdefault("int8_payoff", {})["layers"] = record
+    if chosen:
+        graph = onnx.load(str(ctx.qdq_path))
+        kept = return_to_float(graph, lambda node, dq: chosen[node.name].why(cpu) if node.name in chosen else None)
+        with tempfile.TemporaryDirectory(prefix=work_prefix("ort-opt")) as tmp:
+            qdq, candidate = Path(tmp) / "layers.qdq.onnx", Path(tmp) / "model.int8.onnx"
+            save_onnx(graph, qdq)
+            _, gemm_bias, _, payoff = _fuse_file(qdq, candidate, unfused)
+            timed = layer_payoff.side_by_side(reference, model, candidate, batches, one_thread_run)
+            take, noise = layer_payoff.candidate_pays(timed)
+            record.update({"taken": take, "control_noise": round(noise, 4),
+                           **{f"{k}_over_fp32": {str(b): round(r, 4) for b, r in timed[k].items()} for k in ("current", "candidate")}})
+            if take:
+                copy_onnx(candidate, model)
+                rec = info["int8_payoff"]
+                rec["kept_float"] = list(payoff.to_dict()["kept_float"]) + kept
+                info["gemm_bias_fusion"] = {"gemms": gemm_bias.gemms, "folded": gemm_bias.folded, "skipped": list(gemm_bias.skipped)}
+    if ctx.log:
+        ctx.log(layer_payoff_line(record, len(chosen)))
+
+
+def layer_payoff_line(record: dict[str, Any], chosen: int) -> str:
+    """The per-layer step in one line: which layers went float and the whole graph's ratios before and after."""
+    cpu = record["timed_on"]
+    if not chosen:
+        return f"INT8 payoff per layer: every INT8 layer timed no slower than its FP32 layer in ONNX Runtime on {cpu}"
+    ratios = lambda k: "/".join(f"{r:.2f}" for _, r in sorted(record[k].items(), key=lambda kv: int(kv[0])))
+    b = "/".join(f"b{x}" for x in record["batches"])
+    if record["taken"]:
+        return (f"INT8 payoff per layer: {chosen} INT8 layer(s) kept float, slower than FP32 per layer in ONNX Runtime on {cpu}; "
+                f"INT8/FP32 ({b}) {ratios('current_over_fp32')} -> {ratios('candidate_over_fp32')}")
+    return (f"INT8 payoff per layer: {chosen} INT8 layer(s) timed slower than FP32 per layer on {cpu}, but the graph with them "
+            f"float was not faster beyond the noise ({b} {ratios('current_over_fp32')} -> {ratios('candidate_over_fp32')}, "
+            f"control {record['control_noise']:.0%}): kept INT8")
 
 
 def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[str, Any]) -> None:

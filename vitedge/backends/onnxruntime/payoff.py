@@ -98,7 +98,7 @@ def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[
     ``whole_model_float``, ``control_noise``, ``rule``, and the layers kept float when it did)."""
     import onnx
 
-    timed = {b: interleaved_times(_one_thread_run(reference_path, b), _one_thread_run(reference_path, b), _one_thread_run(model_path, b), timing, seed=b)
+    timed = {b: interleaved_times(one_thread_run(reference_path, b), one_thread_run(reference_path, b), one_thread_run(model_path, b), timing, seed=b)
              for b in batches}
     ratios = {b: t.int8 for b, t in timed.items()}
     verdicts = {b: payoff_verdict(t, timing) for b, t in timed.items()}
@@ -127,7 +127,7 @@ def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[
     return record
 
 
-def _one_thread_run(path: Path, batch: int) -> Callable[[], Any]:
+def one_thread_run(path: Path, batch: int) -> Callable[[], Any]:
     """One call of the graph at ``path`` on one thread (no spinning) at ``batch``, on the timing's input."""
     session = ort_session(path, SessionSettings(threads=1, spinning=False))
     inp = session.get_inputs()[0]
@@ -144,7 +144,7 @@ def attention_fusion_pays(exported: Path, fused: Path, batches: tuple[int, ...],
     in the INT8 graph too, so what the FP32 graphs show holds for it. Returns the record; ``slower`` is True when the
     fused graph is slower beyond the noise at a batch size long enough to time (``payoff_verdict``)."""
 
-    timed = {b: interleaved_times(_one_thread_run(exported, b), _one_thread_run(exported, b), _one_thread_run(fused, b), timing, seed=100 + b) for b in batches}
+    timed = {b: interleaved_times(one_thread_run(exported, b), one_thread_run(exported, b), one_thread_run(fused, b), timing, seed=100 + b) for b in batches}
     verdicts = {b: payoff_verdict(t, timing) for b, t in timed.items()}
     return {"timed_on": cpu, "fused_over_exported": {str(b): round(t.int8, 4) for b, t in timed.items()},
             "verdicts": {str(b): v for b, v in verdicts.items()},
