@@ -197,6 +197,34 @@ def decisive_flip_estimate(ref: np.ndarray, got: np.ndarray, margin: float) -> f
     return float(beaten.sum()) / float(len(f)) ** 2
 
 
+def decisive_flip_estimate_spread(ref: np.ndarray, got: np.ndarray, margin: float) -> float | None:
+    """The standard error of ``decisive_flip_estimate``, from its first-order (Hoeffding) projection: the estimate is the
+    mean over pairs ``(i, j)`` of ``[loss_j > f_i]``, each image giving both an ``f`` and a ``loss``, so its variance is
+    about ``Var(a_k + b_k) / n`` with ``a_k`` the share of losses over image k's lead and ``b_k`` the share of leads
+    under image k's loss. None where the estimate is None."""
+    if ref.shape[1] < 2:
+        return None
+    decisive = fp32_margins(ref) >= margin
+    n = int(decisive.sum())
+    if not n:
+        return None
+    r, g = ref[decisive].astype(np.float64), got[decisive].astype(np.float64)
+    rows, top = np.arange(n), r.argmax(1)
+
+    def lead(z: np.ndarray) -> np.ndarray:
+        others = z.copy()
+        others[rows, top] = -np.inf
+        return z[rows, top] - others.max(axis=1)
+
+    f = lead(r)
+    loss = f - lead(g)
+    a = (n - np.searchsorted(np.sort(loss), f, side="right")) / n  # per k: the losses over its lead
+    b = np.searchsorted(np.sort(f), loss, side="left") / n  # per k: the leads under its loss
+    if n < 2:
+        return 0.0
+    return float(np.std(a + b, ddof=1)) / math.sqrt(n)
+
+
 def near_ties(ref: np.ndarray, got: np.ndarray, margin: float, labels: np.ndarray | None = None) -> dict[str, Any]:
     """Agreement on the images where FP32 is decisive, the flips on near-ties, and the expected top-1
     drop under FP32's own probabilities. With ``labels`` (FP32 not at chance on them) those probabilities are first
@@ -228,6 +256,7 @@ def near_ties(ref: np.ndarray, got: np.ndarray, margin: float, labels: np.ndarra
         "expected_drop_points_temperature": temperature,
         "expected_drop_points_temperature_from": source,  # labels: fitted on them; stand-in: UNLABELLED_TEMPERATURE (no labels, or FP32 at chance)
         "decisive_flip_estimate": decisive_flip_estimate(ref, got, margin),
+        "decisive_flip_estimate_spread": decisive_flip_estimate_spread(ref, got, margin),
         "fp32_margin_median": float(np.median(gaps)) if len(gaps) else None,
     }
 
@@ -339,8 +368,12 @@ def decisive_images_to_tell(flips: int, images: int, limit: float, confidence: f
 OK, LOSS, TOO_FEW = "pass", "loss", "too few"  # decisive_outcome's verdicts
 
 
+DECISIVE_ESTIMATE_Z = 1.645  # one-sided 95 %: the estimate's upper bound that can tell a build with a flip (docs/gate.md)
+
+
 def decisive_outcome(flips: int, images: int, estimate: float | None, limit: float,
-                     confidence: float = DECISIVE_BOUND_CONFIDENCE) -> tuple[str, str]:
+                     confidence: float = DECISIVE_BOUND_CONFIDENCE, spread: float | None = None,
+                     estimate_z: float = DECISIVE_ESTIMATE_Z, estimate_within: float | None = None) -> tuple[str, str]:
     """The decisive row's verdict on ``flips`` of ``images`` decisive images and the smooth flip-rate estimate
     (``decisive_flip_estimate``), with why: LOSS when the flips exceed what the loss line (``decisive_loss_line``, 1 % at
     0.995) allows, or the estimate is over that line; else TOO_FEW when the images cannot tell the limit from the loss
@@ -360,7 +393,12 @@ def decisive_outcome(flips: int, images: int, estimate: float | None, limit: flo
         return TOO_FEW, f"the estimated flip rate {100 * estimate:.2f}% lies between the limit and the loss line"
     upper = flip_rate_upper(flips, images, confidence)
     if flips and upper > line + 1e-12:
-        return TOO_FEW, f"with {flips} flips the flip rate's {100 * confidence:g}% upper bound is {100 * upper:.2f}%"
+        within = 1.0 - limit if estimate_within is None else estimate_within
+        if estimate is not None and spread is not None and estimate + estimate_z * spread <= within + 1e-12:
+            return OK, ""  # the estimate tells what the count cannot: its upper bound is within the limit
+        return TOO_FEW, f"with {flips} flips the flip rate's {100 * confidence:g}% upper bound is {100 * upper:.2f}%" + (
+            "" if estimate is None or spread is None else
+            f" and the estimate's upper bound {100 * (estimate + estimate_z * spread):.2f}% is over {100 * within:g}%")
     return OK, ""
 
 
@@ -404,7 +442,28 @@ def probe_shifts(std: tuple[float, ...], shift: float = PROBE_MEAN_SHIFT) -> dic
     return {m: (-m / s).astype(np.float32) for m in (-shift, shift)}
 
 
-def preprocessing_probe(ref: np.ndarray, shifted: dict[float, np.ndarray], labels: np.ndarray) -> dict[str, Any]:
+CONFIDENCE_PROBE_Z = 3.09  # without labels: a shift raising FP32's mean top-1 probability by this many standard errors (one-sided p 0.001)
+
+
+def confidence_probe(ref: np.ndarray, shifted: dict[float, np.ndarray]) -> dict[str, Any]:
+    """The probe without labels: whether FP32 is significantly more confident (mean top-1 softmax probability) with its
+    mean moved, in standard errors of the paired per-image differences. A network is most confident on inputs like
+    those it was trained on; ``suspect`` when a shift raises it by more than CONFIDENCE_PROBE_Z standard errors. Judged
+    on the corpus (docs/gate.md): never suspect on a right mean, and blind to some wrong ones."""
+    base = softmax(ref).max(axis=1)
+    rows = []
+    for m, logits in sorted(shifted.items()):
+        diff = softmax(logits).max(axis=1) - base
+        spread = float(np.std(diff, ddof=1)) / math.sqrt(len(diff)) if len(diff) > 1 else 0.0
+        rows.append({"mean_shift": float(m), "fp32_confidence": float(np.mean(base + diff)),
+                     "confidence_z": float(np.mean(diff)) / spread if spread > 0 else 0.0})
+    best = max(rows, key=lambda r: r["confidence_z"]) if rows else None
+    suspect = best is not None and best["confidence_z"] > CONFIDENCE_PROBE_Z
+    return {"fp32_confidence": float(np.mean(base)), "labels": False, "shifts": rows, "suspect": bool(suspect),
+            "suspect_shift": best["mean_shift"] if suspect else None}
+
+
+def preprocessing_probe(ref: np.ndarray, shifted: dict[float, np.ndarray], labels: np.ndarray | None) -> dict[str, Any]:
     """Whether FP32 is significantly more accurate with its mean moved: per shift, its top-1, the gain in
     points and the one-sided exact p-value of "no gain" on the discordant images. ``suspect`` when a shift
     gains at least PROBE_MIN_GAIN_POINTS with p below PROBE_MAX_P.
@@ -412,7 +471,10 @@ def preprocessing_probe(ref: np.ndarray, shifted: dict[float, np.ndarray], label
     Where FP32 is at chance on ``labels`` (``fp32_at_chance``) only a shift that also takes FP32 out of chance
     counts: on labels FP32 gets wrong (class folders that do not map to the model's classes) any shift that
     makes FP32 worse moves it towards chance and "gains" (the digits ViT with its folders rotated by one:
-    0.8 % -> 10.1 % at p 7e-11), while a mean wrong enough to put FP32 at chance is moved back well above it."""
+    0.8 % -> 10.1 % at p 7e-11), while a mean wrong enough to put FP32 at chance is moved back well above it.
+    Without labels: ``confidence_probe``."""
+    if labels is None:
+        return confidence_probe(ref, shifted)
     right = ref.argmax(1) == labels
     classes, items = int(ref.shape[1]), len(labels)
     at_chance = fp32_at_chance(float(np.mean(right)), classes, items)
@@ -432,6 +494,11 @@ def preprocessing_probe(ref: np.ndarray, shifted: dict[float, np.ndarray], label
 def probe_text(probe: dict[str, Any]) -> str:
     """The line of a suspect probe: the shift that made it suspect (``preprocessing_probe``'s rule)."""
     shifts = probe["shifts"]
+    if probe.get("labels") is False:
+        best = next((r for r in shifts if r["mean_shift"] == probe.get("suspect_shift")), None) or max(shifts, key=lambda r: r["confidence_z"])
+        return (f"FP32 is more confident with the mean moved by {best['mean_shift']:+g} (mean top-1 probability "
+                f"{probe['fp32_confidence']:.3f} -> {best['fp32_confidence']:.3f}, {best['confidence_z']:.1f} standard errors): "
+                "the preprocessing looks wrong (INT8 follows FP32 there), check --mean/--std")
     best = next((r for r in shifts if r["mean_shift"] == probe.get("suspect_shift")), None) or max(shifts, key=lambda r: r["gain_points"])
     return (f"FP32 itself gains {best['gain_points']:.1f} points of top-1 ({100 * probe['fp32_top1']:.1f}% -> "
             f"{100 * best['fp32_top1']:.1f}%, exact paired p {best['p_value']:.1g}) with the mean moved by {best['mean_shift']:+g}: "
