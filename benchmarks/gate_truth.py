@@ -522,7 +522,7 @@ def judge(work: Path, label: str, decisive_limit: float | None = None, reuse: bo
         t = dataclasses.replace(t, min_decisive_agreement=decisive_limit)
     rows = []
     for path in sorted(work.glob("*.npz")):
-        if path.name.endswith(".tmp.npz"):
+        if path.name.endswith(".tmp.npz") or path.name.startswith("confidence-"):
             continue
         kept = work / f"rows_{label}_{path.stem}.json"
         if reuse and kept.is_file():

@@ -442,28 +442,7 @@ def probe_shifts(std: tuple[float, ...], shift: float = PROBE_MEAN_SHIFT) -> dic
     return {m: (-m / s).astype(np.float32) for m in (-shift, shift)}
 
 
-CONFIDENCE_PROBE_Z = 3.09  # without labels: a shift raising FP32's mean top-1 probability by this many standard errors (one-sided p 0.001)
-
-
-def confidence_probe(ref: np.ndarray, shifted: dict[float, np.ndarray]) -> dict[str, Any]:
-    """The probe without labels: whether FP32 is significantly more confident (mean top-1 softmax probability) with its
-    mean moved, in standard errors of the paired per-image differences. A network is most confident on inputs like
-    those it was trained on; ``suspect`` when a shift raises it by more than CONFIDENCE_PROBE_Z standard errors. Judged
-    on the corpus (docs/gate.md): never suspect on a right mean, and blind to some wrong ones."""
-    base = softmax(ref).max(axis=1)
-    rows = []
-    for m, logits in sorted(shifted.items()):
-        diff = softmax(logits).max(axis=1) - base
-        spread = float(np.std(diff, ddof=1)) / math.sqrt(len(diff)) if len(diff) > 1 else 0.0
-        rows.append({"mean_shift": float(m), "fp32_confidence": float(np.mean(base + diff)),
-                     "confidence_z": float(np.mean(diff)) / spread if spread > 0 else 0.0})
-    best = max(rows, key=lambda r: r["confidence_z"]) if rows else None
-    suspect = best is not None and best["confidence_z"] > CONFIDENCE_PROBE_Z
-    return {"fp32_confidence": float(np.mean(base)), "labels": False, "shifts": rows, "suspect": bool(suspect),
-            "suspect_shift": best["mean_shift"] if suspect else None}
-
-
-def preprocessing_probe(ref: np.ndarray, shifted: dict[float, np.ndarray], labels: np.ndarray | None) -> dict[str, Any]:
+def preprocessing_probe(ref: np.ndarray, shifted: dict[float, np.ndarray], labels: np.ndarray) -> dict[str, Any]:
     """Whether FP32 is significantly more accurate with its mean moved: per shift, its top-1, the gain in
     points and the one-sided exact p-value of "no gain" on the discordant images. ``suspect`` when a shift
     gains at least PROBE_MIN_GAIN_POINTS with p below PROBE_MAX_P.
@@ -471,10 +450,7 @@ def preprocessing_probe(ref: np.ndarray, shifted: dict[float, np.ndarray], label
     Where FP32 is at chance on ``labels`` (``fp32_at_chance``) only a shift that also takes FP32 out of chance
     counts: on labels FP32 gets wrong (class folders that do not map to the model's classes) any shift that
     makes FP32 worse moves it towards chance and "gains" (the digits ViT with its folders rotated by one:
-    0.8 % -> 10.1 % at p 7e-11), while a mean wrong enough to put FP32 at chance is moved back well above it.
-    Without labels: ``confidence_probe``."""
-    if labels is None:
-        return confidence_probe(ref, shifted)
+    0.8 % -> 10.1 % at p 7e-11), while a mean wrong enough to put FP32 at chance is moved back well above it."""
     right = ref.argmax(1) == labels
     classes, items = int(ref.shape[1]), len(labels)
     at_chance = fp32_at_chance(float(np.mean(right)), classes, items)
@@ -494,11 +470,6 @@ def preprocessing_probe(ref: np.ndarray, shifted: dict[float, np.ndarray], label
 def probe_text(probe: dict[str, Any]) -> str:
     """The line of a suspect probe: the shift that made it suspect (``preprocessing_probe``'s rule)."""
     shifts = probe["shifts"]
-    if probe.get("labels") is False:
-        best = next((r for r in shifts if r["mean_shift"] == probe.get("suspect_shift")), None) or max(shifts, key=lambda r: r["confidence_z"])
-        return (f"FP32 is more confident with the mean moved by {best['mean_shift']:+g} (mean top-1 probability "
-                f"{probe['fp32_confidence']:.3f} -> {best['fp32_confidence']:.3f}, {best['confidence_z']:.1f} standard errors): "
-                "the preprocessing looks wrong (INT8 follows FP32 there), check --mean/--std")
     best = next((r for r in shifts if r["mean_shift"] == probe.get("suspect_shift")), None) or max(shifts, key=lambda r: r["gain_points"])
     return (f"FP32 itself gains {best['gain_points']:.1f} points of top-1 ({100 * probe['fp32_top1']:.1f}% -> "
             f"{100 * best['fp32_top1']:.1f}%, exact paired p {best['p_value']:.1g}) with the mean moved by {best['mean_shift']:+g}: "

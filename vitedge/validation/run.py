@@ -434,7 +434,7 @@ def run_probe(ref: Outputs, open_fp32: Callable[[], Runner], backend, reference_
         info(found.one_line(len(source)))
     probe = preprocessing_probe(ref.values, shifted, ref.labels)
     info(f"FP32 preprocessing probe (mean moved by +-{probe['shifts'][-1]['mean_shift']:g}): "
-         + (probe_text(probe) if probe["suspect"] else "no shift makes FP32 more " + ("accurate" if ref.labels is not None else "confident")))
+         + (probe_text(probe) if probe["suspect"] else "no shift makes FP32 more accurate"))
     return probe, lookups
 
 
@@ -478,12 +478,13 @@ def shared_fp32(backend, reference_path: Path, pre, open_fp32: Callable[[], Runn
 
 
 def _probe_needed(accuracy: dict[str, Any], t: Thresholds, runner, reference_path: Path) -> bool:
-    """The FP32 preprocessing probe runs on every classifier whose accuracy rows all pass, on a float-input reference,
-    labels or not (docs/gate.md; without labels it reads FP32's confidence, ``noise.confidence_probe``): a wrong --mean
-    damages FP32 and INT8 alike, so agreement can meet its limit on a build that loses 12-46 points of top-1 (issue
-    43's corpus). A suspect probe fails the agreement row, so where an accuracy row already fails its two FP32 passes
-    would decide nothing and are not run."""
-    if accuracy.get("output_kind") != "logits" or t.near_tie_margin <= 0:
+    """The FP32 preprocessing probe runs on every labelled classifier whose accuracy rows all pass, on a float-input
+    reference (docs/gate.md): a wrong --mean damages FP32 and INT8 alike, so agreement can meet its limit on a build
+    that loses 12-46 points of top-1 (issue 43's corpus). A suspect probe fails the agreement row, so where an accuracy
+    row already fails its two FP32 passes would decide nothing and are not run. Without labels there is no probe: the
+    label-free check measured (FP32's confidence with the mean moved) raised a false alarm on a corpus model's right
+    mean."""
+    if accuracy.get("output_kind") != "logits" or not accuracy.get("labeled") or t.near_tie_margin <= 0:
         return False
     rows = [_drop_row(accuracy, t), _agreement_row(accuracy, t), _decisive_row(accuracy, t), _expected_drop_row(accuracy, t)]
     if not all(r.passed for r in rows):
