@@ -152,6 +152,66 @@ def run_outputs(model_id: str, corpus: Path, work: Path) -> Path:
     return out
 
 
+N_CONFIDENCE = 1500  # images per corpus model for the label-free normalisation check's false alarms (right mean only)
+CONFIDENCE_Z = 3.09  # one-sided p 0.001, as the labelled probe's PROBE_MAX_P
+
+
+def confidence_outputs(model_id: str, corpus: Path, work: Path) -> Path:
+    """FP32 with the model's right mean, and with it moved by +-0.25, on a seeded N_CONFIDENCE of its test images
+    (``<work>/confidence-<id>.npz``): what a label-free normalisation check would see on a build that is right."""
+    import calibration_choice as cc  # noqa: E402
+
+    from vitedge.validation.noise import probe_shifts
+
+    out = work / f"confidence-{model_id}.npz"
+    if out.is_file():
+        return out
+    args = argparse.Namespace(calib=N_CALIB, val=10000 - N_CALIB)
+    fp32, spec, _, val_dir = cc.load(model_id, corpus, work, args)
+    x = _images(val_dir, spec)[0]
+    x = x[np.sort(np.random.default_rng(2).permutation(len(x))[:N_CONFIDENCE])]
+    x = x[np.random.default_rng(3).permutation(len(x))]  # class folders come in order: the subsets must mix them
+    arrays = {"ref": cc.ort_predict(fp32, x)}
+    for m, d in probe_shifts(spec.preprocess.std).items():
+        arrays[f"probe{m:+g}"] = cc.ort_predict(fp32, x + d)
+    np.savez_compressed(out, **arrays)
+    return out
+
+
+def confidence_gain_z(base: np.ndarray, shifted: np.ndarray) -> float:
+    """How far FP32's mean top-1 probability rises with the mean moved, in standard errors of the paired differences:
+    a label-free sign that the given normalisation is not the one FP32 was trained with."""
+    from vitedge.validation.noise import softmax
+
+    diff = softmax(shifted).max(1) - softmax(base).max(1)
+    spread = float(np.std(diff, ddof=1)) / np.sqrt(len(diff))
+    return float(diff.mean()) / spread if spread > 0 else 0.0
+
+
+def confidence_check(work: Path) -> list[dict[str, Any]]:
+    """Per model: on disjoint subsets of SIZES images, how often the label-free check (a +-0.25 shift raises FP32's
+    mean top-1 probability by more than CONFIDENCE_Z standard errors) fires with the RIGHT mean (a false alarm), and,
+    where the wrong --mean build is stored, how often it fires on it."""
+    out = []
+    models = sorted({p.stem.split("confidence-", 1)[1] for p in work.glob("confidence-*.npz")}
+                    | {p.stem for p in work.glob("*.npz") if not p.stem.startswith("confidence-") and not p.name.endswith(".tmp.npz")})
+    for model in models:
+        full = work / f"{model}.npz"
+        d = np.load(full if full.is_file() else work / f"confidence-{model}.npz")
+        keys = (("ref", "probe-0.25", "probe+0.25"),) + ((("wrong_ref", "wrong_probe-0.25", "wrong_probe+0.25"),) if "wrong_ref" in d else ())
+        idx_all = (np.random.default_rng(0).permutation(len(d["ref"]))[N_TRUTH:N_TRUTH + N_POOL] if full.is_file()
+                   else np.arange(len(d["ref"])))
+        row: dict[str, Any] = {"model": model, "images": int(len(idx_all))}
+        for which, (b, lo, hi) in zip(("right", "wrong"), keys):
+            for size in SIZES:
+                zs = [max(confidence_gain_z(d[b][i], d[lo][i]), confidence_gain_z(d[b][i], d[hi][i]))
+                      for i in (idx_all[k * size:(k + 1) * size] for k in range(len(idx_all) // size))]
+                row[f"{which} {size}"] = {"alarms": int(sum(z > CONFIDENCE_Z for z in zs)), "of": len(zs), "max_z": max(zs)}
+        out.append(row)
+    (work / "confidence_check.json").write_text(json.dumps(out, indent=1))
+    return out
+
+
 # --------------------------------------------------------------------------- judge (in-process, the real gate functions)
 
 
@@ -271,9 +331,12 @@ def _exp_standin(e: dict[str, Any], t, stand_in: float | None, z: float | None =
     return (mean if z is None else mean + z * spread) <= t.max_top1_drop + EXPECTED_DROP_SLACK + 1e-9
 
 
-def _estimate(acc, t, line_only: bool = False, confidence: float = 0.9) -> bool:
+def _estimate(acc, t, line_only: bool = False, confidence: float = 0.9, z: float | str | None = "gate", within: str = "limit") -> bool:
     """The decisive row of this change (``decisive_outcome``) passing: ``line_only``, only its loss outcome fails
-    (no too-few outcome: the count at the limit and the estimate at the loss line); ``confidence``, the flip-rate bound's."""
+    (no too-few outcome: the count at the limit and the estimate at the loss line); ``confidence``, the flip-rate bound's;
+    ``z``: a flip the count cannot tell passes when the estimate + z standard errors is within ``within`` (the limit or
+    the loss line); "gate": the gate's own z (``DECISIVE_ESTIMATE_Z``) at the limit; None: the count's bound alone
+    decides (the gate before this change)."""
     try:
         from vitedge.validation.noise import OK, decisive_loss_line, decisive_outcome
     except ImportError:
@@ -283,7 +346,25 @@ def _estimate(acc, t, line_only: bool = False, confidence: float = 0.9) -> bool:
     est = acc.get("decisive_flip_estimate")
     if line_only:
         return _dec_point(acc, t) and (est is None or est <= decisive_loss_line(t.min_decisive_agreement) + 1e-12)
-    return decisive_outcome(acc["decisive_flips"], acc["decisive_samples"], est, t.min_decisive_agreement, confidence)[0] == OK
+    if z == "gate":
+        try:
+            from vitedge.validation.noise import DECISIVE_ESTIMATE_Z as z
+        except ImportError:
+            z = None
+    spread = acc.get("decisive_flip_estimate_spread") if z is not None else None
+    bound = (1.0 - t.min_decisive_agreement) if within == "limit" else decisive_loss_line(t.min_decisive_agreement)
+    if z is None:
+        z = 0.0
+    return decisive_outcome(acc["decisive_flips"], acc["decisive_samples"], est, t.min_decisive_agreement, confidence,
+                            spread=spread, estimate_z=z, estimate_within=bound)[0] == OK
+
+
+def _zero_bound(acc, t, z: float) -> bool:
+    """With no decisive flip: the estimate + z standard errors within the limit (the gate passes no flip on the estimate
+    alone)."""
+    if not _judged(acc, t) or acc["decisive_flips"] or acc.get("decisive_flip_estimate_spread") is None:
+        return True
+    return acc["decisive_flip_estimate"] + z * acc["decisive_flip_estimate_spread"] <= 1.0 - t.min_decisive_agreement + 1e-12
 
 
 ALTERNATIVES = {
@@ -304,7 +385,28 @@ ALTERNATIVES = {
         _base(r) and _estimate(a, t) and _exp_standin(e, t, 2.5, None)),
     "this gate, the flip-rate bound of the too-few outcome at 80 %": lambda a, r, t, e: (
         _base(r) and _estimate(a, t, confidence=0.8) and _exp_standin(e, t, 2.5)),
+    "decisive row before the estimate's bound (the count's bound alone decides too few)": lambda a, r, t, e: (
+        _base(r) and _estimate(a, t, z=None) and _exp_standin(e, t, 2.5)),
+    "this gate, and no flip passes only with the estimate + 1.645 s.e. within the limit": lambda a, r, t, e: (
+        _base(r) and _estimate(a, t) and _exp_standin(e, t, 2.5) and _zero_bound(a, t, 1.645)),
+    **{f"one flip or more told by the estimate + {z:g} s.e. within the {w}": (
+        lambda z, w: lambda a, r, t, e: _base(r) and _estimate(a, t, z=z, within=w) and _exp_standin(e, t, 2.5))(z, w)
+       for w in ("limit", "loss line") for z in (1.282, 1.645, 2.326)},
 }
+
+
+def _count_over_limit_chance(ref: np.ndarray, pool: np.ndarray, size: int, truth: dict[str, Any], t) -> float:
+    """The expected number of this build's runs whose decisive flip count exceeds what the limit allows on their decisive
+    images by chance alone, were each decisive image flipped at the truth's rate: the runs no rule that keeps "a count
+    over the limit never passes" can pass (the statistical floor of "too few images to tell" on a good build)."""
+    from vitedge.validation.noise import MIN_DECISIVE, allowed_flips, binom_sf, fp32_margins
+
+    rate, total = 1.0 - truth["decisive_agreement"], 0.0
+    for k in range(len(pool) // size):
+        n = int(np.sum(fp32_margins(ref[pool[k * size:(k + 1) * size]]) >= t.near_tie_margin))
+        if n >= MIN_DECISIVE:
+            total += binom_sf(allowed_flips(t.min_decisive_agreement, n) + 1, n, rate)
+    return total
 
 
 def judge_model(path: Path, t) -> list[dict[str, Any]]:
@@ -330,6 +432,7 @@ def judge_model(path: Path, t) -> list[dict[str, Any]]:
                                               {m: p[idx] for m, p in probes.items()}, t))
                 row["gates"][f"{size} {'labelled' if labelled else 'no labels'}"] = {
                     "passed": sum(v[0] for v in verdicts), "of": len(verdicts), "too_few": sum(v[3] for v in verdicts),
+                    "count_over_limit_chance": _count_over_limit_chance(bref, pool, size, row["truth"], t),
                     "failing_rows": sorted({v[1] for v in verdicts if v[1]}),
                     "alternatives": {a: sum(v[2][a] for v in verdicts) for a in ALTERNATIVES if verdicts and a in verdicts[0][2]}}
         out.append(row)
@@ -349,7 +452,7 @@ def rates(rows: list[dict[str, Any]], alternative: str | None = None) -> dict[st
             passed = v["passed"] if alternative is None else v["alternatives"][alternative]
             few = v.get("too_few", 0) if alternative is None else 0
             c = out.setdefault(g, {"false_pass": [0, 0], "false_fail": [0, 0], "too_few_good": [0, 0], "too_few_bad": [0, 0],
-                                   "wrong_mean_pass": [0, 0]})
+                                   "wrong_mean_pass": [0, 0], "count_floor_good": [0.0, 0]})
             if r["build"].startswith("wrong --mean"):
                 c["wrong_mean_pass"][0] += passed
                 c["wrong_mean_pass"][1] += v["of"]
@@ -363,17 +466,30 @@ def rates(rows: list[dict[str, Any]], alternative: str | None = None) -> dict[st
                 c["false_fail"][1] += v["of"]
                 c["too_few_good"][0] += few
                 c["too_few_good"][1] += v["of"]
+                c["count_floor_good"][0] += v.get("count_over_limit_chance", 0.0)
+                c["count_floor_good"][1] += v["of"]
     return out
 
 
+CHOSEN_ON = ("ashu-mha", "researchase-mnist", "kavishka-shallow")  # the models the gate's constants were chosen on
+
+
 def alternatives_markdown(doc: dict[str, Any]) -> list[str]:
-    """The alternative rules on the same runs: false passes and false fails per subset size (labelled and unlabelled
-    runs together), and which bad builds each passed."""
+    """The alternative rules on the same runs, on the models the constants were chosen on and on the others apart."""
     rows = doc["rows"]
+    chosen = [r for r in rows if r["model"] in CHOSEN_ON]
+    others = [r for r in rows if r["model"] not in CHOSEN_ON]
+    return (_alternatives_table(chosen, f"on the models the constants were chosen on ({', '.join(CHOSEN_ON)})")
+            + _alternatives_table(others, f"on the models they were NOT chosen on ({', '.join(sorted({r['model'] for r in others}))})"))
+
+
+def _alternatives_table(rows: list[dict[str, Any]], which: str) -> list[str]:
+    """False passes and false fails of every alternative per subset size (labelled and unlabelled runs together), and
+    which bad builds each passed."""
     if not rows or not next(iter(rows[0]["gates"].values())).get("alternatives"):
         return []
     sizes = sorted({int(g.split()[0]) for g in rows[0]["gates"]})
-    lines = ["", "## Alternative rules judged on the same runs", "",
+    lines = ["", f"## Alternative rules judged on the same runs, {which}", "",
              "Each rule keeps the labels' drop row and the agreement row (with the preprocessing probe) and replaces the "
              "decisive and expected-drop rows as named; a run a rule does not pass counts as failed (a too-few outcome "
              "too); *flip-rate bound c* fails a build whose decisive flips, when there is at least one, put the one-sided c "
@@ -406,7 +522,7 @@ def judge(work: Path, label: str, decisive_limit: float | None = None, reuse: bo
         t = dataclasses.replace(t, min_decisive_agreement=decisive_limit)
     rows = []
     for path in sorted(work.glob("*.npz")):
-        if path.name.endswith(".tmp.npz"):
+        if path.name.endswith(".tmp.npz") or path.name.startswith("confidence-"):
             continue
         kept = work / f"rows_{label}_{path.stem}.json"
         if reuse and kept.is_file():
@@ -430,14 +546,17 @@ def _frac(c: list[int]) -> str:
 def markdown(after: dict[str, Any], before: dict[str, Any] | None, header: str) -> str:
     lines = [header, "", "## False passes and false fails, per gate run (one run = one subset of the gate pool)", "",
              "| gate | labels | false passes (truth bad) | false fails (truth good) | too few images to tell (truth good) | "
-             "too few images to tell (truth bad) | wrong `--mean` passed |", "|---|---|---:|---:|---:|---:|---:|"]
+             "too few images to tell (truth bad) | wrong `--mean` passed | count over the limit by chance alone (truth good, expected) |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for label, doc in (("before", before), ("this gate", after)):
         if doc is None:
             continue
         for g, c in doc["rates"].items():
             few = [_frac(c[k]) if k in c else "- (no such outcome)" for k in ("too_few_good", "too_few_bad")]
+            floor = c.get("count_floor_good")
+            floor_text = f"{floor[0]:.1f} of {floor[1]} ({100 * floor[0] / floor[1]:.1f} %)" if floor and floor[1] else "-"
             lines.append(f"| {label} | {g} | {_frac(c['false_pass'])} | {_frac(c['false_fail'])} | {few[0]} | {few[1]} | "
-                         f"{_frac(c['wrong_mean_pass'])} |")
+                         f"{_frac(c['wrong_mean_pass'])} | {floor_text} |")
     passed_bad = [r for r in after["rows"] if r["truth"]["kind"] == "bad" and not r["build"].startswith("wrong --mean")
                   and any(v["passed"] for v in r["gates"].values())]
     lines += ["", "Builds whose truth is bad that this gate passed on some subset: " + ("; ".join(
@@ -467,6 +586,30 @@ def markdown(after: dict[str, Any], before: dict[str, Any] | None, header: str) 
     return "\n".join(lines) + "\n"
 
 
+def confidence_markdown(work: Path) -> str:
+    """The label-free normalisation check (``noise.confidence_probe``) on every corpus model whose FP32 outputs are
+    stored: its alarms with the model's right mean (false alarms) and, where stored, with the wrong --mean."""
+    path = work / "confidence_check.json"
+    if not path.is_file():
+        return ""
+    rows = json.loads(path.read_text())
+    lines = ["", "## Without labels: FP32's confidence with the mean moved (the label-free normalisation check)", "",
+             f"Per model, on disjoint subsets of its images: how often a +-0.25 mean shift raises FP32's mean top-1 probability by "
+             f"more than {CONFIDENCE_Z:g} standard errors of the paired per-image differences (`noise.confidence_probe`), with "
+             "the model's RIGHT mean (a false alarm) and with the wrong `--mean` (+0.5) where that build is stored; the largest "
+             "z seen in brackets.", "",
+             "| model | images | " + " | ".join(f"right mean, {s}" for s in SIZES) + " | " + " | ".join(f"wrong mean, {s}" for s in SIZES) + " |",
+             "|---|---:|" + "---:|" * (2 * len(SIZES))]
+    for r in rows:
+        cells = []
+        for which in ("right", "wrong"):
+            for size in SIZES:
+                c = r.get(f"{which} {size}")
+                cells.append(f"{c['alarms']} of {c['of']} ({c['max_z']:+.1f})" if c and c["of"] else "-")
+        lines.append(f"| {r['model']} | {r['images']:,} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def write_results(work: Path) -> None:
     from vitedge import __version__
     from vitedge.core.cpu import read_cpu
@@ -492,7 +635,7 @@ def write_results(work: Path) -> None:
               "runs in the same pass; *too few images to tell* counts the runs whose only failing row is the decisive row's own "
               "outcome (a failure of the gate, counted apart from the false fails); *truth bad* compares drops with a 1e-9 tolerance (28 of 4,000 images is 0.7 points, not more). "
               f"Load average while judging: {' '.join(Path('/proc/loadavg').read_text().split()[:3]) if Path('/proc/loadavg').is_file() else 'unknown'}.")
-    text = markdown(after, before, header)
+    text = markdown(after, before, header) + confidence_markdown(work)
     stem = f"gate_truth_{cpu.isa.split(' ')[0]}"  # one record per kind of CPU: avx2, avx512-vnni, amx (as build_speed's)
     (RESULTS / f"{stem}.md").write_text(text)
     (RESULTS / f"{stem}.json").write_text(json.dumps({"cpu": cpu.isa, "cpu_model": cpu.model, "models": models, "after": after,
@@ -510,11 +653,23 @@ def main() -> None:
     ap.add_argument("--label", default="after", help="the name of this judgement (before: the gate it is compared with)")
     ap.add_argument("--decisive-limit", type=float, help="judge with this min_decisive_agreement (default: the profile's)")
     ap.add_argument("--reuse", action="store_true", help="read back each model's rows judged before under the same label")
+    ap.add_argument("--confidence-models", help="only run FP32 (right mean, and moved +-0.25) on these models for the "
+                    "label-free normalisation check's false alarms, then judge that check")
     ap.add_argument("--gate-from", type=Path, help="judge with the vitedge of this checkout (e.g. main before the change, --label before)")
     args = ap.parse_args()
     if args.gate_from:
         sys.path.insert(0, str(args.gate_from.resolve()))
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.confidence_models is not None:
+        for model_id in [m for m in args.confidence_models.split(",") if m]:
+            try:
+                confidence_outputs(model_id, args.corpus, args.work)
+                log(f"{model_id}: FP32 outputs for the label-free normalisation check")
+            except Exception as err:  # a model that does not load is reported, not fatal
+                log(f"{model_id}: {type(err).__name__}: {str(err).splitlines()[0][:300]}")
+        for row in confidence_check(args.work):
+            log(json.dumps(row))
+        return
     if not args.judge_only:
         for model_id in args.models.split(","):
             t0 = time.perf_counter()

@@ -70,7 +70,8 @@ def test_cold_build_runs_each_inference_pass_once(two_target_build):
     census = collections.Counter((p.side, p.runtime, p.graph_sha256, p.data_hash) for p in _COLD_PASSES)
     assert census and max(census.values()) == 1, census
     assert sorted((p.stage, p.side, p.runtime, p.items) for p in _COLD_PASSES) == sorted(
-        [("budget", "fp32", "onnxruntime", 397)] + [("budget", "int8", runtime, 397) for runtime in ("onnxruntime", "openvino")])
+        [("budget", "fp32", "onnxruntime", 397)] + [("budget", "int8", runtime, 397) for runtime in ("onnxruntime", "openvino")]
+        + [("probe", f"fp32{m:+g}", "onnxruntime", 397) for m in (-0.25, 0.25)])  # the labelled probe, once for both targets
     ran = {p.graph_sha256 for p in _COLD_PASSES}
     for r in results:  # what ran is what ships, and validation says it read it (INT8 after its spot check)
         bundle = root / "out" / r.profile.name

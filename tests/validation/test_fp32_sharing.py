@@ -49,7 +49,7 @@ def _shared_entry(settings: ReferenceCacheSettings):
     for path in cache.folder.glob("*.npz"):
         with np.load(path, allow_pickle=False) as data:
             meta = json.loads(str(data["meta"]))
-        if meta["parts"].get("kind") == "fp32-shared":
+        if meta["parts"].get("kind") == "fp32-shared" and "variant" not in meta["parts"]:  # not the probe's shifted FP32
             outputs, origin, note = cache.load_entry(meta["key"], ITEMS)
             assert note is None
             found.append((meta["key"], meta["parts"], outputs, origin))

@@ -225,8 +225,8 @@ def test_labels_fp32_is_at_chance_on_excuse_nothing():
 
 
 def test_the_probe_runs_only_where_it_can_change_the_verdict():
-    """The FP32 preprocessing probe (two FP32 passes) is asked for only where the agreement row passes under its
-    limit without it (the labels, or at chance FP32's margins, excuse the flips), not where that row fails anyway."""
+    """The FP32 preprocessing probe (two FP32 passes) is asked for wherever every accuracy row passes without it (here
+    the labels, or at chance FP32's margins, excuse the flips), not where a row fails anyway."""
     from types import SimpleNamespace
 
     from vitedge.validation.run import _probe_needed
@@ -589,3 +589,79 @@ def test_labels_calibrate_an_over_confident_fp32_for_the_expected_drop():
     assert acc_raw["expected_drop_points_temperature"] == 2.5 and acc_raw["expected_drop_points_temperature_from"] == "stand-in"
     assert raw["max_expected_drop"].status == "pass" and "stand-in temperature 2.5" in raw["max_expected_drop"].detail
     assert "\n" not in raw["max_expected_drop"].detail
+
+
+def _leads(n: int, seed: int, classes: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """FP32 logits whose every image is decisive, with leads (top logit minus the next) spread over 2.5-6, and their
+    top class."""
+    rng = np.random.default_rng(seed)
+    ref = rng.normal(0.0, 0.05, size=(n, classes)).astype(np.float32)
+    a = rng.integers(0, classes, size=n)
+    rows = np.arange(n)
+    ref[rows, a] = 6.0
+    ref[rows, (a + 1) % classes] = 6.0 - rng.uniform(2.5, 6.0, size=n)
+    return ref, a
+
+
+def test_the_decisive_flip_estimate_spread_matches_the_bootstrap():
+    """decisive_flip_estimate_spread, the first-order (Hoeffding) standard error of the pair estimate, agrees with the
+    spread of the estimate over bootstrap resamples of the images (issue 43: the estimate's own interval)."""
+    from vitedge.validation.noise import decisive_flip_estimate, decisive_flip_estimate_spread
+
+    ref, a = _leads(400, 11)
+    rng = np.random.default_rng(12)
+    got = ref.copy()
+    got[np.arange(400), a] -= np.abs(rng.normal(0.0, 1.2, size=400)).astype(np.float32)  # some sure answers lose much
+    est, spread = decisive_flip_estimate(ref, got, 0.5), decisive_flip_estimate_spread(ref, got, 0.5)
+    boot = [decisive_flip_estimate(ref[i], got[i], 0.5) for i in (rng.integers(0, 400, 400) for _ in range(300))]
+    assert est > 0.001 and spread == pytest.approx(float(np.std(boot)), rel=0.25)
+    assert decisive_flip_estimate_spread(ref, ref, 0.5) == 0.0 and decisive_flip_estimate_spread(ref[:, :1], ref[:, :1], 0.5) is None
+
+
+def test_one_flip_the_margin_losses_explain_passes_and_one_they_do_not_is_too_few():
+    """Issue 43: on ~240 decisive images one flip puts the count's 90 % upper bound over the 1 % loss line, so the count
+    alone cannot pass it. When every other sure answer lost little and the flip took an image whose lead was among the
+    smallest just past it, the estimate + 1.645 standard errors stays within the limit: the row passes. A flip of the
+    same count that no other image's margin loss comes near (a sure answer swapped outright) stays too few to tell."""
+    from vitedge.validation.noise import TOO_FEW, decisive_outcome
+
+    ref, a = _leads(240, 13)
+    rows = np.arange(240)
+    rng = np.random.default_rng(14)
+    got = ref.copy()
+    got[rows, a] -= np.abs(rng.normal(0.0, 0.4, size=240)).astype(np.float32)
+    small = int(np.argmin(ref[rows, a] - np.sort(ref, axis=1)[:, -2]))
+    got[small, a[small]] = ref[small, a[small]] - (ref[small, a[small]] - np.sort(ref[small])[-2]) - 0.1  # just flips
+    for lab in (a, None):
+        acc, found = _gate(ref, got, lab)
+        row = found["min_decisive_agreement"]
+        assert acc["decisive_samples"] == 240 and acc["decisive_flips"] == 1
+        assert acc["decisive_flip_estimate"] + 1.645 * acc["decisive_flip_estimate_spread"] <= 0.005 and row.passed, row.detail
+        assert decisive_outcome(1, 240, acc["decisive_flip_estimate"], 0.995)[0] == TOO_FEW  # the count's bound alone
+    swapped = _flip(ref, rows == small)
+    acc, found = _gate(ref, swapped, a)
+    row = found["min_decisive_agreement"]
+    assert acc["decisive_flips"] == 1 and not row.passed and row.detail.startswith("too few images to tell")
+    assert "the estimate's upper bound" in row.detail and "\n" not in row.detail
+
+
+def test_a_suspect_probe_fails_agreement_even_when_met():
+    """Issue 43: a wrong --mean moves FP32 and INT8 together, so agreement can meet its limit on a build that loses
+    12-46 points; the probe runs on every labelled build whose rows pass, and a suspect probe fails the agreement row
+    in one line whatever its value."""
+    from types import SimpleNamespace
+
+    from vitedge.validation.run import _probe_needed
+
+    ref, right, tie = _logits(1000, 0.0)
+    got = _flip(ref, np.zeros(1000, dtype=bool))
+    acc, rows = _gate(ref, got, right)
+    acc["labeled"] = True
+    assert acc["top1_agreement"] == 1.0 and rows["min_agreement"].passed
+    assert _probe_needed(acc, GATE, lambda label, path: SimpleNamespace(input_format="float"), None)
+    probe = {"fp32_top1": 0.5, "fp32_at_chance": False, "suspect": True, "suspect_shift": 0.25,
+             "shifts": [{"mean_shift": 0.25, "fp32_top1": 0.9, "gain_points": 40.0, "p_value": 1e-30}]}
+    acc["fp32_preprocessing_probe"] = probe
+    row = {r.name: r for r in evaluate_gate(acc, None, None, GATE)}["min_agreement"]
+    assert row.status == "fail" and not row.passed and "check --mean/--std" in row.detail and "\n" not in row.detail
+

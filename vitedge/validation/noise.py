@@ -197,6 +197,34 @@ def decisive_flip_estimate(ref: np.ndarray, got: np.ndarray, margin: float) -> f
     return float(beaten.sum()) / float(len(f)) ** 2
 
 
+def decisive_flip_estimate_spread(ref: np.ndarray, got: np.ndarray, margin: float) -> float | None:
+    """The standard error of ``decisive_flip_estimate``, from its first-order (Hoeffding) projection: the estimate is the
+    mean over pairs ``(i, j)`` of ``[loss_j > f_i]``, each image giving both an ``f`` and a ``loss``, so its variance is
+    about ``Var(a_k + b_k) / n`` with ``a_k`` the share of losses over image k's lead and ``b_k`` the share of leads
+    under image k's loss. None where the estimate is None."""
+    if ref.shape[1] < 2:
+        return None
+    decisive = fp32_margins(ref) >= margin
+    n = int(decisive.sum())
+    if not n:
+        return None
+    r, g = ref[decisive].astype(np.float64), got[decisive].astype(np.float64)
+    rows, top = np.arange(n), r.argmax(1)
+
+    def lead(z: np.ndarray) -> np.ndarray:
+        others = z.copy()
+        others[rows, top] = -np.inf
+        return z[rows, top] - others.max(axis=1)
+
+    f = lead(r)
+    loss = f - lead(g)
+    a = (n - np.searchsorted(np.sort(loss), f, side="right")) / n  # per k: the losses over its lead
+    b = np.searchsorted(np.sort(f), loss, side="left") / n  # per k: the leads under its loss
+    if n < 2:
+        return 0.0
+    return float(np.std(a + b, ddof=1)) / math.sqrt(n)
+
+
 def near_ties(ref: np.ndarray, got: np.ndarray, margin: float, labels: np.ndarray | None = None) -> dict[str, Any]:
     """Agreement on the images where FP32 is decisive, the flips on near-ties, and the expected top-1
     drop under FP32's own probabilities. With ``labels`` (FP32 not at chance on them) those probabilities are first
@@ -228,6 +256,7 @@ def near_ties(ref: np.ndarray, got: np.ndarray, margin: float, labels: np.ndarra
         "expected_drop_points_temperature": temperature,
         "expected_drop_points_temperature_from": source,  # labels: fitted on them; stand-in: UNLABELLED_TEMPERATURE (no labels, or FP32 at chance)
         "decisive_flip_estimate": decisive_flip_estimate(ref, got, margin),
+        "decisive_flip_estimate_spread": decisive_flip_estimate_spread(ref, got, margin),
         "fp32_margin_median": float(np.median(gaps)) if len(gaps) else None,
     }
 
@@ -339,8 +368,12 @@ def decisive_images_to_tell(flips: int, images: int, limit: float, confidence: f
 OK, LOSS, TOO_FEW = "pass", "loss", "too few"  # decisive_outcome's verdicts
 
 
+DECISIVE_ESTIMATE_Z = 1.645  # one-sided 95 %: the estimate's upper bound that can tell a build with a flip (docs/gate.md)
+
+
 def decisive_outcome(flips: int, images: int, estimate: float | None, limit: float,
-                     confidence: float = DECISIVE_BOUND_CONFIDENCE) -> tuple[str, str]:
+                     confidence: float = DECISIVE_BOUND_CONFIDENCE, spread: float | None = None,
+                     estimate_z: float = DECISIVE_ESTIMATE_Z, estimate_within: float | None = None) -> tuple[str, str]:
     """The decisive row's verdict on ``flips`` of ``images`` decisive images and the smooth flip-rate estimate
     (``decisive_flip_estimate``), with why: LOSS when the flips exceed what the loss line (``decisive_loss_line``, 1 % at
     0.995) allows, or the estimate is over that line; else TOO_FEW when the images cannot tell the limit from the loss
@@ -360,7 +393,12 @@ def decisive_outcome(flips: int, images: int, estimate: float | None, limit: flo
         return TOO_FEW, f"the estimated flip rate {100 * estimate:.2f}% lies between the limit and the loss line"
     upper = flip_rate_upper(flips, images, confidence)
     if flips and upper > line + 1e-12:
-        return TOO_FEW, f"with {flips} flips the flip rate's {100 * confidence:g}% upper bound is {100 * upper:.2f}%"
+        within = 1.0 - limit if estimate_within is None else estimate_within
+        if estimate is not None and spread is not None and estimate + estimate_z * spread <= within + 1e-12:
+            return OK, ""  # the estimate tells what the count cannot: its upper bound is within the limit
+        return TOO_FEW, f"with {flips} flips the flip rate's {100 * confidence:g}% upper bound is {100 * upper:.2f}%" + (
+            "" if estimate is None or spread is None else
+            f" and the estimate's upper bound {100 * (estimate + estimate_z * spread):.2f}% is over {100 * within:g}%")
     return OK, ""
 
 
