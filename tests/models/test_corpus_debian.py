@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import importlib.util
 import io
-import sys
 import tarfile
 from pathlib import Path
 
@@ -19,20 +17,7 @@ import numpy as np
 import pytest
 import torch
 
-CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-cache = _load("corpus_cache_for_debian_tests", CORPUS / "cache.py")
-classes = _load("corpus_models_for_debian_tests", CORPUS / "models.py")
-MANIFEST = cache.load_manifest()
+from helpers.corpus_suite import MANIFEST, cache, classes
 
 
 def _sha(data: bytes) -> str:

@@ -7,14 +7,14 @@ child process for the cases that need one (sys.exit at import, resource limits).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from helpers.cli import vitedge_in_process
 
 DEBRIS = (".partial", ".old-", "vitedge-build-")
 
@@ -31,22 +31,8 @@ class Run:
 
 
 def cli(*args, cwd: Path | None = None) -> Run:
-    from vitedge.cli.entry import main
-
-    out, err = io.StringIO(), io.StringIO()
-    old = os.getcwd()
-    code = 0
-    try:
-        if cwd is not None:
-            os.chdir(cwd)
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                main([a if isinstance(a, str) else os.fspath(a) if isinstance(a, Path) else str(a) for a in args])
-            except SystemExit as exc:
-                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    finally:
-        os.chdir(old)
-    return Run(code, out.getvalue(), err.getvalue())
+    r = vitedge_in_process(*args, cwd=cwd)
+    return Run(r.returncode, r.stdout, r.stderr)
 
 
 def export_fp32(model: Path, path: Path) -> Path:
