@@ -172,7 +172,9 @@ ADDED_SINCE_V1 = ("quantization.config.", "calibration.config.", "validation.qua
                   # issue 47: the floor the budget's speed verdict held its graph to, and the CPU kind's allowance
                   "quantization.budget.speed_verdict.floor", "quantization.budget.speed_verdict.allowance",
                   # which FP32 graph fp32_onnx is (the onnx bundle ships one: fused or exported) and the exported graph's sha256
-                  "artifacts.fp32_graph")
+                  "artifacts.fp32_graph",
+                  # issue 43: the normalisation probe's shifted FP32 passes (cache records), now run on every labelled build
+                  "validation.data.probe_outputs")
 
 
 def test_the_typed_manifest_writes_the_v1_schema_of_the_committed_bundle(built):

@@ -78,6 +78,10 @@ def test_sharded_validate_matches_single_process(ray_cluster, bundle, capsys, tm
     assert ref_b["cache"] == "off" and ref_b["batch"] == ref_a["batch"]
     int8_a, int8_b = a["data"].pop("int8_outputs"), b["data"].pop("int8_outputs")  # INT8 likewise
     assert int8_b["cache"] == "off" and int8_b["batch"] == int8_a["batch"]
+    # the preprocessing probe runs on every labelled build whose rows pass: sharded, on the driver, uncached
+    probe_a, probe_b = a["data"].pop("probe_outputs"), b["data"].pop("probe_outputs")
+    assert sorted(probe_a) == sorted(probe_b) == ["+0.25", "-0.25"] and {v["cache"] for v in probe_b.values()} == {"off"}
+    assert "fp32_preprocessing_probe" in a["accuracy"] and "fp32_preprocessing_probe" in b["accuracy"]  # values: mismatches() below
     assert a["data"] == b["data"] and b["data"]["items"] == 397
     # numbers within float round-off of the reduction order, strings (output_kind) and flags exactly
     assert mismatches(b["accuracy"], a["accuracy"], rel=1e-6, abs_tol=1e-9, where="accuracy") == []

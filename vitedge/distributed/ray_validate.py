@@ -9,12 +9,13 @@ Latency is then measured by one more task, alone on the largest node (it asks fo
 node's CPUs), and the report names that node.
 
 ``ShardedValidator`` has the signature of ``validation.run.validate_artifact`` and is passed to
-``validate_bundle``: thresholds, the gate, sensitivity (on the driver) and the report files
-are the single-process ones.
+``validate_bundle``: thresholds, the gate, sensitivity and the FP32 preprocessing probe (on the
+driver) and the report files are the single-process ones.
 """
 
 from __future__ import annotations
 
+import contextlib
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,7 @@ from vitedge.validation.run import (
     ValidationResult,
     accuracy_of,
     assemble_result,
+    probe_if_needed,
     source_data,
 )
 
@@ -84,6 +86,17 @@ class ShardedValidator:
         ref = Outputs(np.concatenate([p.reference for p in parts]), labels)
         got = Outputs(np.concatenate([p.artifact for p in parts]), labels)
         accuracy = accuracy_of(ref, got, kind, thresholds, source.summary.path, info)
+        batch = eval_batch(batch_sizes)
+        with contextlib.ExitStack() as stack:  # the probe's two shifted FP32 passes run on the driver, as sensitivity does
+            opened: list[Any] = []
+
+            def open_fp32():
+                if not opened:
+                    opened.append(stack.enter_context(backend.open_runner(reference_path, options, threads=threads)))
+                return opened[0]
+
+            probe_lookups = probe_if_needed(accuracy, thresholds, ref, open_fp32, backend, reference_path, source,
+                                            spec.preprocess, batch, None, info, key_of=dict)
         stats: dict[str, Any] = {"fp32": {}, "int8": {}}
         speedup = None
         memory = dict(parts[0].memory)
@@ -108,10 +121,11 @@ class ShardedValidator:
             "latency_node": lat_node,
             "memory_from": "the latency worker" if measure_speed else "shard 0's worker",
         }
-        batch = eval_batch(batch_sizes)
         data = dict(source_data(source),
                     reference={"cache": "off", "batch": batch, "note": "sharded: each worker computes its shard's FP32 outputs"},
                     int8_outputs={"cache": "off", "batch": batch, "note": "sharded: each worker computes its shard's INT8 outputs"})
+        if probe_lookups:
+            data["probe_outputs"] = probe_lookups
         return assemble_result(accuracy, stats, speedup, memory, settings if measure_speed else None, data, thresholds)
 
     def annotate(self, report: ValidationReport) -> None:

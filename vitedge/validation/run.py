@@ -377,11 +377,9 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
                 info("WARNING " + found.note)
             info(found.one_line(len(source)))
         accuracy = accuracy_of(ref, got, kind, thresholds, source.summary.path, info)
-        probe_lookups: dict[str, Any] = {}
-        if _probe_needed(accuracy, thresholds, runner, reference_path):
-            accuracy["fp32_preprocessing_probe"], probe_lookups = run_probe(
-                ref, lambda: runner("fp32", reference_path), backend, reference_path, source, pre, batch, reference_cache, info,
-                key_of=lambda: key_parts(reference_path, source, pre, backend, options, threads, batch))
+        probe_lookups = probe_if_needed(
+            accuracy, thresholds, ref, lambda: runner("fp32", reference_path), backend, reference_path, source, pre, batch,
+            reference_cache, info, key_of=lambda: key_parts(reference_path, source, pre, backend, options, threads, batch))
         stats: dict[str, dict[str, LatencyStats]] = {"fp32": {}, "int8": {}}
         speedup, speed_check = None, None
         if measure_speed:
@@ -407,6 +405,19 @@ def cpu_time_look(backend, options, reference_path: Path, model_path: Path, imag
         ref, ctl, q = (stack.enter_context(backend.open_runner(p, options, threads=1)) for p in (reference_path, reference_path, model_path))
         f_ref, f_ctl, f_q = (feed_for(r, image, pre) for r in (ref, ctl, q))
         return second_look(lambda: ref.infer(f_ref), lambda: ctl.infer(f_ctl), lambda: q.infer(f_q))
+
+
+def probe_if_needed(accuracy: dict[str, Any], thresholds: Thresholds, ref: Outputs, open_fp32: Callable[[], Runner], backend,
+                    reference_path: Path, source, pre, batch: int, settings: ReferenceCacheSettings | None, info, *,
+                    key_of: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """Run the FP32 preprocessing probe where the gate needs it (``_probe_needed``), adding its verdict to
+    ``accuracy`` (``fp32_preprocessing_probe``); returns where each shift's outputs came from ({} when not run).
+    One function for the single-process validation and the sharded one's driver, so both judge the same rows."""
+    if not _probe_needed(accuracy, thresholds, lambda _label, _path: open_fp32(), reference_path):
+        return {}
+    accuracy["fp32_preprocessing_probe"], lookups = run_probe(ref, open_fp32, backend, reference_path, source, pre, batch,
+                                                              settings, info, key_of=key_of)
+    return lookups
 
 
 def run_probe(ref: Outputs, open_fp32: Callable[[], Runner], backend, reference_path: Path, source, pre, batch: int,

@@ -41,6 +41,8 @@ import numpy as np
 
 from vitedge.backends.int8_timing import interleaved_percentiles, timing_input
 from vitedge.files.swap import work_prefix
+from vitedge.onnxkit.session import SessionSettings, ort_session
+from vitedge.onnxkit.structure import node_index
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto
@@ -79,7 +81,7 @@ def layer_groups(graph: ModelProto) -> list[LayerGroup]:
     """The INT8 layers of ``graph`` (an optimized or artifact graph), grouped by the QuantizeLinear their input comes
     from (through a DequantizeLinear or directly); a QuantizeLinear that also feeds a non-layer node is kept in its
     group (it stays when the group goes float: ``group_times`` then does not count it)."""
-    producer = {o: n for n in graph.graph.node for o in n.output}
+    producer = node_index(graph.graph.node).producer
     by_q: dict[str, list[str]] = collections.defaultdict(list)
     order: list[str] = []
     for n in graph.graph.node:
@@ -105,15 +107,12 @@ def _qdq_layer(node: NodeProto, producer: dict[str, NodeProto]) -> bool:
 def sole_readers(graph: ModelProto) -> dict[str, set[str]]:
     """QuantizeLinear name -> the names of the nodes reading it (directly or through its DequantizeLinears)."""
     readers: dict[str, set[str]] = collections.defaultdict(set)
-    consumers: dict[str, list[Any]] = collections.defaultdict(list)
-    for n in graph.graph.node:
-        for i in n.input:
-            consumers[i].append(n)
+    consumers = node_index(graph.graph.node).consumers
     for n in graph.graph.node:
         if n.op_type in ("QuantizeLinear", "DynamicQuantizeLinear"):
-            for r in consumers[n.output[0]]:
+            for r, _ in consumers.get(n.output[0], ()):
                 if r.op_type == "DequantizeLinear":
-                    readers[n.name] |= {rr.name for rr in consumers[r.output[0]]}
+                    readers[n.name] |= {rr.name for rr, _ in consumers.get(r.output[0], ())}
                 else:
                     readers[n.name].add(r.name)
     return readers
@@ -168,15 +167,8 @@ def node_times(path: Path, batch: int, runs: int = 20, percentile: float = 20.0,
     """Node name (of the graph ONNX Runtime runs) -> the ``percentile`` of its kernel times in microseconds over
     ``runs`` runs at ``batch``, one inference thread, after 3 untimed runs; fewer runs (at least 3) where ``runs``
     of the graph would take over ``seconds`` (a ViT-B/16 at batch 8 takes seconds a run on one thread)."""
-    import onnxruntime as ort
-
     with tempfile.TemporaryDirectory(prefix=work_prefix("ort-opt")) as tmp:
-        so = ort.SessionOptions()
-        so.log_severity_level = 3
-        so.intra_op_num_threads = so.inter_op_num_threads = 1
-        so.enable_profiling = True
-        so.profile_file_prefix = str(Path(tmp) / "profile")
-        session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+        session = ort_session(path, SessionSettings(threads=1, profile_prefix=str(Path(tmp) / "profile")))
         inp = session.get_inputs()[0]
         x = timing_input([batch] + [d if isinstance(d, int) and d > 0 else 1 for d in inp.shape[1:]], "uint8" in inp.type)
         session.run(None, {inp.name: x})
