@@ -178,6 +178,20 @@ def decisive_flip_estimate(ref: np.ndarray, got: np.ndarray, margin: float) -> f
     would flip their decisions if any loss could land on any of them. Unlike the flip count it moves with every
     image's error, so a few hundred images tell a build at the limit from one at the loss line better than the count
     does (docs/gate.md). None without a decisive image or with one class."""
+    leads = decisive_leads(ref, got, margin)
+    return None if leads is None else _estimate(*leads)
+
+
+def _estimate(f: np.ndarray, loss: np.ndarray) -> float:
+    loss = np.sort(loss)
+    beaten = len(loss) - np.searchsorted(loss, f, side="right")  # per i: the losses j with loss_j > f_i
+    return float(beaten.sum()) / float(len(f)) ** 2
+
+
+def decisive_leads(ref: np.ndarray, got: np.ndarray, margin: float) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per decisive image (FP32's margin at least ``margin``): FP32's lead ``f`` (its top logit minus the largest
+    other) and INT8's ``loss`` of it (FP32's lead minus INT8's lead of the same class), in float64; None without a
+    decisive image or with one class. What ``decisive_flip_estimate`` and its spread are computed from."""
     if ref.shape[1] < 2:
         return None
     decisive = fp32_margins(ref) >= margin
@@ -192,9 +206,7 @@ def decisive_flip_estimate(ref: np.ndarray, got: np.ndarray, margin: float) -> f
         return z[rows, top] - others.max(axis=1)
 
     f = lead(r)
-    loss = np.sort(f - lead(g))
-    beaten = len(loss) - np.searchsorted(loss, f, side="right")  # per i: the losses j with loss_j > f_i
-    return float(beaten.sum()) / float(len(f)) ** 2
+    return f, f - lead(g)
 
 
 def decisive_flip_estimate_spread(ref: np.ndarray, got: np.ndarray, margin: float) -> float | None:
@@ -202,26 +214,16 @@ def decisive_flip_estimate_spread(ref: np.ndarray, got: np.ndarray, margin: floa
     mean over pairs ``(i, j)`` of ``[loss_j > f_i]``, each image giving both an ``f`` and a ``loss``, so its variance is
     about ``Var(a_k + b_k) / n`` with ``a_k`` the share of losses over image k's lead and ``b_k`` the share of leads
     under image k's loss. None where the estimate is None."""
-    if ref.shape[1] < 2:
-        return None
-    decisive = fp32_margins(ref) >= margin
-    n = int(decisive.sum())
-    if not n:
-        return None
-    r, g = ref[decisive].astype(np.float64), got[decisive].astype(np.float64)
-    rows, top = np.arange(n), r.argmax(1)
+    leads = decisive_leads(ref, got, margin)
+    return None if leads is None else _spread(*leads)
 
-    def lead(z: np.ndarray) -> np.ndarray:
-        others = z.copy()
-        others[rows, top] = -np.inf
-        return z[rows, top] - others.max(axis=1)
 
-    f = lead(r)
-    loss = f - lead(g)
-    a = (n - np.searchsorted(np.sort(loss), f, side="right")) / n  # per k: the losses over its lead
-    b = np.searchsorted(np.sort(f), loss, side="left") / n  # per k: the leads under its loss
+def _spread(f: np.ndarray, loss: np.ndarray) -> float:
+    n = len(f)
     if n < 2:
         return 0.0
+    a = (n - np.searchsorted(np.sort(loss), f, side="right")) / n  # per k: the losses over its lead
+    b = np.searchsorted(np.sort(f), loss, side="left") / n  # per k: the leads under its loss
     return float(np.std(a + b, ddof=1)) / math.sqrt(n)
 
 
@@ -245,6 +247,7 @@ def near_ties(ref: np.ndarray, got: np.ndarray, margin: float, labels: np.ndarra
     # one-sided 95 % upper bound: the mean of the per-image costs plus EXPECTED_DROP_Z standard errors
     spread = float(np.std(costs, ddof=1)) / math.sqrt(len(ref)) if len(ref) > 1 else 0.0
     n_decisive = int(decisive.sum())
+    leads = decisive_leads(ref, got, margin)  # the flip-rate estimate and its spread read the same leads
     return {
         "near_tie_margin": float(margin),
         "decisive_samples": n_decisive,
@@ -255,8 +258,8 @@ def near_ties(ref: np.ndarray, got: np.ndarray, margin: float, labels: np.ndarra
         "expected_drop_points_upper": 100.0 * (expected + EXPECTED_DROP_Z * spread),
         "expected_drop_points_temperature": temperature,
         "expected_drop_points_temperature_from": source,  # labels: fitted on them; stand-in: UNLABELLED_TEMPERATURE (no labels, or FP32 at chance)
-        "decisive_flip_estimate": decisive_flip_estimate(ref, got, margin),
-        "decisive_flip_estimate_spread": decisive_flip_estimate_spread(ref, got, margin),
+        "decisive_flip_estimate": None if leads is None else _estimate(*leads),
+        "decisive_flip_estimate_spread": None if leads is None else _spread(*leads),
         "fp32_margin_median": float(np.median(gaps)) if len(gaps) else None,
     }
 
