@@ -36,9 +36,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(1, str(REPO / "benchmarks"))
-from timing import machine_line  # noqa: E402
+from timing import labelled_bundles, machine_line, results_isa, write_results  # noqa: E402
 
-from vitedge.core.cpu import read_cpu  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 GRAPHS = ("shipped", "per-layer choice", "losing at b1 and b8", "all layers float", "FP32 control")
@@ -123,11 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="int8_payoff_layers")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    pairs = [b.split("=", 1) for b in args.bundles]
-    if any(len(p) != 2 or not Path(p[1]).is_dir() for p in pairs):
+    pairs = labelled_bundles(args.bundles)
+    if pairs is None:
         print("each --bundles item is LABEL=DIR with DIR an existing bundle folder", file=sys.stderr)
         return 2
-    isa = read_cpu().isa.split(",")[0].split(" ")[0]
+    isa = results_isa()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO).stdout.strip()
     res: dict[str, Any] = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "isa": isa, "commit": commit,
                            "machine": machine_line(), "argv": ["--bundles", "LABEL=DIR ...", "--rounds", str(args.rounds)], "rows": []}
@@ -141,9 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         res["rows"].append(row)
         log(json.dumps(row)[:400])
     text = markdown(res)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}_{isa}.json").write_text(json.dumps(res, indent=1) + "\n")
-    (args.out / f"{args.name}_{isa}.md").write_text(text)
+    write_results(args.out, args.name, isa, res, text)
     print(text)
     return 0
 

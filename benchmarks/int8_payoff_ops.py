@@ -36,9 +36,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(1, str(REPO / "benchmarks"))
-from timing import machine_line  # noqa: E402
+from timing import labelled_bundles, machine_line, results_isa, write_results  # noqa: E402
 
-from vitedge.core.cpu import read_cpu  # noqa: E402
 
 RESULTS = REPO / "benchmarks" / "results"
 INT8_GEMMS = frozenset({"MatMulIntegerToFloat", "QLinearMatMul", "MatMulInteger", "QLinearConv", "ConvInteger", "QGemm",
@@ -210,11 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--name", default="int8_payoff_ops")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
-    pairs = [b.split("=", 1) for b in args.bundles]
-    if any(len(p) != 2 or not Path(p[1]).is_dir() for p in pairs):
+    pairs = labelled_bundles(args.bundles)
+    if pairs is None:
         print("each --bundles item is LABEL=DIR with DIR an existing bundle folder", file=sys.stderr)
         return 2
-    isa = read_cpu().isa.split(",")[0].split(" ")[0]  # the file label: avx2, avx512-vnni, amx
+    isa = results_isa()
     res: dict[str, Any] = {"date": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "isa": isa,
                            "machine": machine_line(), "argv": ["--bundles", "LABEL=DIR ...", "--batch", *map(str, args.batch),
                                                                "--runs", str(args.runs)],
@@ -230,9 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             res["rows"].append(row)
     res["load"].append(round(os.getloadavg()[0], 2))
     text = markdown(res)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}_{isa}.json").write_text(json.dumps(res, indent=1) + "\n")
-    (args.out / f"{args.name}_{isa}.md").write_text(text)
+    write_results(args.out, args.name, isa, res, text)
     print(text)
     return 0
 

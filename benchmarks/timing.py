@@ -8,10 +8,12 @@ times are returned too, so the effect they absorb stays visible.
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import time
 from collections.abc import Callable, Hashable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,6 +27,28 @@ def machine_line() -> str:
 
     cpu = read_cpu()
     return f"{cpu.model or platform.processor()} (ISA {cpu.isa}), {os.cpu_count()} cores"
+
+
+def results_isa() -> str:
+    """This CPU's kind as a results file's name part (avx2, avx512-vnni, amx): each kind keeps its own record."""
+    from vitedge.core.cpu import read_cpu
+
+    return read_cpu().isa.split(",")[0].split(" ")[0]
+
+
+def labelled_bundles(items: list[str]) -> list[tuple[str, Path]] | None:
+    """``--bundles LABEL=DIR ...`` as (label, folder) pairs; None when an item is not LABEL=DIR of an existing folder."""
+    pairs = [item.split("=", 1) for item in items]
+    if any(len(p) != 2 or not Path(p[1]).is_dir() for p in pairs):
+        return None
+    return [(label, Path(folder)) for label, folder in pairs]
+
+
+def write_results(out: Path, name: str, isa: str, res: dict[str, Any], text: str) -> None:
+    """``out``/``name``_``isa``.json (``res``) and .md (``text``), the folder made where missing."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}_{isa}.json").write_text(json.dumps(res, indent=1) + "\n")
+    (out / f"{name}_{isa}.md").write_text(text)
 
 
 def interleaved_rounds(runs: dict[Hashable, Callable[[], Any]], rounds: int, *, timed: int = TIMED_PER_ROUND,
