@@ -307,8 +307,18 @@ def alternatives(ref, got, labels, acc, rows, t) -> dict[str, bool]:
     if labels is not None and not fp32_at_chance(float(np.mean(ref.argmax(1) == labels)), ref.shape[1], len(ref)):
         cal = _expected(ref, got, softmax(ref / fit_temperature(ref, labels)))
     e = {"judged": _judged(acc, t), "raw": _expected(ref, got, softmax(ref)), "cal": cal,
-         "stand_in": {s: _expected(ref, got, softmax(ref / s)) for s in STAND_INS}}
+         "stand_in": {s: _expected(ref, got, softmax(ref / s)) for s in STAND_INS}, "lean": _leaning(acc)}
     return {name: bool(rule(acc, rows, t, e)) for name, rule in ALTERNATIVES.items()}
+
+
+def _leaning(acc: dict[str, Any]) -> bool:
+    """Whether INT8's flips lean one way between classes (the gate's symmetry test; False with a vitedge without it)."""
+    try:
+        from vitedge.validation.noise import FLIP_LEAN_ALPHA
+    except ImportError:
+        return False
+    p = acc.get("flip_symmetry_p")
+    return p is not None and p < FLIP_LEAN_ALPHA
 
 
 Z95, Z99 = 1.645, 2.326
@@ -379,8 +389,11 @@ ALTERNATIVES = {
         _base(r) and _estimate(a, t) and _exp_standin(e, t, None)),
     "this gate's decisive row + expected drop, FP32's probabilities as they are without labels": lambda a, r, t, e: (
         _base(r) and _estimate(a, t) and _exp_standin(e, t, 1.0)),
-    **{f"this gate's decisive row + expected drop, stand-in {s:g} without labels{' (this gate)' if s == 2.5 else ''}": (
+    **{f"this gate's decisive row + expected drop, stand-in {s:g} without labels": (
         lambda s: lambda a, r, t, e: _base(r) and _estimate(a, t) and _exp_standin(e, t, s))(s) for s in STAND_INS},
+    **{f"this gate's decisive row + expected drop, stand-in 2.5 without labels, {s:g} when the flips lean{' (this gate)' if s == 1.5 else ''}": (
+        lambda s: lambda a, r, t, e: _base(r) and _estimate(a, t) and _exp_standin(e, t, s if e["lean"] else 2.5))(s)
+       for s in (1.0, 1.5, 2.0)},
     "this gate's decisive row + expected-drop point value, stand-in 2.5": lambda a, r, t, e: (
         _base(r) and _estimate(a, t) and _exp_standin(e, t, 2.5, None)),
     "this gate, the flip-rate bound of the too-few outcome at 80 %": lambda a, r, t, e: (

@@ -174,7 +174,9 @@ ADDED_SINCE_V1 = ("quantization.config.", "calibration.config.", "validation.qua
                   # which FP32 graph fp32_onnx is (the onnx bundle ships one: fused or exported) and the exported graph's sha256
                   "artifacts.fp32_graph",
                   # issue 43: the normalisation probe's shifted FP32 passes (cache records), now run on every labelled build
-                  "validation.data.probe_outputs")
+                  "validation.data.probe_outputs",
+                  # issue 43: how likely INT8's flips are to lean between classes as much as they do by chance
+                  "validation.accuracy.flip_symmetry_p")
 
 
 def test_the_typed_manifest_writes_the_v1_schema_of_the_committed_bundle(built):

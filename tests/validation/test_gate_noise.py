@@ -568,7 +568,7 @@ def test_labels_calibrate_an_over_confident_fp32_for_the_expected_drop():
     n, classes = 1000, 10
     ref = rng.normal(0.0, 0.3, size=(n, classes)).astype(np.float32)
     a = rng.integers(0, classes, size=n)
-    b = (a + 1) % classes
+    b = (a + rng.choice([1, -1], size=n)) % classes  # each pair of neighbours is flipped both ways: unbiased noise
     rows_all = np.arange(n)
     soft = rng.random(n) < 0.4
     ref[rows_all, a] = 6.0
@@ -587,6 +587,7 @@ def test_labels_calibrate_an_over_confident_fp32_for_the_expected_drop():
     assert 100 * np.mean(p[rows_all, a] - p[rows_all, got.argmax(1)]) > 0.7  # as they are: over the line
     acc_raw, raw = _gate(ref, got, None)
     assert acc_raw["expected_drop_points_temperature"] == 2.5 and acc_raw["expected_drop_points_temperature_from"] == "stand-in"
+    assert acc_raw["flip_symmetry_p"] >= 0.01  # the flips lean no way: the stand-in for unbiased noise
     assert raw["max_expected_drop"].status == "pass" and "stand-in temperature 2.5" in raw["max_expected_drop"].detail
     assert "\n" not in raw["max_expected_drop"].detail
 
@@ -665,3 +666,63 @@ def test_a_suspect_probe_fails_agreement_even_when_met():
     row = {r.name: r for r in evaluate_gate(acc, None, None, GATE)}["min_agreement"]
     assert row.status == "fail" and not row.passed and "check --mean/--std" in row.detail and "\n" not in row.detail
 
+
+
+def test_the_flip_symmetry_test_tells_flips_that_lean_from_unbiased_noise():
+    """Bowker's test of symmetry by Monte Carlo: flips between two classes that go both ways as often are unbiased
+    noise (large p), flips that all go one way lean (small p); no flip, no p; the same flips, the same p."""
+    from vitedge.validation.noise import flip_symmetry_p
+
+    rng = np.random.default_rng(5)
+    ref_pred = rng.integers(0, 10, size=600)
+    both = ref_pred.copy()
+    pairs = np.flatnonzero(ref_pred < 2)[:60]  # classes 0 and 1 traded: 0 -> 1 on some, 1 -> 0 on others
+    both[pairs] = 1 - ref_pred[pairs]
+    assert sum(ref_pred[pairs] == 0) > 20 and sum(ref_pred[pairs] == 1) > 20
+    assert flip_symmetry_p(ref_pred, both, 10) > 0.1
+    one_way = ref_pred.copy()
+    zeros = np.flatnonzero(ref_pred == 0)[:25]
+    one_way[zeros] = 1  # 25 images 0 -> 1, none back
+    p = flip_symmetry_p(ref_pred, one_way, 10)
+    assert p < 0.001 and p == flip_symmetry_p(ref_pred, one_way, 10)
+    assert flip_symmetry_p(ref_pred, ref_pred, 10) is None
+    one = ref_pred.copy()
+    one[zeros[:1]] = 1  # a single flip says nothing either way
+    assert flip_symmetry_p(ref_pred, one, 10) == 1.0
+
+
+def test_flips_that_lean_are_priced_nearer_fp32s_own_probabilities_without_labels():
+    """Without labels the expected-drop row softens FP32's probabilities by the stand-in temperature 2.5, meant for
+    near-tie flips that are unbiased noise. Thirty near-tie flips traded both ways between classes 3 and 4 pass it;
+    the same thirty all pushed from 4 to 3 (a clipped activation biases the logits so) lean, are priced at
+    LEANING_TEMPERATURE and fail it, and the row's line says why. With labels the temperature is fitted on them."""
+    from vitedge.validation.noise import LEANING_TEMPERATURE, UNLABELLED_TEMPERATURE
+
+    rng = np.random.default_rng(3)
+    n, classes = 600, 10
+    ref = rng.normal(0.0, 0.3, size=(n, classes)).astype(np.float32)
+    a = rng.integers(0, classes, size=n)
+    a[:40], a[40:80] = 3, 4
+    rows_all = np.arange(n)
+    ref[rows_all, a] = 6.0
+    other = np.where(a == 3, 4, 3)
+    ref[rows_all, other] = np.where(rows_all < 80, 5.6, 1.0)  # 80 near-ties between 3 and 4, the rest decisive
+
+    def swapped(which):
+        got = ref.copy()
+        got[which, a[which]], got[which, other[which]] = ref[which, other[which]], ref[which, a[which]]
+        return got
+
+    traded = swapped(np.r_[0:15, 40:55])  # 15 from 3 to 4, 15 from 4 to 3
+    leaning = swapped(np.r_[40:70])  # 30 from 4 to 3
+    acc_t, rows_t = _gate(ref, traded, None)
+    acc_l, rows_l = _gate(ref, leaning, None)
+    assert acc_t["near_tie_flips"] == acc_l["near_tie_flips"] == 30 and acc_t["decisive_flips"] == acc_l["decisive_flips"] == 0
+    assert acc_t["flip_symmetry_p"] > 0.5 and acc_l["flip_symmetry_p"] < 0.001
+    assert acc_t["expected_drop_points_temperature"] == UNLABELLED_TEMPERATURE and rows_t["max_expected_drop"].status == "pass"
+    assert acc_l["expected_drop_points_temperature"] == LEANING_TEMPERATURE
+    assert acc_l["expected_drop_points_temperature_from"] == "stand-in, flips lean"
+    row = rows_l["max_expected_drop"]
+    assert row.status == "fail" and "lean one way" in row.detail and "\n" not in row.detail
+    labels = np.where(rng.random(n) < 0.7, a, other)
+    assert _gate(ref, leaning, labels)[0]["expected_drop_points_temperature_from"] == "labels"

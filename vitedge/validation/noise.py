@@ -18,7 +18,8 @@ about as likely to be wrong as right there. Two measurements separate the two (d
   its probability of the class INT8 chose: a label-free estimate of the top-1 drop, pessimistic for the
   over-confident low-accuracy models, so with labels FP32's probabilities are first calibrated by one
   temperature >= 1 fitted on them (``fit_temperature``, docs/gate.md); without labels they are softened by the
-  stand-in ``UNLABELLED_TEMPERATURE``.
+  stand-in ``UNLABELLED_TEMPERATURE``, or by the smaller ``LEANING_TEMPERATURE`` when INT8's flips lean one way
+  between classes (``flip_symmetry_p``): then they are no unbiased noise, and their cost is FP32's calibration's.
 * **the decisive flip rate estimated from every decisive image** (``decisive_flip_estimate``): the margin INT8 took
   off each sure answer, paired with every sure answer's margin; far less spread than the flip count on a few hundred
   images.
@@ -168,6 +169,35 @@ def fit_temperature(ref: np.ndarray, labels: np.ndarray) -> float:
 
 
 UNLABELLED_TEMPERATURE = 2.5  # the stand-in for a fitted temperature where no labels can calibrate FP32 (docs/gate.md)
+# Without labels, when INT8's flips lean one way between classes (``flip_symmetry_p`` under FLIP_LEAN_ALPHA), the
+# stand-in softens FP32's probabilities less: the near-tie flips are then no unbiased noise (docs/gate.md)
+LEANING_TEMPERATURE = 1.5
+FLIP_LEAN_ALPHA = 0.01
+FLIP_SYMMETRY_DRAWS = 4000
+
+
+def flip_symmetry_p(ref_pred: np.ndarray, got_pred: np.ndarray, classes: int, draws: int = FLIP_SYMMETRY_DRAWS) -> float | None:
+    """How likely INT8's flips are to lean between classes as much as they do if they were unbiased noise: Bowker's
+    test of symmetry of the paired FP32/INT8 top-1 table, its p-value by Monte Carlo (seeded, so the same outputs give
+    the same p). An INT8 graph that only perturbs the logits a little flips an image from class a to b when FP32's
+    a-over-b lead is just above 0, and from b to a when it is just below 0: with a continuous lead, as often one way
+    as the other, whatever FP32's calibration. A graph that shifts the logits toward some classes (a clipped
+    activation, a biased layer) moves images one way. Given a pair's ``s`` flips (a to b or b to a), under symmetry
+    ``a to b`` is binomial(s, 1/2); the statistic sums ``(n_ab - n_ba)^2 / s`` over the pairs. None without a flip."""
+    flipped = ref_pred != got_pred
+    if not flipped.any():
+        return None
+    table = np.zeros((classes, classes), dtype=np.int64)
+    np.add.at(table, (ref_pred[flipped], got_pred[flipped]), 1)
+    upper = np.triu_indices(classes, 1)
+    pairs = (table + table.T)[upper]
+    one_way = table[upper]
+    keep = pairs > 0
+    pairs, one_way = pairs[keep], one_way[keep]
+    observed = float(np.sum((2 * one_way - pairs) ** 2 / pairs))
+    simulated = np.random.default_rng(0).binomial(np.broadcast_to(pairs, (draws, len(pairs))), 0.5)
+    statistic = np.sum((2 * simulated - pairs) ** 2 / pairs, axis=1)
+    return float((1 + np.sum(statistic >= observed - 1e-9)) / (draws + 1))
 
 
 def decisive_flip_estimate(ref: np.ndarray, got: np.ndarray, margin: float) -> float | None:
@@ -238,8 +268,11 @@ def near_ties(ref: np.ndarray, got: np.ndarray, margin: float, labels: np.ndarra
     gaps = fp32_margins(ref)
     decisive = gaps >= margin
     temperature, source = UNLABELLED_TEMPERATURE, "stand-in"
+    symmetry_p = flip_symmetry_p(ref_pred, got_pred, int(ref.shape[1]))
     if labels is not None and len(ref) > 1 and not fp32_at_chance(float(np.mean(ref_pred == labels)), int(ref.shape[1]), len(ref)):
         temperature, source = fit_temperature(ref, labels), "labels"
+    elif symmetry_p is not None and symmetry_p < FLIP_LEAN_ALPHA:
+        temperature, source = LEANING_TEMPERATURE, "stand-in, flips lean"
     p = softmax(ref.astype(np.float64) / temperature)
     rows = np.arange(len(ref))
     costs = p[rows, ref_pred] - p[rows, got_pred]
@@ -257,7 +290,8 @@ def near_ties(ref: np.ndarray, got: np.ndarray, margin: float, labels: np.ndarra
         "expected_drop_points": 100.0 * expected,
         "expected_drop_points_upper": 100.0 * (expected + EXPECTED_DROP_Z * spread),
         "expected_drop_points_temperature": temperature,
-        "expected_drop_points_temperature_from": source,  # labels: fitted on them; stand-in: UNLABELLED_TEMPERATURE (no labels, or FP32 at chance)
+        "expected_drop_points_temperature_from": source,  # labels: fitted on them; stand-in: UNLABELLED_TEMPERATURE (no labels, or FP32 at chance); "stand-in, flips lean": LEANING_TEMPERATURE
+        "flip_symmetry_p": symmetry_p,
         "decisive_flip_estimate": None if leads is None else _estimate(*leads),
         "decisive_flip_estimate_spread": None if leads is None else _spread(*leads),
         "fp32_margin_median": float(np.median(gaps)) if len(gaps) else None,

@@ -251,8 +251,12 @@ def _expected_drop_row(accuracy: dict[str, Any], t: Thresholds) -> GateRow:
     ok = over <= 1e-9
     temperature = accuracy.get("expected_drop_points_temperature")
     labelled = accuracy.get("expected_drop_points_temperature_from") == "labels"
+    leaning = accuracy.get("expected_drop_points_temperature_from") == "stand-in, flips lean"
     whose = ("FP32's probabilities" if temperature is None else
              f"FP32's probabilities calibrated on the labels (temperature {temperature:.2f})" if labelled else
+             f"FP32's probabilities softened by the stand-in temperature {temperature:g} (no labels calibrate them; "
+             f"INT8's flips lean one way between classes, symmetry p {accuracy.get('flip_symmetry_p') or 0:.3f}, so the "
+             "stand-in is the one for flips that are no unbiased noise)" if leaning else
              f"FP32's probabilities softened by the stand-in temperature {temperature:g} (no labels calibrate them)")
     detail = (f"expected top-1 drop under {whose} {accuracy['expected_drop_points']:.2f} points, 95% upper bound "
               f"{bound:.2f} (limit {limit:g}: max_top1_drop {t.max_top1_drop:g} + {EXPECTED_DROP_SLACK:g}; {accuracy['samples']} images)"
