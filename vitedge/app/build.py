@@ -329,6 +329,7 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
             copy_onnx(t.fp32, tmp / "reference.fp32.onnx")
             ctx = BuildContext(qdq_path=tmp / "model.int8.onnx", fp32_path=tmp / "reference.fp32.onnx", out_dir=tmp,
                                options=profile.backend_options, batch_sizes=profile.batch_sizes, log=log.info)
+            input_section = _input_section(tmp / "model.int8.onnx", t.loaded.spec)  # before the backend: it may ship FP32 alone
             artifact = backend.build(ctx)
             report = checked = None
             if not artifact.built:
@@ -336,13 +337,11 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
             manifest = Manifest(
                 target=TargetSection(name=profile.name, backend=profile.backend, precision=profile.precision, profile=profile.to_dict()),
                 model=_model_section(t.loaded),
-                input=_input_section(tmp / "model.int8.onnx", t.loaded.spec),
+                input=input_section,
                 output=_output_section(t.loaded.spec),
                 calibration=dict(calibration.to_dict(), summary_line=calibration.one_line(), reused=calibration.reused),
                 quantization=_quantization_section(t.shared.graph, t.shared.budget, t.shared.qdq),
-                artifacts=ArtifactsSection(model=artifact.model, reference=artifact.reference, qdq="model.int8.onnx",
-                                           fp32_onnx="reference.fp32.onnx", built=artifact.built, extra=artifact.extra_files,
-                                           fp32_graph=fp32_graph_record(tmp / "reference.fp32.onnx")),
+                artifacts=_artifacts_section(artifact, tmp),
                 toolchain=toolchain_versions(_safe_versions(backend)),
                 backend_info=artifact.info,
                 validation=None,
@@ -396,6 +395,16 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
     if budget_failure:
         summary.failures.append(budget_failure)
     return TargetResult(profile, bundle_dir, artifact.built, passed, summary)
+
+
+def _artifacts_section(artifact: BuiltArtifact, bundle: Path) -> ArtifactsSection:
+    """The files the bundle holds, by role; one FP32 graph for every role when the target ships it as is."""
+    section = ArtifactsSection(model=artifact.model, reference=artifact.reference, qdq=artifact.qdq or "model.int8.onnx",
+                               fp32_onnx="reference.fp32.onnx", built=artifact.built, extra=artifact.extra_files,
+                               fp32_graph=fp32_graph_record(bundle / "reference.fp32.onnx"))
+    if artifact.model == artifact.reference == section.fp32_onnx:
+        section.single_graph = True
+    return section
 
 
 def _model_section(loaded: LoadedModel) -> ModelSection:

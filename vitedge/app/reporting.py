@@ -43,7 +43,8 @@ def build_report_markdown(manifest: Manifest) -> str:
         f"# vitedge bundle: {m.target.name} ({m.target.backend}, {m.target.precision})",
         "",
         f"- model: `{m.model.source}` ({spec['family']} {spec['variant']}, {spec['image_size'][0]}x{spec['image_size'][1]})",
-        f"- artifact: `{m.artifacts.model}`" + ("" if m.artifacts.is_built else " (not built here: finish it on the device)"),
+        f"- artifact: `{m.artifacts.model}`" + ("" if m.artifacts.is_built else " (not built here: finish it on the device)")
+        + (" (the FP32 reference itself: the whole model stayed float, one graph in the bundle)" if m.artifacts.single_graph is True else ""),
         f"- FP32 reference: `{m.artifacts.reference}`" + _fp32_graph_note(m.artifacts.fp32_graph),
         f"- input: `{m.input.name}` {m.input.format} {m.input.shape}",
         f"- calibration: {m.calibration.get('summary_line', '')}",

@@ -101,11 +101,12 @@ class BuildContext(Generic[O]):
 class BuiltArtifact:
     """The files a backend wrote into the bundle, relative to it."""
 
-    model: str  # the artifact a runner opens (model.int8.onnx, model.xml, model.engine)
+    model: str  # the artifact a runner opens (model.int8.onnx, model.xml, model.engine); == reference when it ships FP32 as is
     reference: str  # the FP32 model this backend runs for parity (same runtime)
     extra_files: list[str] = field(default_factory=list)
     built: bool = True  # False when the artifact must be finished on the device (TensorRT without a GPU)
     info: dict[str, Any] = field(default_factory=dict)  # backend facts for the manifest
+    qdq: str | None = None  # the ONNX graph the bundle keeps as its Q/DQ graph; None: model.int8.onnx, the shared one
 
 
 class Runner(ABC):

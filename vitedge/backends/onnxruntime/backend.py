@@ -141,8 +141,10 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
             pass
         if options.int8_payoff and options.fuse_attention:
             _layer_payoff(model, reference, ctx, unfused, info)
-        if options.int8_payoff:
-            _timed_payoff(model, reference, ctx, info)
+        if options.int8_payoff and _timed_payoff(model, reference, ctx, info):
+            _remove_onnx(model)  # the whole model stays float: the bundle holds its FP32 graph once, as the artifact too
+            info["int8_layers"] = int8_layer_share(reference, options)
+            return BuiltArtifact(model=reference.name, reference=reference.name, qdq=reference.name, info=info)
         info["int8_layers"] = int8_layer_share(model, options)
         return BuiltArtifact(model=model.name, reference=reference.name, info=info)
 
@@ -219,8 +221,9 @@ def layer_payoff_line(record: dict[str, Any], chosen: int) -> str:
             f"control {record['control_noise']:.0%}): kept INT8")
 
 
-def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[str, Any]) -> None:
-    """INT8 timed against FP32 here; the whole model in float when INT8 is slower (recorded in ``info``)."""
+def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[str, Any]) -> bool:
+    """INT8 timed against FP32 here (recorded in ``info``); True when INT8 is slower and the whole model stays float
+    (the bundle then ships ``reference`` as its artifact)."""
     cpu = read_cpu().isa
     timed = keep_float_if_slower(model, reference, tuple(sorted({1, *(ctx.batch_sizes or ())})), cpu)
     record = info.setdefault("int8_payoff", {"cpu": cpu, "source": "onnxruntime timing on the build machine", "kept_float": []})
@@ -229,7 +232,8 @@ def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[st
     ratios = ", ".join(f"b{b} {r:.2f}" for b, r in timed["steps"][0]["int8_over_fp32"].items())
     if whole is not None:
         record["kept_float"] = whole
-        line = f"INT8 payoff: INT8 of this model is slower than FP32 in ONNX Runtime on {cpu} ({ratios}): the whole model is kept float"
+        line = (f"INT8 payoff: INT8 of this model is slower than FP32 in ONNX Runtime on {cpu} ({ratios}): the whole model is "
+                f"kept float, and the bundle holds its FP32 graph once ({REFERENCE}, the artifact too)")
     elif "undecided" in timed:
         line = f"INT8 payoff: {timed['undecided']} (INT8/FP32 CPU time at one thread {ratios})"
     elif any(v == WITHIN_NOISE for v in timed["verdicts"].values()):
@@ -239,6 +243,7 @@ def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[st
         line = f"INT8 payoff: INT8 pays in ONNX Runtime on {cpu} (INT8/FP32 CPU time at one thread {ratios})"
     if ctx.log:
         ctx.log(line)
+    return whole is not None
 
 
 # The onnx bundle's one FP32 graph: the exported graph with the INT8 graph's float rewrites (q/k/v merged, attention
