@@ -187,7 +187,8 @@ def _layer_payoff(model: Path, reference: Path, ctx: BuildContext, unfused: Atte
                                              for v in verdicts if v.to_float]}
     info.setdefault("int8_payoff", {})["layers"] = record
     if chosen:
-        graph = onnx.load(str(ctx.qdq_path))
+        graph = onnx.load(str(ctx.qdq_path))  # the artifact: its INT8 rewrites back to the Q/DQ form, where the layers are found
+        unfold_int8_rewrites(graph)
         kept = return_to_float(graph, lambda node, dq: chosen[node.name].why(cpu) if node.name in chosen else None)
         with tempfile.TemporaryDirectory(prefix=work_prefix("ort-opt")) as tmp:
             qdq, candidate = Path(tmp) / "layers.qdq.onnx", Path(tmp) / "model.int8.onnx"
