@@ -154,6 +154,10 @@ def test_build_ships_what_its_payoff_record_says(tmp_path):
         assert set(timed["steps"][0]["int8_over_fp32"]) == {"1", "8"} and timed["control_noise"] >= 0
         assert (timed["timed_on"] if timed is not record else record["cpu"]) == read_cpu().isa
         whole = timed["whole_model_float"]
+        if manifest.target["backend"] == "onnxruntime":  # decided for this CPU's kind, by timing here
+            from vitedge.backends.onnxruntime.figures import host_kind
+
+            assert record["cpu_kind"] == record["built_on"] == host_kind() and record["decided_by"] == f"measured on this CPU ({host_kind()})"
         if manifest.target["backend"] == "onnxruntime":  # whole model float: the FP32 reference is the artifact, held once
             assert (manifest.artifacts.model == manifest.artifacts.reference) == whole == (manifest.artifacts.single_graph is True)
             assert (result.bundle / "model.int8.onnx").is_file() != whole

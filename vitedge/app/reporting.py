@@ -70,7 +70,7 @@ def build_report_markdown(manifest: Manifest) -> str:
                                           to_try=targets_to_try(backend_name, cpu_profile_gates(), exclude=(m.target.name,)))
     if not_faster:
         lines.append(f"- {not_faster}")
-    lines += [f"- {line}" for line in (payoff_line(m.quantization), layer_step_line(m.quantization),
+    lines += [f"- {line}" for line in (kind_line(m.quantization), payoff_line(m.quantization), layer_step_line(m.quantization),
                                        still_slower_line(m.backend_info, speedup)) if line]
     lines.append("")
     lines += _backend_lines(m)
@@ -116,7 +116,20 @@ def payoff_line(quantization: QuantizationSection) -> str | None:
     if not kept:
         return None
     shown = "; ".join(f"`{k['name']}` ({k['why']})" for k in kept[:6]) + ("; ..." if len(kept) > 6 else "")
-    return f"kept float where INT8 does not pay (decided on {rec.get('cpu', 'this CPU')}): {shown}"
+    where = (f"for {rec['cpu_kind']} CPUs" if rec.get("cpu_kind") and rec.get("cpu_kind") != rec.get("built_on")
+             else f"on {rec.get('cpu', 'this CPU')}")
+    return f"kept float where INT8 does not pay (decided {where}): {shown}"
+
+
+def kind_line(quantization: QuantizationSection) -> str | None:
+    """For a bundle built for another CPU kind than the build machine's: where its INT8 payoff came from, and that
+    no time in its reports is of that kind, in one line."""
+    rec = quantization.int8_payoff or {}
+    kind, host = rec.get("cpu_kind"), rec.get("built_on")
+    if not kind or not host or kind == host:
+        return None
+    return (f"bundle for {kind} CPUs, built on an {host} CPU: its INT8 payoff was decided by {rec.get('decided_by', 'nothing')}; "
+            f"its speed is not timed on {kind} (every time in its reports is the {host} build machine's)")
 
 
 def layer_step_line(quantization: QuantizationSection) -> str | None:

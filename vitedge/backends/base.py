@@ -95,6 +95,8 @@ class BuildContext(Generic[O]):
     options: O  # the backend's own typed options, parsed from the profile
     batch_sizes: tuple[int, ...]
     log: Callable[[str], None] | None = None  # progress lines
+    cpu_kind: str | None = None  # the CPU kind the bundle is for (vitedge.core.cpu.CPU_KINDS); None: this CPU's
+    host_kind: str | None = None  # this CPU's kind as the runtime sees it (vitedge.core.cpu.cpu_kind); None: read it here
 
 
 @dataclass
