@@ -140,9 +140,11 @@ def layer_shapes(qdq: ModelProto) -> dict[str, tuple[int, int, int]]:
     from vitedge.backends.float_layers import int8_layers
 
     inferred = onnx.shape_inference.infer_shapes(qdq)
-    shapes = {v.name: [d.dim_value if d.HasField("dim_value") else 1 for d in v.type.tensor_type.shape.dim]
-              for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output)
-              if v.type.tensor_type.HasField("shape")}
+    shapes: dict[str, list[int]] = {}
+    for v in list(inferred.graph.value_info) + list(inferred.graph.input) + list(inferred.graph.output):
+        dims = [d.dim_value if d.HasField("dim_value") else None for d in v.type.tensor_type.shape.dim]
+        if v.type.tensor_type.HasField("shape") and dims and dims[-1] and dims.count(None) <= 1:
+            shapes[v.name] = [d or 1 for d in dims]  # the one unknown axis is the batch: 1 row of it
     inits = {t.name: list(t.dims) for t in qdq.graph.initializer}
     out: dict[str, tuple[int, int, int]] = {}
     layers = int8_layers(inferred)
