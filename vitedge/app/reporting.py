@@ -173,9 +173,11 @@ def still_slower_line(info: dict, speedup: object) -> str | None:
         tried.append(f"{len(by_runtime)} layer(s) the runtime ran as float kernels kept float")
     layers = rec.get("layers") if isinstance(rec.get("layers"), dict) else {}
     per_layer = [k for k in kept if "slower than its FP32 layer" in str(k.get("why", ""))]
-    if layers.get("candidates") and not per_layer:
-        tried.append(f"{sum(len(c.get('layers') or []) for c in layers['candidates'])} layer(s) slower per layer timed "
-                     "float (the graph was not faster: not taken)")
+    floated = layers.get("floated", sum(len(c.get("layers") or []) for c in layers.get("candidates") or []))
+    if layers.get("candidates") and not layers.get("taken"):
+        tried.append(f"{floated} layer(s) slower per layer timed float (the graph was not faster: not taken)")
+    elif layers.get("taken") and (whole or not per_layer):  # the whole model's record replaced the per-layer one
+        tried.append(f"{floated} layer(s) slower per layer kept float")
     elif per_layer and not whole:
         tried.append(f"{len(per_layer)} layer(s) slower per layer kept float")
     if steps:
