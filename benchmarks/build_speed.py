@@ -50,7 +50,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
-from timing import TIMED_PER_ROUND, interleaved_rounds  # noqa: E402 - the benchmarks folder is on the path now
+from timing import TIMED_PER_ROUND, bundle_graph, interleaved_rounds  # noqa: E402 - the benchmarks folder is on the path now
 
 RESULTS = REPO / "benchmarks" / "results"
 warnings.filterwarnings("ignore")
@@ -238,7 +238,7 @@ def latency_table(bundles: Path, anchors, variants: dict[str, Path], rounds: int
         return {
             ("onnxruntime", "FP32"): lambda: ort_run(bundles / "intel-cpu" / "reference.fp32.onnx"),
             ("onnxruntime", "FP32, attention fused"): lambda: ort_run(variants["fp32_fused"]),
-            ("onnxruntime", "vitedge INT8"): lambda: ort_run(bundles / "onnx" / "model.int8.onnx"),
+            ("onnxruntime", "vitedge INT8"): lambda: ort_run(bundle_graph(bundles / "onnx", "model", "model.int8.onnx")),
             ("onnxruntime", "vitedge INT8, fuse_attention = false"): lambda: ort_run(variants["plain"]),
             ("onnxruntime", "vitedge INT8 plain + transformer optimizer"): lambda: ort_run(variants["topt"]),
             ("onnxruntime", "quantize_static defaults"): lambda: ort_run(anchors["ort_static"][0]),
@@ -299,7 +299,7 @@ def quick_latency(bundles: Path, ort_static: Path, rounds: int) -> list[dict]:
     for batch, n in ((1, rounds), (8, max(2, rounds // 3))):
         x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
         runs = {("onnxruntime", "FP32"): ort_runner(bundles / "intel-cpu" / "reference.fp32.onnx", x, threads),
-                ("onnxruntime", "vitedge INT8"): ort_runner(bundles / "onnx" / "model.int8.onnx", x, threads),
+                ("onnxruntime", "vitedge INT8"): ort_runner(bundle_graph(bundles / "onnx", "model", "model.int8.onnx"), x, threads),
                 ("onnxruntime", "quantize_static defaults"): ort_runner(ort_static, x, threads),
                 ("openvino", "FP32"): ov_runner(core, bundles / "intel-cpu" / "reference.fp32.xml", x),
                 ("openvino", "vitedge INT8"): ov_runner(core, bundles / "intel-cpu" / "model.xml", x, ov_used)}

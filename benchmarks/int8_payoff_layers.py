@@ -36,7 +36,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(1, str(REPO / "benchmarks"))
-from timing import labelled_bundles, machine_line, results_isa, write_results  # noqa: E402
+from timing import bundle_graph, labelled_bundles, machine_line, results_isa, write_results  # noqa: E402
 
 
 RESULTS = REPO / "benchmarks" / "results"
@@ -58,7 +58,7 @@ def measure(bundle: Path, rounds: int, tmp: Path) -> dict[str, Any]:
 
     onnx_dir = bundle / "onnx" if (bundle / "onnx").is_dir() else bundle
     manifest = json.loads((onnx_dir / "manifest.json").read_text())
-    ref, model = onnx_dir / manifest["artifacts"]["reference"], onnx_dir / "model.int8.onnx"
+    ref, model = onnx_dir / manifest["artifacts"]["reference"], bundle_graph(onnx_dir, "model", "model.int8.onnx")
     graph = onnx.load(str(model))
     unfold_int8_rewrites(graph)
     onnx.save(graph, str(tmp / "qdq.onnx"))

@@ -36,7 +36,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(1, str(REPO / "benchmarks"))
-from timing import labelled_bundles, machine_line, results_isa, write_results  # noqa: E402
+from timing import bundle_graph, labelled_bundles, machine_line, results_isa, write_results  # noqa: E402
 
 
 RESULTS = REPO / "benchmarks" / "results"
@@ -113,9 +113,10 @@ def analyse(bundle: Path, batch: int, runs: int) -> dict[str, Any]:
     onnx_dir = bundle / "onnx" if (bundle / "onnx").is_dir() else bundle
     ref_name = onnx_reference(onnx_dir)
     fp32 = node_times(onnx_dir / ref_name, batch, runs)
-    int8 = node_times(onnx_dir / "model.int8.onnx", batch, runs)
+    artifact = bundle_graph(onnx_dir, "model", "model.int8.onnx")  # the FP32 graph itself where the bundle ships it
+    int8 = node_times(artifact, batch, runs)
     # the QuantizeLinear nodes of the graph ONNX Runtime runs are the artifact's: each one's time shared by its readers
-    model = onnx.load(str(onnx_dir / "model.int8.onnx"), load_external_data=False)
+    model = onnx.load(str(artifact), load_external_data=False)
     readers: dict[str, list[str]] = collections.defaultdict(list)
     for n in model.graph.node:
         for i in n.input:

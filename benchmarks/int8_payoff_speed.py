@@ -34,7 +34,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(1, str(REPO / "benchmarks"))
-from timing import interleaved_rounds, machine_line  # noqa: E402
+from timing import bundle_graph, interleaved_rounds, machine_line  # noqa: E402
 
 from vitedge.backends.int8_timing import PayoffTiming, interleaved_ratio  # noqa: E402
 from vitedge.core.cpu import read_cpu  # noqa: E402
@@ -110,7 +110,7 @@ def measure(label: str, bundle: Path, rounds: int) -> list[dict[str, Any]]:
     for batch in (1, 8):
         pairs = {
             "onnxruntime": (lambda t: ort_call(bundle / "onnx" / onnx_reference(bundle / "onnx"), batch, t),
-                            lambda t: ort_call(bundle / "onnx" / "model.int8.onnx", batch, t)),
+                            lambda t: ort_call(bundle_graph(bundle / "onnx", "model", "model.int8.onnx"), batch, t)),
             "openvino": (lambda t: ov_call(core, bundle / "intel-cpu" / "reference.fp32.xml", batch, t, "f32")[0],
                          lambda t: ov_call(core, bundle / "intel-cpu" / "model.xml", batch, t, prec)[0]),
         }
@@ -137,7 +137,7 @@ def corpus_schedule(bundle: Path, core, threads: int) -> list[float]:
     out = []
     for _ in range(5):
         runs = {"ort fp32": ort_call(bundle / "onnx" / onnx_reference(bundle / "onnx"), 8, threads),
-                "ort int8": ort_call(bundle / "onnx" / "model.int8.onnx", 8, threads),
+                "ort int8": ort_call(bundle_graph(bundle / "onnx", "model", "model.int8.onnx"), 8, threads),
                 "ov fp32": ov_call(core, bundle / "intel-cpu" / "reference.fp32.xml", 8, 0, "f32")[0],
                 "ov int8": ov_call(core, bundle / "intel-cpu" / "model.xml", 8, 0, prec)[0]}
         for f in runs.values():

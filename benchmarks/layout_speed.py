@@ -45,7 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 CODE = Path(os.environ.get("LAYOUT_SPEED_CODE", str(REPO)))  # the vitedge checkout that builds (a --before one too)
 sys.path.insert(0, str(CODE))
 sys.path.insert(1, str(REPO / "benchmarks"))
-from timing import TIMED_PER_ROUND, interleaved_rounds  # noqa: E402 - the benchmarks folder is on the path now
+from timing import TIMED_PER_ROUND, bundle_graph, interleaved_rounds  # noqa: E402 - the benchmarks folder is on the path now
 
 RESULTS = REPO / "benchmarks" / "results"
 LAYOUTS_PY = REPO / "tests" / "helpers" / "vit_layouts.py"
@@ -135,13 +135,13 @@ def graphs(after: Path, before: Path | None, anchor: dict[str, Path]) -> dict[tu
     """(runtime, label) -> (runtime, file, OpenVINO float precision)."""
     ov_used = json.loads((after / "intel-cpu" / "manifest.json").read_text())["backend_info"]["float_precision"]["used"]
     g = {("onnxruntime", "FP32"): ("ort", after / "intel-cpu" / "reference.fp32.onnx", ""),
-         ("onnxruntime", "vitedge INT8"): ("ort", after / "onnx" / "model.int8.onnx", ""),
+         ("onnxruntime", "vitedge INT8"): ("ort", bundle_graph(after / "onnx", "model", "model.int8.onnx"), ""),
          ("onnxruntime", "quantize_static defaults"): ("ort", anchor["ort_static"], ""),
          ("openvino", "FP32"): ("ov", after / "intel-cpu" / "reference.fp32.xml", "f32"),
          ("openvino", "vitedge INT8"): ("ov", after / "intel-cpu" / "model.xml", ov_used),
          ("openvino", "NNCF TRANSFORMER"): ("ov", anchor["nncf"], "f32")}
     if before is not None:
-        g[("onnxruntime", "vitedge INT8 before")] = ("ort", before / "onnx" / "model.int8.onnx", "")
+        g[("onnxruntime", "vitedge INT8 before")] = ("ort", bundle_graph(before / "onnx", "model", "model.int8.onnx"), "")
         before_used = json.loads((before / "intel-cpu" / "manifest.json").read_text())["backend_info"]["float_precision"]["used"]
         g[("openvino", "vitedge INT8 before")] = ("ov", before / "intel-cpu" / "model.xml", before_used)
     return g

@@ -36,6 +36,15 @@ def results_isa() -> str:
     return read_cpu().isa.split(",")[0].split(" ")[0]
 
 
+def bundle_graph(bundle: Path, role: str, default: str) -> Path:
+    """The file a bundle's manifest names for ``role`` (artifacts.model, artifacts.reference), else ``default``: an
+    onnx bundle that ships its FP32 graph as is names it for both roles and holds no model.int8.onnx."""
+    try:
+        return bundle / json.loads((bundle / "manifest.json").read_text())["artifacts"][role]
+    except (OSError, KeyError, ValueError, TypeError):
+        return bundle / default
+
+
 def labelled_bundles(items: list[str]) -> list[tuple[str, Path]] | None:
     """``--bundles LABEL=DIR ...`` as (label, folder) pairs; None when an item is not LABEL=DIR of an existing folder."""
     pairs = [item.split("=", 1) for item in items]

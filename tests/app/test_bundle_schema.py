@@ -173,6 +173,8 @@ ADDED_SINCE_V1 = ("quantization.config.", "calibration.config.", "validation.qua
                   "quantization.budget.speed_verdict.floor", "quantization.budget.speed_verdict.allowance",
                   # which FP32 graph fp32_onnx is (the onnx bundle ships one: fused or exported) and the exported graph's sha256
                   "artifacts.fp32_graph",
+                  # issue 47: an onnx bundle that ships its FP32 graph as is holds it once (model = reference = qdq)
+                  "artifacts.single_graph",
                   # issue 43: the normalisation probe's shifted FP32 passes (cache records), now run on every labelled build
                   "validation.data.probe_outputs",
                   # issue 43: how likely INT8's flips are to lean between classes as much as they do by chance

@@ -154,7 +154,15 @@ def test_build_ships_what_its_payoff_record_says(tmp_path):
         assert set(timed["steps"][0]["int8_over_fp32"]) == {"1", "8"} and timed["control_noise"] >= 0
         assert (timed["timed_on"] if timed is not record else record["cpu"]) == read_cpu().isa
         whole = timed["whole_model_float"]
-        shipped = onnx.load(str(result.bundle / "model.int8.onnx"))
+        if manifest.target["backend"] == "onnxruntime":  # decided for this CPU's kind, by timing here
+            from vitedge.backends.onnxruntime.figures import host_kind
+
+            assert record["cpu_kind"] == record["built_on"] == host_kind() and record["decided_by"] == f"measured on this CPU ({host_kind()})"
+        if manifest.target["backend"] == "onnxruntime":  # whole model float: the FP32 reference is the artifact, held once
+            assert (manifest.artifacts.model == manifest.artifacts.reference) == whole == (manifest.artifacts.single_graph is True)
+            assert (result.bundle / "model.int8.onnx").is_file() != whole
+        shipped = onnx.load(str(result.bundle / manifest.artifacts.model)) if manifest.target["backend"] == "onnxruntime" \
+            else onnx.load(str(result.bundle / "model.int8.onnx"))
         still_int8 = set(int8_layers(shipped)) | {n.name for n in shipped.graph.node if n.op_type == "MatMulIntegerToFloat"}
         assert not (still_int8 & {k["name"] for k in record["kept_float"]})
         assert (manifest.backend_info["int8_layers"]["int8"] == 0) == whole
@@ -244,12 +252,13 @@ def test_a_graph_too_short_to_time_keeps_int8_and_says_why(tmp_path):
 
 
 def test_a_graph_clearly_slower_than_fp32_ships_fp32(tmp_path):
-    """Three times FP32's work on a graph that takes milliseconds: slower beyond any control's noise, so the
-    artifact becomes the FP32 graph."""
+    """Three times FP32's work on a graph that takes milliseconds: slower beyond any control's noise, so the record
+    says the whole model goes float (the backend then ships the FP32 graph in its place; the timing writes nothing)."""
     from vitedge.backends.onnxruntime.payoff import keep_float_if_slower
 
     ref = _matmul_chain(tmp_path / "ref.onnx", 256, 512, 1)
     model = _matmul_chain(tmp_path / "model.onnx", 256, 512, 3)
+    before = model.read_bytes()
     record = keep_float_if_slower(model, ref, (1,), "avx2")
     assert record["verdicts"] == {"1": "slower"} and record["fp32_ms"]["1"] >= 0.02, record
-    assert record["whole_model_float"] is True and model.read_bytes() == ref.read_bytes() and "undecided" not in record
+    assert record["whole_model_float"] is True and model.read_bytes() == before and "undecided" not in record

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from vitedge.app.overrides import QuantOverrides, ThresholdOverrides
-from vitedge.app.reporting import still_slower_line, write_bundle_reports
+from vitedge.app.reporting import kind_line, still_slower_line, write_bundle_reports
 from vitedge.app.shipped import count_shipped, ships_fp32, shipped_budget_verdict
 from vitedge.backends import get_backend
 from vitedge.backends.base import Backend, BuildContext, BuiltArtifact
@@ -31,6 +31,7 @@ from vitedge.camera_apps.exports import write_bundle_exports
 from vitedge.datasources.base import CalibrationSource
 from vitedge.datasources.sources import open_source
 from vitedge.datasources.split import resolve_data
+from vitedge.core.cpu import CPU_KINDS, cpu_kind, read_cpu
 from vitedge.core.errors import BundleError, UsageError
 from vitedge.models.export import ExportOptions, bake_file, export_onnx
 from vitedge.files.atomic import atomic_output_dir, sha256_file
@@ -87,6 +88,9 @@ class BuildRequest:
     min_calib: int = 16
     budget: BudgetSettings | None = None  # None: the defaults (on), cost measured with measure_speed
     config_record: dict[str, Any] | None = None  # the project config read and what it set (recorded in validation.json)
+    # the CPU kind the bundles are for (vitedge.core.cpu.CPU_KINDS): the onnx target's INT8 payoff is decided for it,
+    # timed when this CPU is of that kind, from recorded figures of that kind otherwise; None: this CPU's kind
+    cpu_kind: str | None = None
 
 
 @dataclass
@@ -136,10 +140,28 @@ def run_build(req: BuildRequest, log: StageLog | None = None) -> list[TargetResu
 
     log = log or StageLog()
     signing_key()  # a blank VITEDGE_SIGNING_KEY is refused before the work, not when the manifest is signed
+    _check_cpu_kind(req.cpu_kind)
     profiles = _load_profiles(req.targets)
     dirs = {p.name: d for p, d in zip(profiles, bundle_dirs(req).values())}
     with output_locks(dirs.values()):  # a second build into the same -o: refused now, not after its work
         return _build_locked(req, log, profiles, dirs)
+
+
+def _check_cpu_kind(kind: object) -> None:
+    """--cpu-kind names one of the CPU kinds vitedge labels, or is not given."""
+    if kind is not None and kind not in CPU_KINDS:
+        raise UsageError(f"--cpu-kind must be one of {', '.join(CPU_KINDS)} (the CPU kind the bundles are for; default: this "
+                         f"CPU's, {cpu_kind(read_cpu(capped=False))}), got {str(kind)[:40]!r}")
+
+
+def _kind_not_decided(kind: str | None, profile: TargetProfile, artifact: BuiltArtifact) -> str | None:
+    """For a target whose backend did not decide its INT8 payoff for --cpu-kind (only the onnx target does), when that
+    kind is not this CPU's: one line saying what its decision and its times are."""
+    payoff = artifact.info.get("int8_payoff") if isinstance(artifact.info.get("int8_payoff"), dict) else {}
+    if not kind or kind == cpu_kind(read_cpu(capped=False)) or payoff.get("cpu_kind") == kind:
+        return None
+    return (f"{profile.name}: its INT8 payoff is not decided for {kind} CPUs (--cpu-kind decides the onnx target's, with "
+            f"int8_payoff on): what it keeps float, if anything, and its times are this CPU's ({read_cpu().isa}), not {kind}'s")
 
 
 def _load_profiles(targets: tuple[str, ...]) -> list[TargetProfile]:
@@ -328,7 +350,8 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
             copy_onnx(t.shared.qdq, tmp / "model.int8.onnx")  # with its external data (graphs past 2 GB), if any
             copy_onnx(t.fp32, tmp / "reference.fp32.onnx")
             ctx = BuildContext(qdq_path=tmp / "model.int8.onnx", fp32_path=tmp / "reference.fp32.onnx", out_dir=tmp,
-                               options=profile.backend_options, batch_sizes=profile.batch_sizes, log=log.info)
+                               options=profile.backend_options, batch_sizes=profile.batch_sizes, log=log.info, cpu_kind=req.cpu_kind)
+            input_section = _input_section(tmp / "model.int8.onnx", t.loaded.spec)  # before the backend: it may ship FP32 alone
             artifact = backend.build(ctx)
             report = checked = None
             if not artifact.built:
@@ -336,13 +359,11 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
             manifest = Manifest(
                 target=TargetSection(name=profile.name, backend=profile.backend, precision=profile.precision, profile=profile.to_dict()),
                 model=_model_section(t.loaded),
-                input=_input_section(tmp / "model.int8.onnx", t.loaded.spec),
+                input=input_section,
                 output=_output_section(t.loaded.spec),
                 calibration=dict(calibration.to_dict(), summary_line=calibration.one_line(), reused=calibration.reused),
                 quantization=_quantization_section(t.shared.graph, t.shared.budget, t.shared.qdq),
-                artifacts=ArtifactsSection(model=artifact.model, reference=artifact.reference, qdq="model.int8.onnx",
-                                           fp32_onnx="reference.fp32.onnx", built=artifact.built, extra=artifact.extra_files,
-                                           fp32_graph=fp32_graph_record(tmp / "reference.fp32.onnx")),
+                artifacts=_artifacts_section(artifact, tmp),
                 toolchain=toolchain_versions(_safe_versions(backend)),
                 backend_info=artifact.info,
                 validation=None,
@@ -362,9 +383,10 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
                     manifest.validation = checked.document  # the manifest's section is the document's JSON
                     for row in checked.result.gate:
                         log.info(row.status.upper() + " " + row.detail)
-            slower = still_slower_line(artifact.info, None if report is None else report.speedup)
-            if slower:
-                log.info(slower)
+            for line in (kind_line(manifest.quantization), _kind_not_decided(req.cpu_kind, profile, artifact),
+                         still_slower_line(artifact.info, None if report is None else report.speedup)):
+                if line:
+                    log.info(line)
             fp32_shipped = ships_fp32(artifact.info)  # the budget's layers are not what makes this bundle slow or fast
             # the budget's speed verdict reads the speed gate's second look when there was one (CPU time, not wall time)
             second = None if checked is None else checked.result.speed_check
@@ -396,6 +418,16 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
     if budget_failure:
         summary.failures.append(budget_failure)
     return TargetResult(profile, bundle_dir, artifact.built, passed, summary)
+
+
+def _artifacts_section(artifact: BuiltArtifact, bundle: Path) -> ArtifactsSection:
+    """The files the bundle holds, by role; one FP32 graph for every role when the target ships it as is."""
+    section = ArtifactsSection(model=artifact.model, reference=artifact.reference, qdq=artifact.qdq or "model.int8.onnx",
+                               fp32_onnx="reference.fp32.onnx", built=artifact.built, extra=artifact.extra_files,
+                               fp32_graph=fp32_graph_record(bundle / "reference.fp32.onnx"))
+    if artifact.model == artifact.reference == section.fp32_onnx:
+        section.single_graph = True
+    return section
 
 
 def _model_section(loaded: LoadedModel) -> ModelSection:

@@ -32,6 +32,7 @@ class BuildFlags:
     quant: QuantOverrides = QuantOverrides()  # the quantizer, over the profile's [quantization]
     keep_float: tuple[str, ...] = ()
     bake_preprocess: bool = False
+    cpu_kind: str | None = None  # the CPU kind the bundles are for (BuildRequest.cpu_kind)
     thresholds: ThresholdOverrides = ThresholdOverrides()  # the gate, over the profile's [thresholds]
     # latency, the accuracy budget, the caches, the terminal
     no_latency: bool = False
@@ -61,5 +62,5 @@ class BuildFlags:
             threshold_overrides=self.thresholds, bake_preprocess=self.bake_preprocess, cache=self.cache(),
             keep_float=tuple(self.keep_float), measure_speed=not self.no_latency,
             budget=BudgetSettings(enabled=not self.no_fallback, max_evals=self.fallback_max_evals, measure_cost=not self.no_latency),
-            config_record=config_record,
+            config_record=config_record, cpu_kind=self.cpu_kind,
         )

@@ -43,7 +43,8 @@ def build_report_markdown(manifest: Manifest) -> str:
         f"# vitedge bundle: {m.target.name} ({m.target.backend}, {m.target.precision})",
         "",
         f"- model: `{m.model.source}` ({spec['family']} {spec['variant']}, {spec['image_size'][0]}x{spec['image_size'][1]})",
-        f"- artifact: `{m.artifacts.model}`" + ("" if m.artifacts.is_built else " (not built here: finish it on the device)"),
+        f"- artifact: `{m.artifacts.model}`" + ("" if m.artifacts.is_built else " (not built here: finish it on the device)")
+        + (" (the FP32 reference itself: the whole model stayed float, one graph in the bundle)" if m.artifacts.single_graph is True else ""),
         f"- FP32 reference: `{m.artifacts.reference}`" + _fp32_graph_note(m.artifacts.fp32_graph),
         f"- input: `{m.input.name}` {m.input.format} {m.input.shape}",
         f"- calibration: {m.calibration.get('summary_line', '')}",
@@ -69,7 +70,7 @@ def build_report_markdown(manifest: Manifest) -> str:
                                           to_try=targets_to_try(backend_name, cpu_profile_gates(), exclude=(m.target.name,)))
     if not_faster:
         lines.append(f"- {not_faster}")
-    lines += [f"- {line}" for line in (payoff_line(m.quantization), layer_step_line(m.quantization),
+    lines += [f"- {line}" for line in (kind_line(m.quantization), payoff_line(m.quantization), layer_step_line(m.quantization),
                                        still_slower_line(m.backend_info, speedup)) if line]
     lines.append("")
     lines += _backend_lines(m)
@@ -115,7 +116,20 @@ def payoff_line(quantization: QuantizationSection) -> str | None:
     if not kept:
         return None
     shown = "; ".join(f"`{k['name']}` ({k['why']})" for k in kept[:6]) + ("; ..." if len(kept) > 6 else "")
-    return f"kept float where INT8 does not pay (decided on {rec.get('cpu', 'this CPU')}): {shown}"
+    where = (f"for {rec['cpu_kind']} CPUs" if rec.get("cpu_kind") and rec.get("cpu_kind") != rec.get("built_on")
+             else f"on {rec.get('cpu', 'this CPU')}")
+    return f"kept float where INT8 does not pay (decided {where}): {shown}"
+
+
+def kind_line(quantization: QuantizationSection) -> str | None:
+    """For a bundle built for another CPU kind than the build machine's: where its INT8 payoff came from, and that
+    no time in its reports is of that kind, in one line."""
+    rec = quantization.int8_payoff or {}
+    kind, host = rec.get("cpu_kind"), rec.get("built_on")
+    if not kind or not host or kind == host:
+        return None
+    return (f"bundle for {kind} CPUs, built on an {host} CPU: its INT8 payoff was decided by {rec.get('decided_by', 'nothing')}; "
+            f"its speed is not timed on {kind} (every time in its reports is the {host} build machine's)")
 
 
 def layer_step_line(quantization: QuantizationSection) -> str | None:
@@ -159,9 +173,11 @@ def still_slower_line(info: dict, speedup: object) -> str | None:
         tried.append(f"{len(by_runtime)} layer(s) the runtime ran as float kernels kept float")
     layers = rec.get("layers") if isinstance(rec.get("layers"), dict) else {}
     per_layer = [k for k in kept if "slower than its FP32 layer" in str(k.get("why", ""))]
-    if layers.get("candidates") and not per_layer:
-        tried.append(f"{sum(len(c.get('layers') or []) for c in layers['candidates'])} layer(s) slower per layer timed "
-                     "float (the graph was not faster: not taken)")
+    floated = layers.get("floated", sum(len(c.get("layers") or []) for c in layers.get("candidates") or []))
+    if layers.get("candidates") and not layers.get("taken"):
+        tried.append(f"{floated} layer(s) slower per layer timed float (the graph was not faster: not taken)")
+    elif layers.get("taken") and (whole or not per_layer):  # the whole model's record replaced the per-layer one
+        tried.append(f"{floated} layer(s) slower per layer kept float")
     elif per_layer and not whole:
         tried.append(f"{len(per_layer)} layer(s) slower per layer kept float")
     if steps:

@@ -55,7 +55,9 @@ def count_shipped(section: QuantizationSection, graph: QuantizedGraph, info: dic
         row["total"] += 1
         row["int8"] += int(layer.name in shipped)
     section.layer_kinds = kinds
-    cpu = payoff_record(info).get("cpu") or "this CPU"
+    rec = payoff_record(info)
+    # for the CPU kind the bundle is for, where it was not the build machine's (recorded figures decided)
+    cpu = f"{rec['cpu_kind']} CPUs" if rec.get("cpu_kind") and rec.get("cpu_kind") != rec.get("built_on") else rec.get("cpu") or "this CPU"
     what = "the whole model" if ships_fp32(info) else f"{len(floated)} INT8 layer(s)"
     section.summary_line = (f"{len(shipped)} of {len(graph.layers)} layers INT8 as shipped ({what} returned to float "
                             f"by the target's INT8 payoff on {cpu}); the shared Q/DQ graph: {section.summary_line}")

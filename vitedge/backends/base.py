@@ -95,17 +95,20 @@ class BuildContext(Generic[O]):
     options: O  # the backend's own typed options, parsed from the profile
     batch_sizes: tuple[int, ...]
     log: Callable[[str], None] | None = None  # progress lines
+    cpu_kind: str | None = None  # the CPU kind the bundle is for (vitedge.core.cpu.CPU_KINDS); None: this CPU's
+    host_kind: str | None = None  # this CPU's kind as the runtime sees it (vitedge.core.cpu.cpu_kind); None: read it here
 
 
 @dataclass
 class BuiltArtifact:
     """The files a backend wrote into the bundle, relative to it."""
 
-    model: str  # the artifact a runner opens (model.int8.onnx, model.xml, model.engine)
+    model: str  # the artifact a runner opens (model.int8.onnx, model.xml, model.engine); == reference when it ships FP32 as is
     reference: str  # the FP32 model this backend runs for parity (same runtime)
     extra_files: list[str] = field(default_factory=list)
     built: bool = True  # False when the artifact must be finished on the device (TensorRT without a GPU)
     info: dict[str, Any] = field(default_factory=dict)  # backend facts for the manifest
+    qdq: str | None = None  # the ONNX graph the bundle keeps as its Q/DQ graph; None: model.int8.onnx, the shared one
 
 
 class Runner(ABC):

@@ -68,6 +68,7 @@ KEYS: dict[str, Key] = {
     "float_small_gemms": Key("float_small_gemms", "bool"),
     "keep_float": Key("keep_float", "str_list"),
     "bake_preprocess": Key("bake_preprocess", "bool"),
+    "cpu_kind": Key("cpu_kind", "str", "the CPU kind the bundles are for (avx2, avx512, avx-vnni, avx512-vnni, amx); default: this CPU's"),
     "no_latency": Key("no_latency", "bool"),
     "no_fallback": Key("no_fallback", "bool"),
     "fallback_max_evals": Key("fallback_max_evals", "int"),

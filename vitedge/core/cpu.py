@@ -81,8 +81,9 @@ class CpuInfo:
                 "flags": sorted(f for f in self.flags if f.startswith(("avx", "amx", "sse4", "fma", "f16c")))}
 
 
-def read_cpu(cpuinfo: str | Path = "/proc/cpuinfo", machine: str | None = None) -> CpuInfo:
-    """This machine's CPU (``cpuinfo`` and ``machine`` are for tests with recorded facts)."""
+def read_cpu(cpuinfo: str | Path = "/proc/cpuinfo", machine: str | None = None, *, capped: bool = True) -> CpuInfo:
+    """This machine's CPU (``cpuinfo`` and ``machine`` are for tests with recorded facts); ``capped=False`` ignores a
+    oneDNN ISA cap (what ONNX Runtime, which does not read it, runs on)."""
     machine = machine if machine is not None else platform.machine()
     try:
         text = Path(cpuinfo).read_text(errors="replace")
@@ -97,12 +98,23 @@ def read_cpu(cpuinfo: str | Path = "/proc/cpuinfo", machine: str | None = None) 
             flags = set(value.split())
         elif key == "model name" and not model:
             model = value.strip()
-    cap = onednn_cap() or ""
+    cap = (onednn_cap() or "") if capped else ""
     if flags and cap in PRE_VNNI_LEVELS:
         flags = capped_flags(flags, cap)
     else:
         cap = ""
     return CpuInfo(machine=machine, model=model, flags=frozenset(flags), known=bool(flags), isa_cap=cap or None)
+
+
+# The CPU kinds a bundle can be built for (`vitedge build --cpu-kind`): the ISA labels results files are named by
+# (benchmarks/results/*_<kind>.md), which ``cpu_kind`` gives for an x86 CPU with AVX2 or more
+CPU_KINDS = ("avx2", "avx512", "avx-vnni", "avx512-vnni", "amx")
+
+
+def cpu_kind(cpu: CpuInfo) -> str:
+    """``cpu``'s kind: the first word of its ISA label (avx2, avx512, avx-vnni, avx512-vnni, amx; x86 or the machine
+    name for the others)."""
+    return cpu.isa.split(",")[0].split(" ")[0]
 
 
 def usable_cpus() -> int:

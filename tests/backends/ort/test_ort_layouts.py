@@ -399,3 +399,8 @@ def test_the_report_says_what_the_per_layer_step_did():
     assert layer_step_line(q) is None
     line = still_slower_line({"int8_payoff": {"kept_float": kept, "layers": taken}}, 0.9)
     assert "1 layer(s) slower per layer kept float" in line and "1 layer(s) kept float," not in line
+    # taken, and then the whole model float: the whole model's record replaced the kept layers; the step still counts
+    whole = [{"name": "/b0/fc1/MatMul", "why": "INT8 of the whole model is slower than FP32 in ONNX Runtime on avx2"}]
+    line = still_slower_line({"int8_payoff": {"kept_float": whole, "layers": {**taken, "floated": 3},
+                                              "timed": {"whole_model_float": True, "steps": []}}}, 0.95)
+    assert "3 layer(s) slower per layer kept float" in line and "not taken" not in line and "the shipped graph is the FP32 one" in line

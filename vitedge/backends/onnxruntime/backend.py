@@ -21,6 +21,7 @@ from vitedge.backends.onnxruntime.gemm_bias import GemmBiasFusion, fuse_gemm_bia
 from vitedge.backends.onnxruntime.patch_embed import PatchEmbedFusion, fuse_patch_embedding, unfold_patch_embedding
 from vitedge.backends.float_layers import return_to_float
 from vitedge.backends.onnxruntime import layer_payoff
+from vitedge.backends.onnxruntime.figures import MEASURED, NONE, RECORDED, KindDecision, decide_source, layer_shapes, recorded_verdicts
 from vitedge.backends.onnxruntime.payoff import Int8Payoff, attention_fusion_pays, keep_float_if_slower, keep_unpaid_float, one_thread_run
 from vitedge.core.cpu import read_cpu
 from vitedge.core import telemetry
@@ -119,12 +120,15 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
         model = ctx.out_dir / "model.int8.onnx"
         info: dict[str, Any] = {"execution_provider": "CPUExecutionProvider"}
         options = ctx.options or OnnxRuntimeOptions()
+        # which source decides what INT8 keeps float: this CPU's timing, or recorded figures of the bundle's CPU kind
+        decision = decide_source(ctx.cpu_kind, ctx.host_kind) if options.int8_payoff else None
+        shapes = _shapes(ctx.qdq_path) if decision is not None and decision.source == RECORDED and options.fuse_attention else {}
         reference = ctx.out_dir / REFERENCE
         if not reference.exists():
             copy_onnx(ctx.fp32_path, reference)
         attention = options.fuse_attention
         if options.fuse_attention:  # the FP32 anchor gets the float rewrites the INT8 graph gets
-            reference, attention = _reference(reference, ctx, options, info)
+            reference, attention = _reference(reference, ctx, info, decision)
         if options.fuse_attention:
             unfused = None if attention else AttentionFusion(
                 info["reference_attention_fusion"]["candidates"], 0, (), ("not used: MultiHeadAttention timed slower than the exported attention here",))
@@ -139,10 +143,11 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
             copy_onnx(ctx.qdq_path, model)
         with OnnxRuntimeRunner(model, options):  # proves the stock CPU provider loads it
             pass
-        if options.int8_payoff and options.fuse_attention:
-            _layer_payoff(model, reference, ctx, unfused, info)
-        if options.int8_payoff:
-            _timed_payoff(model, reference, ctx, info)
+        if decision is not None and _payoff(model, reference, ctx, unfused if options.fuse_attention else None, info, decision,
+                                            shapes if options.fuse_attention else None):
+            _remove_onnx(model)  # the whole model stays float: the bundle holds its FP32 graph once, as the artifact too
+            info["int8_layers"] = int8_layer_share(reference, options)
+            return BuiltArtifact(model=reference.name, reference=reference.name, qdq=reference.name, info=info)
         info["int8_layers"] = int8_layer_share(model, options)
         return BuiltArtifact(model=model.name, reference=reference.name, info=info)
 
@@ -162,11 +167,55 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
         return OnnxRuntimeRunner(model_path, options or OnnxRuntimeOptions(), threads)
 
 
+def _shapes(qdq_path: Path) -> dict[str, tuple[int, int, int]]:
+    """The INT8 layers' GEMM shapes of the Q/DQ graph, read before the artifact takes its place (``figures``)."""
+    import onnx
+
+    try:
+        return layer_shapes(onnx.load(str(qdq_path), load_external_data=False))
+    except Exception:  # noqa: BLE001 - a graph shape inference cannot read: no layer is judged by the figures
+        return {}
+
+
+def _payoff(model: Path, reference: Path, ctx: BuildContext, unfused: AttentionFusion | None, info: dict[str, Any],
+            decision: KindDecision, shapes: dict[str, tuple[int, int, int]] | None) -> bool:
+    """The keep-float steps for the bundle's CPU kind (``decision``): per layer (``shapes`` not None: the rewrites ran),
+    then the whole model, timed here when this CPU is of that kind; from recorded figures, or not at all, otherwise.
+    Records which source decided; True when the whole model stays float."""
+    record = info.setdefault("int8_payoff", {"cpu": read_cpu().isa, "source": "onnxruntime timing on the build machine", "kept_float": []})
+    record.update({"cpu_kind": decision.kind, "built_on": decision.host, "decided_by": decision.decided_by()})
+    if decision.source == MEASURED:
+        if shapes is not None:
+            _layer_payoff(model, reference, ctx, unfused, info)
+        return _timed_payoff(model, reference, ctx, info)
+    if decision.source == RECORDED and shapes is not None:
+        _recorded_layer_payoff(model, ctx, unfused, info, decision, shapes)
+    elif ctx.log and decision.source == NONE:
+        ctx.log(decision.not_judged_line())
+    record["timed"] = {"timed_on": None, "whole_model_float": False, "not_timed": decision.not_timed()}
+    if ctx.log:
+        ctx.log(f"INT8 payoff: INT8 against FP32 of the whole graph is {decision.not_timed()}: its INT8 is kept")
+    return False
+
+
+def _float_candidate(ctx: BuildContext, chosen: dict[str, str], unfused: AttentionFusion | None, out: Path) -> tuple[list[dict[str, str]], GemmBiasFusion, Int8Payoff]:
+    """The artifact with the ``chosen`` INT8 layers (Q/DQ name -> why) back to float, written to ``out`` by the same
+    rewrites: the artifact's INT8 rewrites unfolded to the Q/DQ form first, so the layers are found by their names.
+    Returns (the layers floated, the GEMM-bias report, the runtime's own keep-float report)."""
+    import onnx
+
+    graph = onnx.load(str(ctx.qdq_path))
+    unfold_int8_rewrites(graph)  # MatMulIntegerToFloat (GEMM with bias, patch embedding) back to DequantizeLinear -> MatMul
+    kept = return_to_float(graph, lambda node, dq: chosen.get(node.name))
+    qdq = out.with_name("layers.qdq.onnx")
+    save_onnx(graph, qdq)
+    _, gemm_bias, _, payoff = _fuse_file(qdq, out, unfused)
+    return kept, gemm_bias, payoff
+
+
 def _layer_payoff(model: Path, reference: Path, ctx: BuildContext, unfused: AttentionFusion | None, info: dict[str, Any]) -> None:
     """The INT8 layers that do not pay here back to float, when the whole graph then times faster
     (``layer_payoff``); ``model`` is replaced by that graph and ``info`` records the step either way."""
-    import onnx
-
     cpu = read_cpu().isa
     batches = tuple(sorted({1, *(ctx.batch_sizes or ())}))
     try:
@@ -185,15 +234,12 @@ def _layer_payoff(model: Path, reference: Path, ctx: BuildContext, unfused: Atte
                                              for v in verdicts if v.to_float]}
     info.setdefault("int8_payoff", {})["layers"] = record
     if chosen:
-        graph = onnx.load(str(ctx.qdq_path))
-        kept = return_to_float(graph, lambda node, dq: chosen[node.name].why(cpu) if node.name in chosen else None)
         with tempfile.TemporaryDirectory(prefix=work_prefix("ort-opt")) as tmp:
-            qdq, candidate = Path(tmp) / "layers.qdq.onnx", Path(tmp) / "model.int8.onnx"
-            save_onnx(graph, qdq)
-            _, gemm_bias, _, payoff = _fuse_file(qdq, candidate, unfused)
+            candidate = Path(tmp) / "model.int8.onnx"
+            kept, gemm_bias, payoff = _float_candidate(ctx, {n: v.why(cpu) for n, v in chosen.items()}, unfused, candidate)
             timed = layer_payoff.side_by_side(reference, model, candidate, batches, one_thread_run)
             take, noise = layer_payoff.candidate_pays(timed)
-            record.update({"taken": take, "control_noise": round(noise, 4),
+            record.update({"taken": take, "control_noise": round(noise, 4), "floated": len(kept),
                            **{f"{k}_over_fp32": {str(b): round(r, 4) for b, r in timed[k].items()} for k in ("current", "candidate")}})
             if take:
                 copy_onnx(candidate, model)
@@ -202,6 +248,42 @@ def _layer_payoff(model: Path, reference: Path, ctx: BuildContext, unfused: Atte
                 info["gemm_bias_fusion"] = {"gemms": gemm_bias.gemms, "folded": gemm_bias.folded, "skipped": list(gemm_bias.skipped)}
     if ctx.log:
         ctx.log(layer_payoff_line(record, len(chosen)))
+
+
+def _recorded_layer_payoff(model: Path, ctx: BuildContext, unfused: AttentionFusion | None, info: dict[str, Any],
+                           decision: KindDecision, shapes: dict[str, tuple[int, int, int]]) -> None:
+    """The INT8 layers that do not pay on the bundle's CPU kind by its recorded figures back to float (``figures``):
+    nothing is timed (this CPU is of another kind); ``model`` is replaced by that graph and ``info`` records the step."""
+    figures = decision.figures
+    assert figures is not None
+    batches = tuple(sorted({1, *(ctx.batch_sizes or ())}))
+    graph = layer_payoff.optimized_graph(model)
+    verdicts = recorded_verdicts(layer_payoff.layer_groups(graph), shapes, figures, batches, layer_payoff.sole_readers(graph))
+    chosen = {n: v for v in verdicts if v.to_float for n in v.group.names}
+    record: dict[str, Any] = {"cpu_kind": decision.kind, "timed_on": None, "figures": figures.to_dict(), "batches": list(batches),
+                              "groups_judged": len(verdicts), "taken": bool(chosen), "not_timed": decision.not_timed(),
+                              "rule": "a group of INT8 layers reading one quantized activation goes float when, by the recorded figures "
+                                      "of its GEMM shapes, its INT8 time exceeds its FP32 time by more than the figures' noise at every "
+                                      "batch size; the whole graph is not timed",
+                              "candidates": [{"layers": list(v.group.names), "int8_over_fp32": {str(b): round(v.int8_us[b] / v.fp32_us[b], 3)
+                                                                                                 for b in v.int8_us}} for v in verdicts if v.to_float]}
+    info["int8_payoff"]["layers"] = record
+    if chosen:
+        why = {n: (f"its INT8 (kernel + input quantization) is slower than its FP32 layer on {decision.kind} CPUs by "
+                   f"{figures.label()}: INT8/FP32 per layer " + ", ".join(f"b{b} {v.int8_us[b] / v.fp32_us[b]:.2f}" for b in sorted(v.int8_us))
+                   + f"; {decision.not_timed()}") for n, v in chosen.items()}
+        with tempfile.TemporaryDirectory(prefix=work_prefix("ort-opt")) as tmp:
+            candidate = Path(tmp) / "model.int8.onnx"
+            kept, gemm_bias, payoff = _float_candidate(ctx, why, unfused, candidate)
+            copy_onnx(candidate, model)
+        record["floated"] = len(kept)
+        info["int8_payoff"]["kept_float"] = list(payoff.to_dict()["kept_float"]) + kept
+        info["gemm_bias_fusion"] = {"gemms": gemm_bias.gemms, "folded": gemm_bias.folded, "skipped": list(gemm_bias.skipped)}
+    if ctx.log:
+        ctx.log(f"INT8 payoff per layer for {decision.kind} CPUs, by {figures.label()}: "
+                + (f"{len(chosen)} INT8 layer(s) kept float (slower than FP32 there at every batch size beyond the figures' noise)"
+                   if chosen else f"no INT8 layer is slower than FP32 there beyond the figures' noise ({len(verdicts)} groups judged)")
+                + f"; {decision.not_timed()}")
 
 
 def layer_payoff_line(record: dict[str, Any], chosen: int) -> str:
@@ -219,8 +301,9 @@ def layer_payoff_line(record: dict[str, Any], chosen: int) -> str:
             f"control {record['control_noise']:.0%}): kept INT8")
 
 
-def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[str, Any]) -> None:
-    """INT8 timed against FP32 here; the whole model in float when INT8 is slower (recorded in ``info``)."""
+def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[str, Any]) -> bool:
+    """INT8 timed against FP32 here (recorded in ``info``); True when INT8 is slower and the whole model stays float
+    (the bundle then ships ``reference`` as its artifact)."""
     cpu = read_cpu().isa
     timed = keep_float_if_slower(model, reference, tuple(sorted({1, *(ctx.batch_sizes or ())})), cpu)
     record = info.setdefault("int8_payoff", {"cpu": cpu, "source": "onnxruntime timing on the build machine", "kept_float": []})
@@ -229,7 +312,8 @@ def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[st
     ratios = ", ".join(f"b{b} {r:.2f}" for b, r in timed["steps"][0]["int8_over_fp32"].items())
     if whole is not None:
         record["kept_float"] = whole
-        line = f"INT8 payoff: INT8 of this model is slower than FP32 in ONNX Runtime on {cpu} ({ratios}): the whole model is kept float"
+        line = (f"INT8 payoff: INT8 of this model is slower than FP32 in ONNX Runtime on {cpu} ({ratios}): the whole model is "
+                f"kept float, and the bundle holds its FP32 graph once ({REFERENCE}, the artifact too)")
     elif "undecided" in timed:
         line = f"INT8 payoff: {timed['undecided']} (INT8/FP32 CPU time at one thread {ratios})"
     elif any(v == WITHIN_NOISE for v in timed["verdicts"].values()):
@@ -239,6 +323,7 @@ def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[st
         line = f"INT8 payoff: INT8 pays in ONNX Runtime on {cpu} (INT8/FP32 CPU time at one thread {ratios})"
     if ctx.log:
         ctx.log(line)
+    return whole is not None
 
 
 # The onnx bundle's one FP32 graph: the exported graph with the INT8 graph's float rewrites (q/k/v merged, attention
@@ -273,17 +358,19 @@ def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
     return report
 
 
-def _reference(exported: Path, ctx: BuildContext, options: OnnxRuntimeOptions, info: dict[str, Any]) -> tuple[Path, bool]:
+def _reference(exported: Path, ctx: BuildContext, info: dict[str, Any], decision: KindDecision | None) -> tuple[Path, bool]:
     """(the FP32 reference, whether the attention cores are fused): the exported graph with the INT8 graph's float
-    rewrites, unless timing here (``int8_payoff``) finds the fused attention slower than the exported graph's, in
-    which case neither graph fuses it (recorded in ``info['reference_attention_fusion']``). Either way one FP32 graph
-    is left, at ``exported``'s path: the rewrite takes the exported graph's place once it is kept."""
+    rewrites, unless timing here (``int8_payoff``, on a CPU of the bundle's kind) finds the fused attention slower than
+    the exported graph's, in which case neither graph fuses it (recorded in ``info['reference_attention_fusion']``).
+    Either way one FP32 graph is left, at ``exported``'s path: the rewrite takes the exported graph's place once kept."""
     fused = ctx.out_dir / FUSED_REFERENCE
     fusion = _fuse_reference(exported, fused)
     record = info["reference_attention_fusion"] = fusion.to_dict()
     if not fusion.fused:
         return exported, True
-    if options.int8_payoff:
+    if decision is not None and decision.source != MEASURED:  # no figures of it: the fusion is kept, as without timing
+        record["not_timed"] = decision.not_timed()
+    elif decision is not None:
         cpu = read_cpu().isa
         timed = record["timed"] = attention_fusion_pays(exported, fused, tuple(sorted({1, *(ctx.batch_sizes or ())})), cpu)
         ratios = ", ".join(f"b{b} {r:.2f}" for b, r in timed["fused_over_exported"].items())

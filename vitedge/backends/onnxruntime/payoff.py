@@ -18,7 +18,6 @@ made in ``ort_gemm_bias``.
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,9 +91,10 @@ def keep_unpaid_float(model: ModelProto, cpu: str) -> Int8Payoff:
 def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[int, ...], cpu: str,
                          timing: PayoffTiming = PayoffTiming()) -> dict[str, Any]:
     """Time the onnx artifact against its FP32 reference here (``int8_timing``) at each batch size; when INT8 is
-    slower beyond the timing's noise at any of them (``payoff_verdict``), the whole model goes back to float:
-    ``model_path`` becomes the FP32 graph. A batch size too short to time decides nothing; when none can be timed,
-    INT8 is kept and the record says why. Returns the record (``steps``, ``verdicts``, ``fp32_ms``,
+    slower beyond the timing's noise at any of them (``payoff_verdict``), the whole model goes back to float: the
+    record says so (``whole_model_float``) and the caller ships the FP32 graph instead of ``model_path`` (the onnx
+    bundle then holds that one graph). A batch size too short to time decides nothing; when none can be timed, INT8
+    is kept and the record says why. Nothing is written. Returns the record (``steps``, ``verdicts``, ``fp32_ms``,
     ``whole_model_float``, ``control_noise``, ``rule``, and the layers kept float when it did)."""
     import onnx
 
@@ -123,7 +123,6 @@ def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[
     layers = set(int8_layers(model)) | {n.name for n in model.graph.node if n.domain == "com.microsoft" and n.op_type == "MatMulIntegerToFloat"}
     record["whole_model_float"] = True
     record["kept_float_whole"] = [{"name": n.name, "op_type": n.op_type, "why": why} for n in model.graph.node if n.name in layers]
-    shutil.copyfile(reference_path, model_path)
     return record
 
 

@@ -57,6 +57,10 @@ from vitedge.core.ui import StageLog
 @small_gemms_option
 @keep_float_option
 @click.option("--bake-preprocess", is_flag=True, help="Artifacts take uint8 NHWC RGB frames and normalise them in the graph.")
+@click.option("--cpu-kind", default=None, metavar="KIND",
+              help="The CPU kind the bundles are for: avx2, avx512, avx-vnni, avx512-vnni or amx (default: this CPU's). The onnx "
+                   "target's INT8 payoff is timed when this CPU is of that kind, else read from figures recorded on it; "
+                   "with none recorded its layers stay INT8.")
 @threshold_options
 @click.option("--no-latency", is_flag=True, help="Skip latency measurement (and the speed gate).")
 @click.option("--no-fallback", is_flag=True,
