@@ -178,8 +178,20 @@ def test_measured_change_batchnorm_in_eval_passes_and_the_fault_is_far_off(tmp_p
     path, spec = graph("bn", batch_first=True, batchnorm=True)
     ok = check_batch_independence(path, spec)
     assert ok.inputs == "seeded random inputs" and ok.images == 4 and ok.change <= REL_TOL and ok.spread > 1e-3
+    # a graph that takes uint8 frames (preprocessing baked in) is fed frames: the same verdict
+    baked = check_batch_independence(_baked(path, spec, tmp_path / "bn.baked.onnx"), spec)
+    assert baked.change <= REL_TOL and baked.spread > 1e-3
     path, spec = graph("mixed", batch_first=False)
     bad = measure_batch_independence(path, spec, np.random.default_rng(1).standard_normal((4, 3, 32, 32)).astype(np.float32))
     assert bad.inputs == "calibration images" and bad.change > 100 * REL_TOL
     with pytest.raises(ModelLoadError, match="depends on the other images in its batch"):
         check_batch_independence(path, spec)
+    with pytest.raises(ModelLoadError, match="depends on the other images in its batch"):
+        check_batch_independence(_baked(path, spec, tmp_path / "mixed.baked.onnx"), spec)
+
+
+def _baked(path: Path, spec, out: Path) -> Path:
+    from vitedge.models.export import bake_file
+
+    bake_file(path, out, spec.preprocess)
+    return out
