@@ -195,3 +195,23 @@ def _baked(path: Path, spec, out: Path) -> Path:
 
     bake_file(path, out, spec.preprocess)
     return out
+
+
+def test_non_finite_outputs_are_not_judged_and_say_so(tmp_path):
+    """A graph whose outputs are NaN is left to the calibration, which names the activation; the line says it was not judged."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    from vitedge.bundle.spec import ModelSpec, Preprocess
+    from vitedge.models.batch_check import check_batch_independence
+
+    nodes = [helper.make_node("Flatten", ["input"], ["flat"]), helper.make_node("Mul", ["flat", "nan"], ["logits"])]
+    graph = helper.make_graph(nodes, "nan", [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 1, 4, 4])],
+                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 16])],
+                              [numpy_helper.from_array(np.array([np.nan], np.float32), "nan")])
+    path = tmp_path / "nan.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    spec = ModelSpec(family="onnx", image_size=(4, 4), patch_size=None, embed_dim=None, depth=None, num_heads=None, num_classes=16,
+                     num_prefix_tokens=None, num_params=None, preprocess=Preprocess(crop_size=(4, 4), mean=(0.5,), std=(0.5,), channels=1))
+    check = check_batch_independence(path, spec)
+    assert not check.finite and "not judged" in check.one_line() and "not all finite" in check.one_line()

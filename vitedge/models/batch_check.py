@@ -58,8 +58,12 @@ class BatchCheck:
     worst: int  # the input with the largest change
     largest_abs_change: float
     seconds: float  # CPU time of the check (session and forward passes)
+    finite: bool = True  # False: an output held inf/NaN, nothing judged (calibration refuses it, naming the activation)
 
     def one_line(self) -> str:
+        if not self.finite:
+            return (f"batch check: not judged, the FP32 outputs of {self.images} {self.inputs} are not all finite "
+                    f"(the calibration names the activation); {self.seconds:.2f} s CPU")
         return (f"batch check: {self.images} {self.inputs} give the same outputs alone as in one batch (largest change "
                 f"{self.change:.1e} of an output's magnitude, limit {REL_TOL:g}); {self.seconds:.2f} s CPU")
 
@@ -70,6 +74,8 @@ def check_batch_independence(graph: Path, spec: ModelSpec, inputs: np.ndarray | 
     change with the batch, whose output is the same for every input, or whose graph cannot run another batch size."""
     check = measure_batch_independence(graph, spec, inputs, seed=seed)
     what = "embeddings" if spec.output_kind == "embedding" else "logits"
+    if not check.finite:
+        return check
     if check.change > REL_TOL:
         top1 = "" if what == "embeddings" else f"; top-1 differs on {check.top1_differs} of {check.images}"
         raise ModelLoadError(
@@ -102,16 +108,18 @@ def measure_batch_independence(graph: Path, spec: ModelSpec, inputs: np.ndarray 
     batched = _run(session, name, feed)
     alone = np.concatenate([_run(session, name, feed[i:i + 1]) for i in range(len(feed))])
     del session
+    finite = bool(np.isfinite(batched).all() and np.isfinite(alone).all())
+    if not finite:
+        batched, alone = np.nan_to_num(batched), np.nan_to_num(alone)
     diff = np.abs(batched - alone).max(axis=1)
     scale = np.abs(alone).max(axis=1)
     rel = np.where(scale > 0, diff / np.where(scale > 0, scale, 1.0), np.where(diff > 0, np.inf, 0.0))
-    rel = np.nan_to_num(rel, nan=0.0)  # a non-finite output is refused later, naming the activation (calibration)
     worst = int(np.argmax(rel))
     top = float(scale.max())
     spread = float(np.abs(alone - alone[:1]).max()) / top if top > 0 else 0.0
-    return BatchCheck(images=len(x), inputs=where, change=float(rel[worst]), spread=float(np.nan_to_num(spread, nan=1.0)),
+    return BatchCheck(images=len(x), inputs=where, change=float(rel[worst]), spread=spread,
                       top1_differs=int((batched.argmax(axis=1) != alone.argmax(axis=1)).sum()), worst=worst,
-                      largest_abs_change=float(diff[worst]), seconds=time.process_time() - start)
+                      largest_abs_change=float(diff[worst]), seconds=time.process_time() - start, finite=finite)
 
 
 def probe_inputs(batches, count: int = PROBE_IMAGES) -> np.ndarray | None:
