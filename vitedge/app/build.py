@@ -33,6 +33,7 @@ from vitedge.datasources.sources import open_source
 from vitedge.datasources.split import resolve_data
 from vitedge.core.cpu import CPU_KINDS, cpu_kind, read_cpu
 from vitedge.core.errors import BundleError, UsageError
+from vitedge.models.batch_check import PROBE_IMAGES, check_batch_independence, probe_inputs
 from vitedge.models.export import ExportOptions, bake_file, export_onnx
 from vitedge.files.atomic import atomic_output_dir, sha256_file
 from vitedge.bundle.manifest import Manifest, toolchain_versions
@@ -208,6 +209,8 @@ def _build_locked(req: BuildRequest, log: StageLog, profiles: list[TargetProfile
         work = Path(work_str)
         loaded, fp32 = _load_and_export(req, log, work)
         data = _open_data(req, loaded.spec, log)
+        # each image's output its own, whatever else shares its batch: exit 2 if not (before any calibration)
+        log.info(check_batch_independence(fp32, loaded.spec, probe_inputs(data.calib.batches(PROBE_IMAGES)), seed=req.seed).one_line())
         question_normalisation(fp32, loaded.spec, data.calib, data.val, log.info)  # a guessed mean/std: exit 2 if another is clearly better
         budget_job = partial(BudgetJob, fp32=fp32, validation=data.val, spec=loaded.spec, backends=backends, thresholds=thresholds,
                              keep_float=req.keep_float, cache=req.cache)

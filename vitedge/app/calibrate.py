@@ -13,6 +13,7 @@ from pathlib import Path
 
 from vitedge.datasources.sources import CalibrationSource, open_source
 from vitedge.datasources.split import calibration_part
+from vitedge.models.batch_check import PROBE_IMAGES, check_batch_independence, probe_inputs
 from vitedge.models.export import ExportOptions, export_onnx
 from vitedge.models.intake import IntakeOptions, load_model
 from vitedge.quantize import Calibration, QuantConfig, build_qdq, calibrate
@@ -41,6 +42,7 @@ def run_calibrate(req: CalibrateRequest, say: Callable[[str], None]) -> None:
     with tempfile.TemporaryDirectory(prefix=work_prefix("calibrate")) as work:
         fp32 = Path(work) / "model.fp32.onnx"
         export_onnx(loaded, fp32, ExportOptions())
+        say(check_batch_independence(fp32, loaded.spec, probe_inputs(source.batches(PROBE_IMAGES)), seed=req.seed).one_line())
         cal = calibrate(fp32, source, req.config, cache_dir=req.cache_dir, progress=not req.quiet)
         graph = build_qdq(cal, keep_float=req.keep_float) if (req.out is not None or req.keep_float) else None
     for line in _summary_lines(cal, req.config):

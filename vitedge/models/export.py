@@ -22,6 +22,7 @@ import numpy as np
 
 from vitedge.core.errors import ExportError, UsageError, environment_error
 from vitedge.core.memory import release_freed_memory
+from vitedge.models.batch_check import BatchCheck, check_batch_independence
 from vitedge.models.intake import LoadedModel
 from vitedge.models.intake_module import program_input_shape
 from vitedge.models.torchscript import dynamic_batch_program
@@ -46,6 +47,9 @@ class ExportOptions:
     check_batch: int = 2
     seed: int = 0
     free_module: bool = False  # drop loaded.module once exported (the build uses only the graph from then on)
+    # run the written graph on a batch of seeded random inputs against each alone (models/batch_check); the build and
+    # `vitedge calibrate` run that check themselves, on calibration images, once their data is open
+    batch_check: bool = False
 
     def __post_init__(self) -> None:
         if self.opset < MIN_OPSET:
@@ -62,6 +66,7 @@ class ExportResult:
     max_abs_diff: float | None
     tolerance: float | None
     seconds: float
+    batch_check: BatchCheck | None = None
 
     def one_line(self) -> str:
         check = (
@@ -125,15 +130,17 @@ def export_onnx(loaded: LoadedModel, out_path: str | Path, options: ExportOption
         save_onnx(model, out_path, external=large, base_dir=base_dir)
     del model  # the check opens the file just written, as every later stage does
     release_freed_memory()
-    diff = tol = None
-    if probe is not None:
-        try:
+    diff = tol = batch = None
+    try:
+        if probe is not None:
             diff, tol = _check_parity(out_path, graph_input, probe, large, options)
-        except BaseException:
-            for f in (out_path, out_path.with_name(out_path.name + DATA_SUFFIX)):
-                f.unlink(missing_ok=True)
-            raise
-    return ExportResult(out_path, graph_input, output, input_format, opset, diff, tol, time.perf_counter() - start)
+        if options.batch_check:
+            batch = check_batch_independence(out_path, loaded.spec, seed=options.seed)
+    except BaseException:
+        for f in (out_path, out_path.with_name(out_path.name + DATA_SUFFIX)):
+            f.unlink(missing_ok=True)
+        raise
+    return ExportResult(out_path, graph_input, output, input_format, opset, diff, tol, time.perf_counter() - start, batch)
 
 
 def _torch_to_onnx(loaded: LoadedModel, options: ExportOptions, output_name: str, tmp: Path):

@@ -24,13 +24,16 @@ from vitedge.files.outputs import check_output
 def command(model: str, out: Path, intake, opset: int, bake_preprocess: bool, force: bool) -> None:
     """Export MODEL to an FP32 ONNX graph (dynamic batch) and prove ONNX Runtime
     computes what PyTorch computes; the export fails with the measured difference
-    if it exceeds the tolerance."""
+    if it exceeds the tolerance, and when an image's output changes with the
+    other images in its batch."""
 
     if out.suffix.lower() != ".onnx":
         raise UsageError(f"-o/--out should name an .onnx file, got {out}")
     click.get_current_context().with_resource(output_locks([out]))  # a second writer of -o: refused now, not after the export
     check_output(out, "fp32-onnx", force=force, inputs=(Path(model),))  # the one replace rule (vitedge/files/outputs.py)
-    options = ExportOptions(opset=opset, bake_preprocess=bake_preprocess)
+    options = ExportOptions(opset=opset, bake_preprocess=bake_preprocess, batch_check=True)
     loaded = load_model(model, intake)
     result = export_onnx(loaded, out, options)
     click.echo(result.one_line())
+    if result.batch_check is not None:
+        click.echo(result.batch_check.one_line())
