@@ -18,32 +18,48 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
 
-# paths under tests/, heaviest first (each whole file, fixtures included); the first two use no bundle built once per run,
-# so neither worker waits on the other's build at the start
+# paths under tests/, heaviest first (each whole file, module fixtures included; measured 2026-11-29 on the 2-core AVX2
+# machine: the slowest tests of a whole run, docs/testing.md). The first two use no bundle built once per run, so neither
+# worker waits on the other's build at the start.
 HEAVIEST_FIRST: tuple[str, ...] = (
-    "models/test_channels.py",
-    "models/test_corpus_builds.py",
-    "reliability/test_bounds.py",
-    "runtime/test_runtime.py",  # builds runtime_bundles for the other files that read them
-    "models/test_corpus.py",
     "models/test_torchscript_export.py",
-    "distributed/test_distributed.py",
-    "models/test_families.py",
-    "package/test_ci_recipes.py",
+    "models/test_channels.py",
     "app/test_build.py",
-    "cli/test_cli.py",
-    "reliability/test_hostile_names.py",
+    "validation/test_reference_cache.py",  # builds built_bundle for the files that read it
+    "files/test_security_outputs.py",
+    "backends/ort/test_ort_layouts.py",
+    "reliability/test_bounds.py",
+    "models/test_corpus_builds.py",
+    "models/test_corpus.py",
+    "runtime/test_runtime.py",  # builds runtime_bundles for the files that read them
+    "models/test_families.py",
+    "distributed/test_distributed.py",
+    "package/test_ci_recipes.py",
     "app/test_build_cli.py",
     "reliability/test_matrix_resume.py",
-    "runtime/test_runtime_arguments.py",
+    "reliability/test_output_lock.py",
+    "reliability/test_special_files_read.py",
+    "reliability/test_trust.py",
+    "quantize/test_large_graph_memory.py",
+    "backends/ort/test_ort_attention.py",
+    "backends/trt/test_tensorrt_graphs.py",
+    "bundle/test_manifest_schema.py",
     "reliability/test_bad_input.py",
-    "models/test_family_checkpoints.py",
+    "validation/test_speed_check.py",
+    "runtime/test_runtime_arguments.py",
+    "backends/test_backend_registry.py",
+    "cli/commands/test_validate_cli.py",
+    "reliability/test_hostile_names.py",
     "budget/test_budget.py",
     "budget/test_budget_pins.py",
     "budget/test_budget_rebuild.py",
+    "models/test_family_checkpoints.py",
+    "cli/test_cli.py",
     "reliability/test_sigterm.py",
     "reliability/test_sigterm_late.py",
     "app/test_build_interrupts.py",
+    "backends/test_int8_payoff.py",
+    "camera_apps/test_camera_apps.py",
 )
 
 
