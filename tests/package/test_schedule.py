@@ -45,7 +45,7 @@ def test_xdist_keeps_the_order_only_where_it_schedules():
 
 
 def test_this_run_was_ordered_so(request):
-    """This session's own items: the named files it collected come first, in the named order, each whole."""
+    """This run's own items: the named files it collected come first, in the named order, each whole."""
     files = []
     for item in request.session.items:
         name = file_of(item.nodeid)
