@@ -12,6 +12,7 @@ import pytest
 
 # No process of the run may outlive it: tests/helpers/leftover_plugin.py.
 from helpers.leftover_plugin import pytest_sessionfinish, pytest_terminal_summary, pytest_testnodedown  # noqa: F401
+from helpers.schedule import heaviest_first, keep_collection_order
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -45,6 +46,14 @@ from vitedge.backends.openvino import block_vendor_telemetry  # noqa: E402
 block_vendor_telemetry()
 os.environ.setdefault("VITEDGE_CACHE_DIR", str(Path(os.environ.get("TMPDIR", "/tmp")) / "vitedge-test-cache"))
 warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+
+def pytest_configure(config):
+    keep_collection_order(config)  # xdist hands out the files in the order below (tests/helpers/schedule.py)
+
+
+def pytest_collection_modifyitems(session, config, items):
+    items[:] = heaviest_first(items)  # the files measured heaviest first, so none of them is left to run alone at the end
 
 
 @pytest.fixture(scope="session")

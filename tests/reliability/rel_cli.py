@@ -11,6 +11,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,3 +82,18 @@ def snapshot(*roots: Path) -> dict[str, str]:
             if p.is_file():
                 out[f"{root.name}/{p.relative_to(root)}"] = hashlib.sha256(p.read_bytes()).hexdigest()
     return out
+
+
+def holds_lock(proc: subprocess.Popen, output: Path) -> bool:
+    """True once ``proc`` holds the lock of ``output`` (its pid is written in the lock file after flock), False when it
+    ended first."""
+    from vitedge.files.lock import lock_path
+
+    while proc.poll() is None:
+        try:
+            if lock_path(output).read_text().strip() == str(proc.pid):
+                return True
+        except OSError:
+            pass
+        time.sleep(0.01)
+    return False

@@ -25,6 +25,7 @@ from conftest import CALIB_DIR
 from rel_cli import assert_one_line, cli, debris, snapshot
 
 from vitedge.core import limits
+from vitedge.validation.reference_cache import SUBDIR as REFERENCES
 
 
 @pytest.fixture(scope="module")
@@ -253,11 +254,16 @@ def test_two_real_builds_into_one_output_the_second_is_refused_at_once(timm_vit,
 # ------------------------------------------------------------------ SIGTERM anywhere exits 143
 
 @pytest.mark.parametrize("delay", [0.3, 0.9, 1.4])
-def test_sigterm_while_openvino_builds_exits_143(delay, timm_vit, tmp_path):
+def test_sigterm_while_openvino_builds_exits_143(delay, timm_vit, bundle, tmp_path):
     """SIGTERM sent `delay` s after the OpenVINO build stage starts (its conversion runs about a second here).
     Before the fix a signal that landed inside ov.convert_model came out as exit 2 "OpenVINO could not
-    convert ... Check 'false' failed"; which delay hits the conversion depends on the machine's speed."""
+    convert ... Check 'false' failed"; which delay hits the conversion depends on the machine's speed.
+    The build starts from the module bundle's calibration statistics (the same model, calibration set and settings, so
+    the same keys) and no reference outputs: what a fresh build has on disk when its OpenVINO stage starts."""
     ws = Ws(tmp_path, timm_vit[1])
+    warm = bundle.parent / "cache"
+    shutil.copytree(warm, ws.cache, ignore=lambda folder, names: [REFERENCES] if folder == str(warm) else [])
+    assert any((ws.cache / "calibration").iterdir())
     args = ["build", ws.model, "-t", "intel-cpu", "--calib", CALIB_DIR, "-o", ws.out, "--no-latency", "--no-fallback",
             "--cache-dir", ws.cache]
     p = subprocess.Popen([sys.executable, "-m", "vitedge", *map(str, args)], cwd=tmp_path, stdout=subprocess.PIPE,

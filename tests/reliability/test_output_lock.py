@@ -13,12 +13,11 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
-from rel_cli import assert_one_line, cli, debris, snapshot
+from rel_cli import assert_one_line, cli, debris, holds_lock, snapshot
 
 from vitedge.files.lock import lock_path
 
@@ -90,18 +89,6 @@ def test_a_live_holder_refuses_every_writer_before_any_work(writer, bundle, tmp_
     assert not lock_path(output).exists()  # the holder removed its lock file as it ended
 
 
-def _wait_for_holder(proc: subprocess.Popen, output: Path) -> bool:
-    """True once ``proc`` holds the lock of ``output`` (its pid written in the lock file after flock), False when it ended first."""
-    while proc.poll() is None:
-        try:
-            if lock_path(output).read_text().strip() == str(proc.pid):
-                return True
-        except OSError:
-            pass
-        time.sleep(0.01)
-    return False
-
-
 RACES = {
     "export": lambda t: (t / "m.onnx", ["export", DIGITS, "-o", t / "m.onnx"]),
     "calibrate": lambda t: (t / "m.int8.onnx", ["calibrate", DIGITS, "--calib", CALIB_DIR, "-o", t / "m.int8.onnx", "-q",
@@ -115,7 +102,7 @@ def test_two_real_writers_into_one_output_the_second_is_refused(writer, tmp_path
     first = subprocess.Popen([sys.executable, "-m", "vitedge", *map(str, args)], cwd=tmp_path, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
-        if not _wait_for_holder(first, output):
+        if not holds_lock(first, output):
             out, err = first.communicate()
             pytest.skip(f"the first {writer} ended (exit {first.returncode}) before this test saw it hold the lock")
         second = cli(*args, "--force", cwd=tmp_path)
