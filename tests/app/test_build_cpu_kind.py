@@ -5,19 +5,17 @@ speed is not timed on that kind. A bad value is refused in one line, exit 2."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
-import torch
 from conftest import CALIB_DIR, VAL_DIR
 
 from helpers.cli import vitedge_in_process
+from helpers.encoder_checkpoint import encoder_vit_checkpoint
 from vitedge.backends.onnxruntime.figures import FIGURES, host_kind, load_figures
 from vitedge.core.cpu import CPU_KINDS
 
 REPO = Path(__file__).resolve().parents[2]
-LAYOUTS_PY = REPO / "tests" / "helpers" / "vit_layouts.py"
 
 
 def _other_kind() -> str:
@@ -34,20 +32,14 @@ def test_a_bundle_for_another_kind_records_its_source_and_says_it_was_not_timed_
     from vitedge.budget import BudgetSettings
     from vitedge.bundle.manifest import verify_bundle
     from vitedge.core.ui import StageLog
-    from vitedge.models.intake import IntakeOptions
     from vitedge.validation.reference_cache import ReferenceCacheSettings
 
-    spec = importlib.util.spec_from_file_location("vit_layouts", LAYOUTS_PY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    torch.manual_seed(0)
-    kwargs = {"dim": 32, "depth": 1, "heads": 2, "channels": 1}
-    torch.save(mod.EncoderViT(**kwargs).eval().state_dict(), tmp_path / "enc.pt")
+    enc_path, intake = encoder_vit_checkpoint(tmp_path, depth=1)
     kind = _other_kind()
     log = StageLog(quiet=True)
-    [result] = run_build(BuildRequest(model=tmp_path / "enc.pt", targets=("onnx",), calib=CALIB_DIR, val=VAL_DIR, calib_size=16,
+    [result] = run_build(BuildRequest(model=enc_path, targets=("onnx",), calib=CALIB_DIR, val=VAL_DIR, calib_size=16,
                                       out=tmp_path / "out", cpu_kind=kind, cache=ReferenceCacheSettings(root=tmp_path / "cache"),
-                                      intake=IntakeOptions(model_class=f"{LAYOUTS_PY}:EncoderViT", model_kwargs=kwargs),
+                                      intake=intake,
                                       measure_speed=False, budget=BudgetSettings(enabled=False)), log)
     rec = verify_bundle(result.bundle).quantization.int8_payoff
     figures = load_figures(kind)

@@ -5,17 +5,15 @@ on a bundle written before, which held that graph twice (``model.int8.onnx`` a c
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from conftest import CALIB_DIR, VAL_DIR
+from helpers.encoder_checkpoint import encoder_vit_checkpoint
 
-LAYOUTS_PY = Path(__file__).resolve().parents[1] / "helpers" / "vit_layouts.py"
 REFERENCE = "reference.fp32.onnx"
 
 
@@ -30,20 +28,13 @@ def fp32_bundle(tmp_path_factory) -> Path:
     from vitedge.backends.int8_timing import TimedRatio
     from vitedge.budget import BudgetSettings
     from vitedge.core.ui import StageLog
-    from vitedge.models.intake import IntakeOptions
     from vitedge.validation.reference_cache import ReferenceCacheSettings
 
     tmp = tmp_path_factory.mktemp("one-graph")
-    spec = importlib.util.spec_from_file_location("vit_layouts", LAYOUTS_PY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    torch.manual_seed(0)
-    kwargs = {"dim": 32, "depth": 1, "heads": 2, "channels": 1}
-    torch.save(mod.EncoderViT(**kwargs).eval().state_dict(), tmp / "enc.pt")
-    intake = IntakeOptions(model_class=f"{LAYOUTS_PY}:EncoderViT", model_kwargs=kwargs)
+    enc_path, intake = encoder_vit_checkpoint(tmp, depth=1)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(payoff, "interleaved_times", lambda *a, **k: TimedRatio(1.5, 1.0, 1e-3))
-        [result] = run_build(BuildRequest(model=tmp / "enc.pt", targets=("onnx",), calib=CALIB_DIR, calib_size=16, out=tmp / "out",
+        [result] = run_build(BuildRequest(model=enc_path, targets=("onnx",), calib=CALIB_DIR, calib_size=16, out=tmp / "out",
                                           intake=intake, cache=ReferenceCacheSettings(root=tmp / "cache"), measure_speed=False,
                                           budget=BudgetSettings(enabled=False)), StageLog(quiet=True))
     return result.bundle

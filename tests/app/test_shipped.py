@@ -3,20 +3,16 @@ accuracy budget's verdict speak of the shipped graph, not of the shared all-INT8
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import torch
 from conftest import CALIB_DIR
+from helpers.encoder_checkpoint import encoder_vit_checkpoint
 
 from vitedge.app.shipped import count_shipped, ships_fp32, shipped_budget_verdict
 from vitedge.bundle.sections import QuantizationSection
 from vitedge.quantize.graph import QuantLayer
-
-LAYOUTS_PY = Path(__file__).resolve().parents[1] / "helpers" / "vit_layouts.py"
 
 
 def _graph():
@@ -85,20 +81,13 @@ def test_a_bundle_kept_float_whole_counts_no_int8_layer(tmp_path, monkeypatch):
     from vitedge.budget import BudgetSettings
     from vitedge.bundle.manifest import read_manifest
     from vitedge.core.ui import StageLog
-    from vitedge.models.intake import IntakeOptions
     from vitedge.validation.reference_cache import ReferenceCacheSettings
 
     from vitedge.backends.int8_timing import TimedRatio
 
     monkeypatch.setattr(payoff, "interleaved_times", lambda *a, **k: TimedRatio(1.5, 1.0, 1e-3))
-    spec = importlib.util.spec_from_file_location("vit_layouts", LAYOUTS_PY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    torch.manual_seed(0)
-    kwargs = {"dim": 32, "depth": 1, "heads": 2, "channels": 1}
-    torch.save(mod.EncoderViT(**kwargs).eval().state_dict(), tmp_path / "enc.pt")
-    intake = IntakeOptions(model_class=f"{LAYOUTS_PY}:EncoderViT", model_kwargs=kwargs)
-    [result] = run_build(BuildRequest(model=tmp_path / "enc.pt", targets=("onnx",), calib=CALIB_DIR, calib_size=16,
+    enc_path, intake = encoder_vit_checkpoint(tmp_path, depth=1)
+    [result] = run_build(BuildRequest(model=enc_path, targets=("onnx",), calib=CALIB_DIR, calib_size=16,
                                       out=tmp_path / "out", intake=intake, cache=ReferenceCacheSettings(root=tmp_path / "cache"),
                                       measure_speed=False, budget=BudgetSettings(enabled=False)), StageLog(quiet=True))
     manifest = read_manifest(result.bundle)

@@ -7,15 +7,14 @@ from OpenVINO's runtime layer names to the Q/DQ graph's, and the records are che
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-import torch
 from conftest import CALIB_DIR
+from helpers.encoder_checkpoint import encoder_vit_checkpoint
 from onnx import TensorProto, helper, numpy_helper
 
 from vitedge.backends.float_layers import int8_layers, return_to_float
@@ -23,8 +22,6 @@ from vitedge.backends.int8_timing import timed_steps_line
 from vitedge.backends.ov_payoff import OvPayoff, onnx_layer
 from vitedge.core.errors import UsageError
 from vitedge.onnxkit.session import SessionSettings, ort_session
-
-LAYOUTS_PY = Path(__file__).resolve().parents[1] / "helpers" / "vit_layouts.py"
 
 
 def _qdq_matmul(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -129,18 +126,11 @@ def test_build_ships_what_its_payoff_record_says(tmp_path):
     from vitedge.budget import BudgetSettings
     from vitedge.core.cpu import read_cpu
     from vitedge.bundle.manifest import read_manifest
-    from vitedge.models.intake import IntakeOptions
     from vitedge.core.ui import StageLog
     from vitedge.validation.reference_cache import ReferenceCacheSettings
 
-    spec = importlib.util.spec_from_file_location("vit_layouts", LAYOUTS_PY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    torch.manual_seed(0)
-    kwargs = {"dim": 32, "depth": 2, "heads": 2, "channels": 1}
-    torch.save(mod.EncoderViT(**kwargs).eval().state_dict(), tmp_path / "enc.pt")
-    intake = IntakeOptions(model_class=f"{LAYOUTS_PY}:EncoderViT", model_kwargs=kwargs)
-    results = run_build(BuildRequest(model=tmp_path / "enc.pt", targets=("onnx", "intel-cpu"), calib=CALIB_DIR, calib_size=16,
+    enc_path, intake = encoder_vit_checkpoint(tmp_path, depth=2)
+    results = run_build(BuildRequest(model=enc_path, targets=("onnx", "intel-cpu"), calib=CALIB_DIR, calib_size=16,
                                      out=tmp_path / "out", intake=intake, cache=ReferenceCacheSettings(root=tmp_path / "cache"),
                                      measure_speed=False, budget=BudgetSettings(enabled=False)), StageLog(quiet=True))
     for result in results:

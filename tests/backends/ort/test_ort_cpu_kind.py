@@ -7,22 +7,20 @@ tests/app/test_int8_not_faster.py gives its CPUs."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import shutil
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
-import torch
 from conftest import CALIB_DIR
+from helpers.encoder_checkpoint import encoder_vit_checkpoint
 
 from vitedge.backends.float_layers import int8_layers
 from vitedge.backends.onnxruntime.figures import FIGURES, decide_source, layer_shapes, load_figures, recorded_verdicts
 from vitedge.core.cpu import CPU_KINDS
 from vitedge.core.errors import UsageError
 
-LAYOUTS_PY = Path(__file__).resolve().parents[2] / "helpers" / "vit_layouts.py"
 RECORDED_KINDS = sorted(p.stem for p in FIGURES.glob("*.json"))
 
 
@@ -33,17 +31,12 @@ def narrow_vit(tmp_path_factory):
         pytest.skip("calibration/digits is not in this checkout")
     from vitedge.datasources.sources import open_source
     from vitedge.models.export import export_onnx
-    from vitedge.models.intake import IntakeOptions, load_model
+    from vitedge.models.intake import load_model
     from vitedge.quantize import QuantConfig, build_qdq, calibrate
 
     folder = tmp_path_factory.mktemp("narrow")
-    spec = importlib.util.spec_from_file_location("vit_layouts", LAYOUTS_PY)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    torch.manual_seed(0)
-    kwargs = {"dim": 32, "depth": 2, "heads": 2, "channels": 1}
-    torch.save(mod.EncoderViT(**kwargs).eval().state_dict(), folder / "enc.pt")
-    loaded = load_model(folder / "enc.pt", IntakeOptions(model_class=f"{LAYOUTS_PY}:EncoderViT", model_kwargs=kwargs))
+    enc_path, intake = encoder_vit_checkpoint(folder, depth=2)
+    loaded = load_model(enc_path, intake)
     fp32 = folder / "model.fp32.onnx"
     export_onnx(loaded, fp32)
     source = open_source(CALIB_DIR, loaded.spec.preprocess, limit=16, seed=0, class_names=None)
