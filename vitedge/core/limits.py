@@ -123,3 +123,7 @@ def check_attention_fits(tokens: int | None, heads: int | None, size: tuple[int,
     if need > memory // 2:
         raise UsageError(f"input size {size[0]}x{size[1]} gives {tokens} tokens, whose attention scores need {need / 2**30:.1f} GiB "
                          f"per layer at batch 1, more than half of this machine's {memory / 2**30:.1f} GiB; use a smaller --input-size")
+
+# relative: normalized images spread over ~1, and float32 still tells 1 part in 10**7 apart; inputs spread less than
+# this around their size are one value (datasources.base.check_inputs_vary, models.batch_check)
+INPUT_SPREAD_FLOOR = 1e-4

@@ -17,6 +17,7 @@ import numpy as np
 from rich.console import Console
 from rich.progress import track
 
+from vitedge.core import limits
 from vitedge.core.errors import CalibrationError, UsageError
 
 # Preprocessed items are kept in memory while their total stays under this; beyond it
@@ -203,7 +204,7 @@ class CalibrationSource:
             yield Batch(np.stack(arrays).astype(np.float32, copy=False), labels, [it.id for it in chunk])
 
 
-SPREAD_FLOOR = 1e-4  # relative: normalized images spread over ~1, and float32 still tells 1 part in 10**7 apart
+SPREAD_FLOOR = limits.INPUT_SPREAD_FLOOR
 
 
 def check_inputs_vary(images: np.ndarray, preprocess: dict[str, Any] | None = None) -> None:

@@ -31,6 +31,7 @@ import numpy as np
 from vitedge.bundle.preprocess import normalize
 from vitedge.bundle.spec import ModelSpec
 from vitedge.core import telemetry
+from vitedge.core import limits
 from vitedge.core.errors import ModelLoadError
 from vitedge.onnxkit.files import DATA_SUFFIX
 from vitedge.onnxkit.metadata import INPUT_FORMAT_KEY, UINT8_NHWC_RGB
@@ -59,6 +60,7 @@ class BatchCheck:
     largest_abs_change: float
     seconds: float  # CPU time of the check (session and forward passes)
     finite: bool = True  # False: an output held inf/NaN, nothing judged (calibration refuses it, naming the activation)
+    inputs_differ: bool = True  # False: the inputs are one value (preprocessing erased them): "the same output" not judged
 
     def one_line(self) -> str:
         if not self.finite:
@@ -83,7 +85,7 @@ def check_batch_independence(graph: Path, spec: ModelSpec, inputs: np.ndarray | 
             f"image {check.worst}'s {what} change by {check.largest_abs_change:.3g} ({check.change:.2g} of their largest "
             f"magnitude, float batching explains {REL_TOL:g}{top1}) when other images share its batch, so it would answer "
             f"differently at another batch size (batch 1, DeepStream or Triton batching); {CAUSE}")
-    if check.spread <= SAME_TOL:
+    if check.spread <= SAME_TOL and check.inputs_differ:  # inputs made one value: the calibration's data check names --mean/--std
         raise ModelLoadError(
             f"the model gives the same {what} for {check.images} different {check.inputs} (they differ by "
             f"{check.spread:.1e} of their magnitude): its output does not depend on the image; {CAUSE} (the class token then "
@@ -119,7 +121,15 @@ def measure_batch_independence(graph: Path, spec: ModelSpec, inputs: np.ndarray 
     spread = float(np.abs(alone - alone[:1]).max()) / top if top > 0 else 0.0
     return BatchCheck(images=len(x), inputs=where, change=float(rel[worst]), spread=spread,
                       top1_differs=int((batched.argmax(axis=1) != alone.argmax(axis=1)).sum()), worst=worst,
-                      largest_abs_change=float(diff[worst]), seconds=time.process_time() - start, finite=finite)
+                      largest_abs_change=float(diff[worst]), seconds=time.process_time() - start, finite=finite,
+                      inputs_differ=_inputs_differ(x))
+
+
+def _inputs_differ(x: np.ndarray) -> bool:
+    """Whether the probe's inputs differ from one another by more than float32 rounding around their size (the bound
+    the calibration's own check of the data uses, ``limits.INPUT_SPREAD_FLOOR``)."""
+    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
+    return bool(np.isfinite(x).all()) and float(np.abs(x - x[:1]).max()) > limits.INPUT_SPREAD_FLOOR * (1.0 + float(np.abs(x).mean()))
 
 
 def probe_inputs(batches, count: int = PROBE_IMAGES) -> np.ndarray | None:
