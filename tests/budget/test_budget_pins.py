@@ -89,10 +89,11 @@ def test_no_fallback_ships_full_int8_and_fails_its_gate(work, outlier_vit, capsy
     assert b["status"] == "off" and b["evaluations_used"] == 0 and b["returned"] == []
 
 
-def test_budget_holds_on_every_target_runtime(work, outlier_vit):
+def test_budget_holds_on_every_target_runtime(work, outlier_vit, no_int8_timing):
     """One graph for onnx and intel-cpu: the budget evaluates each candidate on ONNX Runtime and
     OpenVINO, and each target's own final validation agrees with the budget's last evaluation
-    (issue 13: "budget met" followed by a failed gate must be impossible)."""
+    (issue 13: "budget met" followed by a failed gate must be impossible). Untimed: the INT8 payoff may ship
+    another graph (layers kept float by this CPU's timing, tests/app/test_shipped.py), which the budget never saw."""
     req = BuildRequest(model=outlier_vit, targets=("onnx", "intel-cpu"), calib=CALIB_DIR, val=VAL_DIR, out=work / "both", cache=ReferenceCacheSettings(root=work / "cache"),
                        measure_speed=False, quant_overrides=NO_SQ,
                        threshold_overrides=ThresholdOverrides(max_top1_drop=0.2, min_agreement=0.995))
