@@ -174,6 +174,7 @@ UNLABELLED_TEMPERATURE = 2.5  # the stand-in for a fitted temperature where no l
 LEANING_TEMPERATURE = 1.5
 FLIP_LEAN_ALPHA = 0.01
 FLIP_SYMMETRY_DRAWS = 4000
+SYMMETRY_DRAW_CELLS = 1_000_000  # binomial draws held at once (a 1,000-class model can flip between thousands of pairs)
 
 
 def flip_symmetry_p(ref_pred: np.ndarray, got_pred: np.ndarray, classes: int, draws: int = FLIP_SYMMETRY_DRAWS) -> float | None:
@@ -195,9 +196,12 @@ def flip_symmetry_p(ref_pred: np.ndarray, got_pred: np.ndarray, classes: int, dr
     keep = pairs > 0
     pairs, one_way = pairs[keep], one_way[keep]
     observed = float(np.sum((2 * one_way - pairs) ** 2 / pairs))
-    simulated = np.random.default_rng(0).binomial(np.broadcast_to(pairs, (draws, len(pairs))), 0.5)
-    statistic = np.sum((2 * simulated - pairs) ** 2 / pairs, axis=1)
-    return float((1 + np.sum(statistic >= observed - 1e-9)) / (draws + 1))
+    rng, as_large = np.random.default_rng(0), 0
+    rows = max(1, SYMMETRY_DRAW_CELLS // len(pairs))  # draws per block: memory stays bounded with many class pairs
+    for start in range(0, draws, rows):  # the generator fills blocks in the order one (draws, pairs) array would take
+        simulated = rng.binomial(np.broadcast_to(pairs, (min(rows, draws - start), len(pairs))), 0.5)
+        as_large += int(np.sum(np.sum((2 * simulated - pairs) ** 2 / pairs, axis=1) >= observed - 1e-9))
+    return float((1 + as_large) / (draws + 1))
 
 
 def decisive_flip_estimate(ref: np.ndarray, got: np.ndarray, margin: float) -> float | None:
