@@ -11,7 +11,9 @@ at each batch size the target promises, and:
   block's merged q/k/v GEMM, or q, k and v when they stay apart) go float together or not at all, since only then
   does the QuantizeLinear go away. An INT8 layer here outputs float (MatMulIntegerToFloat), so a float layer
   between two INT8 ones adds no quantization at its output: alternation costs nothing more than each group's own
-  QuantizeLinear, which the group's INT8 time includes (``group_times``);
+  QuantizeLinear, which the group's INT8 time includes (``group_times``). A layer's FP32 time includes the Add of its
+  bias, which ONNX Runtime runs apart from a float MatMul on tokens while the INT8 layer holds it (``bias_adds``), and
+  both graphs are profiled in alternation (``node_times_side_by_side``) so that a change of load weighs on both;
 * **weighs the batch sizes**: a group goes float when that lowers the sum over the promised batch sizes of the
   whole graph's INT8/FP32 ratio (``choose_float``): its INT8 time minus its FP32 time, over the FP32 graph's time
   at that batch size, summed. Each promised batch size counts as much as the other, in the ratio the target
