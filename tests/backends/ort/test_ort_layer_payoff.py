@@ -84,3 +84,71 @@ def test_a_group_without_figures_on_both_sides_is_not_decided():
 ])
 def test_the_candidate_replaces_the_artifact_only_when_the_whole_graph_is_faster(current, candidate, control, taken):
     assert candidate_pays({"current": current, "candidate": candidate, "control": control})[0] is taken
+
+
+def _bias_graph():
+    """fc: MatMul then Add of a constant bias (what ONNX Runtime leaves of a float Linear on tokens); res: a residual Add
+    of two activations; shared: a MatMul whose output two nodes read (its Add is no bias of it alone)."""
+    from onnx import TensorProto, numpy_helper
+    import numpy as np
+
+    inits = [numpy_helper.from_array(np.zeros((4, 4), np.float32), n) for n in ("w", "w2")]
+    inits += [numpy_helper.from_array(np.zeros(4, np.float32), n) for n in ("b", "b2")]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["fc_mm"], name="/fc/MatMul"),
+        helper.make_node("Add", ["b", "fc_mm"], ["fc_y"], name="/fc/Add"),
+        helper.make_node("Add", ["fc_y", "x"], ["res_y"], name="/res/Add"),
+        helper.make_node("MatMul", ["res_y", "w2"], ["sh_mm"], name="/shared/MatMul"),
+        helper.make_node("Add", ["sh_mm", "b2"], ["sh_y"], name="/shared/Add"),
+        helper.make_node("Relu", ["sh_mm"], ["sh_r"], name="/shared/Relu"),
+        helper.make_node("Add", ["sh_y", "sh_r"], ["y"], name="/out/Add"),
+    ]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3, 4])
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_float_gemms_bias_add_counts_as_the_gemms_time():
+    """ONNX Runtime adds a float MatMul's bias on tokens in its own Add, while the INT8 layer holds its bias: the FP32
+    layer's time is both; a residual Add and the Add after a MatMul something else also reads are not biases."""
+    from vitedge.backends.onnxruntime.layer_payoff import bias_adds, with_bias_adds
+
+    adds = bias_adds(_bias_graph())
+    assert adds == {"/fc/Add": "/fc/MatMul"}
+    times = {"/fc/MatMul": 100.0, "/fc/Add": 30.0, "/res/Add": 20.0, "/shared/MatMul": 50.0, "/shared/Add": 10.0}
+    folded = with_bias_adds(times, adds)
+    assert folded == {"/fc/MatMul": 130.0, "/res/Add": 20.0, "/shared/MatMul": 50.0, "/shared/Add": 10.0}
+    assert sum(folded.values()) == sum(times.values())
+
+
+def test_a_layer_whose_int8_beats_its_matmul_and_bias_stays_int8():
+    """INT8 with its bias 110 us against FP32 MatMul 100 us + bias Add 30 us at both batch sizes: compared with the
+    MatMul alone it would go float; with its bias it wins and stays INT8."""
+    from vitedge.backends.onnxruntime.layer_payoff import with_bias_adds
+
+    group = LayerGroup(("/fc/MatMul/with_bias",), "q")
+    int8 = {b: {"/fc/MatMul/with_bias": 110.0, "q": 0.0} for b in (1, 8)}
+    fp32 = {b: {"/fc/MatMul": 100.0, "/fc/Add": 30.0, "rest": 870.0} for b in (1, 8)}
+    readers = {"q": {"/fc/MatMul/with_bias"}}
+    [alone] = choose_float([group], int8, fp32, readers)
+    assert alone.to_float is True
+    folded = {b: with_bias_adds(fp32[b], {"/fc/Add": "/fc/MatMul"}) for b in fp32}
+    [v] = choose_float([group], int8, folded, readers)
+    assert v.to_float is False and v.fp32_us == {1: 130.0, 8: 130.0}
+
+
+def test_two_graphs_are_profiled_side_by_side_node_by_node(tmp_path):
+    """Both graphs' nodes get a figure from one alternating profile (names of the graph ONNX Runtime runs)."""
+    import onnx
+
+    from vitedge.backends.onnxruntime.layer_payoff import node_times_side_by_side, optimized_graph
+
+    a, b = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    onnx.save(_bias_graph(), str(a))
+    g = _bias_graph()
+    g.graph.node[2].op_type = "Sub"
+    onnx.save(g, str(b))
+    ta, tb = node_times_side_by_side((a, b), batch=2, runs=5, seconds=2.0)
+    assert set(ta) == {n.name for n in optimized_graph(a).graph.node}
+    assert set(tb) == {n.name for n in optimized_graph(b).graph.node}
+    assert all(v >= 0 for v in (*ta.values(), *tb.values()))

@@ -344,7 +344,8 @@ def test_layers_slower_per_layer_go_float_when_the_graph_then_times_faster(graph
 
     monkeypatch.setattr(backend_mod, "attention_fusion_pays", lambda *a, **k: {"fused_over_exported": {"1": 0.9}, "slower": False})
     monkeypatch.setattr(payoff, "interleaved_times", lambda *a, **k: TimedRatio(0.5, 1.0, 1e-3))  # whole model: INT8 pays
-    monkeypatch.setattr(layer_payoff, "node_times", _injected_node_times("linear1"))
+    fake = _injected_node_times("linear1")
+    monkeypatch.setattr(layer_payoff, "node_times_side_by_side", lambda paths, batch, *a, **k: [fake(p, batch) for p in paths])
     monkeypatch.setattr(layer_payoff, "interleaved_percentiles",
                         lambda runs, **k: {"fp32": 1.0, "control": 1.01, "current": 0.9, "candidate": candidate_time})
     fp32, qdq, spec = graphs("torch_encoder")

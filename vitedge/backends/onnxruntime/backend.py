@@ -22,6 +22,7 @@ from vitedge.backends.onnxruntime.patch_embed import PatchEmbedFusion, fuse_patc
 from vitedge.backends.float_layers import return_to_float
 from vitedge.backends.onnxruntime import layer_payoff
 from vitedge.backends.onnxruntime.figures import MEASURED, NONE, RECORDED, KindDecision, decide_source, layer_shapes, recorded_verdicts
+from vitedge.backends.onnxruntime.residual_sum import unfuse_skip_norm
 from vitedge.backends.onnxruntime.payoff import Int8Payoff, attention_fusion_pays, keep_float_if_slower, keep_unpaid_float, one_thread_run
 from vitedge.core.cpu import read_cpu
 from vitedge.core import telemetry
@@ -159,7 +160,9 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
         if not (options or OnnxRuntimeOptions()).fuse_attention:
             return src
         if role == "reference":
-            return out_dir / FUSED_REFERENCE if _fuse_reference(src, out_dir / FUSED_REFERENCE).fused else src
+            (out_dir / FUSED_REFERENCE).unlink(missing_ok=True)
+            _fuse_reference(src, out_dir / FUSED_REFERENCE)
+            return out_dir / FUSED_REFERENCE if (out_dir / FUSED_REFERENCE).exists() else src
         _fuse_file(src, out_dir / "model.int8.onnx")
         return out_dir / "model.int8.onnx"
 
@@ -341,8 +344,9 @@ FUSED_REFERENCE = "reference.fp32.fused.onnx"
 
 def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
     """Write the FP32 graph ``src`` to ``dst`` with the float rewrites its INT8 graph got: q/k/v layers that read
-    one activation as one GEMM (``quantize/merge``, done to the FP32 graph before quantization) and its attention
-    cores fused, each with its numeric check; nothing is written when no core fuses."""
+    one activation as one GEMM (``quantize/merge``, done to the FP32 graph before quantization), its attention
+    cores fused, each with its numeric check, and its post-norm residual Adds as Sum (``residual_sum``); nothing is
+    written when neither an attention core nor a residual Add was rewritten."""
     import onnx
 
     from vitedge.quantize.graph import GraphIndex  # build-only modules (they pull in the console): not at import time
@@ -352,7 +356,7 @@ def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
     gi = GraphIndex(graph)
     merge_sibling_linears(graph, check=not is_large(graph), constant=lambda name: gi.value(name) if gi.is_const(name) else None)
     report = fuse_attention(graph)
-    if report.fused:
+    if unfuse_skip_norm(graph) or report.fused:
         set_metadata(graph, {FP32_SOURCE_KEY: onnx_sha256(src)})  # the function it computes: FP32 outputs are shared by it
         save_onnx(graph, dst)
     return report
@@ -364,9 +368,13 @@ def _reference(exported: Path, ctx: BuildContext, info: dict[str, Any], decision
     the exported graph's, in which case neither graph fuses it (recorded in ``info['reference_attention_fusion']``).
     Either way one FP32 graph is left, at ``exported``'s path: the rewrite takes the exported graph's place once kept."""
     fused = ctx.out_dir / FUSED_REFERENCE
+    fused.unlink(missing_ok=True)
     fusion = _fuse_reference(exported, fused)
     record = info["reference_attention_fusion"] = fusion.to_dict()
-    if not fusion.fused:
+    if not fused.exists():
+        return exported, True
+    if not fusion.fused:  # only the residual Adds rewritten: the same arithmetic, nothing to time
+        _take_place(fused, exported)
         return exported, True
     if decision is not None and decision.source != MEASURED:  # no figures of it: the fusion is kept, as without timing
         record["not_timed"] = decision.not_timed()
@@ -410,13 +418,15 @@ def _fuse_file(src: Path, dst: Path, unfused: AttentionFusion | None = None) -> 
     """Write the Q/DQ graph ``src`` to ``dst`` with its float attention cores fused (unless ``unfused`` says why
     not: the build timed the fusion slower here; it is then the report), its INT8 GEMMs' biases folded into MatMulIntegerToFloat and its
     INT8 patch embedding run as one, and the INT8 layers ONNX Runtime would still run as float kernels back in float
-    (vitedge/backends/onnxruntime/payoff.py); returns the reports."""
+    (vitedge/backends/onnxruntime/payoff.py), and its post-norm residual Adds written as Sum
+    (vitedge/backends/onnxruntime/residual_sum.py); returns the reports."""
     import onnx
 
     graph = onnx.load(str(src))
     report = fuse_attention(graph) if unfused is None else unfused
     gemm_bias = fuse_gemm_bias(graph)
     patch = fuse_patch_embedding(graph)
+    unfuse_skip_norm(graph)  # post-norm residual Adds as Sum: ONNX Runtime's SkipLayerNormalization is slower here
     payoff = keep_unpaid_float(graph, read_cpu().isa)
     save_onnx(graph, dst)
     return report, gemm_bias, patch, payoff

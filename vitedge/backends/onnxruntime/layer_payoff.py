@@ -11,7 +11,9 @@ at each batch size the target promises, and:
   block's merged q/k/v GEMM, or q, k and v when they stay apart) go float together or not at all, since only then
   does the QuantizeLinear go away. An INT8 layer here outputs float (MatMulIntegerToFloat), so a float layer
   between two INT8 ones adds no quantization at its output: alternation costs nothing more than each group's own
-  QuantizeLinear, which the group's INT8 time includes (``group_times``);
+  QuantizeLinear, which the group's INT8 time includes (``group_times``). A layer's FP32 time includes the Add of its
+  bias, which ONNX Runtime runs apart from a float MatMul on tokens while the INT8 layer holds it (``bias_adds``), and
+  both graphs are profiled in alternation (``node_times_side_by_side``) so that a change of load weighs on both;
 * **weighs the batch sizes**: a group goes float when that lowers the sum over the promised batch sizes of the
   whole graph's INT8/FP32 ratio (``choose_float``): its INT8 time minus its FP32 time, over the FP32 graph's time
   at that batch size, summed. Each promised batch size counts as much as the other, in the ratio the target
@@ -118,6 +120,35 @@ def sole_readers(graph: ModelProto) -> dict[str, set[str]]:
     return readers
 
 
+def bias_adds(graph: ModelProto) -> dict[str, str]:
+    """Add node name -> the GEMM whose bias it adds, in a graph ONNX Runtime runs: an Add of a constant to the output of
+    a float or INT8 layer that nothing else reads. ONNX Runtime fuses no bias into a float MatMul of more than two
+    dimensions (a ViT's tokens), while the onnx target folds each INT8 layer's bias into its MatMulIntegerToFloat: a
+    layer's FP32 time is its MatMul's plus that Add's."""
+    index = node_index(graph.graph.node)
+    constants = {i.name for i in graph.graph.initializer}
+    out: dict[str, str] = {}
+    for n in graph.graph.node:
+        if n.op_type != "Add" or len(n.input) != 2:
+            continue
+        for ours, other in ((n.input[0], n.input[1]), (n.input[1], n.input[0])):
+            src = index.producer.get(ours)
+            if (src is not None and other in constants and (src.op_type in FLOAT_KERNELS or src.op_type in INT8_KERNELS)
+                    and len(index.consumers.get(ours, ())) == 1):
+                out[n.name] = src.name
+                break
+    return out
+
+
+def with_bias_adds(times: dict[str, float], adds: dict[str, str]) -> dict[str, float]:
+    """``times`` (node name -> us) with each bias Add's time counted in its GEMM's (``bias_adds``)."""
+    out = {k: v for k, v in times.items() if k not in adds or adds[k] not in times}
+    for add, gemm in adds.items():
+        if add in times and gemm in times:
+            out[gemm] += times[add]
+    return out
+
+
 def group_times(group: LayerGroup, int8_us: dict[str, float], fp32_us: dict[str, float],
                 readers: dict[str, set[str]]) -> tuple[float, float] | None:
     """(INT8 us, FP32 us) of one group at one batch size: its INT8 kernels plus its QuantizeLinear (when only the
@@ -167,24 +198,41 @@ def node_times(path: Path, batch: int, runs: int = 20, percentile: float = 20.0,
     """Node name (of the graph ONNX Runtime runs) -> the ``percentile`` of its kernel times in microseconds over
     ``runs`` runs at ``batch``, one inference thread, after 3 untimed runs; fewer runs (at least 3) where ``runs``
     of the graph would take over ``seconds`` (a ViT-B/16 at batch 8 takes seconds a run on one thread)."""
+    return node_times_side_by_side((path,), batch, runs, percentile, seconds)[0]
+
+
+def node_times_side_by_side(paths: tuple[Path, ...], batch: int, runs: int = 20, percentile: float = 20.0,
+                            seconds: float = PROFILE_SECONDS) -> list[dict[str, float]]:
+    """``node_times`` of each graph, their runs alternating (one run of each in turn), so that a machine whose load
+    changes during the profile weighs on every graph alike; ``seconds`` bounds each graph's share of the time."""
     with tempfile.TemporaryDirectory(prefix=work_prefix("ort-opt")) as tmp:
-        session = ort_session(path, SessionSettings(threads=1, profile_prefix=str(Path(tmp) / "profile")))
-        inp = session.get_inputs()[0]
-        x = timing_input([batch] + [d if isinstance(d, int) and d > 0 else 1 for d in inp.shape[1:]], "uint8" in inp.type)
-        session.run(None, {inp.name: x})
-        t0 = time.perf_counter()
-        session.run(None, {inp.name: x})
-        runs = max(3, min(runs, int(seconds / max(time.perf_counter() - t0, 1e-6))))
+        calls = []
+        for i, path in enumerate(paths):
+            session = ort_session(path, SessionSettings(threads=1, profile_prefix=str(Path(tmp) / f"profile{i}")))
+            inp = session.get_inputs()[0]
+            x = timing_input([batch] + [d if isinstance(d, int) and d > 0 else 1 for d in inp.shape[1:]], "uint8" in inp.type)
+            calls.append((session, {inp.name: x}))
+        slowest = 1e-6
+        for session, feed in calls:
+            session.run(None, feed)
+            t0 = time.perf_counter()
+            session.run(None, feed)
+            slowest = max(slowest, time.perf_counter() - t0)
+        runs = max(3, min(runs, int(seconds / slowest)))
         for _ in range(runs + 1):
-            session.run(None, {inp.name: x})
-        profile = Path(session.end_profiling())
-        events = json.loads(profile.read_text())
-        os.remove(profile)
-    samples: dict[str, list[float]] = collections.defaultdict(list)
-    for e in events:
-        if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
-            samples[e["name"][: -len("_kernel_time")]].append(float(e["dur"]))
-    return {k: float(np.percentile(v[3:] or v, percentile)) for k, v in samples.items()}
+            for session, feed in calls:
+                session.run(None, feed)
+        out = []
+        for session, _ in calls:
+            profile = Path(session.end_profiling())
+            events = json.loads(profile.read_text())
+            os.remove(profile)
+            samples: dict[str, list[float]] = collections.defaultdict(list)
+            for e in events:
+                if e.get("cat") == "Node" and str(e.get("name", "")).endswith("_kernel_time"):
+                    samples[e["name"][: -len("_kernel_time")]].append(float(e["dur"]))
+            out.append({k: float(np.percentile(v[3:] or v, percentile)) for k, v in samples.items()})
+    return out
 
 
 def optimized_graph(path: Path) -> ModelProto:
@@ -201,8 +249,12 @@ def optimized_graph(path: Path) -> ModelProto:
 def profile_verdicts(model: Path, reference: Path, batches: tuple[int, ...], runs: int = 20) -> list[GroupVerdict]:
     """``choose_float`` on this machine's profiles of the artifact and its FP32 reference at each batch size."""
     graph = optimized_graph(model)
-    int8 = {b: node_times(model, b, runs) for b in batches}
-    fp32 = {b: node_times(reference, b, runs) for b in batches}
+    i_adds, f_adds = bias_adds(graph), bias_adds(optimized_graph(reference))
+    int8: dict[int, dict[str, float]] = {}
+    fp32: dict[int, dict[str, float]] = {}
+    for b in batches:
+        i_us, f_us = node_times_side_by_side((model, reference), b, runs)
+        int8[b], fp32[b] = with_bias_adds(i_us, i_adds), with_bias_adds(f_us, f_adds)
     return choose_float(layer_groups(graph), int8, fp32, sole_readers(graph))
 
 
