@@ -224,6 +224,23 @@ def test_the_whole_model_decision_reads_the_noise_and_the_graphs_time():
     assert payoff_verdict(TimedRatio(3.00, 1.0, 1e-4), timing) == TOO_SHORT  # 0.1 ms: the timing cannot tell
 
 
+def test_int8_ships_only_when_faster_on_the_mean_and_slower_at_no_batch_size():
+    """The whole-model rule on the verdicts it reads: INT8 slower beyond the noise at one batch size, or not faster on
+    the mean of the batch sizes long enough to time, sends the whole model back to float; one batch size within the
+    noise above 1 is kept when the others make the mean faster; batch sizes too short to time count for nothing."""
+    from vitedge.backends.int8_timing import FASTER, SLOWER, TOO_SHORT, WITHIN_NOISE
+    from vitedge.backends.onnxruntime.payoff import whole_model_float_reason
+
+    assert whole_model_float_reason({1: 1.02, 8: 0.85}, {1: WITHIN_NOISE, 8: FASTER}) is None
+    assert whole_model_float_reason({1: 0.90, 8: 0.95}, {1: FASTER, 8: FASTER}) is None
+    # kavishka-shallow's build under load: 1.02 within a 6.6 % control at batch 1, no gain at 8: it may be slower
+    reason = whole_model_float_reason({1: 1.02, 8: 0.99}, {1: WITHIN_NOISE, 8: FASTER})
+    assert reason is not None and reason.startswith("not faster than FP32") and "1.00" in reason
+    assert whole_model_float_reason({1: 1.30, 8: 0.60}, {1: SLOWER, 8: FASTER}) == "slower than FP32"
+    assert whole_model_float_reason({1: 3.0, 8: 0.95}, {1: TOO_SHORT, 8: FASTER}) is None  # only batch 8 counts
+    assert whole_model_float_reason({1: 3.0, 8: 1.4}, {1: TOO_SHORT, 8: TOO_SHORT}) is None  # nothing timed: kept
+
+
 def test_a_graph_too_short_to_time_keeps_int8_and_says_why(tmp_path):
     """An "INT8" graph with 8 times FP32's work, both under the timing's shortest measurable call (set to 50 ms here
     so the test does not hang on this machine's speed): the build cannot tell them apart, so it keeps the artifact

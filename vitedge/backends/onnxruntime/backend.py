@@ -305,23 +305,25 @@ def layer_payoff_line(record: dict[str, Any], chosen: int) -> str:
 
 
 def _timed_payoff(model: Path, reference: Path, ctx: BuildContext, info: dict[str, Any]) -> bool:
-    """INT8 timed against FP32 here (recorded in ``info``); True when INT8 is slower and the whole model stays float
+    """INT8 timed against FP32 here (recorded in ``info``); True when INT8 is not faster and the whole model stays float
     (the bundle then ships ``reference`` as its artifact)."""
     cpu = read_cpu().isa
     timed = keep_float_if_slower(model, reference, tuple(sorted({1, *(ctx.batch_sizes or ())})), cpu)
     record = info.setdefault("int8_payoff", {"cpu": cpu, "source": "onnxruntime timing on the build machine", "kept_float": []})
     whole = timed.pop("kept_float_whole", None)
+    why = timed.pop("float_reason", "slower than FP32")
     record["timed"] = timed
     ratios = ", ".join(f"b{b} {r:.2f}" for b, r in timed["steps"][0]["int8_over_fp32"].items())
     if whole is not None:
         record["kept_float"] = whole
-        line = (f"INT8 payoff: INT8 of this model is slower than FP32 in ONNX Runtime on {cpu} ({ratios}): the whole model is "
+        line = (f"INT8 payoff: INT8 of this model is {why} in ONNX Runtime on {cpu} ({ratios}): the whole model is "
                 f"kept float, and the bundle holds its FP32 graph once ({REFERENCE}, the artifact too)")
     elif "undecided" in timed:
         line = f"INT8 payoff: {timed['undecided']} (INT8/FP32 CPU time at one thread {ratios})"
     elif any(v == WITHIN_NOISE for v in timed["verdicts"].values()):
-        line = (f"INT8 payoff: INT8 is kept, not slower than FP32 beyond this machine's noise in ONNX Runtime on {cpu} "
-                f"(INT8/FP32 CPU time at one thread {ratios}, the FP32-vs-FP32 control moved by {timed['control_noise']:.0%})")
+        line = (f"INT8 payoff: INT8 is kept, faster than FP32 on the mean of the batch sizes and not slower beyond this "
+                f"machine's noise at any in ONNX Runtime on {cpu} (INT8/FP32 CPU time at one thread {ratios}, the "
+                f"FP32-vs-FP32 control moved by {timed['control_noise']:.0%})")
     else:
         line = f"INT8 payoff: INT8 pays in ONNX Runtime on {cpu} (INT8/FP32 CPU time at one thread {ratios})"
     if ctx.log:

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+import numpy as np
+
 from vitedge.backends.float_layers import int8_layers, return_to_float
 from vitedge.backends.int8_timing import SLOWER, TOO_SHORT, PayoffTiming, interleaved_times, payoff_verdict, timed_steps_line, timing_input
 from vitedge.onnxkit.session import SessionSettings, ort_session
@@ -91,7 +93,8 @@ def keep_unpaid_float(model: ModelProto, cpu: str) -> Int8Payoff:
 def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[int, ...], cpu: str,
                          timing: PayoffTiming = PayoffTiming()) -> dict[str, Any]:
     """Time the onnx artifact against its FP32 reference here (``int8_timing``) at each batch size; when INT8 is
-    slower beyond the timing's noise at any of them (``payoff_verdict``), the whole model goes back to float: the
+    slower beyond the timing's noise at any of them (``payoff_verdict``), or not faster on their mean
+    (``whole_model_float_reason``), the whole model goes back to float: the
     record says so (``whole_model_float``) and the caller ships the FP32 graph instead of ``model_path`` (the onnx
     bundle then holds that one graph). A batch size too short to time decides nothing; when none can be timed, INT8
     is kept and the record says why. Nothing is written. Returns the record (``steps``, ``verdicts``, ``fp32_ms``,
@@ -110,20 +113,39 @@ def keep_float_if_slower(model_path: Path, reference_path: Path, batches: tuple[
                   for s in steps],
         "verdicts": {str(b): v for b, v in verdicts.items()},
         "fp32_ms": {str(b): round(t.fp32_seconds * 1e3, 4) for b, t in timed.items()},
-        "rule": (f"whole model float only when INT8/FP32 exceeds 1 by more than the FP32-vs-FP32 control moved and by "
-                 f"over {timing.slower_margin:.0%}, at a batch size whose FP32 call takes {timing.min_seconds * 1e3:.3f} ms or more"),
+        "rule": (f"whole model float when INT8/FP32 exceeds 1 by more than the FP32-vs-FP32 control moved and by "
+                 f"over {timing.slower_margin:.0%} at a batch size whose FP32 call takes {timing.min_seconds * 1e3:.3f} ms or more, "
+                 "or when its mean over those batch sizes is 1 or more (INT8 not faster)"),
     }
     if all(v == TOO_SHORT for v in verdicts.values()):
         record["undecided"] = (f"FP32 runs in under {timing.min_seconds * 1e3:.3f} ms at every batch size timed: the timing "
                                "cannot tell INT8 from FP32 here, INT8 is kept")
-    if SLOWER not in verdicts.values():
+    reason = whole_model_float_reason(ratios, verdicts)
+    if reason is None:
         return record
     model = onnx.load(str(model_path), load_external_data=False)
-    why = f"INT8 of the whole model is slower than FP32 in ONNX Runtime on {cpu} ({timed_steps_line(steps)})"
+    why = f"INT8 of the whole model is {reason} in ONNX Runtime on {cpu} ({timed_steps_line(steps)})"
     layers = set(int8_layers(model)) | {n.name for n in model.graph.node if n.domain == "com.microsoft" and n.op_type == "MatMulIntegerToFloat"}
     record["whole_model_float"] = True
+    record["float_reason"] = reason  # for the build's line; the caller takes it out of the record
     record["kept_float_whole"] = [{"name": n.name, "op_type": n.op_type, "why": why} for n in model.graph.node if n.name in layers]
     return record
+
+
+def whole_model_float_reason(ratios: dict[int, float], verdicts: dict[int, str]) -> str | None:
+    """Why the whole model goes back to float, or None to keep INT8. Only batch sizes long enough to time count: INT8
+    slower beyond the noise at any of them, or not faster on their mean (INT8/FP32 of 1 or more: an INT8 graph that
+    times no faster than FP32 has no speed to show for its precision, and a target that promises speed must not ship
+    one that may be slower; within the noise at one batch size is kept when the others make the mean faster)."""
+    timed = {b: r for b, r in ratios.items() if verdicts[b] != TOO_SHORT}
+    if not timed:
+        return None
+    if SLOWER in verdicts.values():
+        return "slower than FP32"
+    mean = float(np.mean(list(timed.values())))
+    if mean >= 1.0:
+        return f"not faster than FP32 (INT8/FP32 {mean:.2f} on the mean of the batch sizes timed)"
+    return None
 
 
 def one_thread_run(path: Path, batch: int) -> Callable[[], Any]:
