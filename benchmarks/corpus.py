@@ -416,10 +416,10 @@ def speed(model, bundles: Path, graphs: dict[tuple[str, str], Path], rounds: int
     ort_ref = onnx_dir / _onnx_reference(onnx_dir)
     sources = {("onnxruntime", "FP32"): ort_ref,
                ("onnxruntime", "FP32 control"): ort_ref,
-               ("onnxruntime", "vitedge INT8"): onnx_dir / _onnx_artifact(onnx_dir),
+               ("onnxruntime", "vitedge INT8"): onnx_dir / _artifact(onnx_dir, "model.int8.onnx"),
                ("openvino", "FP32"): bundles / "intel-cpu" / "reference.fp32.xml",
                ("openvino", "FP32 control"): bundles / "intel-cpu" / "reference.fp32.xml",
-               ("openvino", "vitedge INT8"): bundles / "intel-cpu" / "model.xml", **graphs}
+               ("openvino", "vitedge INT8"): bundles / "intel-cpu" / _artifact(bundles / "intel-cpu", "model.xml"), **graphs}
     exported = _exported_graph(bundles, onnx_dir)
     if exported != ort_ref:  # the exported graph, where the onnx bundle's reference is its rewrite
         sources[("onnxruntime", "FP32 as exported")] = exported
@@ -483,13 +483,13 @@ def _onnx_reference(bundle: Path) -> str:
         return "reference.fp32.onnx"
 
 
-def _onnx_artifact(bundle: Path) -> str:
-    """The graph the onnx bundle ships (model.int8.onnx; its FP32 reference itself where the build kept the whole model
-    float: the bundle then holds that graph once)."""
+def _artifact(bundle: Path, default: str) -> str:
+    """The graph a bundle ships (``default``: model.int8.onnx of the onnx target, model.xml of intel-cpu; its FP32
+    reference itself where the build kept the whole model float: the bundle then holds that graph once)."""
     try:
         return json.loads((bundle / "manifest.json").read_text())["artifacts"]["model"]
     except (OSError, KeyError, ValueError):
-        return "model.int8.onnx"
+        return default
 
 
 def _exported_graph(bundles: Path, onnx_dir: Path) -> Path:
