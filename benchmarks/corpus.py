@@ -24,8 +24,8 @@ is incomplete. Then, per model:
   a new random order each round): INT8/FP32 per graph. The results say the CPU kind (VNNI or not) and the load.
 
 ``--fp32-only`` measures each model's FP32 top-1 on its whole test set in PyTorch (the manifest's
-``measured_fp32_top1``) and builds nothing. Writes benchmarks/results/corpus.md and corpus.json
-(``--out``), with the CPU's ISA flags. Builds take minutes each on 2 shared cores: select with
+``measured_fp32_top1``) and builds nothing. Writes benchmarks/results/corpus_<CPU kind>.md and .json (``--out``,
+``--name``), with the CPU's ISA flags; benchmarks/results/corpus.md is the summary over CPU kinds, kept by hand. Builds take minutes each on 2 shared cores: select with
 ``--models``, ``--formats``, ``--targets``.
 """
 
@@ -765,10 +765,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per build")
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a fresh temporary one)")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--name", default="corpus", help="results file stem: OUT/NAME.md and .json (default: %(default)s)")
+    ap.add_argument("--name", default=None, help="results file stem: OUT/NAME.md and .json (default: corpus_<this CPU's kind>)")
     ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
                     help="combine the results of earlier runs (their corpus.json files) into --out; measure nothing")
     args = ap.parse_args(argv)
+    if args.name is None:  # each CPU kind its own file; corpus.md is the summary over them
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        from timing import results_isa
+
+        args.name = f"corpus_{results_isa()}"
     if args.merge:
         parts = [json.loads(p.read_text()) for p in args.merge]
         res = {**parts[0], "argv": [a for p in parts for a in p["argv"] + [";"]][:-1]}
