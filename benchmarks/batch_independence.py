@@ -16,7 +16,6 @@ depends on its input); the check's CPU time; the CPU kind and the load.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import sys
 import tempfile
@@ -37,18 +36,12 @@ EXAMPLE_MODELS = (
 )
 
 
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def corpus_models(only: list[str] | None):
     """(name, checkpoint, --model-class, calibration folder or None, IntakeOptions extras) for each cached corpus model."""
-    cache = _load("vitedge_corpus_cache", CORPUS / "cache.py")
+    if str(REPO / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(REPO / "benchmarks"))
+    from corpus import cache  # benchmarks/corpus.py's loaded benchmarks/corpus/cache.py, one module for both
+
     manifest = cache.load_manifest()
     for m in manifest.models:
         if (only and m.id not in only) or not m.path.is_file():

@@ -24,8 +24,8 @@ is incomplete. Then, per model:
   a new random order each round): INT8/FP32 per graph. The results say the CPU kind (VNNI or not) and the load.
 
 ``--fp32-only`` measures each model's FP32 top-1 on its whole test set in PyTorch (the manifest's
-``measured_fp32_top1``) and builds nothing. Writes benchmarks/results/corpus.md and corpus.json
-(``--out``), with the CPU's ISA flags. Builds take minutes each on 2 shared cores: select with
+``measured_fp32_top1``) and builds nothing. Writes benchmarks/results/corpus_<CPU kind>.md and .json (``--out``,
+``--name``), with the CPU's ISA flags; benchmarks/results/corpus.md is the summary over CPU kinds, kept by hand. Builds take minutes each on 2 shared cores: select with
 ``--models``, ``--formats``, ``--targets``.
 """
 
@@ -416,10 +416,10 @@ def speed(model, bundles: Path, graphs: dict[tuple[str, str], Path], rounds: int
     ort_ref = onnx_dir / _onnx_reference(onnx_dir)
     sources = {("onnxruntime", "FP32"): ort_ref,
                ("onnxruntime", "FP32 control"): ort_ref,
-               ("onnxruntime", "vitedge INT8"): onnx_dir / _onnx_artifact(onnx_dir),
+               ("onnxruntime", "vitedge INT8"): onnx_dir / _artifact(onnx_dir, "model.int8.onnx"),
                ("openvino", "FP32"): bundles / "intel-cpu" / "reference.fp32.xml",
                ("openvino", "FP32 control"): bundles / "intel-cpu" / "reference.fp32.xml",
-               ("openvino", "vitedge INT8"): bundles / "intel-cpu" / "model.xml", **graphs}
+               ("openvino", "vitedge INT8"): bundles / "intel-cpu" / _artifact(bundles / "intel-cpu", "model.xml"), **graphs}
     exported = _exported_graph(bundles, onnx_dir)
     if exported != ort_ref:  # the exported graph, where the onnx bundle's reference is its rewrite
         sources[("onnxruntime", "FP32 as exported")] = exported
@@ -483,13 +483,13 @@ def _onnx_reference(bundle: Path) -> str:
         return "reference.fp32.onnx"
 
 
-def _onnx_artifact(bundle: Path) -> str:
-    """The graph the onnx bundle ships (model.int8.onnx; its FP32 reference itself where the build kept the whole model
-    float: the bundle then holds that graph once)."""
+def _artifact(bundle: Path, default: str) -> str:
+    """The graph a bundle ships (``default``: model.int8.onnx of the onnx target, model.xml of intel-cpu; its FP32
+    reference itself where the build kept the whole model float: the bundle then holds that graph once)."""
     try:
         return json.loads((bundle / "manifest.json").read_text())["artifacts"]["model"]
     except (OSError, KeyError, ValueError):
-        return "model.int8.onnx"
+        return default
 
 
 def _exported_graph(bundles: Path, onnx_dir: Path) -> Path:
@@ -765,10 +765,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800, help="seconds per build")
     ap.add_argument("--work", type=Path, default=None, help="work folder (default: a fresh temporary one)")
     ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--name", default="corpus", help="results file stem: OUT/NAME.md and .json (default: %(default)s)")
+    ap.add_argument("--name", default=None, help="results file stem: OUT/NAME.md and .json (default: corpus_<this CPU's kind>)")
     ap.add_argument("--merge", type=Path, nargs="+", default=None, metavar="JSON",
                     help="combine the results of earlier runs (their corpus.json files) into --out; measure nothing")
     args = ap.parse_args(argv)
+    if args.name is None:  # each CPU kind its own file; corpus.md is the summary over them
+        sys.path.insert(0, str(REPO / "benchmarks"))
+        from timing import results_isa
+
+        args.name = f"corpus_{results_isa()}"
     if args.merge:
         parts = [json.loads(p.read_text()) for p in args.merge]
         res = {**parts[0], "argv": [a for p in parts for a in p["argv"] + [";"]][:-1]}

@@ -148,11 +148,11 @@ def test_build_ships_what_its_payoff_record_says(tmp_path):
             from vitedge.backends.onnxruntime.figures import host_kind
 
             assert record["cpu_kind"] == record["built_on"] == host_kind() and record["decided_by"] == f"measured on this CPU ({host_kind()})"
-        if manifest.target["backend"] == "onnxruntime":  # whole model float: the FP32 reference is the artifact, held once
-            assert (manifest.artifacts.model == manifest.artifacts.reference) == whole == (manifest.artifacts.single_graph is True)
-            assert (result.bundle / "model.int8.onnx").is_file() != whole
+        # whole model float: the FP32 reference is the artifact, held once (intel-cpu: its IR; no model.xml, no Q/DQ graph)
+        assert (manifest.artifacts.model == manifest.artifacts.reference) == whole == (manifest.artifacts.single_graph is True)
+        assert (result.bundle / "model.int8.onnx").is_file() != whole
         shipped = onnx.load(str(result.bundle / manifest.artifacts.model)) if manifest.target["backend"] == "onnxruntime" \
-            else onnx.load(str(result.bundle / "model.int8.onnx"))
+            else onnx.load(str(result.bundle / manifest.artifacts.qdq))
         still_int8 = set(int8_layers(shipped)) | {n.name for n in shipped.graph.node if n.op_type == "MatMulIntegerToFloat"}
         assert not (still_int8 & {k["name"] for k in record["kept_float"]})
         assert (manifest.backend_info["int8_layers"]["int8"] == 0) == whole

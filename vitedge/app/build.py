@@ -424,11 +424,13 @@ def _build_target(t: TargetBuild, req: BuildRequest, log: StageLog) -> TargetRes
 
 
 def _artifacts_section(artifact: BuiltArtifact, bundle: Path) -> ArtifactsSection:
-    """The files the bundle holds, by role; one FP32 graph for every role when the target ships it as is."""
+    """The files the bundle holds, by role; one FP32 graph for every role when the target ships it as is (the onnx
+    target: reference.fp32.onnx for all four; intel-cpu: its FP32 IR as artifact and reference, the FP32 ONNX graph as
+    Q/DQ graph and fp32_onnx)."""
     section = ArtifactsSection(model=artifact.model, reference=artifact.reference, qdq=artifact.qdq or "model.int8.onnx",
                                fp32_onnx="reference.fp32.onnx", built=artifact.built, extra=artifact.extra_files,
                                fp32_graph=fp32_graph_record(bundle / "reference.fp32.onnx"))
-    if artifact.model == artifact.reference == section.fp32_onnx:
+    if artifact.model == artifact.reference and section.qdq == section.fp32_onnx:
         section.single_graph = True
     return section
 

@@ -267,7 +267,11 @@ class OpenVinoBackend(Backend[OpenVinoOptions]):
         if payoff is None and ctx.options.int8_payoff and ctx.options.device.upper() == "CPU" and cpu.int8_dot_product is False and ctx.log:
             ctx.log(f"INT8 payoff: not timed on {cpu.isa}: without VNNI/AMX the intel-cpu profile keeps INT8 with its stated "
                     "speed allowance (min_speedup_without_vnni)")
-        with OpenVinoRunner(ctx.out_dir / "model.xml", ctx.options) as runner:
+        whole = payoff is not None and payoff.whole_model  # the FP32 reference IR ships as the artifact, held once
+        model, extra = ("reference.fp32.xml", ["reference.fp32.bin"]) if whole else ("model.xml", ["model.bin", "reference.fp32.bin"])
+        if whole:
+            ctx.qdq_path.unlink(missing_ok=True)  # no Q/DQ graph ships: the FP32 ONNX graph is the bundle's one graph
+        with OpenVinoRunner(ctx.out_dir / model, ctx.options) as runner:
             exec_precision = _int8_layer_share(runner.compiled)
             used = runner.float_precision
         info = {"device": ctx.options.device, "performance_hint": ctx.options.performance_hint, "int8_layers": exec_precision,
@@ -276,11 +280,8 @@ class OpenVinoBackend(Backend[OpenVinoOptions]):
             info["int8_payoff"] = payoff.to_dict()
         if used != ctx.options.float_precision and ctx.log and not (payoff and payoff.float_precision == used):
             ctx.log(f"float regions run in {used}: {ctx.options.device} reports no {ctx.options.float_precision.upper()} capability")
-        return BuiltArtifact(
-            model="model.xml", reference="reference.fp32.xml",
-            extra_files=["model.bin", "reference.fp32.bin"],
-            info=info,
-        )
+        return BuiltArtifact(model=model, reference="reference.fp32.xml", extra_files=extra, info=info,
+                             qdq=ctx.fp32_path.name if whole else None)
 
     def shipped_graph(self, src: Path, role: str, options: OpenVinoOptions, out_dir: Path) -> Path:
         """The IR ``build`` writes for ``src``, by the same conversion (the input format read from ``src``,
@@ -310,7 +311,7 @@ def _settle_payoff(ctx: BuildContext, fmt: str) -> Any:
                     convert=lambda src: _convert(src, "model", fmt, ctx.out_dir), precision=precision, cpu=read_cpu().isa,
                     batches=tuple(sorted({1, *(ctx.batch_sizes or ())})), log=ctx.log)
     payoff = settle(run)
-    if payoff.float_precision and payoff.float_precision != precision:
+    if payoff.float_precision and payoff.float_precision != precision and not payoff.whole_model:
         model = ov.Core().read_model(str(model_xml))
         model.set_rt_info(payoff.float_precision, PRECISION_KEY)
         staged = ctx.out_dir / "model.staged.xml"

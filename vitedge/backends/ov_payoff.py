@@ -11,7 +11,8 @@ keeping what it has when a step does not help:
 2. every INT8 layer whose own time in OpenVINO's per-layer counters (its kernel, plus the FakeQuantize and Reorder
    nodes that only feed it) is not below the same layer's time in the FP32 IR goes back to float
    (``float_layers.return_to_float``);
-3. the whole model in float: the shipped IR is the FP32 graph's (INT8 of this model does not pay on this CPU).
+3. the whole model in float: the bundle ships its FP32 reference IR as the artifact, held once (INT8 of this model
+   does not pay on this CPU; ``artifacts.single_graph`` in the manifest).
 
 The decision is made by timing on the machine that builds, and recorded with its CPU kind (``vitedge.core.cpu``): a
 bundle built on one CPU kind for another keeps its decision, which the manifest states with the kind it was made on.
@@ -20,7 +21,6 @@ Timings on a shared machine are noisy: a step is taken only when its median INT8
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -56,7 +56,8 @@ class OvPayoff:
         ratios = ", ".join(f"b{b} {r:.2f}" for b, r in sorted(self.final_ratios.items()))
         if self.whole_model:
             return (f"INT8 payoff: INT8 of this model is slower than FP32 on OpenVINO on {self.cpu} after every step tried "
-                    f"({self._tried()}): the whole model is kept float")
+                    f"({self._tried()}): the whole model is kept float, and the bundle holds its FP32 graph once "
+                    "(reference.fp32.xml, the artifact too)")
         if not self.layers and self.float_precision is None:
             return f"INT8 payoff: INT8 pays on OpenVINO on {self.cpu} (INT8/FP32 time {ratios})"
         parts = []
@@ -215,7 +216,8 @@ class PayoffRun:
 
 def settle(run: PayoffRun) -> OvPayoff:
     """Time INT8 against FP32 here and keep float what does not pay (module docstring); rewrites ``run.qdq`` and
-    ``run.model_xml`` when it keeps something float."""
+    ``run.model_xml`` when it keeps layers float. When the whole model stays float it removes ``run.model_xml``: the
+    bundle then ships ``run.reference_xml`` as its artifact (one FP32 graph), and ``run.qdq`` is the caller's to drop."""
     import onnx
 
     timer = OvTimer(run.reference_xml, run.batches, run.timing)
@@ -264,21 +266,17 @@ def settle(run: PayoffRun) -> OvPayoff:
                 _move_ir(previous, run.model_xml)
             _remove_ir(previous)
     whole = False
-    if not pays(best):
-        previous = run.model_xml.with_name("payoff-previous.xml")
-        _move_ir(run.model_xml, previous)
-        run.convert(run.fp32)
-        r = timer.ratios(run.model_xml, "f32")
+    if not pays(best):  # the FP32 reference IR is what ships: timed as it is (its ratio is the FP32 control's)
+        r = timer.ratios(run.reference_xml, "f32")
         steps.append({"step": "whole model float", "ratios": r, "taken": True})
         whole, precision, chosen_precision = True, "f32", "f32"
-        _remove_ir(previous)
+        _remove_ir(run.model_xml)
         qdq_model = onnx.load(str(run.qdq), load_external_data=False)
         names = int8_layers(qdq_model)
         why = f"INT8 of the whole model is slower than FP32 in OpenVINO on {run.cpu} ({timed_steps_line(steps[:-1])})"
         floated = {k["name"] for k in layers}  # layers the per-layer step already returned: float too, for this reason
         layers = [{"name": n.name, "op_type": n.op_type, "why": why}
                   for n in qdq_model.graph.node if n.name in names or n.name in floated]
-        shutil.copyfile(run.fp32, run.qdq)
     payoff = OvPayoff(run.cpu, tuple(steps), tuple(layers), whole, chosen_precision, noise=round(timer.noise, 4))
     if run.log:
         run.log(payoff.one_line())

@@ -90,9 +90,10 @@ class ArtifactsSection(ManifestSection):
     # fp32_onnx, the bundle's FP32 ONNX graph: {"form": "fused" (the onnx target's float rewrites of the exported
     # graph) | "exported", "source_sha256": the exported graph's sha256}; absent in bundles of earlier versions
     fp32_graph: dict[str, str] = ABSENT
-    # True when the artifact is the FP32 reference itself (the target's INT8 payoff kept the whole model float): model,
-    # reference, qdq and fp32_onnx name one file, held once; absent otherwise and in bundles of earlier versions, which
-    # held such a graph twice (model.int8.onnx a copy of it)
+    # True when the artifact is the FP32 reference itself (the target's INT8 payoff kept the whole model float): model
+    # and reference name one file, and qdq and fp32_onnx one ONNX graph (the onnx target: all four the same file; intel-cpu:
+    # its FP32 IR, and the FP32 ONNX graph), held once; absent otherwise and in bundles of earlier versions, which held
+    # such a graph twice (model.int8.onnx a copy of it; intel-cpu also model.xml, an IR of it)
     single_graph: bool = ABSENT
 
     @property

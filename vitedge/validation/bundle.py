@@ -215,8 +215,10 @@ def _sensitivity(bundle: Path, manifest: Manifest, source, kind: str, spec, opti
     if not fp32 or not qdq or not (bundle / fp32).is_file() or not (bundle / qdq).is_file():
         return None, {"error": "the bundle holds no FP32 ONNX graph and Q/DQ graph to compare"}
     files = manifest.files if isinstance(manifest.files, dict) else {}
-    if arts.single_graph is True or (arts.model != arts.reference and files.get(arts.model) and files.get(arts.model) == files.get(arts.reference)):
-        # the target's INT8 payoff kept the whole model float (a bundle written before holds that graph twice)
+    if arts.single_graph is True or any(a != b and files.get(a) and files.get(a) == files.get(b)
+                                        for a, b in ((arts.model, arts.reference), (qdq, fp32))):
+        # the target's INT8 payoff kept the whole model float (a bundle written before holds that graph twice: the onnx
+        # target's model.int8.onnx a copy of its reference, intel-cpu's a copy of reference.fp32.onnx)
         return None, {"error": "the bundle ships its FP32 graph as its artifact (the whole model stayed float): no INT8 layer to analyse"}
     x = first_inputs(source, options.sensitivity_samples)
     info(f"per-layer sensitivity on {len(x)} inputs (ONNX Runtime) ...")
