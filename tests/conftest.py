@@ -12,6 +12,8 @@ import pytest
 
 # No process of the run may outlive it: tests/helpers/leftover_plugin.py.
 from helpers.leftover_plugin import pytest_sessionfinish, pytest_terminal_summary, pytest_testnodedown  # noqa: F401
+# Library objects kept out of full garbage collections: tests/helpers/gc_freeze.py.
+from helpers.gc_freeze import pytest_fixture_setup, pytest_runtest_setup  # noqa: F401
 from helpers.schedule import heaviest_first, keep_collection_order
 
 REPO = Path(__file__).resolve().parents[1]
