@@ -47,6 +47,9 @@ from vitedge.backends.openvino import block_vendor_telemetry  # noqa: E402
 
 block_vendor_telemetry()
 os.environ.setdefault("VITEDGE_CACHE_DIR", str(Path(os.environ.get("TMPDIR", "/tmp")) / "vitedge-test-cache"))
+# The workers (and their children) share the cores: idle ONNX Runtime threads sleep instead of spinning, which about
+# halves the CPU time of its runs here (vitedge.onnxkit.session.SPINNING_ENV; tests/onnxkit/test_ort_spinning.py).
+os.environ.setdefault("VITEDGE_ORT_SPINNING", "0")
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 
