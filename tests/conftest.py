@@ -12,6 +12,8 @@ import pytest
 
 # No process of the run may outlive it: tests/helpers/leftover_plugin.py.
 from helpers.leftover_plugin import pytest_sessionfinish, pytest_terminal_summary, pytest_testnodedown  # noqa: F401
+# Library objects kept out of full garbage collections: tests/helpers/gc_freeze.py.
+from helpers.gc_freeze import pytest_fixture_setup, pytest_runtest_setup  # noqa: F401
 from helpers.schedule import heaviest_first, keep_collection_order
 
 REPO = Path(__file__).resolve().parents[1]
@@ -45,6 +47,9 @@ from vitedge.backends.openvino import block_vendor_telemetry  # noqa: E402
 
 block_vendor_telemetry()
 os.environ.setdefault("VITEDGE_CACHE_DIR", str(Path(os.environ.get("TMPDIR", "/tmp")) / "vitedge-test-cache"))
+# The workers (and their children) share the cores: idle ONNX Runtime threads sleep instead of spinning, which about
+# halves the CPU time of its runs here (vitedge.onnxkit.session.SPINNING_ENV; tests/onnxkit/test_ort_spinning.py).
+os.environ.setdefault("VITEDGE_ORT_SPINNING", "0")
 warnings.filterwarnings("ignore", category=DeprecationWarning)
 
 

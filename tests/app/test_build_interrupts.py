@@ -17,9 +17,11 @@ DIGITS = EXAMPLES / "digits_vit.pt"
 pytestmark = pytest.mark.skipif(not DIGITS.exists(), reason="bundled example not present")
 
 
-def _wait_for_partial(folder, timeout: float = 300) -> None:
+def _wait_for_partial(folder, name: str = "bundle", timeout: float = 300) -> None:
+    """Until the half-built bundle ``.NAME.*.partial`` is in ``folder`` (not the cache's own ``.cache.*.partial``, which
+    a loaded machine may show first: killed then, the test would stop a build that had not begun its bundle)."""
     deadline = time.time() + timeout
-    while time.time() < deadline and not any(p.name.endswith(".partial") for p in folder.iterdir()):
+    while time.time() < deadline and not any(p.name.startswith(f".{name}.") and p.name.endswith(".partial") for p in folder.iterdir()):
         time.sleep(0.05)
 
 

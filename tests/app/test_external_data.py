@@ -58,7 +58,7 @@ def test_threshold_knob_rejects_nonsense(tmp_path, timm_vit, monkeypatch):
         export_onnx(load_model(timm_vit[1]), tmp_path / "m.onnx", ExportOptions())
 
 
-def test_build_runs_every_target_and_the_runtime_from_external_data(tmp_path, timm_vit, force_external):
+def test_build_runs_every_target_and_the_runtime_from_external_data(tmp_path, timm_vit, force_external, no_int8_timing):
     from vitedge.runtime import load
 
     _, path = timm_vit

@@ -26,7 +26,7 @@ def work(tmp_path_factory):
     return tmp_path_factory.mktemp("budget-pins")
 
 
-def test_keep_float_is_honoured_and_never_searched(work, outlier_vit):
+def test_keep_float_is_honoured_and_never_searched(work, outlier_vit, no_int8_timing):
     pins = ("/blocks/blocks.1/attn/qkv/MatMul", "/blocks/blocks.[025]/*", "*fc2*")
     # the plain gate (every flip counts): with the near-tie gate the pinned graph meets the budget at once
     result, _ = budget_build(outlier_vit, work / "pinned", work / "cache", keep_float=pins, near_tie_margin=0.0, drop_confidence=0.0)

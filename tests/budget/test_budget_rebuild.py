@@ -22,7 +22,7 @@ def work(tmp_path_factory):
     return tmp_path_factory.mktemp("budget-rebuild")
 
 
-def test_a_rebuild_reads_complete_candidate_outputs_and_reruns_early_stops(work, outlier_vit):
+def test_a_rebuild_reads_complete_candidate_outputs_and_reruns_early_stops(work, outlier_vit, no_int8_timing):
     """The budget's candidates of an unchanged model are the same graphs: a rebuild reads the outputs of
     every candidate that ran to the end before (same verdicts, same figures) and runs again only the
     ones that stopped early, whose partial outputs are never stored."""

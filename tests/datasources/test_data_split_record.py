@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import CALIB_DIR, EXAMPLES, VAL_DIR
+from helpers.profiles import untimed_targets
 from PIL import Image
 
 from vitedge.datasources.split import find_split, resolve_data
@@ -67,12 +68,12 @@ def test_split_layouts_are_recognised_and_class_folders_are_not(tmp_path, split_
 
 
 @pytest.fixture(scope="module")
-def split_bundle(split_dir, tmp_path_factory) -> Path:
+def split_bundle(split_dir, tmp_path_factory, untimed_targets_dir) -> Path:
     """`vitedge build --calib PARENT` (a split, no --val): calibrates on calib/, validates on val/."""
     from vitedge.cli.entry import main
 
     out = tmp_path_factory.mktemp("split-bundle") / "onnx"
-    with pytest.raises(SystemExit) as exc:
+    with untimed_targets(untimed_targets_dir), pytest.raises(SystemExit) as exc:  # the data split is pinned, not the INT8 timing
         main(["build", str(EXAMPLES / "digits_vit.pt"), "-t", "onnx", "--calib", str(split_dir), "-o", str(out),
               "--no-latency", "--no-fallback", "-q", *map(str, LENIENT)])
     assert exc.value.code == 0
@@ -128,7 +129,7 @@ def test_validate_without_data_uses_the_recorded_set_and_refuses_a_changed_or_mo
     assert json.loads((bundle / "report" / "validation.json").read_text())["data"]["items"] == 40
 
 
-def test_a_build_without_val_is_revalidated_on_its_calibration_subset_and_says_so(split_dir, tmp_path, capsys):
+def test_a_build_without_val_is_revalidated_on_its_calibration_subset_and_says_so(split_dir, tmp_path, capsys, no_int8_timing):
     out = tmp_path / "calib-only"
     code, _, err = run_cli(capsys, "build", EXAMPLES / "digits_vit.pt", "-t", "onnx", "--calib", split_dir / "calib",
                            "--calib-size", 24, "--seed", 3, "-o", out, "--no-latency", "--no-fallback", "-q", *LENIENT)

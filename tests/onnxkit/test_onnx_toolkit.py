@@ -202,7 +202,8 @@ def test_a_cycle_is_a_clear_error():
 # --------------------------------------------------------------------------- ONNX Runtime sessions
 
 
-def test_session_defaults_are_onnx_runtime_defaults_with_quiet_logging():
+def test_session_defaults_are_onnx_runtime_defaults_with_quiet_logging(monkeypatch):
+    monkeypatch.delenv("VITEDGE_ORT_SPINNING", raising=False)  # the test processes set it (tests/conftest.py); a user has not
     sess = ort_session(_mlp().SerializeToString())
     so = sess.get_session_options()
     assert so.log_severity_level == 3

@@ -18,6 +18,7 @@ from vitedge.validation.normalisation import candidates
 
 GRAY = EXAMPLES / "gray_vit.py"
 GUESS = "the input normalisation is a guess"
+pytestmark = pytest.mark.usefixtures("no_int8_timing")  # the normalisation check is pinned here, not the INT8 timing
 
 
 @pytest.fixture(scope="module")

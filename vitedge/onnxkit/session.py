@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,19 @@ def session_source(model: ModelProto):
 
 
 OPTIMIZATION_LEVELS = ("disabled", "basic", "extended", "all")
+
+# "0": no session spins, whatever its settings say: idle intra-op threads sleep. For a machine whose cores several
+# processes share (a test run's workers): there spinning threads take the cores from the ones working, and an ONNX
+# Runtime run of a small ViT cost about twice the CPU time with it (2-core AVX2, load average 12). Outputs are the same.
+SPINNING_ENV = "VITEDGE_ORT_SPINNING"
+
+
+def spinning_allowed() -> bool:
+    """False when ``VITEDGE_ORT_SPINNING`` is "0", True when it is unset or "1"; any other value is a usage error."""
+    value = os.environ.get(SPINNING_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise UsageError(f"{SPINNING_ENV} must be 0 (idle ONNX Runtime threads sleep) or 1 (they may spin), got {value!r}")
+    return value == "1"
 
 
 @dataclass(frozen=True)
@@ -77,7 +91,7 @@ def _session_options(settings: SessionSettings) -> Any:
     }[settings.optimization]
     if settings.optimized_model_path is not None:
         so.optimized_model_filepath = str(settings.optimized_model_path)
-    if not settings.spinning:
+    if not settings.spinning or not spinning_allowed():
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if not settings.prepacking:
         so.add_session_config_entry("session.disable_prepacking", "1")
