@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import CALIB_DIR, VAL_DIR
+from helpers.earlier_bundles import rename_artifacts
 from helpers.encoder_checkpoint import encoder_vit_checkpoint
 
 REFERENCE = "reference.fp32.onnx"
@@ -43,18 +44,10 @@ def fp32_bundle(tmp_path_factory) -> Path:
 def _earlier(bundle: Path, dst: Path) -> Path:
     """``bundle`` as vitedge wrote it before: model.int8.onnx a copy of the FP32 graph, named as the artifact and the
     Q/DQ graph, no ``artifacts.single_graph``."""
-    from vitedge.bundle.manifest import Manifest
-
     shutil.copytree(bundle, dst)
     shutil.rmtree(dst / "report")
     shutil.copyfile(dst / REFERENCE, dst / "model.int8.onnx")
-    d = json.loads((dst / "manifest.json").read_text())
-    d["artifacts"].update(model="model.int8.onnx", qdq="model.int8.onnx")
-    d["artifacts"].pop("single_graph")
-    manifest = Manifest.from_dict(d)
-    manifest.hash_files(dst)
-    manifest.write(dst)
-    return dst
+    return rename_artifacts(dst, model="model.int8.onnx", qdq="model.int8.onnx")
 
 
 def _onnx_bytes(bundle: Path) -> int:

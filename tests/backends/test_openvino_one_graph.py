@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import CALIB_DIR, VAL_DIR
+from helpers.earlier_bundles import rename_artifacts
 from helpers.encoder_checkpoint import encoder_vit_checkpoint
 
 REFERENCE_IR = "reference.fp32.xml"
@@ -57,19 +58,11 @@ def _earlier(bundle: Path, dst: Path) -> Path:
     """``bundle`` as vitedge wrote it before: ``model.xml`` an IR of the FP32 graph converted as the artifact (role
     int8), ``model.int8.onnx`` a copy of the FP32 ONNX graph, both named in the manifest, no ``artifacts.single_graph``."""
     from vitedge.backends.openvino import _convert, _input_format
-    from vitedge.bundle.manifest import Manifest
-
     shutil.copytree(bundle, dst)
     shutil.rmtree(dst / "report")
     shutil.copyfile(dst / FP32_ONNX, dst / "model.int8.onnx")
     _convert(dst / "model.int8.onnx", "model", _input_format(dst / FP32_ONNX), dst)
-    d = json.loads((dst / "manifest.json").read_text())
-    d["artifacts"].update(model="model.xml", qdq="model.int8.onnx", extra=["model.bin", "reference.fp32.bin"])
-    d["artifacts"].pop("single_graph")
-    manifest = Manifest.from_dict(d)
-    manifest.hash_files(dst)
-    manifest.write(dst)
-    return dst
+    return rename_artifacts(dst, model="model.xml", qdq="model.int8.onnx", extra=["model.bin", "reference.fp32.bin"])
 
 
 def _graph_bytes(bundle: Path) -> int:
