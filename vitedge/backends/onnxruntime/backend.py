@@ -347,7 +347,7 @@ FUSED_REFERENCE = "reference.fp32.fused.onnx"
 def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
     """Write the FP32 graph ``src`` to ``dst`` with the float rewrites its INT8 graph got: q/k/v layers that read
     one activation as one GEMM (``quantize/merge``, done to the FP32 graph before quantization), its attention
-    cores fused, each with its numeric check, and its post-norm residual Adds as Sum (``residual_sum``); nothing is
+    cores fused, each with its numeric check, and its residual Adds only a LayerNorm reads (post-norm blocks, a pre-norm model's last) as Sum (``residual_sum``); nothing is
     written when neither an attention core nor a residual Add was rewritten."""
     import onnx
 
@@ -420,7 +420,7 @@ def _fuse_file(src: Path, dst: Path, unfused: AttentionFusion | None = None) -> 
     """Write the Q/DQ graph ``src`` to ``dst`` with its float attention cores fused (unless ``unfused`` says why
     not: the build timed the fusion slower here; it is then the report), its INT8 GEMMs' biases folded into MatMulIntegerToFloat and its
     INT8 patch embedding run as one, and the INT8 layers ONNX Runtime would still run as float kernels back in float
-    (vitedge/backends/onnxruntime/payoff.py), and its post-norm residual Adds written as Sum
+    (vitedge/backends/onnxruntime/payoff.py), and its residual Adds only a LayerNorm reads written as Sum
     (vitedge/backends/onnxruntime/residual_sum.py); returns the reports."""
     import onnx
 
@@ -428,7 +428,7 @@ def _fuse_file(src: Path, dst: Path, unfused: AttentionFusion | None = None) -> 
     report = fuse_attention(graph) if unfused is None else unfused
     gemm_bias = fuse_gemm_bias(graph)
     patch = fuse_patch_embedding(graph)
-    unfuse_skip_norm(graph)  # post-norm residual Adds as Sum: ONNX Runtime's SkipLayerNormalization is slower here
+    unfuse_skip_norm(graph)  # residual Adds only a LayerNorm reads, as Sum: ONNX Runtime's SkipLayerNormalization is slower here
     payoff = keep_unpaid_float(graph, read_cpu().isa)
     save_onnx(graph, dst)
     return report, gemm_bias, patch, payoff
