@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 import os
 
+import numpy as np
+
 from vitedge.core.cpu import usable_cpus
 from vitedge.core.errors import UsageError
 
@@ -127,3 +129,12 @@ def check_attention_fits(tokens: int | None, heads: int | None, size: tuple[int,
 # relative: normalized images spread over ~1, and float32 still tells 1 part in 10**7 apart; inputs spread less than
 # this around their size are one value (datasources.base.check_inputs_vary, models.batch_check)
 INPUT_SPREAD_FLOOR = 1e-4
+
+
+def input_spread(images) -> tuple[float, float, bool]:
+    """(spread: largest minus smallest value, centre: mean magnitude, whether the images vary): they vary when the
+    spread is finite and above ``INPUT_SPREAD_FLOOR`` around their size. One rule for the calibration's data check and
+    the batch check, so that inputs one of them finds one value the other does too."""
+    x = np.asarray(images, dtype=np.float64)
+    spread, centre = float(x.max() - x.min()), float(np.abs(x).mean())
+    return spread, centre, bool(np.isfinite(spread) and spread > INPUT_SPREAD_FLOOR * (1.0 + centre))

@@ -204,23 +204,19 @@ class CalibrationSource:
             yield Batch(np.stack(arrays).astype(np.float32, copy=False), labels, [it.id for it in chunk])
 
 
-SPREAD_FLOOR = limits.INPUT_SPREAD_FLOOR
-
-
 def check_inputs_vary(images: np.ndarray, preprocess: dict[str, Any] | None = None) -> None:
     """Refuse data that preprocessing made (nearly) one value: a --std of 1e30 turns every image into zeros, a --mean
     of 1e6 into one number float32 cannot tell apart, and FP32 then answers every image alike; calibrating on that and
     gating INT8 against it proves nothing. The calibration pass checks its first batch (``images``) as it reads it."""
     if not len(images):
         return
-    x = np.asarray(images, dtype=np.float64)
-    spread, centre = float(x.max() - x.min()), float(np.abs(x).mean())
-    if np.isfinite(spread) and spread > SPREAD_FLOOR * (1.0 + centre):
+    spread, centre, varies = limits.input_spread(images)
+    if varies:
         return
     pre = preprocess or {}
     stats = f" (mean {pre.get('mean')}, std {pre.get('std')})" if pre.get("std") is not None else ""
     raise UsageError(f"the model's inputs are all one value after preprocessing (spread {spread:.3g} around {centre:.3g} on "
-                     f"{len(x)} images): --mean/--std{stats} erase the images, or the images are blank; pass the "
+                     f"{len(images)} images): --mean/--std{stats} erase the images, or the images are blank; pass the "
                      "--mean/--std the model was trained with")
 
 

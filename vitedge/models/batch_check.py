@@ -122,14 +122,7 @@ def measure_batch_independence(graph: Path, spec: ModelSpec, inputs: np.ndarray 
     return BatchCheck(images=len(x), inputs=where, change=float(rel[worst]), spread=spread,
                       top1_differs=int((batched.argmax(axis=1) != alone.argmax(axis=1)).sum()), worst=worst,
                       largest_abs_change=float(diff[worst]), seconds=time.process_time() - start, finite=finite,
-                      inputs_differ=_inputs_differ(x))
-
-
-def _inputs_differ(x: np.ndarray) -> bool:
-    """Whether the probe's inputs differ from one another by more than float32 rounding around their size (the bound
-    the calibration's own check of the data uses, ``limits.INPUT_SPREAD_FLOOR``)."""
-    x = np.asarray(x, dtype=np.float64).reshape(len(x), -1)
-    return bool(np.isfinite(x).all()) and float(np.abs(x - x[:1]).max()) > limits.INPUT_SPREAD_FLOOR * (1.0 + float(np.abs(x).mean()))
+                      inputs_differ=limits.input_spread(x)[2])  # the calibration's data check's rule
 
 
 def probe_inputs(batches, count: int = PROBE_IMAGES) -> np.ndarray | None:
