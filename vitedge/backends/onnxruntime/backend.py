@@ -160,7 +160,6 @@ class OnnxRuntimeBackend(Backend[OnnxRuntimeOptions]):
         if not (options or OnnxRuntimeOptions()).fuse_attention:
             return src
         if role == "reference":
-            (out_dir / FUSED_REFERENCE).unlink(missing_ok=True)
             _fuse_reference(src, out_dir / FUSED_REFERENCE)
             return out_dir / FUSED_REFERENCE if (out_dir / FUSED_REFERENCE).exists() else src
         _fuse_file(src, out_dir / "model.int8.onnx")
@@ -347,14 +346,16 @@ FUSED_REFERENCE = "reference.fp32.fused.onnx"
 def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
     """Write the FP32 graph ``src`` to ``dst`` with the float rewrites its INT8 graph got: q/k/v layers that read
     one activation as one GEMM (``quantize/merge``, done to the FP32 graph before quantization), its attention
-    cores fused, each with its numeric check, and its residual Adds only a LayerNorm reads (post-norm blocks, a pre-norm model's last) as Sum (``residual_sum``); nothing is
-    written when neither an attention core nor a residual Add was rewritten."""
+    cores fused, each with its numeric check, and its residual Adds only a LayerNorm reads (post-norm blocks, a pre-norm
+    model's last) as Sum (``residual_sum``). ``dst`` is removed first and written only when an attention core or a
+    residual Add was rewritten: after the call it exists exactly then."""
     import onnx
 
     from vitedge.quantize.graph import GraphIndex  # build-only modules (they pull in the console): not at import time
     from vitedge.quantize.merge import merge_sibling_linears
 
     graph = onnx.load(str(src))
+    dst.unlink(missing_ok=True)
     gi = GraphIndex(graph)
     merge_sibling_linears(graph, check=not is_large(graph), constant=lambda name: gi.value(name) if gi.is_const(name) else None)
     report = fuse_attention(graph)
@@ -370,7 +371,6 @@ def _reference(exported: Path, ctx: BuildContext, info: dict[str, Any], decision
     the exported graph's, in which case neither graph fuses it (recorded in ``info['reference_attention_fusion']``).
     Either way one FP32 graph is left, at ``exported``'s path: the rewrite takes the exported graph's place once kept."""
     fused = ctx.out_dir / FUSED_REFERENCE
-    fused.unlink(missing_ok=True)
     fusion = _fuse_reference(exported, fused)
     record = info["reference_attention_fusion"] = fusion.to_dict()
     if not fused.exists():
