@@ -38,17 +38,18 @@ def cancel_transpose_pairs(model: ModelProto) -> int:
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     outputs = {o.name for o in graph.output}
-    done, removed = 0, set()
-    for first in list(graph.node):
-        if first.op_type != "Transpose" or id(first) in removed:
-            continue
+    done = 0
+    starts = [n.output[0] for n in graph.node if n.op_type == "Transpose"]  # nodes are known by their output's name
+    for start in starts:
         index = node_index(graph.node)
+        first = index.producer.get(start)
+        if first is None or first.op_type != "Transpose":  # removed with an earlier pair
+            continue
         found = _pair(first, index, inits, outputs)
         if found is None:
             continue
         second, chain, reshape_back = found
         _rewrite(model, first, second, chain, reshape_back, index)
-        removed |= {id(first), id(second)}
         done += 1
     return done
 
@@ -143,6 +144,7 @@ def _rewrite(model: ModelProto, first: NodeProto, second: NodeProto, chain: list
     from onnx import numpy_helper
 
     graph = model.graph
+    drop = {first.output[0], second.output[0]}
     reader, slot = index.consumers[first.output[0]][0]
     reader.input[slot] = first.input[0]
     if second.output[0] in {o.name for o in graph.output}:  # the last op writes the graph output in its place
@@ -163,7 +165,7 @@ def _rewrite(model: ModelProto, first: NodeProto, second: NodeProto, chain: list
             k = next(k for k, t in enumerate(graph.initializer) if t.name == old_name)
             del graph.initializer[k]
     stale = {o for n in chain for o in n.output}
-    keep = [n for n in graph.node if n is not first and n is not second]
+    keep = [n for n in graph.node if not (n.op_type == "Transpose" and n.output[0] in drop)]
     del graph.node[:]
     graph.node.extend(keep)
     infos = [v for v in graph.value_info if v.name not in stale]
