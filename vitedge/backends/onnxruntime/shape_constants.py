@@ -262,8 +262,8 @@ def _remove_unread(model: ModelProto, computed: set[str]) -> int:
             break
         removed += len(dead)
         freed |= {i for n in dead for i in n.input if i}
-        ids = {id(n) for n in dead}
-        keep = [n for n in graph.node if id(n) not in ids]
+        gone = {o for n in dead for o in n.output if o}  # nodes are known by their outputs' names
+        keep = [n for n in graph.node if not any(o in gone for o in n.output if o)]
         del graph.node[:]
         graph.node.extend(keep)
     read = {i for n in graph.node for i in n.input if i} | outputs
