@@ -15,6 +15,8 @@ from vitedge.backends.onnxruntime.attention import fuse_attention
 from vitedge.backends.onnxruntime.gemm_bias import fuse_gemm_bias
 from vitedge.backends.onnxruntime.patch_embed import fuse_patch_embedding
 from vitedge.backends.onnxruntime.residual_sum import unfuse_skip_norm
+from vitedge.backends.onnxruntime.shape_constants import fold_shape_arithmetic
+from vitedge.backends.onnxruntime.transpose_pairs import cancel_transpose_pairs
 from vitedge.app.build import BuildRequest, run_build
 from vitedge.validation import passes
 from vitedge.validation.reference_cache import ReferenceCacheSettings, graph_sha256
@@ -52,13 +54,15 @@ def test_two_targets_share_one_calibration(two_target_build):
     assert onnx_m.calibration["cache_key"] == ov_m.calibration["cache_key"]
     assert onnx_m.calibration["reused"] is False
     # the same Q/DQ graph: intel-cpu's copy as built, the onnx target's with its attention cores, GEMM biases and
-    # patch embedding fused, and the residual Add only the final LayerNorm reads written as Sum (no
-    # SkipLayerNormalization: slower on CPU)
+    # patch embedding fused, the residual Add only the final LayerNorm reads written as Sum (no
+    # SkipLayerNormalization: slower on CPU), and its shape arithmetic as constants (a batch-first ViT: no Transpose pair)
     shared = onnx.load(root / "out" / "intel-cpu" / "model.int8.onnx")
     assert fuse_attention(shared).fused == 6
     assert fuse_gemm_bias(shared).folded == 25  # 4 per block and the head (a Gemm)
     assert fuse_patch_embedding(shared).folded == 1
     assert unfuse_skip_norm(shared) == 1
+    assert fold_shape_arithmetic(shared).replaced > 0
+    assert cancel_transpose_pairs(shared) == 0
     assert onnx.load(root / "out" / "onnx" / "model.int8.onnx").SerializeToString() == shared.SerializeToString()
     # and both manifests name that shared graph by its hash
     assert onnx_m.quantization.qdq_sha256 == ov_m.quantization.qdq_sha256 == sha256_file(root / "out" / "intel-cpu" / "model.int8.onnx")

@@ -23,6 +23,8 @@ from vitedge.backends.float_layers import return_to_float
 from vitedge.backends.onnxruntime import layer_payoff
 from vitedge.backends.onnxruntime.figures import MEASURED, NONE, RECORDED, KindDecision, decide_source, layer_shapes, recorded_verdicts
 from vitedge.backends.onnxruntime.residual_sum import unfuse_skip_norm
+from vitedge.backends.onnxruntime.shape_constants import fold_shape_arithmetic
+from vitedge.backends.onnxruntime.transpose_pairs import cancel_transpose_pairs
 from vitedge.backends.onnxruntime.payoff import Int8Payoff, attention_fusion_pays, keep_float_if_slower, keep_unpaid_float, one_thread_run
 from vitedge.core.cpu import read_cpu
 from vitedge.core import telemetry
@@ -347,8 +349,9 @@ def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
     """Write the FP32 graph ``src`` to ``dst`` with the float rewrites its INT8 graph got: q/k/v layers that read
     one activation as one GEMM (``quantize/merge``, done to the FP32 graph before quantization), its attention
     cores fused, each with its numeric check, and its residual Adds only a LayerNorm reads (post-norm blocks, a pre-norm
-    model's last) as Sum (``residual_sum``). ``dst`` is removed first and written only when an attention core or a
-    residual Add was rewritten: after the call it exists exactly then."""
+    model's last) as Sum (``residual_sum``), its shape arithmetic folded (``shape_constants``) and the Transposes that
+    undo each other around row-wise layers removed (``transpose_pairs``). ``dst`` is removed first and written only
+    when one of these rewrote something: after the call it exists exactly then."""
     import onnx
 
     from vitedge.quantize.graph import GraphIndex  # build-only modules (they pull in the console): not at import time
@@ -359,7 +362,10 @@ def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
     gi = GraphIndex(graph)
     merge_sibling_linears(graph, check=not is_large(graph), constant=lambda name: gi.value(name) if gi.is_const(name) else None)
     report = fuse_attention(graph)
-    if unfuse_skip_norm(graph) or report.fused:
+    summed = unfuse_skip_norm(graph)
+    folded = fold_shape_arithmetic(graph).replaced  # shape arithmetic and Transpose pairs go as in the INT8 graph (_fuse_file)
+    paired = cancel_transpose_pairs(graph)
+    if summed or folded or paired or report.fused:
         set_metadata(graph, {FP32_SOURCE_KEY: onnx_sha256(src)})  # the function it computes: FP32 outputs are shared by it
         save_onnx(graph, dst)
     return report
@@ -375,7 +381,7 @@ def _reference(exported: Path, ctx: BuildContext, info: dict[str, Any], decision
     record = info["reference_attention_fusion"] = fusion.to_dict()
     if not fused.exists():
         return exported, True
-    if not fusion.fused:  # only the residual Adds rewritten: the same arithmetic, nothing to time
+    if not fusion.fused:  # only residual Adds, shape inputs or Transpose pairs rewritten: the same arithmetic, nothing to time
         _take_place(fused, exported)
         return exported, True
     if decision is not None and decision.source != MEASURED:  # no figures of it: the fusion is kept, as without timing
@@ -429,6 +435,8 @@ def _fuse_file(src: Path, dst: Path, unfused: AttentionFusion | None = None) -> 
     gemm_bias = fuse_gemm_bias(graph)
     patch = fuse_patch_embedding(graph)
     unfuse_skip_norm(graph)  # residual Adds only a LayerNorm reads, as Sum: ONNX Runtime's SkipLayerNormalization is slower here
+    fold_shape_arithmetic(graph)  # Reshape/Expand targets as constants: no Shape/Gather/Concat chains run per inference
+    cancel_transpose_pairs(graph)  # sequence-first Transposes that undo each other around a GEMM: both go
     payoff = keep_unpaid_float(graph, read_cpu().isa)
     save_onnx(graph, dst)
     return report, gemm_bias, patch, payoff
