@@ -18,48 +18,51 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
 
-# paths under tests/, heaviest first (each whole file, module fixtures included; measured 2026-11-29 on the 2-core AVX2
-# machine: the slowest tests of a whole run, docs/testing.md). The first two use no bundle built once per run, so neither
-# worker waits on the other's build at the start.
+# paths under tests/, heaviest first (each whole file, module fixtures and the once-per-run builds it happens to make
+# included; measured 2026-11-29 on the 2-core AVX2 machine: the sum of each file's setup + call + teardown in a whole
+# run, docs/testing.md). The first two use no bundle built once per run, so neither worker waits on the other's build
+# at the start.
 HEAVIEST_FIRST: tuple[str, ...] = (
-    "models/test_torchscript_export.py",
-    "models/test_channels.py",
-    "app/test_build.py",
-    "validation/test_reference_cache.py",  # builds built_bundle for the files that read it
-    "files/test_security_outputs.py",
-    "backends/ort/test_ort_layouts.py",
-    "reliability/test_bounds.py",
-    "models/test_corpus_builds.py",
     "models/test_corpus.py",
+    "models/test_corpus_builds.py",
+    "distributed/test_distributed.py",  # builds built_bundle for the files that read it
     "runtime/test_runtime.py",  # builds runtime_bundles for the files that read them
     "models/test_families.py",
-    "distributed/test_distributed.py",
+    "budget/test_budget.py",  # makes outlier_vit for the budget files
+    "reliability/test_sigterm.py",  # builds earlier_onnx_bundle for the files that read it
+    "models/test_torchscript_export.py",
     "package/test_ci_recipes.py",
-    "app/test_build_cli.py",
-    "reliability/test_matrix_resume.py",
-    "reliability/test_output_lock.py",
-    "reliability/test_special_files_read.py",
-    "reliability/test_trust.py",
-    "quantize/test_large_graph_memory.py",
-    "backends/ort/test_ort_attention.py",
-    "backends/trt/test_tensorrt_graphs.py",
-    "bundle/test_manifest_schema.py",
-    "reliability/test_bad_input.py",
-    "validation/test_speed_check.py",
-    "runtime/test_runtime_arguments.py",
-    "backends/test_backend_registry.py",
-    "cli/commands/test_validate_cli.py",
-    "reliability/test_hostile_names.py",
-    "budget/test_budget.py",
     "budget/test_budget_pins.py",
-    "budget/test_budget_rebuild.py",
-    "models/test_family_checkpoints.py",
-    "cli/test_cli.py",
-    "reliability/test_sigterm.py",
     "reliability/test_sigterm_late.py",
     "app/test_build_interrupts.py",
-    "backends/test_int8_payoff.py",
+    "budget/test_budget_rebuild.py",
+    "models/test_intake.py",
+    "reliability/test_bounds.py",
+    "reliability/test_output_lock.py",
+    "app/test_int8_not_faster.py",
+    "files/test_security_outputs.py",
+    "models/test_family_checkpoints.py",
+    "quantize/test_quantize_methods.py",
+    "models/test_channels.py",
+    "app/test_build.py",
+    "quantize/test_quantize_runtime.py",
+    "validation/test_speed_check.py",
+    "package/test_toolchain.py",
+    "backends/ort/test_ort_layouts.py",
+    "backends/trt/test_tensorrt_bundle.py",
+    "app/test_build_cli.py",
+    "reliability/test_trust.py",
+    "runtime/test_runtime_packaging.py",
+    "bundle/test_manifest_schema.py",
+    "app/test_bundle_schema.py",
+    "validation/test_reference_cache.py",
     "camera_apps/test_camera_apps.py",
+    "models/test_batch_check.py",
+    "budget/test_embedding_gate.py",
+    "backends/ort/test_ort_attention.py",
+    "reliability/test_special_files_read.py",
+    "backends/trt/test_tensorrt_surface.py",
+    "backends/ort/test_ort_residual_sum.py",
 )
 
 
