@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.onnxkit.files import is_large
-from vitedge.onnxkit.structure import opset_version
+from vitedge.onnxkit.structure import graph_inputs, opset_version
 
 if TYPE_CHECKING:
     from onnx import ModelProto, NodeProto, ValueInfoProto
@@ -69,8 +69,7 @@ def fold_shape_arithmetic(model: ModelProto) -> ShapeFolding:
     the module docstring's rules hold, and remove the shape arithmetic nobody reads then (in place)."""
     report = ShapeFolding()
     graph = model.graph
-    inits = {t.name for t in graph.initializer}
-    inputs = [i for i in graph.input if i.name not in inits]
+    inputs = graph_inputs(model)
     why = "the graph is past 2 GiB (running it to read its shapes would cost gigabytes)" if is_large(model) else _unsupported(inputs)
     if why:
         report.skipped.append(why)
