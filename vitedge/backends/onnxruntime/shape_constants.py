@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.onnxkit.files import is_large
-from vitedge.onnxkit.structure import graph_inputs, opset_version
+from vitedge.onnxkit.structure import NameScope, cleanup, graph_inputs, opset_version
 
 if TYPE_CHECKING:
-    from onnx import ModelProto, NodeProto, ValueInfoProto
+    from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto
 
 # ops through which a value computed from Shape outputs and constants stays such a value (small int tensors)
 _ARITHMETIC = frozenset({"Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Equal", "Where", "Mul", "Add",
@@ -57,7 +57,7 @@ class ShapeFolding:
     """What the rewrite did."""
 
     replaced: int = 0  # shape (or index) inputs now constant (or constant and the batch size)
-    removed: int = 0  # nodes of shape arithmetic no longer read
+    removed: int = 0  # nodes of shape arithmetic no longer read (Constant nodes not counted)
     skipped: list[str] = field(default_factory=list)  # why not, when nothing was done
 
     def to_dict(self) -> dict[str, Any]:
@@ -86,11 +86,12 @@ def fold_shape_arithmetic(model: ModelProto) -> ShapeFolding:
         report.skipped.append("the shape values could not be read by running the graph")
         return report
     added: list[NodeProto] = []
-    batch = _Batch(model, inputs[0].name, added)
+    names = NameScope(model)
+    batch = _Batch(model, inputs[0].name, added, names)
     for node, slot, tensor in uses:
         seen = values.get(tensor)
         shapes = values.get(_probe(node.input[0])) if node.op_type == "Reshape" else None
-        new = _replacement(model, node, seen, shapes, batch) if seen is not None else None
+        new = _replacement(model, node, seen, shapes, batch, names) if seen is not None else None
         if new is not None:
             node.input[slot] = new
             report.replaced += 1
@@ -98,7 +99,10 @@ def fold_shape_arithmetic(model: ModelProto) -> ShapeFolding:
         nodes = list(graph.node)
         del graph.node[:]
         graph.node.extend(added + nodes)
-    report.removed = _remove_unread(model, computed)
+    if report.replaced:  # the shape arithmetic nobody reads any more goes, with the constants only it read
+        before = _computing_nodes(graph)
+        cleanup(model)
+        report.removed = before - _computing_nodes(graph)
     return report
 
 
@@ -169,12 +173,12 @@ def _values(model: ModelProto, inp: ValueInfoProto, tensors: list[str], data: li
 
 
 def _replacement(model: ModelProto, node: NodeProto, seen: list[np.ndarray], shapes: list[np.ndarray] | None,
-                 batch: _Batch) -> str | None:
+                 batch: _Batch, names: NameScope) -> str | None:
     """The name of the tensor that replaces a computed shape input of ``node`` (module docstring), or None."""
     first = seen[0]
     varying = [k for k in range(first.size) if any(v[k] != first[k] for v in seen)]
     if not varying:
-        return _constant(model, f"{node.name}/shape", first)
+        return _constant(model, names(f"{node.name}/shape"), first)
     if node.op_type == "Reshape":
         value = first.copy()
         if shapes is not None and not any(a.name == "allowzero" and a.i for a in node.attribute):
@@ -183,10 +187,10 @@ def _replacement(model: ModelProto, node: NodeProto, seen: list[np.ndarray], sha
             value[copied] = 0
             varying = [k for k in varying if k not in copied]
         if not varying:
-            return _constant(model, f"{node.name}/shape", value)
+            return _constant(model, names(f"{node.name}/shape"), value)
         if len(varying) == 1 and -1 not in value.tolist():
             value[varying[0]] = -1
-            return _constant(model, f"{node.name}/shape", value)
+            return _constant(model, names(f"{node.name}/shape"), value)
         return None
     if node.op_type == "Expand" and all(int(v[k]) == b for k in varying for v, b in zip(seen, _BATCHES)):
         return batch.concat(first, varying, node.name)
@@ -194,13 +198,9 @@ def _replacement(model: ModelProto, node: NodeProto, seen: list[np.ndarray], sha
 
 
 def _constant(model: ModelProto, name: str, value: np.ndarray) -> str:
+    """An int64 initializer ``name`` (a name ``NameScope`` gave) holding ``value``."""
     from onnx import numpy_helper
 
-    taken = {t.name for t in model.graph.initializer}
-    base, k = name, 0
-    while name in taken:
-        k += 1
-        name = f"{base}_{k}"
     model.graph.initializer.append(numpy_helper.from_array(np.asarray(value, dtype=np.int64), name))
     return name
 
@@ -208,8 +208,8 @@ def _constant(model: ModelProto, name: str, value: np.ndarray) -> str:
 class _Batch:
     """The batch size as a 1-element int64 tensor (one Shape of the graph input), and shapes made of it."""
 
-    def __init__(self, model: ModelProto, input_name: str, added: list[NodeProto]):
-        self.model, self.input_name, self.added = model, input_name, added
+    def __init__(self, model: ModelProto, input_name: str, added: list[NodeProto], names: NameScope):
+        self.model, self.input_name, self.added, self.names = model, input_name, added, names
         self.name: str | None = None
 
     def tensor(self) -> str:
@@ -222,8 +222,8 @@ class _Batch:
             else:
                 whole = f"{self.name}/shape"
                 self.added.append(helper.make_node("Shape", [self.input_name], [whole], name=whole))
-                self.added.append(helper.make_node("Slice", [whole, _constant(self.model, f"{self.name}/0", np.array([0])),
-                                                            _constant(self.model, f"{self.name}/1", np.array([1]))],
+                self.added.append(helper.make_node("Slice", [whole, _constant(self.model, self.names(f"{self.name}/0"), np.array([0])),
+                                                            _constant(self.model, self.names(f"{self.name}/1"), np.array([1]))],
                                                    [self.name], name=self.name))
         return self.name
 
@@ -235,41 +235,18 @@ class _Batch:
         for k, v in enumerate(value.tolist()):
             if k in at:
                 if run:
-                    parts.append(_constant(self.model, f"{node_name}/shape_part", np.array(run)))
+                    parts.append(_constant(self.model, self.names(f"{node_name}/shape_part"), np.array(run)))
                     run = []
                 parts.append(self.tensor())
             else:
                 run.append(v)
         if run:
-            parts.append(_constant(self.model, f"{node_name}/shape_part", np.array(run)))
+            parts.append(_constant(self.model, self.names(f"{node_name}/shape_part"), np.array(run)))
         out = f"{node_name}{_WITH_BATCH}"
         self.added.append(helper.make_node("Concat", parts, [out], name=out, axis=0))
         return out
 
 
-def _remove_unread(model: ModelProto, computed: set[str]) -> int:
-    """Drop the nodes writing only tensors of ``computed`` that no node and no graph output reads (repeatedly), then
-    the constants (initializers, Constant nodes) only they read."""
-    graph = model.graph
-    outputs = {o.name for o in graph.output}
-    removed, freed = 0, set()
-    while True:
-        read = {i for n in graph.node for i in n.input if i} | outputs
-        dead = [n for n in graph.node
-                if n.output and all(o in computed for o in n.output if o) and not any(o in read for o in n.output if o)]
-        if not dead:
-            break
-        removed += len(dead)
-        freed |= {i for n in dead for i in n.input if i}
-        gone = {o for n in dead for o in n.output if o}  # nodes are known by their outputs' names
-        keep = [n for n in graph.node if not any(o in gone for o in n.output if o)]
-        del graph.node[:]
-        graph.node.extend(keep)
-    read = {i for n in graph.node for i in n.input if i} | outputs
-    keep = [n for n in graph.node if not (n.op_type == "Constant" and n.output[0] in freed and n.output[0] not in read)]
-    if len(keep) != len(graph.node):
-        del graph.node[:]
-        graph.node.extend(keep)
-    for k in reversed([k for k, t in enumerate(graph.initializer) if t.name in freed and t.name not in read]):
-        del graph.initializer[k]
-    return removed
+def _computing_nodes(graph: GraphProto) -> int:
+    """The nodes other than Constant: what ``ShapeFolding.removed`` counts."""
+    return sum(n.op_type != "Constant" for n in graph.node)

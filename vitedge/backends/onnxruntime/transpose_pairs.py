@@ -40,8 +40,8 @@ def cancel_transpose_pairs(model: ModelProto) -> int:
     outputs = {o.name for o in graph.output}
     done = 0
     starts = [n.output[0] for n in graph.node if n.op_type == "Transpose"]  # nodes are known by their output's name
+    index = node_index(graph.node)
     for start in starts:
-        index = node_index(graph.node)
         first = index.producer.get(start)
         if first is None or first.op_type != "Transpose":  # removed with an earlier pair
             continue
@@ -50,6 +50,7 @@ def cancel_transpose_pairs(model: ModelProto) -> int:
             continue
         second, chain, reshape_back = found
         _rewrite(model, first, second, chain, reshape_back, index)
+        index = node_index(graph.node)  # the rewrite rewired readers and dropped two nodes
         done += 1
     return done
 
@@ -119,7 +120,8 @@ def _row_wise(node: NodeProto, slot: int, inits: dict[str, TensorProto], index: 
     if op == "Gemm":
         attrs = {a.name: a.i for a in node.attribute}
         w = _const(ins[1], inits, index) if slot == 0 else None
-        bias = len(ins) < 3 or not ins[2] or (_const(ins[2], inits, index) is not None and len(_const(ins[2], inits, index).dims) <= 1)
+        b = _const(ins[2], inits, index) if len(ins) > 2 and ins[2] else None
+        bias = len(ins) < 3 or not ins[2] or (b is not None and len(b.dims) <= 1)
         return "row" if flat and w is not None and not attrs.get("transA", 0) and bias else None
     if op in _BROADCAST:
         other = _const(ins[1 - slot], inits, index) if len(ins) == 2 else None
