@@ -34,6 +34,7 @@ from vitedge.targets.profiles import DEFAULT_DROP_CONFIDENCE
 from vitedge.files.safefile import BadDocument, read_json
 from vitedge.validation import per_sample
 from vitedge.validation import report as rpt
+from vitedge.validation.core_wait import busy_note
 from vitedge.validation.defaults import (
     DEFAULT_MAX_ACCURACY_REGRESSION,
     DEFAULT_MAX_LATENCY_REGRESSION,
@@ -341,10 +342,16 @@ def _latency_rows(old: ValidationReport, new: ValidationReport, llim: float, old
 def _unsteady(b: str, lo: LatencySection, ln: LatencySection, old_path: str, new_path: str,
               sides: tuple[str, ...] = ("int8",)) -> str:
     """A note when a median the row reads (``sides``) at batch ``b`` never settled in a report (``stable`` false: the
-    machine was busy)."""
+    machine was busy), or was timed while its threads waited for a core longer than they ran (``core_wait`` above 1)."""
     which = [p for p, sec in ((old_path, lo), (new_path, ln))
              if any(s is not None and not s.stable for s in (getattr(sec, side).get(b) for side in sides))]
-    return f"; the median did not settle in {' and '.join(which)} (a busy machine): re-run it before trusting this row" if which else ""
+    busy = [p for p, sec in ((old_path, lo), (new_path, ln)) if p not in which
+            and any(s is not None and busy_note(s.core_wait) for s in (getattr(sec, side).get(b) for side in sides))]
+    note = f"; the median did not settle in {' and '.join(which)} (a busy machine)" if which else ""
+    if busy:
+        note += (f"; {' and '.join(busy)} {'was' if len(busy) == 1 else 'were'} timed on a busy machine (the timed threads "
+                 "waited for a core longer than they ran)")
+    return note + ": re-run it before trusting this row" if note else ""
 
 
 def _ratio_row(b: str, lo: LatencySection, ln: LatencySection, llim: float, apart: str, old_path: str,

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from vitedge.validation.core_wait import CoreWaitMeter
 from vitedge.validation.defaults import DEFAULT_LATENCY_SECONDS
 
 METHOD = ("interleaved FP32/INT8 rounds of {chunk} timed iterations (after {settle} untimed run(s) at each switch) "
@@ -64,9 +65,14 @@ class LatencyStats:
     throughput: float  # images per second at this batch, from the median
     stable: bool = True
     samples_ms: tuple[float, ...] = ()
+    # seconds the timed threads waited for a core per second they ran, over this batch size's window (all the models
+    # interleaved in it share it); None: not known (vitedge.validation.core_wait)
+    core_wait: float | None = None
 
     def to_dict(self, with_samples: bool = False) -> dict:
         d = asdict(self)
+        if d["core_wait"] is None:  # not known (or a report written before it was recorded): no key, as then
+            d.pop("core_wait")
         if not with_samples:
             d.pop("samples_ms")
         else:
@@ -74,7 +80,7 @@ class LatencyStats:
         return d
 
 
-def stats_from(samples: list[float], batch: int, stable: bool = True) -> LatencyStats:
+def stats_from(samples: list[float], batch: int, stable: bool = True, core_wait: float | None = None) -> LatencyStats:
     arr = np.asarray(samples, dtype=np.float64)
     p50 = float(np.percentile(arr, 50))
     return LatencyStats(
@@ -87,6 +93,7 @@ def stats_from(samples: list[float], batch: int, stable: bool = True) -> Latency
         throughput=float(batch * 1000.0 / p50) if p50 > 0 else 0.0,
         stable=stable,
         samples_ms=tuple(float(s) for s in samples),
+        core_wait=None if core_wait is None else round(float(core_wait), 3),
     )
 
 
@@ -114,19 +121,21 @@ def measure_interleaved(runs: dict[str, Callable[[], Any]], batch: int,
         return len(s) >= settings.min_iters and spent[k] >= settings.min_seconds * 1000.0 and median_is_stable(s, settings.rel_tol)
 
     settle = settings.settle if len(runs) > 1 else 0
-    while True:
-        for k, run in runs.items():
-            for _ in range(settle):
-                run()
-            for _ in range(settings.chunk):
-                t0 = time.perf_counter()
-                run()
-                dt = (time.perf_counter() - t0) * 1000.0
-                samples[k].append(dt)
-                spent[k] += dt
-        if all(done(k) for k in runs) or time.perf_counter() - start >= settings.max_seconds:
-            break
-    return {k: stats_from(s, batch, stable=done(k)) for k, s in samples.items()}
+    with CoreWaitMeter() as meter:
+        while True:
+            for k, run in runs.items():
+                for _ in range(settle):
+                    run()
+                for _ in range(settings.chunk):
+                    t0 = time.perf_counter()
+                    run()
+                    dt = (time.perf_counter() - t0) * 1000.0
+                    samples[k].append(dt)
+                    spent[k] += dt
+            if all(done(k) for k in runs) or time.perf_counter() - start >= settings.max_seconds:
+                break
+    waited = None if meter.result is None else meter.result.per_cpu_second
+    return {k: stats_from(s, batch, stable=done(k), core_wait=waited) for k, s in samples.items()}
 
 
 def measure_latency(run: Callable[[np.ndarray], Any], batch: np.ndarray, *, warmup: int = 5, min_iters: int = 20,

@@ -22,6 +22,7 @@ import numpy as np
 
 from vitedge.core.errors import UsageError
 from vitedge.files.atomic import atomic_output_dir, atomic_write_path
+from vitedge.validation.core_wait import busy_note
 from vitedge.validation.document import AccuracySection, LatencySection, SensitivitySection, ValidationReport
 from vitedge.validation.reference_cache import shared_text
 
@@ -365,6 +366,12 @@ def _md_latency(lat: LatencySection, heading: str) -> list[str]:
         lines.append(f"| {b} | {_num(f.p50_ms if f else None)} | {_num(s.p50_ms)} | {_num(s.p90_ms)} | {_num(s.p99_ms)} | "
                      f"{_num(s.throughput, '.1f')} | {_num(lat.speedup.get(b), '.2f')}x | {s.iterations} | {stable} |")
     lines += ["", f"<sub>{lat.method}</sub>"]
+    busy = [(b, s.core_wait) for b, s in lat.int8.items() if busy_note(s.core_wait)]
+    if busy:
+        waits = ", ".join(f"{w:.1f} s at batch {b}" for b, w in busy)
+        lines += ["", f"**A busy machine:** the timed threads waited for a core longer than they ran ({waits} per second "
+                  "run): other processes held the cores, and these wall-clock figures include that load. Time it again "
+                  "on a quiet machine before trusting them."]
     if lat.device:  # what `vitedge compare` checks before it compares milliseconds
         d = lat.device
         mode = f", power mode {d['power_mode']}" if d.get("power_mode") else ""

@@ -50,6 +50,7 @@ from vitedge.validation.noise import (
     probe_shifts,
     probe_text,
 )
+from vitedge.validation.core_wait import busy_note
 from vitedge.validation.speed_check import SpeedCheck, second_look
 from vitedge.validation.speed_check import verdict as speed_verdict
 from vitedge.validation.latency import (
@@ -541,8 +542,10 @@ def measure_speed_pair(ref_runner, int8_runner, first_images: np.ndarray, batch_
         pair = measure_interleaved({"fp32": lambda: ref_runner.infer(f_ref), "int8": lambda: int8_runner.infer(f_int8)},
                                    b, settings)
         stats["fp32"][str(b)], stats["int8"][str(b)] = pair["fp32"], pair["int8"]
+        busy = busy_note(pair["int8"].core_wait)
         info(f"batch {b}: FP32 p50 {pair['fp32'].p50_ms:.3f} ms, INT8 p50 {pair['int8'].p50_ms:.3f} ms "
-             f"({pair['int8'].iterations} iterations{'' if pair['int8'].stable and pair['fp32'].stable else ', median not stable'})")
+             f"({pair['int8'].iterations} iterations{'' if pair['int8'].stable and pair['fp32'].stable else ', median not stable'}"
+             f"{'; ' + busy if busy else ''})")
     return stats, stats["fp32"]["1"].p50_ms / stats["int8"]["1"].p50_ms
 
 

@@ -39,7 +39,7 @@ def new_report(built_bundle, tmp_path_factory) -> Path:
 # Milliseconds per batch size and side that stand for a quiet machine. The validate run above really timed the
 # bundle, but for 0.05 s: whether its medians settled, and what they were, depends on the machine's load and CPU
 # kind. Every test here reads timings and "stable" flags through this fixed form, and a test that wants an
-# unsettled or slower median edits it in, so no machine can change a verdict.
+# unsettled or slower median (or a busy machine's core wait) edits it in, so no machine can change a verdict.
 SETTLED_MS = {"int8": {"1": 3.0, "8": 20.0}, "fp32": {"1": 6.0, "8": 45.0}}
 
 
@@ -48,7 +48,7 @@ def _settle(doc) -> None:
         for b, stats in doc["latency"][side].items():
             p50 = per_batch[b]
             stats.update(p50_ms=p50, p90_ms=1.1 * p50, p99_ms=1.2 * p50, mean_ms=1.05 * p50,
-                         throughput=int(b) * 1000.0 / p50, stable=True)
+                         throughput=int(b) * 1000.0 / p50, stable=True, core_wait=0.2)
     doc["latency"]["speedup"] = {b: SETTLED_MS["fp32"][b] / SETTLED_MS["int8"][b] for b in doc["latency"]["speedup"]}
 
 
@@ -298,6 +298,20 @@ def test_a_row_whose_median_never_settled_says_so(new_report, tmp_path, capsys):
     line = err.strip().splitlines()[-1]
     assert code == 1 and "INT8 p50 at batch 1" in line and "did not settle in" in line and "old.json" in line, line
     assert line.count("did not settle") == 1  # batch 8 settled
+
+
+def test_a_row_timed_on_a_busy_machine_says_so(new_report, tmp_path, capsys):
+    """A report whose timed threads waited for a core longer than they ran (core_wait above 1): the row says which
+    report, and the verdict stays the figures' own."""
+    def busy(d):
+        _scale_latency(d, 0.5)  # NEW twice as slow: fails
+        d["latency"]["int8"]["1"]["core_wait"] = 3.2
+        d["latency"]["int8"]["8"]["core_wait"] = 0.4  # waited less than it ran: nothing to say
+    code, _, err = run_cli(capsys, "compare", _old(new_report, tmp_path, busy), new_report)
+    lines = [l for l in err.strip().splitlines() if "INT8 p50 at batch" in l]
+    b1 = next(l for l in lines if "batch 1" in l)
+    assert code == 1 and "old.json was timed on a busy machine" in b1 and "re-run it before trusting this row" in b1, b1
+    assert all("busy machine" not in l for l in lines if "batch 1" not in l), lines
 
 
 def test_a_bundle_folder_stands_for_its_report(new_report, tmp_path, capsys):

@@ -1,0 +1,98 @@
+"""vitedge.validation.core_wait: the timed threads' wait for a core, read from Linux's per-thread scheduler counters,
+on real processes (a busy loop alone; the same loop sharing one CPU with three busy processes)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from vitedge.validation.core_wait import BUSY_ABOVE, CoreWait, CoreWaitMeter, busy_note, thread_schedstat
+from vitedge.validation.document import LatencySection
+from vitedge.validation.latency import LatencySettings, LatencyStats, measure_interleaved
+from vitedge.validation.report import _md_latency
+
+needs_counters = pytest.mark.skipif(thread_schedstat() is None,
+                                    reason="no per-thread scheduler counters here (/proc/self/task/*/schedstat): not Linux")
+
+
+def _spin(seconds: float) -> None:
+    import time
+
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@needs_counters
+def test_a_busy_loop_is_counted_on_a_core():
+    with CoreWaitMeter() as m:
+        _spin(0.3)
+    assert m.result is not None
+    assert 0.25 <= m.result.on_cpu_seconds <= m.result.wall_seconds * os.cpu_count() + 0.05
+    assert m.result.waited_seconds >= 0
+
+
+CONTENDED = textwrap.dedent("""
+    import json, os, subprocess, sys, time
+    from vitedge.validation.core_wait import CoreWaitMeter
+    os.sched_setaffinity(0, {CPU})
+    hogs = [subprocess.Popen([sys.executable, "-c", "import os; os.sched_setaffinity(0, {CPU}); exec('while 1: pass')"])
+            for _ in range(3)]
+    try:
+        time.sleep(0.5)
+        with CoreWaitMeter() as m:
+            end = time.thread_time() + 0.4
+            while time.thread_time() < end:
+                pass
+    finally:
+        for h in hogs:
+            h.kill()
+    print(json.dumps([m.result.on_cpu_seconds, m.result.waited_seconds]))
+""")
+
+
+@needs_counters
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="os.sched_setaffinity is Linux-only")
+def test_sharing_one_cpu_with_three_busy_processes_reads_busy():
+    """Pinned to one CPU with three busy loops, a thread gets about a quarter of it: it waits about three seconds for
+    the core per second it runs, past the busy line whatever else the machine does."""
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    out = subprocess.run([sys.executable, "-c", CONTENDED.replace("{CPU}", "{%d}" % cpu)], capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    ran, waited = json.loads(out.strip().splitlines()[-1])
+    wait = CoreWait(ran, waited, 0.0)
+    assert wait.busy and wait.per_cpu_second > 1.5, (ran, waited)
+
+
+def test_the_busy_line_is_waiting_longer_than_running():
+    assert not CoreWait(1.0, 1.0, 2.0).busy and CoreWait(1.0, 1.01, 2.0).busy
+    assert CoreWait(0.0, 5.0, 5.0).per_cpu_second == 0.0  # nothing ran: nothing to say
+    assert busy_note(None) == "" and busy_note(BUSY_ABOVE) == ""
+    assert "waited 3.2 s for a core per second they ran" in busy_note(3.2)
+
+
+@needs_counters
+def test_interleaved_timing_records_the_wait_of_its_window():
+    stats = measure_interleaved({"a": lambda: _spin(0.001), "b": lambda: _spin(0.001)}, 1,
+                                LatencySettings(warmup=1, min_iters=4, min_seconds=0.0, max_seconds=0.2))
+    assert stats["a"].core_wait is not None and stats["a"].core_wait == stats["b"].core_wait >= 0
+    assert "core_wait" in stats["a"].to_dict()
+
+
+def _section(wait_b1: float | None) -> LatencySection:
+    def row(p50: float, b: int, wait: float | None) -> LatencyStats:
+        return LatencyStats(b, 40, p50, p50, p50, p50, b * 1000.0 / p50, True, (), wait)
+    return LatencySection(measured=True, method="interleaved", fp32={"1": row(2.0, 1, wait_b1), "8": row(9.0, 8, 0.3)},
+                          int8={"1": row(1.0, 1, wait_b1), "8": row(6.0, 8, 0.3)}, speedup={"1": 2.0, "8": 1.5})
+
+
+def test_the_report_says_a_busy_window_and_only_then():
+    busy = "\n".join(_md_latency(_section(2.4), "#"))
+    assert "**A busy machine:**" in busy and "2.4 s at batch 1" in busy and "batch 8" not in busy.split("**A busy")[1]
+    for quiet in (0.6, None):
+        assert "busy machine" not in "\n".join(_md_latency(_section(quiet), "#"))

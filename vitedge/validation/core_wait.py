@@ -1,0 +1,92 @@
+"""How long this process's threads waited for a core while they were timed: the load of other processes, as the
+timing itself felt it.
+
+Wall-clock latency counts whatever else the machine runs. Interleaving FP32 and INT8 spreads a steady load over both,
+but on a busy machine the two graphs need not feel it alike (with idle intra-op threads asleep, as in the timed
+sessions, each parallel section waits for its worker threads to get a core back; a graph with more of them pays more
+often). On 2 cores running two corpus benchmarks at once (load average 4.3-5.6), the builds of two small corpus ViTs
+timed their FP32 reference at 9.8 ms a call at batch 1, where one thread's CPU time on the same graphs was 1.6-1.9 ms:
+their speedups read 4.6x and 5.0x where CPU time said 1.1x and 1.2x (benchmarks/results/corpus_issue47e_avx2.json).
+
+Linux's scheduler counts, per thread, the time it ran and the time it sat runnable waiting for a core
+(``/proc/<pid>/task/<tid>/schedstat``: the first two fields, in nanoseconds). Their sums over the timing window give
+**waited seconds per second on a core**. A thread that is ready to run waits for a core only while other threads hold
+them all; so above 1 (the timed threads waited for a core longer than they ran) the figures were taken on a machine
+busy with other work, and they say so. The threshold is not a tuned constant: it is where waiting for the machine
+outweighs the work being timed. Measured on a 2-core AVX2 machine timing a small corpus ViT's two graphs at batch 1
+and 8: 0.005 with nothing else running, 0.02 beside three busy processes at nice 19, 0.7-0.9 beside one busy process,
+1.4-3.3 beside three. Where the counters cannot be read (not Linux, or a kernel without them) nothing is said.
+"""
+
+from __future__ import annotations
+
+import glob
+import time
+from dataclasses import dataclass
+
+BUSY_ABOVE = 1.0  # waited seconds per second on a core: past it, other processes held the cores more than this did
+
+
+@dataclass(frozen=True)
+class CoreWait:
+    """Over one timing window: this process's threads' time on a core, their time runnable but waiting for one."""
+
+    on_cpu_seconds: float
+    waited_seconds: float
+    wall_seconds: float
+
+    @property
+    def per_cpu_second(self) -> float:
+        """Seconds waited for a core per second run (0 when nothing ran)."""
+        return self.waited_seconds / self.on_cpu_seconds if self.on_cpu_seconds > 0 else 0.0
+
+    @property
+    def busy(self) -> bool:
+        return self.per_cpu_second > BUSY_ABOVE
+
+
+def thread_schedstat() -> tuple[int, int] | None:
+    """(ns on a core, ns waiting for one), summed over this process's threads now; None when not readable."""
+    ran = waited = 0
+    found = False
+    for path in glob.glob("/proc/self/task/*/schedstat"):
+        try:
+            with open(path) as f:
+                fields = f.read().split()
+            ran, waited = ran + int(fields[0]), waited + int(fields[1])
+            found = True
+        except (OSError, ValueError, IndexError):  # a thread that ended meanwhile, or an unexpected format
+            continue
+    return (ran, waited) if found else None
+
+
+class CoreWaitMeter:
+    """``with CoreWaitMeter() as m: ...`` then ``m.result``: a CoreWait over the block, or None (counters unreadable).
+    Threads that end inside the block take their share with them (an undercount, never an overcount)."""
+
+    def __init__(self) -> None:
+        self.result: CoreWait | None = None
+        self._start: tuple[int, int] | None = None
+        self._t0 = 0.0
+
+    def __enter__(self) -> "CoreWaitMeter":
+        self._start = thread_schedstat()
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end, wall = thread_schedstat(), time.perf_counter() - self._t0
+        if self._start is None or end is None:
+            return
+        ran, waited = end[0] - self._start[0], end[1] - self._start[1]
+        if ran < 0 or waited < 0:
+            return
+        self.result = CoreWait(on_cpu_seconds=ran / 1e9, waited_seconds=waited / 1e9, wall_seconds=wall)
+
+
+def busy_note(per_cpu_second: float | None) -> str:
+    """The words for a busy timing window, or "" (not busy, or not known)."""
+    if per_cpu_second is None or per_cpu_second <= BUSY_ABOVE:
+        return ""
+    return (f"the timed threads waited {per_cpu_second:.1f} s for a core per second they ran (other processes held the "
+            "cores): wall-clock figures include that load")
