@@ -181,7 +181,7 @@ class Model:
 @dataclass(frozen=True)
 class Dataset:
     id: str
-    kind: str  # "mnist-idx" or "image-folders"
+    kind: str  # "mnist-idx", "image-folders" or "tiny-imagenet-val"
     files: tuple[FileEntry, ...]
     trees: tuple[TreeEntry, ...]
     classes: tuple[str, ...]
