@@ -89,7 +89,7 @@ def torch_module(model):
 
     classes = _load("vitedge_corpus_models", MODELS_PY)
     module = getattr(classes, model.model_class)()
-    module.load_state_dict(torch.load(model.path, map_location="cpu", weights_only=True), strict=True)
+    module.load_state_dict(cache.weights_of(model, torch.load(model.path, map_location="cpu", weights_only=True)), strict=True)
     return module.eval()
 
 
@@ -305,6 +305,7 @@ def fp32_top1(model) -> float:
 
     ds = cache.load_manifest().datasets[model.dataset]
     items, labels = cache.load_images(ds)
+    labels = cache.model_labels(model, ds, labels)  # the model's output index of each image's class
     x = np.stack([cache.decode(it, model.channels) for it in items]).astype(np.float32).transpose(0, 3, 1, 2) / 255.0
     x = (x - np.asarray(model.mean, np.float32).reshape(1, -1, 1, 1)) / np.asarray(model.std, np.float32).reshape(1, -1, 1, 1)
     module = torch_module(model)
@@ -835,7 +836,8 @@ def main(argv: list[str] | None = None) -> int:
                     log(f"   {row.format:18s} exit {row.exit_code} {_f(row.seconds, 1)} s  {row.note}")
                     res["exports"].append(asdict(row))
                 continue
-            split = cache.make_split(manifest.datasets[model.dataset], args.calib_size, args.val_size, args.seed)
+            split = cache.make_split(manifest.datasets[model.dataset], args.calib_size, args.val_size, args.seed,
+                                     source_labels=model.source_labels)
             _measure_model(model, split, work, formats, targets, args, res)
             _save(res, args)  # after every model: a run cut short keeps what finished
     print(_save(res, args))

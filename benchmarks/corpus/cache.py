@@ -9,6 +9,10 @@ checks the hashes first and skips or stops, naming what is missing, when a file 
     python benchmarks/corpus/cache.py fill --from-debs DIR      read Debian packages from DIR instead of apt-get download
     python benchmarks/corpus/cache.py check                     say what is there and what is missing
 
+Tiny ImageNet's validation images come as one folder of JPEG files and an annotations file naming each image's
+class: ``fill`` keeps only the images the annotations give one of the dataset's classes (the tree's ``annotated_by``),
+and the tree's digest is over those.
+
 A test set that no repository holds whole (Fashion-MNIST's test images are larger than any repository
 copy found) comes from a Debian package instead: ``apt-get download NAME=VERSION``, the .deb's sha256
 checked, the file read from its data archive and its own sha256 checked.
@@ -17,7 +21,7 @@ checked, the file read from its data archive and its own sha256 checked.
 benchmark) use the first complete folder of: ``$VITEDGE_CORPUS_CACHE``; ``~/.cache/vitedge/corpus``; a
 ``shared/corpus`` folder next to the checkout (find_cache). Layout::
 
-    models/<id><suffix>                  each checkpoint as its authors committed it
+    models/<id><suffix>                  each checkpoint as its authors committed it (.pth where their file has no suffix)
     data/<dataset>/...                   each test set as its source committed it
 
 Splits made from the test sets (make_split) go to ``$VITEDGE_CORPUS_SPLITS``, else ``splits/`` of the cache
@@ -131,7 +135,9 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class TreeEntry:
-    """A folder of a source repository: its files' sha256 are folded into one digest (see tree_digest)."""
+    """A folder of a source repository: its files' sha256 are folded into one digest (see tree_digest). With
+    ``annotated_by`` (the name of a file of the same dataset, lines '<image name> TAB <class> ...'), only the images
+    it names with one of ``classes`` are brought and hashed."""
 
     repo: str
     commit: str
@@ -139,6 +145,8 @@ class TreeEntry:
     digest: str
     count: int
     dest: str
+    annotated_by: str = ""
+    classes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,12 @@ class Model:
     measured_fp32_top1: float | None
     needs_input_size: bool
     notes: str
+    # where the file nests the weights (a training checkpoint: model, optimizer, ...), None for a bare state_dict
+    state_dict_key: str | None = None
+    # the model's number of outputs where it is not the dataset's number of classes
+    outputs: int | None = None
+    # True: the model's output index of a class is the dataset's source_labels entry, not the class's position
+    source_labels: bool = False
     raw: dict = field(repr=False, compare=False, default_factory=dict)
 
     @property
@@ -167,11 +181,13 @@ class Model:
 @dataclass(frozen=True)
 class Dataset:
     id: str
-    kind: str  # "mnist-idx" or "image-folders"
+    kind: str  # "mnist-idx", "image-folders" or "tiny-imagenet-val"
     files: tuple[FileEntry, ...]
     trees: tuple[TreeEntry, ...]
     classes: tuple[str, ...]
     licence: str
+    # per class, its index in the labelling the source's models were trained with (None: the position in classes)
+    source_labels: tuple[int, ...] | None = None
 
     @property
     def root(self) -> Path:
@@ -202,21 +218,51 @@ def load_manifest(path: Path = MANIFEST) -> Manifest:
         else:
             files = tuple(FileEntry(d["repo"], d["commit"], f["path"], f["sha256"], f"data/{d['id']}/{f['name']}")
                           for f in d.get("file", []))
-            trees = tuple(TreeEntry(d["repo"], d["commit"], t["path"], t["digest"], int(t["count"]), f"data/{d['id']}/{t['name']}")
+            trees = tuple(TreeEntry(d["repo"], d["commit"], t["path"], t["digest"], int(t["count"]), f"data/{d['id']}/{t['name']}",
+                                    t.get("annotated_by", ""), tuple(d["classes"]) if t.get("annotated_by") else ())
                           for t in d.get("tree", []))
-        datasets[d["id"]] = Dataset(d["id"], d["kind"], files, trees, tuple(d["classes"]), d["licence"])
+        source = tuple(int(i) for i in d["source_labels"]) if "source_labels" in d else None
+        if source is not None and len(source) != len(d["classes"]):
+            raise ValueError(f"dataset {d['id']}: {len(source)} source_labels for {len(d['classes'])} classes")
+        datasets[d["id"]] = Dataset(d["id"], d["kind"], files, trees, tuple(d["classes"]), d["licence"], source)
     models = []
     for m in raw.get("model", []):
-        suffix = Path(m["path"]).suffix
+        # a file its authors saved without a suffix (a training checkpoint named "vit1") is kept as .pth: vitedge reads a
+        # checkpoint by its suffix
+        suffix = Path(m["path"]).suffix or ".pth"
         pre = m["preprocess"]
         models.append(Model(
             id=m["id"], file=FileEntry(m["repo"], m["commit"], m["path"], m["sha256"], f"models/{m['id']}{suffix}"),
             model_class=m["model_class"], dataset=m["dataset"], licence=m["licence"], channels=int(pre["channels"]),
             size=int(pre["size"]), mean=tuple(pre["mean"]), std=tuple(pre["std"]), claimed_top1=m.get("claimed_top1"),
             claimed_where=m.get("claimed_where", ""), measured_fp32_top1=m.get("measured_fp32_top1"),
-            needs_input_size=bool(m.get("needs_input_size", False)), notes=m.get("notes", ""), raw=m,
+            needs_input_size=bool(m.get("needs_input_size", False)), notes=m.get("notes", ""),
+            state_dict_key=m.get("state_dict_key"), outputs=m.get("outputs"), source_labels=m.get("labels") == "source", raw=m,
         ))
     return Manifest(tuple(models), datasets)
+
+
+def weights_of(model: Model, loaded: dict) -> dict:
+    """The state_dict inside what torch.load returned for the model's file: the entry the manifest's
+    ``state_dict_key`` names (a training checkpoint), else the whole file."""
+    if model.state_dict_key is None:
+        return loaded
+    if not isinstance(loaded, dict) or model.state_dict_key not in loaded:
+        keys = sorted(map(str, loaded)) if isinstance(loaded, dict) else type(loaded).__name__
+        raise KeyError(f"model {model.id}: no '{model.state_dict_key}' in its file (the manifest's state_dict_key; it holds {keys})")
+    return loaded[model.state_dict_key]
+
+
+def model_labels(model: Model, ds: Dataset, labels):
+    """The dataset's labels (positions in ds.classes) as the model's output indices: the source labelling where the
+    model was trained on it (``labels = "source"`` in the manifest), else unchanged."""
+    import numpy as np
+
+    if not model.source_labels:
+        return labels
+    if ds.source_labels is None:
+        raise ValueError(f"model {model.id} is scored on source labels, but dataset {ds.id} has no source_labels")
+    return np.asarray(ds.source_labels, dtype=np.int64)[labels]
 
 
 # ------------------------------------------------------------------ hashes
@@ -457,7 +503,7 @@ def fill(manifest: Manifest, clones: Path | None = None, url: str = DEFAULT_GIT_
                 elif isinstance(e, FileEntry):
                     _write_file(dest, source.read(e.repo, e.commit, e.path))
                 else:
-                    _extract_tree(source.archive(e.repo, e.commit, e.path), e, dest)
+                    _extract_tree(source.archive(e.repo, e.commit, e.path), e, dest, annotated_names(e, root))
             except FillError as err:
                 missing.append(f"{e.origin if isinstance(e, FileEntry) else f'{e.repo} {e.commit[:12]}:{e.path}'}: {err}")
     return missing + problems(manifest)
@@ -470,7 +516,28 @@ def _write_file(dest: Path, data: bytes) -> None:
     tmp.replace(dest)
 
 
-def _extract_tree(data: bytes, t: TreeEntry, dest: Path) -> None:
+def annotated_names(t: TreeEntry, root: Path) -> set[str] | None:
+    """The file names a tree keeps: those its annotations file (already in the cache) gives one of the dataset's
+    classes; None for a tree kept whole."""
+    if not t.annotated_by:
+        return None
+    path = root / t.dest.rsplit("/", 1)[0] / t.annotated_by
+    if not path.is_file():
+        raise FillError(f"{t.annotated_by} is not in the cache, and it says which images to keep")
+    return {name for name, cls in read_annotations(path) if cls in t.classes}
+
+
+def read_annotations(path: Path) -> list[tuple[str, str]]:
+    """(image name, class) per line of a Tiny ImageNet annotations file ('<name> TAB <wnid> TAB <box>...')."""
+    rows = []
+    for line in path.read_text().splitlines():
+        fields = line.split("\t")
+        if len(fields) >= 2 and fields[0].strip():
+            rows.append((fields[0].strip(), fields[1].strip()))
+    return rows
+
+
+def _extract_tree(data: bytes, t: TreeEntry, dest: Path, keep: set[str] | None = None) -> None:
     part = dest.with_name(dest.name + ".part")
     shutil.rmtree(part, ignore_errors=True)
     part.mkdir(parents=True)
@@ -478,6 +545,8 @@ def _extract_tree(data: bytes, t: TreeEntry, dest: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         for member in tar.getmembers():
             if not member.isfile() or not member.name.startswith(prefix) or ".." in member.name.split("/"):
+                continue
+            if keep is not None and member.name[len(prefix):] not in keep:
                 continue
             out = part / member.name[len(prefix):]
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -494,7 +563,9 @@ def _extract_tree(data: bytes, t: TreeEntry, dest: Path) -> None:
 def load_images(ds: Dataset):
     """Every test image of the dataset, as (list of (relative name, encoded bytes or uint8 array), labels).
 
-    MNIST comes as idx files (arrays, HxW uint8); the CIFAR-10 set as class folders of JPEG files."""
+    MNIST comes as idx files (arrays, HxW uint8); the CIFAR-10 set as class folders of JPEG files; Tiny ImageNet's
+    validation set as one folder of JPEG files and an annotations file (the images of the dataset's classes, in the
+    annotations' order; the label is the class's position in ds.classes)."""
     import numpy as np
 
     if ds.kind == "mnist-idx":
@@ -508,6 +579,16 @@ def load_images(ds: Dataset):
             for p in sorted((root / name).iterdir()):
                 items.append((f"{name}/{p.name}", p.read_bytes()))
                 labels.append(label)
+        return items, np.asarray(labels, dtype=np.int64)
+    if ds.kind == "tiny-imagenet-val":
+        tree = ds.trees[0]
+        folder = ds.root / tree.dest.rsplit("/", 1)[-1]
+        index = {name: i for i, name in enumerate(ds.classes)}
+        items, labels = [], []
+        for name, cls in read_annotations(ds.root / tree.annotated_by):
+            if cls in index:
+                items.append((name, (folder / name).read_bytes()))
+                labels.append(index[cls])
         return items, np.asarray(labels, dtype=np.int64)
     raise ValueError(f"unknown dataset kind {ds.kind}")
 
@@ -553,16 +634,22 @@ def split_indices(n_total: int, n_calib: int, n_val: int, seed: int = 0) -> Spli
     return Split(tuple(int(i) for i in order[n_val:n_val + n_calib]), tuple(int(i) for i in order[:n_val]))
 
 
-def make_split(ds: Dataset, n_calib: int, n_val: int, seed: int = 0) -> Path:
+def make_split(ds: Dataset, n_calib: int, n_val: int, seed: int = 0, source_labels: bool = False) -> Path:
     """Write (once) <splits_dir()>/<dataset>-c<n>-v<n>-s<seed>/{calib,val}/<label>/ as image folders vitedge reads:
-    MNIST as lossless PNG, the JPEG files of CIFAR-10 as they are (byte for byte). Returns the folder."""
+    MNIST as lossless PNG, the JPEG files of CIFAR-10 and Tiny ImageNet as they are (byte for byte). With
+    ``source_labels`` the folders are named by the dataset's source labels (the model's output indices; folder
+    suffix -src), the same images. Returns the folder."""
     import numpy as np
     from PIL import Image
 
-    out = splits_dir() / f"{ds.id}-c{n_calib}-v{n_val}-s{seed}"
+    out = splits_dir() / f"{ds.id}-c{n_calib}-v{n_val}-s{seed}{'-src' if source_labels else ''}"
     if (out / ".complete").is_file():
         return out
     items, labels = load_images(ds)
+    if source_labels:
+        if ds.source_labels is None:
+            raise ValueError(f"dataset {ds.id} has no source_labels")
+        labels = np.asarray(ds.source_labels, dtype=np.int64)[labels]
     split = split_indices(len(items), n_calib, n_val, seed)
     part = out.with_name(out.name + ".part")
     shutil.rmtree(part, ignore_errors=True)

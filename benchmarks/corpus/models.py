@@ -27,6 +27,8 @@ from torch import nn
 __all__ = [
     "AdrienDeiT",
     "AgentzzGapViT",
+    "AlessioTinyImageNetPrunedViT",
+    "AlessioTinyImageNetViT",
     "AshuConvEnrichedViT",
     "AshuViT",
     "GauravMnistViT",
@@ -889,3 +891,134 @@ class JasonFashionHybridViT(nn.Module):
             x = x + layer[0](x)
             x = x + layer[1](x)
         return self.classifier(x[:, 0])
+
+
+# ---------------------------------------------------------------- Alessio-Olivieri/cv-proj2 (Tiny ImageNet, 64x64)
+
+
+class _AlessioHead(nn.Module):
+    """One head with its own biased key/query/value Linears (width -> head width), scores scaled by the head
+    width ** -0.5."""
+
+    def __init__(self, dim: int, head_dim: int) -> None:
+        super().__init__()
+        self.key = nn.Linear(dim, head_dim)
+        self.query = nn.Linear(dim, head_dim)
+        self.value = nn.Linear(dim, head_dim)
+        self.scale = head_dim ** -0.5
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scores = torch.matmul(self.query(x), self.key(x).transpose(-1, -2)) * self.scale
+        return torch.matmul(torch.softmax(scores, dim=-1), self.value(x))
+
+
+class _AlessioAttention(nn.Module):
+    """All the block's heads are kept as modules (their weights are in the checkpoint), but only those in
+    ``kept`` are computed, in index order, their outputs joined for an output projection as wide as the kept
+    heads. A block that keeps no head adds zeros (the source returns a zero tensor of the input's shape and
+    leaves its unused, unpruned output projection in the checkpoint)."""
+
+    def __init__(self, dim: int, heads: int, kept: tuple[int, ...]) -> None:
+        super().__init__()
+        head_dim = dim // heads
+        self.heads = nn.ModuleList(_AlessioHead(dim, head_dim) for _ in range(heads))
+        self.keep = [i in kept for i in range(heads)]  # a list of bools, never empty: TorchScript infers its type
+        self.any_head = bool(kept)
+        self.output_projection = nn.Linear(head_dim * (len(kept) or heads), dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.any_head:
+            return torch.zeros_like(x)
+        outs = []
+        for i, head in enumerate(self.heads):
+            if self.keep[i]:
+                outs.append(head(x))
+        return self.output_projection(torch.cat(outs, dim=-1))
+
+
+class _AlessioMlp(nn.Module):
+    def __init__(self, dim: int, hidden: int) -> None:
+        super().__init__()
+        self.dense1 = nn.Linear(dim, hidden)
+        self.dense2 = nn.Linear(hidden, dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dense2(nn.functional.gelu(self.dense1(x)))
+
+
+class _AlessioBlock(nn.Module):
+    def __init__(self, dim: int, heads: int, kept: tuple[int, ...], mlp_dim: int) -> None:
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.norm2 = nn.LayerNorm(dim)
+        self.attention = _AlessioAttention(dim, heads, kept)
+        self.mlp = _AlessioMlp(dim, mlp_dim)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.attention(self.norm1(x)) + x
+        return self.mlp(self.norm2(x)) + x
+
+
+class _AlessioPatches(nn.Module):
+    def __init__(self, dim: int, patch: int) -> None:
+        super().__init__()
+        self.projection = nn.Conv2d(3, dim, kernel_size=patch, stride=patch)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.projection(x).flatten(2).transpose(1, 2)
+
+
+class _AlessioEmbedding(nn.Module):
+    def __init__(self, dim: int, patch: int, tokens: int) -> None:
+        super().__init__()
+        self.patch_embeddings = _AlessioPatches(dim, patch)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.position_embeddings = nn.Parameter(torch.zeros(tokens + 1, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.patch_embeddings(x)
+        return torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.position_embeddings
+
+
+class AlessioTinyImageNetViT(nn.Module):
+    """**Tiny ImageNet**, 3 channels, **64x64** (no resize), ImageNet mean/std: a conv patch embedding of 8x8 patches
+    (64 tokens + class token), position table, 6 pre-norm blocks of width 48 whose **8 heads of 6 each have their own
+    biased query/key/value Linear** (48 -> 6), an output projection, GELU MLP 256, no final LayerNorm, the class token
+    to a Linear head of 200 classes (Tiny ImageNet's, in the order of the Hugging Face copy the authors trained on;
+    the corpus scores it on the 58 animal classes they trained it for, as argmax over all 200).
+    Checkpoint: checkpoints/vit1 of Alessio-Olivieri/cv-proj2 at 83abcfd (a training checkpoint: the weights under
+    'state_dict'; no licence stated)."""
+
+    # the heads each block computes (the source's pruned_heads, which the checkpoint does not store): all here
+    KEPT: tuple[tuple[int, ...], ...] = ((0, 1, 2, 3, 4, 5, 6, 7),) * 6
+
+    def __init__(self, image_size: int = 64, patch_size: int = 8, dim: int = 48, heads: int = 8, mlp_dim: int = 256,
+                 num_classes: int = 200) -> None:
+        super().__init__()
+        self.embedding = _AlessioEmbedding(dim, patch_size, (image_size // patch_size) ** 2)
+        self.encoder = nn.Module()
+        self.encoder.blocks = nn.ModuleList(_AlessioBlock(dim, heads, kept, mlp_dim) for kept in self.KEPT)
+        self.classifier = nn.Linear(dim, num_classes)
+        self.pretrained_cfg = _cfg(3, image_size, (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.embedding(x)
+        for block in self.encoder.blocks:
+            x = block(x)
+        return self.classifier(x[:, 0])
+
+
+class AlessioTinyImageNetPrunedViT(AlessioTinyImageNetViT):
+    """As AlessioTinyImageNetViT, **heads pruned**: width 64 (8 heads of 8), a head of the 58 animal classes, and
+    per block only the heads its authors kept: blocks 0, 1 and 3 compute 2, 4 and 1 heads (the output projection
+    narrowed to 16, 32 and 8 inputs), **blocks 2, 4 and 5 none** (their attention adds zeros: the block is its MLP
+    alone). The source marks pruned heads in a set the checkpoint does not store; the kept heads are the ones whose
+    query bias is not zero (the pruned ones keep their initial weights and zero biases, and their count per block
+    matches the output projection's width: tests/models/test_corpus_tiny_imagenet.py).
+    Checkpoint: checkpoints/pruned_001_vit_fine.pth of Alessio-Olivieri/cv-proj2 at 9258dfa (no licence stated)."""
+
+    KEPT = ((2, 5), (1, 2, 4, 7), (), (1,), (), ())
+
+    def __init__(self, image_size: int = 64, patch_size: int = 8, dim: int = 64, heads: int = 8, mlp_dim: int = 256,
+                 num_classes: int = 58) -> None:
+        super().__init__(image_size, patch_size, dim, heads, mlp_dim, num_classes)

@@ -26,7 +26,9 @@ def test_manifest_names_a_source_hash_licence_class_and_measurement_for_every_mo
         assert len(m.mean) == len(m.std) == m.channels, m.id
         module = getattr(classes, m.model_class)()
         out = module.eval()(torch.zeros(3, m.channels, m.size, m.size))
-        assert out.shape == (3, len(MANIFEST.datasets[m.dataset].classes)), m.id
+        assert out.shape == (3, m.outputs or len(MANIFEST.datasets[m.dataset].classes)), m.id
+        if m.source_labels:  # scored on the labels it was trained with: every one is an output of the model
+            assert max(MANIFEST.datasets[m.dataset].source_labels) < out.shape[1], m.id
 
 
 def test_a_missing_file_is_named_with_how_to_bring_it(tmp_path, monkeypatch):
@@ -45,9 +47,13 @@ def test_corpus_model_loads_strictly_and_keeps_its_measured_accuracy(model_id, m
     _need(monkeypatch, model_id)
     m = MANIFEST.model(model_id)
     module = getattr(classes, m.model_class)()
-    module.load_state_dict(torch.load(m.path, map_location="cpu", weights_only=True), strict=True)
+    # weights_only=True reads every corpus file, the training checkpoints (optimizer and scheduler state beside the
+    # weights, under the manifest's state_dict_key) included
+    module.load_state_dict(cache.weights_of(m, torch.load(m.path, map_location="cpu", weights_only=True)), strict=True)
     module.eval()
-    items, labels = cache.load_images(MANIFEST.datasets[m.dataset])
+    ds = MANIFEST.datasets[m.dataset]
+    items, labels = cache.load_images(ds)
+    labels = cache.model_labels(m, ds, labels)
     pick = cache.split_indices(len(items), 0, 1000, seed=1).val
     x = np.stack([cache.decode(items[i], m.channels) for i in pick]).astype(np.float32).transpose(0, 3, 1, 2) / 255.0
     x = (x - np.asarray(m.mean, np.float32).reshape(1, -1, 1, 1)) / np.asarray(m.std, np.float32).reshape(1, -1, 1, 1)
