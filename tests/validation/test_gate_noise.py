@@ -9,6 +9,7 @@ near-ties and an "INT8" copy that flips chosen images, so what the gate must say
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -163,6 +164,12 @@ def test_too_few_decisive_images_fall_back_to_plain_agreement():
     acc, rows = _gate(ref, _flip(ref, tie & (np.cumsum(tie) <= 5)), None)
     assert not rows["min_agreement"].passed and "too few" in rows["min_agreement"].detail
     assert rows["min_decisive_agreement"].status == "skip" and "too few to judge" in rows["min_decisive_agreement"].detail
+    # what to do: the images that would hold 30 decisive ones at this rate, rounded up to 50
+    decisive = acc["decisive_samples"]
+    want = math.ceil(30 * 200 / decisive / 50) * 50 if decisive else None
+    detail = rows["min_agreement"].detail
+    assert f"decisive on only {decisive} of 200 images" in detail, detail
+    assert (f"about {want:,} images would hold 30 at this rate (--val)" if want else "may hold some") in detail, detail
 
 
 def test_drop_over_the_limit_but_within_noise_is_not_decided():

@@ -282,8 +282,12 @@ def _plain_text(accuracy: dict[str, Any], t: Thresholds) -> str:
     """Why overall agreement is judged plainly: the near-tie rule is off, or too few images are decisive."""
     if t.near_tie_margin <= 0 or "decisive_samples" not in accuracy or accuracy.get("fp32_preprocessing_probe", {}).get("suspect"):
         return ""
-    return (f"; FP32 is decisive on only {accuracy['decisive_samples']} images (fewer than {MIN_DECISIVE}): "
-            "too few to tell near-tie flips from loss")
+    decisive, samples = int(accuracy["decisive_samples"]), int(accuracy.get("samples") or 0)
+    more = (f"; validation data of about {math.ceil(MIN_DECISIVE * samples / decisive / 50) * 50:,} images would hold "
+            f"{MIN_DECISIVE} at this rate (--val)" if decisive and samples else
+            "; more validation images (--val) may hold some")
+    return (f"; FP32 is decisive on only {decisive} of {samples} images (fewer than {MIN_DECISIVE}): "
+            "too few to tell near-tie flips from loss" + more)
 
 
 def _speed_rows(speedup: float | None, p99_ms: float | None, t: Thresholds, check: SpeedCheck | None = None) -> list[GateRow]:
