@@ -109,6 +109,50 @@ def test_traced_linear_patch_vit_size_comes_from_its_weights(tmp_path, channels,
     _onnx_matches(out, m, (channels, size, size))
 
 
+class _TwoDPositionViT(nn.Module):
+    """A convolutional patch embedding and a position table kept without its batch axis, ``(tokens, width)``: as a
+    parameter (Tiny ImageNet ViTs of the public corpus) or as an ``nn.Embedding``'s weight (a corpus DeiT)."""
+
+    def __init__(self, size: int = 64, patch: int = 8, dim: int = 48, embedding: bool = False) -> None:
+        super().__init__()
+        self.patch_embeddings = nn.Conv2d(3, dim, patch, patch)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim))
+        tokens = (size // patch) ** 2 + 1
+        if embedding:
+            self.pos_emb = nn.Embedding(tokens, dim)
+        else:
+            self.position_embeddings = nn.Parameter(torch.randn(tokens, dim))
+        self.block = nn.TransformerEncoderLayer(dim, 4, 64, dropout=0.0, batch_first=True, norm_first=True)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        t = self.patch_embeddings(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), t], dim=1)
+        t = t + (self.pos_emb.weight if hasattr(self, "pos_emb") else self.position_embeddings)
+        return self.head(self.block(t)[:, 0])
+
+
+@pytest.mark.parametrize("embedding", [False, True])
+def test_traced_vit_with_a_two_d_position_table_reads_its_size(tmp_path, embedding):
+    """The 64x64 Tiny ImageNet corpus models keep their positions as (65, width): the size comes from that table and
+    the patch kernel, as from a (1, 65, width) one; a 2-D weight named for positions whose width no patch embedding
+    makes is not read as one."""
+    torch.manual_seed(0)
+    m = _TwoDPositionViT(embedding=embedding).eval()
+    path = tmp_path / "two_d_pos.pt"
+    _traced(m, torch.randn(2, 3, 64, 64), path)
+    loaded = load_model(path)
+    assert loaded.spec.image_size == (64, 64) and loaded.spec.sources["image_size"].startswith("file")
+    out = tmp_path / "two_d_pos.onnx"
+    export_onnx(loaded, out)
+    _onnx_matches(out, m, (3, 64, 64))
+    from vitedge.models.channels import input_size_from_weights
+    sd = dict(m.state_dict())
+    sd.pop("pos_emb.weight" if embedding else "position_embeddings")
+    assert input_size_from_weights(dict(sd, pos_scale=torch.randn(65, 17))) is None  # width 17: no patch embedding's
+    assert input_size_from_weights(dict(sd, relative_position_bias_table=torch.randn(65, 48))) is None
+
+
 def test_traced_vit_whose_weights_cannot_say_names_input_size(tmp_path):
     torch.manual_seed(0)
     m = _LinearPatchViT(position=False).eval()  # no position table: nothing in the weights fixes the size

@@ -50,19 +50,48 @@ def patch_linear(sd: dict[str, Any], width: int) -> tuple[int, int] | None:
     return None
 
 
+_NOT_A_POSITION_TABLE = ("relative", "bias", "index")  # Swin's relative-position bias tables and their indices
+
+
+def position_tables(sd: dict[str, Any]) -> list[tuple[int, int, bool]]:
+    """(tokens, width, 2-D) of the learned position tables: ``(1, tokens, width)`` parameters named for positions,
+    and where there is none, 2-D ``(tokens, width)`` ones (an ``nn.Embedding`` of positions, or a parameter kept
+    without its batch axis), which the caller checks against the patch embedding's width."""
+    three = [(int(v.shape[1]), int(v.shape[2]), False) for k, v in _float_tensors(sd, 3)
+             if "pos" in k.lower() and int(v.shape[0]) == 1]
+    if three:
+        return three
+    return [(int(v.shape[0]), int(v.shape[1]), True) for k, v in _float_tensors(sd, 2)
+            if "pos" in k.lower() and not any(w in k.lower() for w in _NOT_A_POSITION_TABLE)]
+
+
+def conv_makes_width(sd: dict[str, Any], width: int) -> bool:
+    """Some convolution of the weights outputs ``width`` channels (a tokenizer's last convolution, a patch embedding)."""
+    return any(int(w.shape[0]) == width for _, w in _float_tensors(sd, 4))
+
+
+def _patch_side(sd: dict[str, Any], width: int, two_d: bool) -> int | None:
+    """The patch side of the convolutional (square kernel) or Linear patch embedding; for a 2-D position table only
+    one whose output width is the table's, so no other 2-D weight named for positions is read as one."""
+    convs = [w for _, w in _float_tensors(sd, 4) if int(w.shape[-1]) == int(w.shape[-2])]
+    if convs:
+        first = convs[0]
+        return int(first.shape[-1]) if not two_d or int(first.shape[0]) == width else None
+    linear = patch_linear(sd, width)
+    return linear[1] if linear is not None else None
+
+
 def input_size_from_weights(sd: dict[str, Any], prefix_tokens: int | None = None) -> tuple[int, int] | None:
     """The square input size the position embedding and the patch kernel were made for,
-    or None when the weights cannot say (no conv or Linear patch embedding, no 3-D position
-    table, or a token count that is not prefix + a square grid)."""
-    pos = [v for k, v in _float_tensors(sd, 3) if "pos" in k.lower() and int(v.shape[0]) == 1]
-    if not pos:
+    or None when the weights cannot say (no conv or Linear patch embedding, no position table (3-D, or 2-D of
+    the patch embedding's width), or a token count that is not prefix + a square grid)."""
+    tables = position_tables(sd)
+    if not tables:
         return None
-    conv = patch_conv(sd)
-    linear = patch_linear(sd, int(pos[0].shape[2])) if conv is None else None
-    if conv is None and linear is None:
+    tokens, width, two_d = tables[0]
+    patch = _patch_side(sd, width, two_d)
+    if patch is None:
         return None
-    patch = conv[1] if conv is not None else linear[1]  # type: ignore[index]
-    tokens = int(pos[0].shape[1])
     candidates = ([prefix_tokens] if prefix_tokens is not None else []) + [1, 0, 2, 5]
     for prefix in candidates:
         side = math.isqrt(max(tokens - prefix, 0))

@@ -115,11 +115,11 @@ def _size_from_stem(module, sd: dict[str, Any], facts: dict[str, Any], where: st
     """The input size a convolutional stem with strides and pooling (a CCT's tokenizer) makes the position
     embedding's token count from (models/stem); None when the stem is one patch convolution or cannot tell.
     Several sizes fit and none is the stride's multiple: refused, listing them."""
-    pos = [v for k, v in sd.items() if "pos" in k.lower() and getattr(v, "ndim", 0) == 3 and int(v.shape[0]) == 1]
-    if not pos:
+    tables = chan.position_tables(sd)
+    if not tables or (tables[0][2] and not chan.conv_makes_width(sd, tables[0][1])):  # a 2-D table must be the tokens'
         return None
     prefix = facts.get("num_prefix_tokens")
-    size = stem_input_size(stem_layers(module), int(pos[0].shape[1]), ((prefix,) if prefix is not None else ()) + (1, 0, 2, 5))
+    size = stem_input_size(stem_layers(module), tables[0][0], ((prefix,) if prefix is not None else ()) + (1, 0, 2, 5))
     if size is None:
         return None
     if size.side is None:
