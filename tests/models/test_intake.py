@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
 from conftest import CUSTOM_VIT_SOURCE, EXAMPLES
 
 from vitedge.core.errors import ModelLoadError, UnsafePickleError, UsageError
+from vitedge.models.formats import read_model_file
 from vitedge.models.intake import IntakeOptions, load_model
 
 
@@ -220,6 +222,37 @@ def test_bad_model_files(case, tmp_path, timm_vit):
         match = "does not exist"
     with pytest.raises(ModelLoadError, match=match) as info:
         load_model(path)
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("form", ["zip", "legacy-pickle", "torchscript", "safetensors", "exported-program"])
+@pytest.mark.parametrize("name", ["vit1", "model.weights"])
+def test_a_model_file_without_a_known_suffix_is_read_by_its_content(timm_vit, tmp_path, form, name):
+    """A checkpoint saved as ``checkpoints/vit1`` (a corpus model's file) or with a suffix no format uses is read by
+    its first bytes, as its suffix would have it read, with the same safety checks; other content still gets the
+    one-line refusal."""
+    m, pt = timm_vit
+    path = tmp_path / name
+    if form == "zip":
+        shutil.copyfile(pt, path)
+    elif form == "legacy-pickle":
+        torch.save(m.state_dict(), path, _use_new_zipfile_serialization=False)
+    elif form == "torchscript":
+        torch.jit.trace(m, torch.randn(1, 3, 32, 32)).save(str(path))
+    elif form == "safetensors":
+        from safetensors.torch import save_file
+        save_file({k: v.contiguous() for k, v in m.state_dict().items()}, str(path))
+    else:
+        program = torch.export.export(m, (torch.randn(2, 3, 32, 32),), dynamic_shapes=({0: torch.export.Dim("batch")},))
+        torch.export.save(program, str(path))
+    want = {"torchscript": "torchscript", "exported-program": "exported_program"}.get(form, "state_dict")
+    assert read_model_file(path).kind == want
+    loaded = load_model(path)
+    assert loaded.spec.image_size == (32, 32) and loaded.spec.num_classes == 10
+    other = tmp_path / (name + "-text")
+    other.write_bytes(b"model weights, as text\n" * 4)
+    with pytest.raises(ModelLoadError, match="unrecognised model file type") as info:
+        load_model(other)
     assert "\n" not in str(info.value)
 
 

@@ -59,15 +59,52 @@ def read_model_file(path: Path, *, trust_pickle: bool = False) -> RawModel:
             archive_safety.check_exported_program(path)
         return _read_exported_program(path)
     if suffix in (".pt", ".pth", ".bin", ".ckpt", ".tar", ".jit", ".ts"):
-        if _is_torchscript(path):
-            if not trust_pickle:
-                archive_safety.check_torchscript(path)
-            return _read_torchscript(path)
-        return _read_checkpoint(path, trust_pickle=trust_pickle)
+        return _read_torch_file(path, trust_pickle)
+    # no suffix, or one no format uses ("checkpoints/vit1", "model.weights"): what the first bytes say
+    sniffed = sniff_format(path)
+    if sniffed == "safetensors":
+        return _read_safetensors(path)
+    if sniffed == "exported_program":
+        if not trust_pickle:
+            archive_safety.check_exported_program(path)
+        return _read_exported_program(path)
+    if sniffed == "torch":
+        return _read_torch_file(path, trust_pickle)
     raise ModelLoadError(
-        f"{path}: unrecognised model file type '{suffix or path.name}'; vitedge reads .pt/.pth/.safetensors checkpoints, "
+        f"{path}: unrecognised model file type '{suffix or path.name}' (its content is no PyTorch, TorchScript, "
+        "torch.export or safetensors file); vitedge reads .pt/.pth/.safetensors checkpoints, "
         "TorchScript, .pt2 (torch.export), .onnx files and Hugging Face model folders"
     )
+
+
+def sniff_format(path: Path) -> str | None:
+    """"torch" (torch.save's zip archive or a legacy pickle stream, TorchScript included), "exported_program" (a
+    torch.export archive), "safetensors" (an 8-byte little-endian header length, then the JSON header), or None.
+    ONNX has no magic bytes to tell it by: it is read by its suffix only."""
+    with open(path, "rb") as f:
+        head = f.read(9)
+    if zipfile.is_zipfile(path):
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = zf.namelist()
+        except (zipfile.BadZipFile, OSError):
+            return None
+        if any(n.endswith("/archive_format") for n in names) and any("/models/" in n for n in names):
+            return "exported_program"
+        return "torch" if any(n.endswith("data.pkl") or n.endswith("constants.pkl") for n in names) else None
+    if head.startswith(b"\x80"):
+        return "torch"
+    if len(head) == 9 and head[8:9] == b"{" and 0 < int.from_bytes(head[:8], "little") < path.stat().st_size:
+        return "safetensors"
+    return None
+
+
+def _read_torch_file(path: Path, trust_pickle: bool) -> RawModel:
+    if _is_torchscript(path):
+        if not trust_pickle:
+            archive_safety.check_torchscript(path)
+        return _read_torchscript(path)
+    return _read_checkpoint(path, trust_pickle=trust_pickle)
 
 
 def _is_torchscript(path: Path) -> bool:
