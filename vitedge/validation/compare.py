@@ -342,7 +342,7 @@ def _latency_rows(old: ValidationReport, new: ValidationReport, llim: float, old
 def _unsteady(b: str, lo: LatencySection, ln: LatencySection, old_path: str, new_path: str,
               sides: tuple[str, ...] = ("int8",)) -> str:
     """A note when a median the row reads (``sides``) at batch ``b`` never settled in a report (``stable`` false: the
-    machine was busy), or was timed while its threads waited for a core longer than they ran (``core_wait`` above 1)."""
+    machine was busy), or was timed while its threads waited for a core (``core_wait`` past ``core_wait.BUSY_ABOVE``)."""
     which = [p for p, sec in ((old_path, lo), (new_path, ln))
              if any(s is not None and not s.stable for s in (getattr(sec, side).get(b) for side in sides))]
     busy = [p for p, sec in ((old_path, lo), (new_path, ln)) if p not in which
@@ -350,7 +350,7 @@ def _unsteady(b: str, lo: LatencySection, ln: LatencySection, old_path: str, new
     note = f"; the median did not settle in {' and '.join(which)} (a busy machine)" if which else ""
     if busy:
         note += (f"; {' and '.join(busy)} {'was' if len(busy) == 1 else 'were'} timed on a busy machine (the timed threads "
-                 "waited for a core longer than they ran)")
+                 "waited for a core, core_wait)")
     return note + ": re-run it before trusting this row" if note else ""
 
 

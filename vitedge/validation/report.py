@@ -368,10 +368,10 @@ def _md_latency(lat: LatencySection, heading: str) -> list[str]:
     lines += ["", f"<sub>{lat.method}</sub>"]
     busy = [(b, s.core_wait) for b, s in lat.int8.items() if busy_note(s.core_wait)]
     if busy:
-        waits = ", ".join(f"{w:.1f} s at batch {b}" for b, w in busy)
-        lines += ["", f"**A busy machine:** the timed threads waited for a core longer than they ran ({waits} per second "
-                  "run): other processes held the cores, and these wall-clock figures include that load. Time it again "
-                  "on a quiet machine before trusting them."]
+        waits = ", ".join(f"{w:.2f} s at batch {b}" for b, w in busy)
+        lines += ["", f"**A busy machine:** the timed threads waited for a core ({waits} per second they ran): other "
+                  "processes held the cores, and these wall-clock figures include that load. Time it again on a quiet "
+                  "machine before trusting them."]
     if lat.device:  # what `vitedge compare` checks before it compares milliseconds
         d = lat.device
         mode = f", power mode {d['power_mode']}" if d.get("power_mode") else ""
