@@ -16,7 +16,7 @@ second per second run: enough to stretch a figure by the 10 % that `vitedge comp
 default) the figures were taken on a machine busy with other work, and they say so. Measured on a 2-core AVX2
 machine timing a small corpus ViT's two graphs at batch 1 and 8: 0.005 with nothing else running, 0.02 beside three
 busy processes at nice 19, 0.7-0.9 beside one busy process, 1.4-3.3 beside three; two corpus benchmarks running at
-once: 0.4-1.6 in their builds, where at 0.99 the FP32 reference's batch-8 median was 15.2 ms against 5.9-6.3 ms
+once: 0.4-1.6 in their builds, where at 0.99 the FP32 reference's batch-8 median was 15.2 ms against 4.6 ms
 alone. Where the counters cannot be read (not Linux, or a kernel without them) nothing is said.
 """
 
