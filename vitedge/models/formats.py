@@ -35,6 +35,10 @@ class RawModel:
     meta: dict[str, Any] = field(default_factory=dict)  # vitedge metadata carried by the file
 
 
+_KIND_BY_SUFFIX = {".safetensors": "safetensors", ".pt2": "exported_program",
+                   **dict.fromkeys((".pt", ".pth", ".bin", ".ckpt", ".tar", ".jit", ".ts"), "torch")}
+
+
 def read_model_file(path: Path, *, trust_pickle: bool = False) -> RawModel:
     path = Path(path)
     if not path.exists():
@@ -52,23 +56,15 @@ def read_model_file(path: Path, *, trust_pickle: bool = False) -> RawModel:
     suffix = path.suffix.lower()
     if suffix == ".onnx":
         return RawModel(kind="onnx", path=path)
-    if suffix == ".safetensors":
+    # by suffix; with no suffix, or one no format uses ("checkpoints/vit1", "model.weights"), by the first bytes
+    kind = _KIND_BY_SUFFIX.get(suffix) or sniff_format(path)
+    if kind == "safetensors":
         return _read_safetensors(path)
-    if suffix == ".pt2":
+    if kind == "exported_program":
         if not trust_pickle:
             archive_safety.check_exported_program(path)
         return _read_exported_program(path)
-    if suffix in (".pt", ".pth", ".bin", ".ckpt", ".tar", ".jit", ".ts"):
-        return _read_torch_file(path, trust_pickle)
-    # no suffix, or one no format uses ("checkpoints/vit1", "model.weights"): what the first bytes say
-    sniffed = sniff_format(path)
-    if sniffed == "safetensors":
-        return _read_safetensors(path)
-    if sniffed == "exported_program":
-        if not trust_pickle:
-            archive_safety.check_exported_program(path)
-        return _read_exported_program(path)
-    if sniffed == "torch":
+    if kind == "torch":
         return _read_torch_file(path, trust_pickle)
     raise ModelLoadError(
         f"{path}: unrecognised model file type '{suffix or path.name}' (its content is no PyTorch, TorchScript, "
