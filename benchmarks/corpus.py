@@ -193,6 +193,10 @@ class BuildRow:
     int8_ms_b1: float | None = None
     fp32_ms_b8: float | None = None
     int8_ms_b8: float | None = None
+    # the seconds the build's timed threads waited for a core per second they ran (vitedge.validation.core_wait);
+    # past core_wait.BUSY_ABOVE its ratio at that batch size was taken on a busy machine
+    core_wait_b1: float | None = None
+    core_wait_b8: float | None = None
 
     def ratio(self, batch: int) -> float | None:
         """INT8/FP32 p50 time at batch 1 or 8 (below 1: INT8 is faster)."""
@@ -280,8 +284,10 @@ def _read_bundle(row: BuildRow, folder: Path, code: int | None, text: str) -> Bu
     lat = v.get("latency") or {}
     for side in ("fp32", "int8"):
         for batch in (1, 8):
-            ms = ((lat.get(side) or {}).get(str(batch)) or {}).get("p50_ms")
-            setattr(row, f"{side}_ms_b{batch}", ms)
+            stats = (lat.get(side) or {}).get(str(batch)) or {}
+            setattr(row, f"{side}_ms_b{batch}", stats.get("p50_ms"))
+            if side == "int8":
+                setattr(row, f"core_wait_b{batch}", stats.get("core_wait"))
     manifest = folder / "manifest.json"
     if manifest.is_file():
         m = json.loads(manifest.read_text())
@@ -290,6 +296,16 @@ def _read_bundle(row: BuildRow, folder: Path, code: int | None, text: str) -> Bu
     if code not in (0, 1):
         row.note = f"exit {code}"
     return row
+
+
+def _busy(r: dict[str, Any], batch: int) -> str:
+    """The build's own INT8/FP32 ratio at ``batch``, marked when its timing window was busy (core_wait past the line:
+    other processes held the cores, so the figure is not the graphs' own)."""
+    from vitedge.validation.core_wait import busy_note
+
+    wait = r.get(f"core_wait_b{batch}")
+    text = _f(r.get(f"ratio_b{batch}"))
+    return f"{text} (busy: core wait {wait:.2f})" if text and busy_note(wait) else text
 
 
 def _pct(v) -> float | None:
@@ -568,7 +584,7 @@ def markdown(res: dict[str, Any]) -> str:
         lines.append(
             f"| {r['model']} | {r['format']} | {r['target']} | {'' if r['exit_code'] is None else r['exit_code']} | "
             f"{_f(r['seconds'], 0)} | {_f(r['fp32_top1'])} | {_f(r['int8_top1'])} | {_f(r['drop_points'])} | "
-            f"{_f(r['agreement'])} | {layers} | {_f(r.get('ratio_b1'))} | {_f(r.get('ratio_b8'))} | "
+            f"{_f(r['agreement'])} | {layers} | {_busy(r, 1)} | {_busy(r, 8)} | "
             f"{'' if r['passed'] is None else ('pass' if r['passed'] else 'FAIL')} | {r['note']} |"
         )
     if res.get("exports"):

@@ -104,6 +104,20 @@ def test_results_show_the_default_bundle_beside_each_anchor_per_model():
 
 
 
+def test_every_build_row_marks_a_ratio_timed_on_a_busy_machine():
+    """A build whose own timing window was busy (core_wait past the line) has its INT8/FP32 ratio marked in the
+    results; a quiet one, or a report from before core_wait, is shown as it is."""
+    bench = _load("corpus_bench_for_busy", CORPUS.parent / "corpus.py")
+    build = dict(model="m1", format="state_dict", target="onnx", exit_code=0, seconds=12.0, fp32_top1=56.3, int8_top1=56.8,
+                 drop_points=-0.5, agreement=97.8, int8_layers=18, layers_total=26, float_layers_returned=None, passed=True,
+                 note="", ratio_b1=0.2, ratio_b8=0.9, core_wait_b1=1.3, core_wait_b8=0.02)
+    res = {"date": "d", "argv": [], "cpu": {"model": "cpu", "cores": 2, "flags": ["avx2"], "vnni": False}, "calib_size": 300,
+           "val_size": 1000, "targets": ["onnx"], "extra": [], "builds": [build, {**build, "format": "pt2", "core_wait_b1": None}]}
+    rows = [l for l in bench.markdown(res).split("## Every build", 1)[1].splitlines() if l.startswith("| m1 |")]
+    assert "| 0.20 (busy: core wait 1.30) | 0.90 |" in rows[0], rows[0]
+    assert "| 0.20 | 0.90 |" in rows[1], rows[1]
+
+
 def test_results_record_the_command_without_local_folders():
     """--work and --out name folders of the machine that ran it: the results file writes WORK and OUT instead."""
     bench = _load("corpus_bench_for_argv", CORPUS.parent / "corpus.py")
