@@ -8,6 +8,7 @@ wraps both for a bundle folder: `vitedge build` and `vitedge validate` both go t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -296,7 +297,8 @@ def _speed_rows(speedup: float | None, p99_ms: float | None, t: Thresholds, chec
     floor, where = t.speedup_floor()
     if speedup is not None:
         short = floor - speedup
-        status, tail = (PASS, "") if short <= 0 else speed_verdict(speedup, floor, check)
+        judged = short > 0 or (check is not None and check.busy_wait is not None)  # a miss, or a busy window's pass
+        status, tail = speed_verdict(speedup, floor, check) if judged else (PASS, "")
         rows = [GateRow("min_speedup", speedup, floor, status != FAIL, f"speedup over FP32 {speedup:.2f}x at batch 1 "
                         f"(limit {floor:g}x{where})" + tail, status, "x", short)]
     else:
@@ -395,9 +397,14 @@ def validate_artifact(backend, options, model_path: Path, reference_path: Path, 
             first = next(iter(source.batches(max(batch_sizes))))
             stats, speedup = measure_speed_pair(runner("fp32", reference_path), runner("int8", model_path), first.images,
                                                 batch_sizes, pre, settings, info)
-            if speedup is not None and speedup < thresholds.speedup_floor()[0] and getattr(backend.facts, "runs_on", None) == "cpu":
+            missed = speedup is not None and speedup < thresholds.speedup_floor()[0]
+            wait = stats["int8"]["1"].core_wait if "1" in stats["int8"] else None
+            if speedup is not None and (missed or busy_note(wait)) and getattr(backend.facts, "runs_on", None) == "cpu":
                 speed_check = cpu_time_look(backend, options, reference_path, model_path, first.images[:1], pre)
-                info(f"batch 1 speedup {speedup:.2f}x in wall time is under the gate's floor: timed again at one thread by "
+                if not missed:
+                    speed_check = dataclasses.replace(speed_check, busy_wait=wait)
+                why = "is under the gate's floor" if missed else "was timed on a busy machine"
+                info(f"batch 1 speedup {speedup:.2f}x in wall time {why}: timed again at one thread by "
                      f"CPU time: {speed_check.speedup:.2f}x (control moved by {speed_check.noise:.0%})")
     memory["peak_rss_bytes"] = peak_rss()
     data = dict(source_data(source), reference=lookup.to_dict(), int8_outputs=int8_lookup.to_dict())

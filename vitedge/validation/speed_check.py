@@ -18,6 +18,12 @@ The row then says which figure decided:
   0.19 ms graph (kavishka-shallow, AVX2) a 0.95x speedup is INT8 taking 0.01 ms longer per call, a gap that two
   copies of one FP32 graph also showed between them in other runs (1.06x); it failed the build on that.
 
+The same look decides a wall-time speedup that *met* the floor when its timing window was busy (the timed threads
+waited for a core past ``core_wait.BUSY_ABOVE``): a loaded machine does not only make INT8 look slow. Two corpus builds
+run while two benchmarks shared 2 cores read 4.6x and 5.0x at batch 1 where one thread's CPU time on the same graphs
+said 1.1x and 1.2x (the FP32 reference's calls stretched to 9.8 ms); a graph slower than FP32 could pass so. The row
+then says the window was busy and which figure decided. It costs the look's timing (5 s at least) on busy machines only.
+
 GPU targets keep the wall-time verdict (CPU time says nothing of a GPU's work).
 """
 
@@ -36,12 +42,16 @@ class SpeedCheck:
     speedup: float  # FP32 CPU time / INT8 CPU time (above 1: INT8 is faster)
     noise: float  # |control/FP32 - 1|
     fp32_seconds: float | None = None  # FP32's one-thread CPU time of one call (p10); None: not known
+    # the wall-time timing's core_wait at batch 1 when a busy window (not a miss) asked for this look; None: a miss did
+    busy_wait: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out = {"method": "one thread, calling thread's CPU time, p10, random order", "speedup": round(self.speedup, 4),
                "control_noise": round(self.noise, 4)}
         if self.fp32_seconds is not None:
             out["fp32_ms"] = round(self.fp32_seconds * 1e3, 4)
+        if self.busy_wait is not None:
+            out["asked_by"] = f"a busy timing window (core_wait {self.busy_wait:.2f})"
         return out
 
     def gap_seconds(self, floor: float) -> float | None:
@@ -69,14 +79,17 @@ def second_look(fp32: Callable[[], Any], control: Callable[[], Any], int8: Calla
 
 def verdict(wall: float, floor: float, check: SpeedCheck | None) -> tuple[str, str]:
     """(pass | fail | skip, the detail's tail after the wall-time figure) for a wall-time speedup ``wall`` that
-    missed ``floor``; without a second look, the wall time fails it."""
+    missed ``floor``, or met it in a busy timing window (``check.busy_wait``); without a second look, the wall time
+    decides."""
     short = floor - wall
     if check is None:
-        return "fail", f", short by {short:.2f}x"
-    seen = (f"; timed again at one thread by CPU time (the build's method): {check.speedup:.2f}x, the FP32-vs-FP32 "
-            f"control moved by {check.noise:.0%}")
+        return ("pass", "") if short <= 0 else ("fail", f", short by {short:.2f}x")
+    busy = (f"; timed while other processes held the cores (the timed threads waited {check.busy_wait:.2f} s for a "
+            "core per second they ran)" if check.busy_wait is not None else "")
+    seen = busy + (f"; timed again at one thread by CPU time (the build's method): {check.speedup:.2f}x, the FP32-vs-FP32 "
+                   f"control moved by {check.noise:.0%}")
     if check.speedup >= floor:
-        return "pass", seen + ": passes (the wall-time figure counted this machine's load)"
+        return "pass", seen + (": passes (the wall-time figure counted this machine's load)" if short > 0 else ": passes")
     gap = check.gap_seconds(floor)
     if gap is not None and gap < TELLABLE.min_seconds:
         return "skip", (seen + f": too short to tell (FP32 takes {check.fp32_seconds * 1e3:.3f} ms a call; INT8 misses the "
