@@ -256,12 +256,17 @@ def weights_of(model: Model, loaded: dict) -> dict:
 def model_labels(model: Model, ds: Dataset, labels):
     """The dataset's labels (positions in ds.classes) as the model's output indices: the source labelling where the
     model was trained on it (``labels = "source"`` in the manifest), else unchanged."""
-    import numpy as np
-
     if not model.source_labels:
         return labels
+    return source_labels_of(ds, labels, f"model {model.id} is scored on source labels, but ")
+
+
+def source_labels_of(ds: Dataset, labels, why: str = ""):
+    """``labels`` (positions in ds.classes) as the dataset's source labels; ``why`` starts the error's sentence."""
+    import numpy as np
+
     if ds.source_labels is None:
-        raise ValueError(f"model {model.id} is scored on source labels, but dataset {ds.id} has no source_labels")
+        raise ValueError(f"{why}dataset {ds.id} has no source_labels")
     return np.asarray(ds.source_labels, dtype=np.int64)[labels]
 
 
@@ -647,9 +652,7 @@ def make_split(ds: Dataset, n_calib: int, n_val: int, seed: int = 0, source_labe
         return out
     items, labels = load_images(ds)
     if source_labels:
-        if ds.source_labels is None:
-            raise ValueError(f"dataset {ds.id} has no source_labels")
-        labels = np.asarray(ds.source_labels, dtype=np.int64)[labels]
+        labels = source_labels_of(ds, labels)
     split = split_indices(len(items), n_calib, n_val, seed)
     part = out.with_name(out.name + ".part")
     shutil.rmtree(part, ignore_errors=True)

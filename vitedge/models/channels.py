@@ -20,13 +20,16 @@ def _float_tensors(sd: dict[str, Any], ndim: int) -> list[tuple[str, Any]]:
     return [(k, v) for k, v in sd.items() if getattr(v, "ndim", None) == ndim and getattr(v, "is_floating_point", lambda: False)()]
 
 
+def _first_square_conv(sd: dict[str, Any]) -> Any:
+    """The weight of the first convolution whose kernel is square, or None."""
+    return next((w for _, w in _float_tensors(sd, 4) if int(w.shape[-1]) == int(w.shape[-2])), None)
+
+
 def patch_conv(sd: dict[str, Any]) -> tuple[int, int] | None:
     """(input channels, kernel) of the first convolution whose kernel is square: the patch
     embedding of a plain ViT, the stem of a hybrid (whose input channels are the model's too)."""
-    for _, w in _float_tensors(sd, 4):
-        if int(w.shape[-1]) == int(w.shape[-2]):
-            return int(w.shape[1]), int(w.shape[-1])
-    return None
+    w = _first_square_conv(sd)
+    return None if w is None else (int(w.shape[1]), int(w.shape[-1]))
 
 
 def channels_from_weights(sd: dict[str, Any]) -> int | None:
@@ -73,10 +76,9 @@ def conv_makes_width(sd: dict[str, Any], width: int) -> bool:
 def _patch_side(sd: dict[str, Any], width: int, two_d: bool) -> int | None:
     """The patch side of the convolutional (square kernel) or Linear patch embedding; for a 2-D position table only
     one whose output width is the table's, so no other 2-D weight named for positions is read as one."""
-    convs = [w for _, w in _float_tensors(sd, 4) if int(w.shape[-1]) == int(w.shape[-2])]
-    if convs:
-        first = convs[0]
-        return int(first.shape[-1]) if not two_d or int(first.shape[0]) == width else None
+    conv = _first_square_conv(sd)
+    if conv is not None:
+        return int(conv.shape[-1]) if not two_d or int(conv.shape[0]) == width else None
     linear = patch_linear(sd, width)
     return linear[1] if linear is not None else None
 

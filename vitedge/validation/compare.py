@@ -343,10 +343,13 @@ def _unsteady(b: str, lo: LatencySection, ln: LatencySection, old_path: str, new
               sides: tuple[str, ...] = ("int8",)) -> str:
     """A note when a median the row reads (``sides``) at batch ``b`` never settled in a report (``stable`` false: the
     machine was busy), or was timed while its threads waited for a core (``core_wait`` past ``core_wait.BUSY_ABOVE``)."""
-    which = [p for p, sec in ((old_path, lo), (new_path, ln))
-             if any(s is not None and not s.stable for s in (getattr(sec, side).get(b) for side in sides))]
-    busy = [p for p, sec in ((old_path, lo), (new_path, ln)) if p not in which
-            and any(s is not None and busy_note(s.core_wait) for s in (getattr(sec, side).get(b) for side in sides))]
+    which, busy = [], []
+    for path, sec in ((old_path, lo), (new_path, ln)):
+        stats = [s for s in (getattr(sec, side).get(b) for side in sides) if s is not None]
+        if any(not s.stable for s in stats):
+            which.append(path)
+        elif any(busy_note(s.core_wait) for s in stats):
+            busy.append(path)
     note = f"; the median did not settle in {' and '.join(which)} (a busy machine)" if which else ""
     if busy:
         note += (f"; {' and '.join(busy)} {'was' if len(busy) == 1 else 'were'} timed on a busy machine (the timed threads "
