@@ -70,6 +70,43 @@ def test_sharing_one_cpu_with_three_busy_processes_reads_busy():
     assert wait.busy and wait.per_cpu_second > 1.5, (ran, waited)
 
 
+BUSY_TIMING = textwrap.dedent("""
+    import json, os, subprocess, sys, time
+    from vitedge.validation.latency import LatencySettings, measure_interleaved
+    os.sched_setaffinity(0, {CPU})
+    hogs = [subprocess.Popen([sys.executable, "-c", "import os; os.sched_setaffinity(0, {CPU}); exec('while 1: pass')"])
+            for _ in range(3)]
+
+    def spin():
+        end = time.thread_time() + 0.002
+        while time.thread_time() < end:
+            pass
+
+    try:
+        time.sleep(0.5)
+        # rel_tol 0: medians that must match exactly never settle, so only the cap or a busy window ends the timing
+        stats = measure_interleaved({"a": spin, "b": spin}, 1, LatencySettings(warmup=1, min_iters=8, min_seconds=0.02,
+                                                                              max_seconds=120.0, rel_tol=0.0))
+    finally:
+        for h in hogs:
+            h.kill()
+    print(json.dumps({k: [s.iterations, s.core_wait, s.stable, sum(s.samples_ms)] for k, s in stats.items()}))
+""")
+
+
+@needs_counters
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="os.sched_setaffinity is Linux-only")
+def test_interleaved_timing_on_a_busy_cpu_stops_at_its_minimums():
+    """Sharing one CPU with three busy loops, medians that cannot settle are timed only until the minimums are met
+    (8 iterations, 20 ms of timed runs each), not to the 120 s cap: the window reads busy."""
+    cpu = sorted(os.sched_getaffinity(0))[0]
+    out = subprocess.run([sys.executable, "-c", BUSY_TIMING.replace("{CPU}", "{%d}" % cpu)], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    for iterations, wait, stable, timed_ms in json.loads(out.strip().splitlines()[-1]).values():
+        assert wait > BUSY_ABOVE and not stable
+        assert 8 <= iterations <= 20 and timed_ms >= 20.0  # the minimums, plus at most the rounds that met them
+
+
 def test_the_busy_line_is_what_can_stretch_a_figure_past_compares_default_limit():
     assert BUSY_ABOVE == DEFAULT_MAX_LATENCY_REGRESSION == 0.1
     assert not CoreWait(1.0, 0.1, 1.1).busy and CoreWait(1.0, 0.11, 1.11).busy

@@ -80,13 +80,17 @@ class CoreWaitMeter:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self.result = self.so_far()
+
+    def so_far(self) -> CoreWait | None:
+        """The wait from the block's start until now (None: counters unreadable)."""
         end, wall = thread_schedstat(), time.perf_counter() - self._t0
         if self._start is None or end is None:
-            return
+            return None
         ran, waited = end[0] - self._start[0], end[1] - self._start[1]
         if ran < 0 or waited < 0:
-            return
-        self.result = CoreWait(on_cpu_seconds=ran / 1e9, waited_seconds=waited / 1e9, wall_seconds=wall)
+            return None
+        return CoreWait(on_cpu_seconds=ran / 1e9, waited_seconds=waited / 1e9, wall_seconds=wall)
 
 
 def busy_note(per_cpu_second: float | None) -> str:
