@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from vitedge.core.errors import ExportError, ModelLoadError
+from vitedge.models import export as export_module
 from vitedge.models.export import export_onnx
 from vitedge.models.intake import IntakeOptions, load_model
 from vitedge.onnxkit.session import ort_session
@@ -340,11 +341,20 @@ def test_traced_multihead_attention_vit_exports_with_a_dynamic_batch(tmp_path, c
 
 
 @pytest.mark.parametrize("layout", ["batch_first", "encoder", "encoder_pre"])
-def test_multihead_attention_traced_on_its_fast_path_exports(tmp_path, layout):
+def test_multihead_attention_traced_on_its_fast_path_exports(tmp_path, monkeypatch, layout):
     """Traced under no_grad, a batch-first nn.MultiheadAttention or nn.TransformerEncoderLayer takes its fast
     path and the trace records the fused op (aten::_native_multi_head_attention,
     aten::_transformer_encoder_layer_fwd): no ONNX function and no decomposition in torch; recorded with
-    vitedge's plain-op forms of them (models/fused_ops.py), the file exports and matches the module."""
+    vitedge's plain-op forms of them (models/fused_ops.py), the file exports and matches the module, without a
+    try of torch's TorchScript converter first (its program would keep the fused op and fail)."""
+    tried = []
+
+    def converter(*args):
+        tried.append(args)
+        return real_converter(*args)
+
+    real_converter = export_module._ts2ep_program
+    monkeypatch.setattr(export_module, "_ts2ep_program", converter)
     torch.manual_seed(0)
     m = _MhaViT(layout).eval()
     path = tmp_path / "traced.pt"
@@ -357,6 +367,7 @@ def test_multihead_attention_traced_on_its_fast_path_exports(tmp_path, layout):
     result = export_onnx(load_model(path), out)
     assert result.max_abs_diff is not None and result.max_abs_diff <= result.tolerance
     _onnx_matches(out, m, (3, 32, 32))
+    assert tried == []
 
 
 def test_torchscript_file_no_path_takes_fails_in_one_line_with_nothing_on_stdout(tmp_path, capfd):

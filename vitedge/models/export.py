@@ -201,7 +201,8 @@ def _torchscript_to_onnx(loaded: LoadedModel, example, options: ExportOptions, o
     dynamic batch, and exports that as it exports a `.pt2` file: first with torch's TorchScript-to-torch.export
     converter (it runs the program on an example input, so every value gets its shape), then, for what that
     converter refuses (a scripted ViT's list comprehension over `chunk`, nn.MultiheadAttention's scripted
-    fast-path checks), from the aten ops the module runs (models/torchscript.py). The parity check afterwards
+    fast-path checks, a trace holding torch's fused fast-path attention: that one goes there at once), from the
+    aten ops the module runs (models/torchscript.py). The parity check afterwards
     compares the graph with the TorchScript module itself."""
     import torch
 
@@ -209,7 +210,7 @@ def _torchscript_to_onnx(loaded: LoadedModel, example, options: ExportOptions, o
         return _legacy_export(loaded.module, example, options, output_name, tmp)
     except Exception as first:
         errors = [first]
-    for make in (_ts2ep_program, _recorded_program):
+    for make in _program_makers(loaded.module):
         try:
             program = make(loaded, example)
             onnx_program = torch.onnx.export(program, (example,), dynamo=True, opset_version=max(options.opset, 18),
@@ -224,6 +225,21 @@ def _torchscript_to_onnx(loaded: LoadedModel, example, options: ExportOptions, o
         f"program of the TorchScript module failed too ({why}): save the model with torch.export.save, or pass its "
         "state_dict with --model-class"
     ) from first
+
+
+# fused kernels of torch's attention fast path: no ONNX function and no torch decomposition (models/fused_ops.py)
+_FAST_PATH_KINDS = frozenset({"aten::_native_multi_head_attention", "aten::_transformer_encoder_layer_fwd"})
+
+
+def _program_makers(module) -> tuple:
+    """The converter keeps the ops a TorchScript file holds; a trace taken on torch's attention fast path holds its
+    fused kernels, so the converter's program fails at the ONNX step every time (after 2-4 s on a 32x32 ViT of two
+    blocks, ~40 % of the whole export): such a file goes to the record (which decomposes them) at once."""
+    try:
+        kinds = {n.kind() for n in module.inlined_graph.nodes()}
+    except Exception:  # no TorchScript graph to read: try both in turn
+        kinds = set()
+    return (_recorded_program,) if kinds & _FAST_PATH_KINDS else (_ts2ep_program, _recorded_program)
 
 
 def _ts2ep_program(loaded: LoadedModel, example):
