@@ -233,8 +233,9 @@ _FAST_PATH_KINDS = frozenset({"aten::_native_multi_head_attention", "aten::_tran
 
 def _program_makers(module) -> tuple:
     """The converter keeps the ops a TorchScript file holds; a trace taken on torch's attention fast path holds its
-    fused kernels, so the converter's program fails at the ONNX step every time (after 2-4 s on a 32x32 ViT of two
-    blocks, ~40 % of the whole export): such a file goes to the record (which decomposes them) at once."""
+    fused kernels, so the converter's program fails at the ONNX step every time (a 32x32 ViT of two blocks: 2.7-3.6 s
+    with torch's exporter already imported, a quarter of the file's export; 6 s of 14 in a fresh process): such a
+    file goes to the record (which decomposes them) at once."""
     try:
         kinds = {n.kind() for n in module.inlined_graph.nodes()}
     except Exception:  # no TorchScript graph to read: try both in turn
