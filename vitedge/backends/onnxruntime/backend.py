@@ -25,6 +25,7 @@ from vitedge.backends.onnxruntime.figures import MEASURED, NONE, RECORDED, KindD
 from vitedge.backends.onnxruntime.residual_sum import unfuse_skip_norm
 from vitedge.backends.onnxruntime.shape_constants import fold_shape_arithmetic
 from vitedge.backends.onnxruntime.transpose_pairs import cancel_transpose_pairs
+from vitedge.backends.onnxruntime.zero_add import drop_zero_adds
 from vitedge.backends.onnxruntime.payoff import Int8Payoff, attention_fusion_pays, keep_float_if_slower, keep_unpaid_float, one_thread_run
 from vitedge.core.cpu import read_cpu
 from vitedge.core import telemetry
@@ -348,9 +349,9 @@ FUSED_REFERENCE = "reference.fp32.fused.onnx"
 def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
     """Write the FP32 graph ``src`` to ``dst`` with the float rewrites its INT8 graph got: q/k/v layers that read
     one activation as one GEMM (``quantize/merge``, done to the FP32 graph before quantization), its attention
-    cores fused, each with its numeric check, and its residual Adds only a LayerNorm reads (post-norm blocks, a pre-norm
-    model's last) as Sum (``residual_sum``), its shape arithmetic folded (``shape_constants``) and the Transposes that
-    undo each other around row-wise layers removed (``transpose_pairs``). ``dst`` is removed first and written only
+    cores fused, each with its numeric check, its Adds of zeros removed (``zero_add``), and its residual Adds only a
+    LayerNorm reads (post-norm blocks, a pre-norm model's last) as Sum (``residual_sum``), its shape arithmetic folded
+    (``shape_constants``) and the Transposes that undo each other around row-wise layers removed (``transpose_pairs``). ``dst`` is removed first and written only
     when one of these rewrote something: after the call it exists exactly then."""
     import onnx
 
@@ -362,10 +363,11 @@ def _fuse_reference(src: Path, dst: Path) -> AttentionFusion:
     gi = GraphIndex(graph)
     merge_sibling_linears(graph, check=not is_large(graph), constant=lambda name: gi.value(name) if gi.is_const(name) else None)
     report = fuse_attention(graph)
+    zeros = drop_zero_adds(graph).dropped  # Adds of zeros (a pruned block's zeros_like) go as in the INT8 graph
     summed = unfuse_skip_norm(graph)
     folded = fold_shape_arithmetic(graph).replaced  # shape arithmetic and Transpose pairs go as in the INT8 graph (_fuse_file)
     paired = cancel_transpose_pairs(graph)
-    if summed or folded or paired or report.fused:
+    if summed or zeros or folded or paired or report.fused:
         set_metadata(graph, {FP32_SOURCE_KEY: onnx_sha256(src)})  # the function it computes: FP32 outputs are shared by it
         save_onnx(graph, dst)
     return report
@@ -434,6 +436,7 @@ def _fuse_file(src: Path, dst: Path, unfused: AttentionFusion | None = None) -> 
     report = fuse_attention(graph) if unfused is None else unfused
     gemm_bias = fuse_gemm_bias(graph)
     patch = fuse_patch_embedding(graph)
+    drop_zero_adds(graph)  # Add(x, zeros of x's shape) is x: the zeros' LayerNorm -> Shape -> ConstantOfShape go with it
     unfuse_skip_norm(graph)  # residual Adds only a LayerNorm reads, as Sum: ONNX Runtime's SkipLayerNormalization is slower here
     fold_shape_arithmetic(graph)  # Reshape/Expand targets as constants: no Shape/Gather/Concat chains run per inference
     cancel_transpose_pairs(graph)  # sequence-first Transposes that undo each other around a GEMM: both go
