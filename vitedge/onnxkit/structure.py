@@ -138,6 +138,11 @@ def splice_nodes(model: ModelProto, nodes: list[Any], added: list[Any], drop: se
     model.graph.node.extend(ordered)
 
 
+def computing_nodes(graph: GraphProto) -> int:
+    """The nodes other than Constant: what a rewrite counts as removed after ``cleanup``."""
+    return sum(n.op_type != "Constant" for n in graph.node)
+
+
 def cleanup(model: ModelProto) -> None:
     """Drop nodes whose outputs nobody reads and initializers no node reads (in place)."""
     g = model.graph

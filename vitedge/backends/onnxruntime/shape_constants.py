@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from vitedge.onnxkit.files import is_large
-from vitedge.onnxkit.structure import NameScope, cleanup, graph_inputs, opset_version
+from vitedge.onnxkit.structure import NameScope, cleanup, computing_nodes, graph_inputs, opset_version
 
 if TYPE_CHECKING:
-    from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto
+    from onnx import ModelProto, NodeProto, ValueInfoProto
 
 # ops through which a value computed from Shape outputs and constants stays such a value (small int tensors)
 _ARITHMETIC = frozenset({"Shape", "Gather", "Unsqueeze", "Squeeze", "Concat", "Slice", "Equal", "Where", "Mul", "Add",
@@ -100,9 +100,9 @@ def fold_shape_arithmetic(model: ModelProto) -> ShapeFolding:
         del graph.node[:]
         graph.node.extend(added + nodes)
     if report.replaced:  # the shape arithmetic nobody reads any more goes, with the constants only it read
-        before = _computing_nodes(graph)
+        before = computing_nodes(graph)
         cleanup(model)
-        report.removed = before - _computing_nodes(graph)
+        report.removed = before - computing_nodes(graph)
     return report
 
 
@@ -245,8 +245,3 @@ class _Batch:
         out = f"{node_name}{_WITH_BATCH}"
         self.added.append(helper.make_node("Concat", parts, [out], name=out, axis=0))
         return out
-
-
-def _computing_nodes(graph: GraphProto) -> int:
-    """The nodes other than Constant: what ``ShapeFolding.removed`` counts."""
-    return sum(n.op_type != "Constant" for n in graph.node)

@@ -36,11 +36,11 @@ after.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from vitedge.onnxkit.structure import cleanup, node_index
+from vitedge.onnxkit.structure import cleanup, computing_nodes, node_index
 
 if TYPE_CHECKING:
     from onnx import GraphProto, ModelProto, NodeProto
@@ -59,9 +59,6 @@ class ZeroAdds:
 
     dropped: int = 0  # Adds of zeros whose readers now read the other input
     removed: int = 0  # nodes gone with them (the Adds included; Constant nodes not counted)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"dropped": self.dropped, "removed": self.removed}
 
 
 def drop_zero_adds(model: ModelProto) -> ZeroAdds:
@@ -85,9 +82,9 @@ def drop_zero_adds(model: ModelProto) -> ZeroAdds:
                 report.dropped += 1
                 break
     if report.dropped:
-        before = _computing_nodes(graph)
+        before = computing_nodes(graph)
         cleanup(model)
-        report.removed = before - _computing_nodes(graph)
+        report.removed = before - computing_nodes(graph)
     return report
 
 
@@ -155,8 +152,3 @@ def _root(tensor: str, producer: dict[str, NodeProto]) -> str:
             return tensor
         tensor = node.input[0]
     return tensor
-
-
-def _computing_nodes(graph: GraphProto) -> int:
-    """The nodes other than Constant: what ``ZeroAdds.removed`` counts."""
-    return sum(n.op_type != "Constant" for n in graph.node)
