@@ -53,7 +53,7 @@ CONTENDED = textwrap.dedent("""
     finally:
         for h in hogs:
             h.kill()
-    print(json.dumps([m.result.on_cpu_seconds, m.result.waited_seconds]))
+    print(json.dumps([m.result.on_cpu_seconds, m.result.waited_seconds, m.result.per_cpu_second, m.result.busy]))
 """)
 
 
@@ -65,9 +65,8 @@ def test_sharing_one_cpu_with_three_busy_processes_reads_busy():
     cpu = sorted(os.sched_getaffinity(0))[0]
     out = subprocess.run([sys.executable, "-c", CONTENDED.replace("{CPU}", "{%d}" % cpu)], capture_output=True, text=True,
                          timeout=120, check=True).stdout
-    ran, waited = json.loads(out.strip().splitlines()[-1])
-    wait = CoreWait(ran, waited, 0.0)
-    assert wait.busy and wait.per_cpu_second > 1.5, (ran, waited)
+    ran, waited, per_cpu_second, busy = json.loads(out.strip().splitlines()[-1])
+    assert busy and per_cpu_second > 1.5, (ran, waited)  # the core's time it did not use went to the busy loops
 
 
 BUSY_TIMING = textwrap.dedent("""
@@ -105,6 +104,16 @@ def test_interleaved_timing_on_a_busy_cpu_stops_at_its_minimums():
     for iterations, wait, stable, timed_ms in json.loads(out.strip().splitlines()[-1]).values():
         assert wait > BUSY_ABOVE and not stable
         assert 8 <= iterations <= 20 and timed_ms >= 20.0  # the minimums, plus at most the rounds that met them
+
+
+def test_a_wait_while_the_process_held_every_core_is_its_own():
+    """Waits count against other processes only up to the core time this process left unused."""
+    assert CoreWait(2.0, 1.0, 1.0, cores=2).per_cpu_second == 0.0  # its own threads filled both cores
+    assert CoreWait(1.9, 1.0, 1.0, cores=2).per_cpu_second == pytest.approx(0.1 / 1.9)
+    assert CoreWait(1.5, 1.5, 1.0, cores=2).per_cpu_second == pytest.approx(0.5 / 1.5)  # half a core went elsewhere
+    assert CoreWait(0.25, 0.75, 1.0, cores=1).per_cpu_second == pytest.approx(3.0)  # a quarter of one core: others'
+    assert CoreWait(2.0, 1.0, 1.0).per_cpu_second == pytest.approx(0.5)  # cores unknown: every wait counts
+    assert not CoreWait(2.0, 1.0, 1.0, cores=2).busy and CoreWait(1.5, 1.5, 1.0, cores=2).busy
 
 
 def test_the_busy_line_is_what_can_stretch_a_figure_past_compares_default_limit():
